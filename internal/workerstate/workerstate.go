@@ -1,0 +1,140 @@
+// Package workerstate is the small contract between the worker_health
+// processor, which judges every worker, and the worker_health extension, which
+// serves that judgement over HTTP. Neither imports the other: the processor
+// finds, at Start, every extension of the host that implements Subscriber and
+// publishes immutable Snapshots to it; the extension only reads them.
+//
+// The JSON tags here ARE the health API's schema (docs/http-api.md).
+package workerstate
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+)
+
+// State is a worker's health state.
+type State string
+
+// The states. Unknown is what a worker is until its first evaluation, and what
+// every worker is again after a restart without a checkpoint: never healthy by
+// default.
+const (
+	Unknown   State = "unknown"
+	Healthy   State = "healthy"
+	Degraded  State = "degraded"
+	Unhealthy State = "unhealthy"
+	Stalled   State = "stalled"
+	Lost      State = "lost"
+)
+
+// AllStates in the order people read them, best first.
+var AllStates = []State{Healthy, Degraded, Unhealthy, Stalled, Lost, Unknown}
+
+// MayTakeWork is what a scheduler asks: healthy and degraded workers may be
+// sent work (HTTP 200), every other state may not (HTTP 503).
+func (s State) MayTakeWork() bool { return s == Healthy || s == Degraded }
+
+// Valid reports whether s is one of the states above.
+func (s State) Valid() bool {
+	for _, v := range AllStates {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Reason is one machine-readable cause of a state, with its evidence.
+type Reason struct {
+	// Code is stable and machine-readable, e.g. "memory_over_soft_limit",
+	// "memory_over_soft_limit_at_run_start", "kills_in_window", "no_claim",
+	// "no_telemetry", "drift_missing", "drift_orphaned", "over_capacity",
+	// "cpu_saturated" (docs/health-rules.md lists them all).
+	Code string `json:"code"`
+	// Message is for people.
+	Message string `json:"message"`
+	// Value and Threshold are the evidence: what was seen and the limit.
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	// Since is when the condition was first seen (this episode).
+	Since time.Time `json:"since"`
+}
+
+// Memory is a worker's memory against its soft limit.
+type Memory struct {
+	// RSSBytes is the whole tree's resident memory at the last sample.
+	RSSBytes int64 `json:"rss_bytes"`
+	// SoftLimitBytes is the effective soft limit (0 = none).
+	SoftLimitBytes int64 `json:"soft_limit_bytes"`
+	// CgroupMaxBytes is the worker's cgroup memory limit where known (0 = none).
+	CgroupMaxBytes int64 `json:"cgroup_max_bytes,omitempty"`
+	// OverSamples is how many consecutive samples were over the soft limit.
+	OverSamples int `json:"over_samples"`
+}
+
+// Runs is what each side believes the worker holds.
+type Runs struct {
+	// Worker is the run ids the worker reports it holds, sorted.
+	Worker []string `json:"worker"`
+	// Scheduler is the run ids the scheduler says the worker holds, sorted.
+	Scheduler []string `json:"scheduler"`
+	// Capacity is the worker's declared capacity (0 = unknown).
+	Capacity int `json:"capacity"`
+}
+
+// Drift is the disagreement between the scheduler and the worker, counting
+// only runs older than the grace period.
+type Drift struct {
+	// Missing: runs the scheduler holds for the worker that it does not hold.
+	Missing []string `json:"missing"`
+	// Orphaned: runs the worker executes that the scheduler does not list.
+	Orphaned []string `json:"orphaned"`
+	// OverCapacity: runs held beyond the worker's capacity.
+	OverCapacity int `json:"over_capacity"`
+}
+
+// Worker is one worker's judgement at the time of a snapshot.
+type Worker struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name,omitempty"`
+	State    State     `json:"state"`
+	Reasons  []Reason  `json:"reasons"`
+	Since    time.Time `json:"since"`
+	LastSeen time.Time `json:"last_seen"`
+	Memory   Memory    `json:"memory"`
+	Runs     Runs      `json:"runs"`
+	Drift    Drift     `json:"drift"`
+}
+
+// Fleet is the picture across all workers of one processor.
+type Fleet struct {
+	// ByState counts workers per state.
+	ByState map[State]int `json:"by_state"`
+	// Pending is the scheduler's pending work (-1 = not reported).
+	Pending int64 `json:"pending"`
+	// IdleCapacity is free capacity on workers that may take work.
+	IdleCapacity int64 `json:"idle_capacity"`
+	// IdleWhilePending is true when work was pending while healthy capacity
+	// sat idle for the configured number of intervals (Taskcluster #7052).
+	IdleWhilePending bool `json:"idle_while_pending"`
+}
+
+// Snapshot is one processor's whole judgement. It is immutable once
+// published: readers share it without locks.
+type Snapshot struct {
+	// Source is the processor's component id.
+	Source component.ID `json:"-"`
+	// Time is when it was evaluated.
+	Time time.Time `json:"time"`
+	// Workers sorted by ID.
+	Workers []Worker `json:"workers"`
+	Fleet   Fleet    `json:"fleet"`
+}
+
+// Subscriber is implemented by extensions that want the processor's state.
+// Publish must be cheap and safe to call from any goroutine; it must not keep
+// a reference to anything but the snapshot itself.
+type Subscriber interface {
+	Publish(snap *Snapshot)
+}
