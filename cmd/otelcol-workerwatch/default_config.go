@@ -7,11 +7,16 @@ package main
 import (
 	"os"
 	"strings"
+	"testing"
 
 	"github.com/workerwatch/workerwatch/internal/defaultconfig"
 )
 
 func init() {
+	// The package's own tests run this init too, with -test.* flags.
+	if testing.Testing() {
+		return
+	}
 	os.Args = withDefaultConfig(os.Args)
 }
 

@@ -1,0 +1,71 @@
+# workerwatch: `make run` to see it work, `make test` to prove it.
+# Everything here needs only Go; `make e2e` also needs prometheus, chromium and
+# a Jaeger build, which scripts/install-test-deps.sh installs (.ci/run calls it).
+
+SHELL      := /bin/bash
+GO         ?= go
+BIN        := $(CURDIR)/bin
+CACHE      ?= $(HOME)/.cache/workerwatch
+COLLECTOR  := $(BIN)/otelcol-workerwatch
+SIM        := $(BIN)/workersim
+# mdatagen for collector v0.165 is not served; v0.155.0 is, and its output
+# compiles against v0.165. It cannot be a tool of this module (it would pull
+# old collector modules in), so it is built in a scratch module in $(CACHE).
+MDATAGEN_VERSION := v0.155.0
+MDATAGEN   := $(CACHE)/mdatagen-$(MDATAGEN_VERSION)/mdatagen
+# Components with a metadata.yaml, whose internal/metadata is generated.
+METADATA   := $(wildcard receiver/*/metadata.yaml processor/*/metadata.yaml extension/*/metadata.yaml)
+# What `make generate` writes; `make check-generate` fails if it changes any.
+GENERATED  := cmd/otelcol-workerwatch $(foreach m,$(METADATA),$(dir $(m)))
+
+.PHONY: all build run test vet fmt-check check-generate generate unit e2e bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(COLLECTOR) ./cmd/otelcol-workerwatch
+	$(GO) build -o $(SIM) ./cmd/workersim
+
+# Collector with the built-in default config + a fleet of six simulated
+# workers (two healthy, one leak, one hang, one drop-claims, one timeout).
+run: build
+	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
+
+test: vet fmt-check check-generate unit e2e
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+# End-to-end through the real binary with real Prometheus and Jaeger.
+e2e: build
+	@if [ -d e2e ]; then $(GO) test -count=1 -timeout 30m -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' ; exit $${PIPESTATUS[0]}; fi
+
+generate: $(MDATAGEN)
+	$(GO) tool builder --config builder-config.yaml --skip-compilation --skip-get-modules
+	gofmt -w cmd/otelcol-workerwatch
+	@for m in $(METADATA); do (cd $$(dirname $$m) && $(MDATAGEN) metadata.yaml) || exit 1; done
+
+check-generate: generate
+	@if [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \
+		echo "Generated files differ from what is committed (run 'make generate' and commit):"; \
+		git status --porcelain --untracked-files=all -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
+	@echo "check-generate: generated sources are up to date"
+
+$(MDATAGEN):
+	mkdir -p $(dir $@)
+	cd $(dir $@) && { [ -f go.mod ] || $(GO) mod init mdatagen-tool >/dev/null 2>&1; } && \
+		GOFLAGS=-mod=mod $(GO) get -tool go.opentelemetry.io/collector/cmd/mdatagen@$(MDATAGEN_VERSION) && \
+		$(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
+
+bench:
+	@scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make run`: the collector with its built-in default configuration, watching a
+# simulated fleet of six real worker processes. Ctrl-C stops both and leaves
+# no process behind (the fleet supervisor reaps every worker and run child).
+set -euo pipefail
+collector=$1 sim=$2
+logdir=${TMPDIR:-/tmp}/workerwatch-run
+mkdir -p "$logdir"
+
+pids=()
+stop() {
+	trap - INT TERM EXIT
+	echo
+	echo "stopping..."
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	echo "stopped; logs in $logdir"
+}
+trap stop INT TERM EXIT
+
+"$collector" >"$logdir/collector.log" 2>&1 &
+pids+=($!)
+"$sim" fleet --workers 6 --faults leak,hang,drop-claims,timeout,none,none \
+	--otlp-endpoint 127.0.0.1:4318 >"$logdir/fleet.log" 2>&1 &
+pids+=($!)
+
+cat <<MSG
+workerwatch is running: the collector (default config) and a simulated fleet of
+six workers: worker-1 leak, worker-2 hang, worker-3 drop-claims, worker-4 timeout,
+worker-5 and worker-6 healthy.
+
+  status page            http://127.0.0.1:8090/
+  health API             http://127.0.0.1:8090/health/workers
+                         http://127.0.0.1:8090/health/workers/worker-1
+  Prometheus endpoint    http://127.0.0.1:9464/metrics
+  collector's own        http://127.0.0.1:8888/metrics
+  logs                   $logdir/collector.log, $logdir/fleet.log
+
+Ctrl-C stops everything.
+MSG
+# Wait for either to end; if one dies, stop the other.
+wait -n "${pids[@]}" || true
+echo "a process ended on its own; see $logdir"
