@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what the tests need beyond Go, on a brand-new Debian machine, as
+# root (CI) or with sudo. Idempotent: skips what is already there.
+#   - prometheus + promtool (e2e, alert rule tests), wrk (health API bench),
+#     chromium (status page rendered in a real browser)
+#   - Jaeger v2 (e2e trace backend), built from the Go module proxy in a
+#     scratch module OUTSIDE this repository's go.mod, cached in $CACHE/bin
+#   - telemetrygen (load generator for the overhead benchmark), same way
+#   - the Node.js example's npm packages
+set -euo pipefail
+CACHE=${CACHE:-$HOME/.cache/workerwatch}
+mkdir -p "$CACHE/bin"
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v promtool   >/dev/null || need_apt+=(prometheus)
+command -v wrk        >/dev/null || need_apt+=(wrk)
+command -v chromium   >/dev/null || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+	SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+	echo "install-test-deps: apt-get install ${need_apt[*]}"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# Debian's prometheus package starts a service on :9090; tests start their own.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+	systemctl stop prometheus || true
+fi
+pkill -x prometheus 2>/dev/null || true
+
+# go_tool NAME MODULE@VERSION PACKAGE: build a Go tool in its own scratch module.
+go_tool() {
+	local name=$1 modver=$2 pkg=$3 dir="$CACHE/src/$1"
+	[ -x "$CACHE/bin/$name" ] && return 0
+	echo "install-test-deps: building $name ($modver), once; cached in $CACHE/bin"
+	mkdir -p "$dir"
+	(cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
+		GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
+		go build -o "$CACHE/bin/$name" "$pkg")
+}
+go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
+go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
+
+if [ -f examples/node-worker/package-lock.json ]; then
+	(cd examples/node-worker && npm ci --no-audit --no-fund --silent)
+fi
+echo "install-test-deps: ready"
