@@ -1,0 +1,167 @@
+// Refreshes the fleet table in place from /health/workers. Every
+// worker-provided string goes through textContent or setAttribute, never
+// innerHTML, so an id like <script> stays text. Formatting mirrors page.go.
+(function () {
+  "use strict";
+  var table = document.getElementById("workers");
+  var rows = document.getElementById("rows");
+  var updated = document.getElementById("updated");
+  var refresh = Number(table.getAttribute("data-refresh-ms")) || 5000;
+  var SEV = { lost: 5, unhealthy: 4, stalled: 3, unknown: 2, degraded: 1, healthy: 0 };
+  var ORDER = ["healthy", "degraded", "unhealthy", "stalled", "lost", "unknown"];
+  var UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function bytes(n) {
+    var i = 0, v = n;
+    while (v >= 1024 && i < UNITS.length - 1) { v /= 1024; i++; }
+    return (i === 0 || v >= 100 ? Math.round(v).toString() : v.toFixed(1)) + " " + UNITS[i];
+  }
+  function num(n) { return Math.round(n) === n ? String(n) : n.toFixed(2); }
+  function dur(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + Math.floor(s % 3600 / 60) + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor(s % 86400 / 3600) + "h";
+  }
+  function ago(t, now) {
+    var ms = Date.parse(t);
+    if (!t || isNaN(ms) || ms <= 0) return "never";
+    return dur(now - ms) + " ago";
+  }
+  function since(t, now) {
+    var ms = Date.parse(t);
+    if (!t || isNaN(ms) || ms <= 0) return "–";
+    return dur(now - ms);
+  }
+  function evidence(r) {
+    if (!r.value && !r.threshold) return "";
+    var f = r.code.indexOf("memory") >= 0 ? bytes : num;
+    return f(r.value) + " / " + f(r.threshold);
+  }
+  function memory(m) {
+    var soft = m.soft_limit_bytes || 0, rss = m.rss_bytes || 0;
+    if (soft <= 0) return { pct: 0, cls: "none", text: bytes(rss) + " (no soft limit)" };
+    var ratio = rss / soft, pct = Math.round(ratio * 100);
+    return { pct: Math.min(100, pct), cls: ratio > 1 ? "over" : ratio >= 0.8 ? "warn" : "ok",
+      text: bytes(rss) + " / " + bytes(soft) + " (" + pct + "%)" };
+  }
+  function runs(r) {
+    var s = "worker " + (r.worker || []).length + " · scheduler " + (r.scheduler || []).length;
+    return r.capacity > 0 ? s + " · cap " + r.capacity : s;
+  }
+  function drift(d) {
+    var parts = [], missing = d.missing || [], orphaned = d.orphaned || [];
+    if (missing.length) parts.push("missing " + missing.length);
+    if (orphaned.length) parts.push("orphaned " + orphaned.length);
+    if (d.over_capacity > 0) parts.push("over capacity " + d.over_capacity);
+    var title = [];
+    if (missing.length) title.push("missing: " + missing.join(", "));
+    if (orphaned.length) title.push("orphaned: " + orphaned.join(", "));
+    return { text: parts.length ? parts.join(" · ") : "none", bad: parts.length > 0, title: title.join("\n") };
+  }
+  function row(w, now) {
+    var tr = el("tr", "s-" + w.state);
+    tr.setAttribute("data-id", w.id);
+    var td = el("td", "id"), a = el("a", null, w.id);
+    a.setAttribute("href", "health/workers/" + encodeURIComponent(w.id));
+    td.appendChild(a);
+    if (w.name) td.appendChild(el("div", "muted", w.name));
+    tr.appendChild(td);
+
+    td = el("td");
+    td.appendChild(el("span", "badge s-" + w.state, w.state));
+    td.appendChild(el("div", "muted", "for " + since(w.since, now)));
+    tr.appendChild(td);
+
+    td = el("td");
+    (w.reasons || []).forEach(function (r) {
+      var d = el("div", "reason");
+      d.setAttribute("title", r.message || "");
+      d.appendChild(el("code", null, r.code));
+      d.appendChild(document.createTextNode(" "));
+      d.appendChild(el("span", "muted", evidence(r)));
+      td.appendChild(d);
+    });
+    if (!td.firstChild) td.appendChild(el("span", "muted", "–"));
+    tr.appendChild(td);
+
+    var m = memory(w.memory || {});
+    td = el("td");
+    var bar = el("div", "bar"), fill = el("div", "fill " + m.cls);
+    fill.style.width = m.pct + "%";
+    bar.appendChild(fill);
+    td.appendChild(bar);
+    td.appendChild(el("div", "muted", m.text));
+    tr.appendChild(td);
+
+    tr.appendChild(el("td", null, runs(w.runs || {})));
+    var d = drift(w.drift || {});
+    td = el("td", d.bad ? "drift-bad" : null, d.text);
+    td.setAttribute("title", d.title);
+    tr.appendChild(td);
+    tr.appendChild(el("td", null, ago(w.last_seen, now)));
+    return tr;
+  }
+  function render(data) {
+    var now = Date.now(), workers = (data.workers || []).slice();
+    workers.sort(function (a, b) {
+      var d = (SEV[b.state] === undefined ? 2 : SEV[b.state]) - (SEV[a.state] === undefined ? 2 : SEV[a.state]);
+      return d !== 0 ? d : (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+    });
+    var body = document.createDocumentFragment();
+    workers.forEach(function (w) { body.appendChild(row(w, now)); });
+    if (!workers.length) {
+      var tr = el("tr"), td = el("td", "empty", location.search ? "No worker in this state." :
+        "No workers yet: nothing has been published by a worker_health processor.");
+      td.setAttribute("colspan", "7");
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+    rows.replaceChildren(body);
+    rows.setAttribute("data-source", "live");
+
+    var by = (data.fleet && data.fleet.by_state) || {}, total = 0;
+    ORDER.forEach(function (s) {
+      total += by[s] || 0;
+      var chip = document.querySelector('.chip[data-state="' + s + '"] .n');
+      if (chip) chip.textContent = String(by[s] || 0);
+    });
+    var all = document.querySelector('.chip[data-state=""] .n');
+    if (all) all.textContent = String(total);
+
+    var f = data.fleet || {}, fleet = document.getElementById("fleet");
+    fleet.replaceChildren(document.createTextNode(fleetText(f)));
+    if (f.idle_while_pending) {
+      fleet.appendChild(document.createTextNode(" · "));
+      fleet.appendChild(el("span", "warn", "work is pending while healthy capacity sits idle"));
+    }
+    updated.className = "muted";
+    updated.textContent = updatedText(data, now);
+  }
+  function fleetText(f) {
+    var p = f.pending >= 0 ? String(f.pending) : "not reported";
+    return "pending work: " + p + " · idle capacity: " + (f.idle_capacity || 0);
+  }
+  function updatedText(data, now) {
+    var n = (data.sources || []).length;
+    if (!data.time) return "no state published yet · live";
+    return "evaluated " + ago(data.time, now) + " · " + n + (n === 1 ? " source" : " sources") + " · live";
+  }
+  function tick() {
+    fetch("health/workers" + location.search, { cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(render, function (err) {
+        updated.className = "stale";
+        updated.textContent = "update failed (" + err.message + "), retrying; the table may be stale";
+      })
+      .then(function () { setTimeout(tick, refresh); });
+  }
+  setTimeout(tick, refresh);
+})();

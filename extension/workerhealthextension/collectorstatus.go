@@ -1,0 +1,176 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/pipeline"
+)
+
+// collectorStatus derives the collector's own liveness and readiness from
+// component status events, with the healthcheckv2 semantics, and keeps them
+// apart: a component in error makes the collector not ready (take it out of
+// service) long before it makes it not live (restart it), because restarting
+// a collector whose exporter's backend is down fixes nothing and, fleet-wide,
+// is a restart storm.
+type collectorStatus struct {
+	recovery time.Duration
+	now      func() time.Time
+
+	mu sync.Mutex
+	// components by instance: the service hands out one *InstanceID per
+	// component instance for the life of the collector.
+	components map[*componentstatus.InstanceID]*componentState
+	// pipelinesReady is set by PipelineWatcher.Ready (every pipeline built
+	// and every receiver started) and cleared by NotReady (shutting down).
+	pipelinesReady bool
+	shuttingDown   bool
+}
+
+type componentState struct {
+	event *componentstatus.Event
+	// errorSince is when the current error episode began. Repeated error
+	// events (an exporter retrying) must not restart the recovery clock.
+	errorSince time.Time
+}
+
+func newCollectorStatus(recovery time.Duration) *collectorStatus {
+	return &collectorStatus{
+		recovery:   recovery,
+		now:        time.Now,
+		components: map[*componentstatus.InstanceID]*componentState{},
+	}
+}
+
+func (c *collectorStatus) record(source *componentstatus.InstanceID, ev *componentstatus.Event) {
+	if source == nil || ev == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := c.components[source]
+	if cs == nil {
+		cs = &componentState{}
+		c.components[source] = cs
+	}
+	isErr := componentstatus.StatusIsError(ev.Status())
+	switch {
+	case isErr && cs.errorSince.IsZero():
+		cs.errorSince = ev.Timestamp()
+	case !isErr:
+		cs.errorSince = time.Time{}
+	}
+	cs.event = ev
+}
+
+func (c *collectorStatus) setPipelinesReady(ready bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pipelinesReady = ready
+	if !ready {
+		c.shuttingDown = true
+	}
+}
+
+// probeResult is the body of /livez and /readyz.
+type probeResult struct {
+	// Status is "ok" or "fail"; the HTTP code says the same (200 / 503).
+	Status string `json:"status"`
+	// Reasons say why not, for people; empty when ok.
+	Reasons        []string          `json:"reasons"`
+	PipelinesReady bool              `json:"pipelines_ready"`
+	Components     []componentReport `json:"components"`
+}
+
+type componentReport struct {
+	ID         string     `json:"id"`
+	Kind       string     `json:"kind"`
+	Pipelines  []string   `json:"pipelines,omitempty"`
+	Status     string     `json:"status"`
+	Since      time.Time  `json:"since"`
+	ErrorSince *time.Time `json:"error_since,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// live: the process answers (a wedged process cannot, and the probe's
+// timeout catches that) and no component failed fatally.
+func (c *collectorStatus) live() (bool, probeResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	res := c.reportLocked()
+	for _, cr := range res.Components {
+		if cr.Status == componentstatus.StatusFatalError.String() {
+			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
+		}
+	}
+	return finish(res)
+}
+
+// ready: pipelines are up, nothing failed fatally, and no component has been
+// in error for longer than recovery_duration.
+func (c *collectorStatus) ready() (bool, probeResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	res := c.reportLocked()
+	switch {
+	case c.shuttingDown:
+		res.Reasons = append(res.Reasons, "the collector is shutting down")
+	case !c.pipelinesReady:
+		res.Reasons = append(res.Reasons, "pipelines are not started yet")
+	}
+	now := c.now()
+	for _, cr := range res.Components {
+		switch {
+		case cr.Status == componentstatus.StatusFatalError.String():
+			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
+		case cr.ErrorSince != nil && now.Sub(*cr.ErrorSince) >= c.recovery:
+			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" in "+cr.Status+
+				" for "+now.Sub(*cr.ErrorSince).Truncate(time.Second).String()+
+				" (recovery_duration "+c.recovery.String()+"): "+cr.Error)
+		}
+	}
+	return finish(res)
+}
+
+func finish(res probeResult) (bool, probeResult) {
+	if len(res.Reasons) == 0 {
+		res.Status = "ok"
+		res.Reasons = []string{}
+		return true, res
+	}
+	res.Status = "fail"
+	return false, res
+}
+
+func (c *collectorStatus) reportLocked() probeResult {
+	res := probeResult{PipelinesReady: c.pipelinesReady, Components: make([]componentReport, 0, len(c.components))}
+	for id, cs := range c.components {
+		cr := componentReport{
+			ID:     id.ComponentID().String(),
+			Kind:   strings.ToLower(id.Kind().String()),
+			Status: cs.event.Status().String(),
+			Since:  cs.event.Timestamp(),
+		}
+		id.AllPipelineIDs(func(p pipeline.ID) bool {
+			cr.Pipelines = append(cr.Pipelines, p.String())
+			return true
+		})
+		slices.Sort(cr.Pipelines)
+		if !cs.errorSince.IsZero() {
+			t := cs.errorSince
+			cr.ErrorSince = &t
+		}
+		if err := cs.event.Err(); err != nil {
+			cr.Error = err.Error()
+		}
+		res.Components = append(res.Components, cr)
+	}
+	slices.SortFunc(res.Components, func(a, b componentReport) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
+	})
+	return res
+}

@@ -1,0 +1,63 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/confighttp"
+)
+
+// Config is the worker_health extension's configuration. The HTTP paths are
+// fixed (docs/http-api.md): they are the API a scheduler and probes are
+// written against, so they are not a knob.
+type Config struct {
+	// ServerConfig is the HTTP server: endpoint (default "localhost:8090",
+	// loopback only, because the API reveals the fleet), tls, cors, auth (any
+	// collector auth extension, e.g. bearertokenauth), timeouts and the request
+	// body limit. Squashed so its keys sit at the top level like every other
+	// collector HTTP server.
+	confighttp.ServerConfig `mapstructure:",squash"`
+
+	// RecoveryDuration is how long a component may stay in a recoverable or
+	// permanent error before /readyz reports the collector not ready (the
+	// healthcheckv2 recovery_duration). A short blip (an exporter retrying)
+	// must not take the collector out of service. Default 1m; 0 means any
+	// error makes it not ready at once.
+	RecoveryDuration time.Duration `mapstructure:"recovery_duration"`
+
+	// PageRefresh is how often the status page at / refreshes itself (by a
+	// fetch of /health/workers, or a meta refresh when JavaScript is off).
+	// Default 5s; at least 1s so a forgotten browser tab cannot load the
+	// collector.
+	PageRefresh time.Duration `mapstructure:"page_refresh"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+var _ component.Config = (*Config)(nil)
+
+// Validate checks the configuration; every error names its YAML key.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if cfg.NetAddr.Endpoint == "" {
+		errs = append(errs, errors.New("endpoint: must not be empty (default is localhost:8090)"))
+	}
+	if cfg.RecoveryDuration < 0 {
+		errs = append(errs, fmt.Errorf("recovery_duration: must not be negative, got %s", cfg.RecoveryDuration))
+	}
+	if cfg.PageRefresh < time.Second {
+		errs = append(errs, fmt.Errorf("page_refresh: must be at least 1s, got %s", cfg.PageRefresh))
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		// Without it a client that never finishes its headers holds a
+		// connection forever (slowloris); the API must stay reachable.
+		errs = append(errs, fmt.Errorf("read_header_timeout: must be positive, got %s", cfg.ReadHeaderTimeout))
+	}
+	if cfg.MaxRequestBodySize < 0 {
+		errs = append(errs, fmt.Errorf("max_request_body_size: must not be negative, got %d", cfg.MaxRequestBodySize))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,144 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/extensioncapabilities"
+	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// workerHealth is the extension: the store of published worker state, the
+// collector's component status, and the HTTP server that serves both.
+type workerHealth struct {
+	cfg       *Config
+	telemetry component.TelemetrySettings
+	store     *store
+	status    *collectorStatus
+	metrics   *telemetry
+	page      *page
+	handler   http.Handler
+
+	// mu guards the server across Start/Shutdown, which the collector calls
+	// in order but tests and reloads may repeat.
+	mu     sync.Mutex
+	server *http.Server
+	served sync.WaitGroup
+}
+
+var (
+	_ extension.Extension                          = (*workerHealth)(nil)
+	_ workerstate.Subscriber                       = (*workerHealth)(nil)
+	_ extensioncapabilities.ComponentStatusWatcher = (*workerHealth)(nil)
+	_ extensioncapabilities.PipelineWatcher        = (*workerHealth)(nil)
+)
+
+func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error) {
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := newPage(cfg.PageRefresh)
+	if err != nil {
+		return nil, err
+	}
+	wh := &workerHealth{
+		cfg:       cfg,
+		telemetry: set.TelemetrySettings,
+		store:     newStore(),
+		status:    newCollectorStatus(cfg.RecoveryDuration),
+		metrics:   newTelemetry(tb),
+		page:      pg,
+	}
+	wh.handler = wh.routes()
+	return wh, nil
+}
+
+// Start binds the listener and serves in the background. A port already in
+// use fails Start with an error naming the endpoint, so the collector does
+// not start without its health API.
+func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	if wh.server != nil {
+		return errors.New("worker_health: already started")
+	}
+	srv, err := wh.cfg.ToServer(ctx, host.GetExtensions(), wh.telemetry, wh.handler)
+	if err != nil {
+		return fmt.Errorf("worker_health: cannot build the HTTP server: %w", err)
+	}
+	ln, err := wh.cfg.ToListener(ctx)
+	if err != nil {
+		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
+	}
+	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
+	wh.server = srv
+	wh.served.Add(1)
+	go func() {
+		defer wh.served.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// The API is gone while the collector runs: say so through
+			// component status so /readyz and operators see it.
+			wh.telemetry.Logger.Error("worker health API stopped serving", zap.Error(err))
+			componentstatus.ReportStatus(host, componentstatus.NewPermanentErrorEvent(err))
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops serving; safe without Start and safe to call twice. After
+// it, Start may be called again (a new server and listener).
+func (wh *workerHealth) Shutdown(ctx context.Context) error {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	if wh.server == nil {
+		return nil
+	}
+	// Graceful first, so a probe in flight gets its answer; forced if the
+	// collector's shutdown deadline runs out.
+	err := wh.server.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, wh.server.Close())
+	}
+	wh.served.Wait()
+	wh.server = nil
+	return err
+}
+
+// Publish implements workerstate.Subscriber: the processor hands over an
+// immutable snapshot. The index is built here, once per snapshot, so readers
+// never build anything.
+func (wh *workerHealth) Publish(snap *workerstate.Snapshot) {
+	if snap == nil {
+		return
+	}
+	wh.store.publish(snap)
+	wh.metrics.published()
+}
+
+// Changed implements extensioncapabilities.ComponentStatusWatcher. It may be
+// called before Start, after Shutdown and concurrently.
+func (wh *workerHealth) Changed(source *componentstatus.InstanceID, event *componentstatus.Event) {
+	wh.status.record(source, event)
+}
+
+// Ready implements extensioncapabilities.PipelineWatcher.
+func (wh *workerHealth) Ready() error {
+	wh.status.setPipelinesReady(true)
+	return nil
+}
+
+// NotReady implements extensioncapabilities.PipelineWatcher.
+func (wh *workerHealth) NotReady() error {
+	wh.status.setPipelinesReady(false)
+	return nil
+}

@@ -1,0 +1,133 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// handleWorker answers the scheduler's question about one worker: 200 may
+// take work, 503 must not, 404 unknown. The body is the worker's JSON as
+// encoded when its snapshot was published.
+func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, escapedID string) int {
+	id, err := url.PathUnescape(escapedID)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
+	}
+	if id == "" {
+		// "/health/workers/" is the list, like "/health/workers".
+		return wh.handleWorkers(w, r)
+	}
+	e := wh.store.load().byID[id]
+	if e == nil {
+		return writeJSON(w, http.StatusNotFound, errorBody{Error: "unknown worker", ID: id})
+	}
+	code := http.StatusServiceUnavailable
+	if e.w.State.MayTakeWork() {
+		code = http.StatusOK
+	}
+	w.Header()["Content-Type"] = hdrJSON
+	w.WriteHeader(code)
+	_, _ = w.Write(e.json)
+	return code
+}
+
+// listHead is everything in the list body but the workers, which are
+// streamed from their pre-encoded JSON after it.
+type listHead struct {
+	// Time is the newest snapshot's evaluation time; null before any.
+	Time    *time.Time        `json:"time"`
+	Sources []sourceInfo      `json:"sources"`
+	Fleet   workerstate.Fleet `json:"fleet"`
+	// Count is the number of workers in this response (after ?state=).
+	Count int `json:"count"`
+}
+
+// handleWorkers lists the fleet sorted by id, optionally filtered by state.
+// Always 200 when the request is valid: the list describes workers, it is not
+// itself a health verdict.
+func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) int {
+	keep, err := parseStateFilter(r.URL.Query()["state"])
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, err.Error())
+	}
+	v := wh.store.load()
+	head := listHead{Sources: v.sources, Fleet: v.fleet}
+	if !v.time.IsZero() {
+		head.Time = &v.time
+	}
+	for _, e := range v.byIDOrder {
+		if keep.has(e.w.State) {
+			head.Count++
+		}
+	}
+	hb, err := json.Marshal(head)
+	if err != nil {
+		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
+	}
+	w.Header()["Content-Type"] = hdrJSON
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return http.StatusOK
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	// Splice "workers" into the head object: drop its closing brace.
+	_, _ = bw.Write(hb[:len(hb)-1])
+	_, _ = bw.WriteString(`,"workers":[`)
+	first := true
+	for _, e := range v.byIDOrder {
+		if !keep.has(e.w.State) {
+			continue
+		}
+		if !first {
+			_ = bw.WriteByte(',')
+		}
+		first = false
+		_, _ = bw.Write(e.json)
+	}
+	_, _ = bw.WriteString("]}\n")
+	_ = bw.Flush()
+	return http.StatusOK
+}
+
+// stateFilter is the set of states ?state= asks for; nil keeps all.
+type stateFilter map[workerstate.State]bool
+
+func (f stateFilter) has(s workerstate.State) bool { return f == nil || f[s] }
+
+// parseStateFilter accepts ?state=a&state=b and ?state=a,b; an unknown
+// state is a client error (a typo must not silently return nothing).
+func parseStateFilter(values []string) (stateFilter, error) {
+	var f stateFilter
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(strings.ToLower(s))
+			if s == "" {
+				continue
+			}
+			st := workerstate.State(s)
+			if !st.Valid() {
+				return nil, fmt.Errorf("state: unknown state %q; use one or more of %s", s, stateList())
+			}
+			if f == nil {
+				f = stateFilter{}
+			}
+			f[st] = true
+		}
+	}
+	return f, nil
+}
+
+func stateList() string {
+	names := make([]string, len(workerstate.AllStates))
+	for i, s := range workerstate.AllStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}

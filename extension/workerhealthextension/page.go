@@ -1,0 +1,270 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// The page is a template and a small script, embedded: no JavaScript build
+// step, and html/template escapes every worker-provided string by context.
+var (
+	//go:embed assets/page.html.tmpl
+	pageTemplate string
+	//go:embed assets/page.js
+	pageScript string
+)
+
+// page renders the status page. The Content-Security-Policy allows only this
+// exact script (by hash) and requests to this origin: even if a worker id got
+// past escaping, the browser would refuse to run it.
+type page struct {
+	tmpl    *template.Template
+	refresh time.Duration
+	csp     []string
+	now     func() time.Time
+}
+
+func newPage(refresh time.Duration) (*page, error) {
+	tmpl, err := template.New("page").Parse(pageTemplate)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(pageScript))
+	csp := "default-src 'none'; script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; " +
+		"style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	return &page{tmpl: tmpl, refresh: refresh, csp: []string{csp}, now: time.Now}, nil
+}
+
+func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
+	keep, err := parseStateFilter(r.URL.Query()["state"])
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, err.Error())
+	}
+	var buf bytes.Buffer
+	if err := wh.page.tmpl.Execute(&buf, wh.page.data(wh.store.load(), keep)); err != nil {
+		return writeError(w, http.StatusInternalServerError, "cannot render the status page")
+	}
+	h := w.Header()
+	h["Content-Type"] = hdrHTML
+	h["Content-Security-Policy"] = wh.page.csp
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	return http.StatusOK
+}
+
+type pageData struct {
+	RefreshSeconds   int
+	RefreshMillis    int64
+	Updated          string
+	Counts           []pageCount
+	Total            int
+	Filtered         bool
+	FleetText        string
+	IdleWhilePending bool
+	Rows             []pageRow
+	Script           template.JS
+}
+
+type pageCount struct {
+	State  workerstate.State
+	N      int
+	Active bool
+}
+
+type pageRow struct {
+	ID, PathID, Name string
+	State            workerstate.State
+	Since            string
+	Reasons          []pageReason
+	MemPct           int
+	MemClass         string
+	MemText          string
+	Runs             string
+	Drift            string
+	DriftTitle       string
+	DriftBad         bool
+	LastSeen         string
+}
+
+type pageReason struct{ Code, Message, Evidence string }
+
+func (p *page) data(v *view, keep stateFilter) pageData {
+	now := p.now()
+	d := pageData{
+		RefreshSeconds:   max(1, int(p.refresh/time.Second)),
+		RefreshMillis:    p.refresh.Milliseconds(),
+		Filtered:         keep != nil,
+		FleetText:        fleetText(v.fleet),
+		IdleWhilePending: v.fleet.IdleWhilePending,
+		Script:           template.JS(pageScript), //nolint:gosec // our own embedded script, not data
+	}
+	if v.time.IsZero() {
+		d.Updated = "no state published yet"
+	} else {
+		n := len(v.sources)
+		d.Updated = "evaluated " + ago(v.time, now) + " · " + strconv.Itoa(n) + plural(n, " source", " sources")
+	}
+	for _, st := range workerstate.AllStates {
+		n := v.fleet.ByState[st]
+		d.Total += n
+		d.Counts = append(d.Counts, pageCount{State: st, N: n, Active: keep != nil && keep[st]})
+	}
+	d.Rows = make([]pageRow, 0, len(v.worstFirst))
+	for _, e := range v.worstFirst {
+		if keep.has(e.w.State) {
+			d.Rows = append(d.Rows, newPageRow(e.w, now))
+		}
+	}
+	return d
+}
+
+// The formatting below is mirrored by assets/page.js, which re-renders the
+// rows from JSON; keep the two in step.
+
+func newPageRow(w *workerstate.Worker, now time.Time) pageRow {
+	row := pageRow{
+		ID:       w.ID,
+		PathID:   url.PathEscape(w.ID),
+		Name:     w.Name,
+		State:    w.State,
+		Since:    since(w.Since, now),
+		Runs:     runsText(w.Runs),
+		LastSeen: ago(w.LastSeen, now),
+	}
+	for _, r := range w.Reasons {
+		row.Reasons = append(row.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
+	}
+	row.MemPct, row.MemClass, row.MemText = memoryText(w.Memory)
+	row.Drift, row.DriftTitle, row.DriftBad = driftText(w.Drift)
+	return row
+}
+
+func fleetText(f workerstate.Fleet) string {
+	p := "not reported"
+	if f.Pending >= 0 {
+		p = strconv.FormatInt(f.Pending, 10)
+	}
+	return "pending work: " + p + " · idle capacity: " + strconv.FormatInt(f.IdleCapacity, 10)
+}
+
+var units = []string{"B", "KiB", "MiB", "GiB", "TiB"}
+
+func formatBytes(n float64) string {
+	i, v := 0, n
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 || v >= 100 {
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64) + " " + units[i]
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
+}
+
+func formatNum(f float64) string {
+	if f == math.Round(f) {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64)
+}
+
+func dur(d time.Duration) string {
+	s := max(0, int64(d/time.Second))
+	switch {
+	case s < 60:
+		return strconv.FormatInt(s, 10) + "s"
+	case s < 3600:
+		return strconv.FormatInt(s/60, 10) + "m"
+	case s < 86400:
+		return strconv.FormatInt(s/3600, 10) + "h " + strconv.FormatInt(s%3600/60, 10) + "m"
+	default:
+		return strconv.FormatInt(s/86400, 10) + "d " + strconv.FormatInt(s%86400/3600, 10) + "h"
+	}
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() || t.Unix() <= 0 {
+		return "never"
+	}
+	return dur(now.Sub(t)) + " ago"
+}
+
+func since(t, now time.Time) string {
+	if t.IsZero() || t.Unix() <= 0 {
+		return "–"
+	}
+	return dur(now.Sub(t))
+}
+
+func evidence(r workerstate.Reason) string {
+	if r.Value == 0 && r.Threshold == 0 {
+		return ""
+	}
+	f := formatNum
+	if strings.Contains(r.Code, "memory") {
+		f = formatBytes
+	}
+	return f(r.Value) + " / " + f(r.Threshold)
+}
+
+func memoryText(m workerstate.Memory) (pct int, class, text string) {
+	if m.SoftLimitBytes <= 0 {
+		return 0, "none", formatBytes(float64(m.RSSBytes)) + " (no soft limit)"
+	}
+	ratio := float64(m.RSSBytes) / float64(m.SoftLimitBytes)
+	p := int(math.Round(ratio * 100))
+	switch {
+	case ratio > 1:
+		class = "over"
+	case ratio >= 0.8:
+		class = "warn"
+	default:
+		class = "ok"
+	}
+	return min(100, p), class, formatBytes(float64(m.RSSBytes)) + " / " + formatBytes(float64(m.SoftLimitBytes)) + " (" + strconv.Itoa(p) + "%)"
+}
+
+func runsText(r workerstate.Runs) string {
+	s := "worker " + strconv.Itoa(len(r.Worker)) + " · scheduler " + strconv.Itoa(len(r.Scheduler))
+	if r.Capacity > 0 {
+		s += " · cap " + strconv.Itoa(r.Capacity)
+	}
+	return s
+}
+
+func driftText(d workerstate.Drift) (text, title string, bad bool) {
+	var parts, titles []string
+	if len(d.Missing) > 0 {
+		parts = append(parts, "missing "+strconv.Itoa(len(d.Missing)))
+		titles = append(titles, "missing: "+strings.Join(d.Missing, ", "))
+	}
+	if len(d.Orphaned) > 0 {
+		parts = append(parts, "orphaned "+strconv.Itoa(len(d.Orphaned)))
+		titles = append(titles, "orphaned: "+strings.Join(d.Orphaned, ", "))
+	}
+	if d.OverCapacity > 0 {
+		parts = append(parts, "over capacity "+strconv.Itoa(d.OverCapacity))
+	}
+	if len(parts) == 0 {
+		return "none", "", false
+	}
+	return strings.Join(parts, " · "), strings.Join(titles, "\n"), true
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,253 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"cmp"
+	"encoding/json"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// entry is one worker as served: the judgement plus its JSON, encoded once
+// when the snapshot arrives so a scheduler polling thousands of times a
+// second costs a map lookup and a write, not an encoding.
+type entry struct {
+	w      *workerstate.Worker
+	json   []byte
+	source component.ID
+}
+
+// sourceIndex is one processor's latest snapshot, indexed by worker id.
+type sourceIndex struct {
+	snap *workerstate.Snapshot
+	byID map[string]*entry
+	// order is snap.Workers' entries sorted by id.
+	order []*entry
+}
+
+// sourceInfo tells readers which processors contributed and how fresh each is:
+// a processor that stopped publishing shows up as an old time.
+type sourceInfo struct {
+	ID      string    `json:"id"`
+	Time    time.Time `json:"time"`
+	Workers int       `json:"workers"`
+}
+
+// view is the merged, immutable picture every reader shares. A new view is
+// built on every Publish and swapped in atomically; nothing in it changes
+// afterwards, so readers never lock.
+type view struct {
+	// time is the newest snapshot time; zero before any publish.
+	time    time.Time
+	sources []sourceInfo
+	byID    map[string]*entry
+	// byIDOrder is every worker sorted by id (the JSON list order).
+	byIDOrder []*entry
+	// worstFirst is every worker sorted by severity, then id (the page order).
+	worstFirst []*entry
+	fleet      workerstate.Fleet
+}
+
+// store keeps the latest snapshot of each publishing processor and the merged
+// view. Publishers serialise on mu; readers only load the atomic pointer.
+type store struct {
+	mu      sync.Mutex
+	sources map[component.ID]*sourceIndex
+	current atomic.Pointer[view]
+}
+
+func newStore() *store {
+	s := &store{sources: map[component.ID]*sourceIndex{}}
+	// An empty fleet, not an error, until a processor publishes.
+	s.current.Store(buildView(nil))
+	return s
+}
+
+// load returns the current view; never nil.
+func (s *store) load() *view { return s.current.Load() }
+
+// publish indexes snap and swaps in a new merged view. Encoding happens
+// before taking the lock so concurrent publishers from different processors
+// do not wait on each other's encoding.
+func (s *store) publish(snap *workerstate.Snapshot) {
+	idx := indexSnapshot(snap)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.sources[snap.Source]; ok && old.snap.Time.After(snap.Time) {
+		// A publish that lost a race to a newer one must not roll state back.
+		return
+	}
+	s.sources[snap.Source] = idx
+	srcs := make([]*sourceIndex, 0, len(s.sources))
+	for _, si := range s.sources {
+		srcs = append(srcs, si)
+	}
+	s.current.Store(buildView(srcs))
+}
+
+func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
+	idx := &sourceIndex{
+		snap:  snap,
+		byID:  make(map[string]*entry, len(snap.Workers)),
+		order: make([]*entry, 0, len(snap.Workers)),
+	}
+	for i := range snap.Workers {
+		w := &snap.Workers[i]
+		b, err := json.Marshal(w)
+		if err != nil {
+			// Only a NaN or Inf in the evidence can fail; serve the worker
+			// with that evidence zeroed rather than drop it from the API.
+			b, _ = json.Marshal(withFiniteEvidence(w))
+		}
+		e := &entry{w: w, json: b, source: snap.Source}
+		if prev, dup := idx.byID[w.ID]; dup {
+			// A processor should not list a worker twice; if it does, the
+			// worse judgement stands (a scheduler must not be told "go" by
+			// the more optimistic copy).
+			if severity(prev.w.State) >= severity(w.State) {
+				continue
+			}
+			idx.order = slices.DeleteFunc(idx.order, func(x *entry) bool { return x == prev })
+		}
+		idx.byID[w.ID] = e
+		idx.order = append(idx.order, e)
+	}
+	// Snapshots promise id order; sort only if one breaks the promise.
+	if !slices.IsSortedFunc(idx.order, byID) {
+		slices.SortStableFunc(idx.order, byID)
+	}
+	return idx
+}
+
+// buildView merges the sources. With one source (the usual case) its index
+// is shared as is.
+func buildView(srcs []*sourceIndex) *view {
+	slices.SortFunc(srcs, func(a, b *sourceIndex) int { return cmp.Compare(a.snap.Source.String(), b.snap.Source.String()) })
+	v := &view{
+		sources: make([]sourceInfo, 0, len(srcs)),
+		fleet: workerstate.Fleet{
+			ByState: make(map[workerstate.State]int, len(workerstate.AllStates)),
+			Pending: -1,
+		},
+	}
+	for _, st := range workerstate.AllStates {
+		v.fleet.ByState[st] = 0
+	}
+	for _, si := range srcs {
+		v.sources = append(v.sources, sourceInfo{ID: si.snap.Source.String(), Time: si.snap.Time, Workers: len(si.order)})
+		if si.snap.Time.After(v.time) {
+			v.time = si.snap.Time
+		}
+		f := si.snap.Fleet
+		if f.Pending >= 0 {
+			v.fleet.Pending = max(v.fleet.Pending, 0) + f.Pending
+		}
+		v.fleet.IdleCapacity += f.IdleCapacity
+		v.fleet.IdleWhilePending = v.fleet.IdleWhilePending || f.IdleWhilePending
+	}
+
+	switch len(srcs) {
+	case 0:
+		v.byID = map[string]*entry{}
+	case 1:
+		v.byID = srcs[0].byID
+		v.byIDOrder = srcs[0].order
+	default:
+		v.byID, v.byIDOrder = mergeSources(srcs)
+	}
+
+	for _, e := range v.byIDOrder {
+		v.fleet.ByState[e.w.State]++
+	}
+	v.worstFirst = slices.Clone(v.byIDOrder)
+	slices.SortStableFunc(v.worstFirst, func(a, b *entry) int {
+		if c := cmp.Compare(severity(b.w.State), severity(a.w.State)); c != 0 {
+			return c
+		}
+		return byID(a, b)
+	})
+	return v
+}
+
+// mergeSources unions several processors' workers. The same id from two
+// processors is a configuration mistake (two pipelines judging one worker);
+// the worse state wins so the API errs on the side of "do not send work",
+// and on a tie the fresher snapshot wins.
+func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
+	n := 0
+	for _, si := range srcs {
+		n += len(si.order)
+	}
+	ids := make(map[string]*entry, n)
+	times := make(map[component.ID]time.Time, len(srcs))
+	for _, si := range srcs {
+		times[si.snap.Source] = si.snap.Time
+	}
+	for _, si := range srcs {
+		for _, e := range si.order {
+			prev, dup := ids[e.w.ID]
+			if dup {
+				ps, es := severity(prev.w.State), severity(e.w.State)
+				if ps > es || (ps == es && !times[e.source].After(times[prev.source])) {
+					continue
+				}
+			}
+			ids[e.w.ID] = e
+		}
+	}
+	order := make([]*entry, 0, len(ids))
+	for _, e := range ids {
+		order = append(order, e)
+	}
+	slices.SortFunc(order, byID)
+	return ids, order
+}
+
+func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
+
+// severity orders states for people and for merging: the higher, the more
+// urgent. A worker the processor has lost is the most urgent; an unknown
+// one (not yet judged) ranks above degraded because it may not take work.
+func severity(s workerstate.State) int {
+	switch s {
+	case workerstate.Healthy:
+		return 0
+	case workerstate.Degraded:
+		return 1
+	case workerstate.Unknown:
+		return 2
+	case workerstate.Stalled:
+		return 3
+	case workerstate.Unhealthy:
+		return 4
+	case workerstate.Lost:
+		return 5
+	default:
+		// A state this build does not know is treated like unknown.
+		return 2
+	}
+}
+
+// withFiniteEvidence returns a copy of w whose reason values JSON can encode.
+func withFiniteEvidence(w *workerstate.Worker) *workerstate.Worker {
+	c := *w
+	c.Reasons = slices.Clone(w.Reasons)
+	for i := range c.Reasons {
+		c.Reasons[i].Value = finite(c.Reasons[i].Value)
+		c.Reasons[i].Threshold = finite(c.Reasons[i].Threshold)
+	}
+	return &c
+}
+
+func finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
