@@ -1,0 +1,184 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// checkpointKey is the one key the processor writes. Version it: a format
+// change must not make an old checkpoint restore garbage.
+const (
+	checkpointKey     = "worker_health.v1"
+	checkpointVersion = 1
+)
+
+// The checkpoint keeps the evidence, not the verdict: restored workers are
+// "unknown" until they send telemetry again (or "lost" when they never do),
+// except that a memory latch or recent kills still make them "unhealthy".
+type cpRun struct {
+	WAt     int64 `json:"wa,omitempty"`
+	SAt     int64 `json:"sa,omitempty"`
+	WEnd    int64 `json:"we,omitempty"`
+	SEnd    int64 `json:"se,omitempty"`
+	ClaimTS int64 `json:"c,omitempty"`
+	StartTS int64 `json:"s,omitempty"`
+	Flags   uint8 `json:"f"`
+}
+
+type cpWorker struct {
+	Name          string            `json:"name,omitempty"`
+	FirstMention  int64             `json:"first"`
+	LastMention   int64             `json:"mention"`
+	LastAlive     int64             `json:"alive"`
+	Capacity      int               `json:"cap"`
+	RSS           int64             `json:"rss"`
+	CgroupMax     int64             `json:"cgmax"`
+	OverSamples   int               `json:"over"`
+	OverSince     int64             `json:"over_since,omitempty"`
+	MemOver       bool              `json:"mem_over,omitempty"`
+	MemLatched    bool              `json:"latched,omitempty"`
+	MemLatchCode  string            `json:"latch_code,omitempty"`
+	MemLatchSince int64             `json:"latch_since,omitempty"`
+	KillRing      []int64           `json:"kill_ring,omitempty"`
+	KillNext      int               `json:"kill_next,omitempty"`
+	Kills         [6]int64          `json:"kills"`
+	Claims        [2]int64          `json:"claims"`
+	LastClaim     int64             `json:"last_claim"`
+	PrevState     workerstate.State `json:"prev_state"`
+	Runs          map[string]cpRun  `json:"runs,omitempty"`
+}
+
+type checkpointDoc struct {
+	Version       int                 `json:"version"`
+	SchedulerSeen int64               `json:"scheduler_seen"`
+	Workers       map[string]cpWorker `json:"workers"`
+}
+
+func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
+	if p.cfg.StorageID == nil {
+		return nil
+	}
+	ext, ok := host.GetExtensions()[*p.cfg.StorageID]
+	if !ok {
+		return fmt.Errorf("storage_id: extension %q not found", p.cfg.StorageID)
+	}
+	se, ok := ext.(storage.Extension)
+	if !ok {
+		return fmt.Errorf("storage_id: extension %q is not a storage extension", p.cfg.StorageID)
+	}
+	c, err := se.GetClient(ctx, component.KindProcessor, p.set.ID, "")
+	if err != nil {
+		return fmt.Errorf("storage_id: %w", err)
+	}
+	p.storage = c
+	return nil
+}
+
+func (t *tracker) marshal() ([]byte, error) {
+	doc := checkpointDoc{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Workers: make(map[string]cpWorker, len(t.workers))}
+	for id, w := range t.workers {
+		cw := cpWorker{Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
+			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, OverSamples: w.overSamples, OverSince: w.overSince,
+			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
+			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
+			PrevState: w.state}
+		if len(w.runs) > 0 {
+			cw.Runs = make(map[string]cpRun, len(w.runs))
+			for rid, r := range w.runs {
+				cw.Runs[rid] = cpRun{WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS, Flags: r.flags}
+			}
+		}
+		doc.Workers[id] = cw
+	}
+	return json.Marshal(doc)
+}
+
+func (t *tracker) unmarshal(data []byte, now int64) error {
+	var doc checkpointDoc
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return err
+	}
+	if doc.Version != checkpointVersion {
+		return fmt.Errorf("checkpoint version %d, want %d", doc.Version, checkpointVersion)
+	}
+	t.schedulerSeen = doc.SchedulerSeen
+	for id, cw := range doc.Workers {
+		if len(t.workers) >= t.cfg.Limits.MaxWorkers {
+			t.overflowWorkers++
+			continue
+		}
+		w := newWorker(id, cw.FirstMention)
+		w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
+		w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
+		w.overSamples, w.overSince, w.memOver = cw.OverSamples, cw.OverSince, cw.MemOver
+		w.memLatched, w.memLatchCode, w.memLatchSince = cw.MemLatched, cw.MemLatchCode, cw.MemLatchSince
+		if len(cw.KillRing) == t.cfg.Kills.Count && cw.KillNext < len(cw.KillRing) {
+			w.killRing, w.killNext = cw.KillRing, cw.KillNext
+		}
+		w.kills, w.claims, w.lastClaim = cw.Kills, cw.Claims, cw.LastClaim
+		// The verdict is not restored: unknown until evaluated (never healthy
+		// by default after a restart).
+		w.state, w.since = workerstate.Unknown, now
+		if len(cw.Runs) > 0 {
+			w.runs = make(map[string]*run, len(cw.Runs))
+			for rid, r := range cw.Runs {
+				if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker {
+					t.overflowRuns++
+					break
+				}
+				w.runs[rid] = &run{wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd, claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags}
+			}
+		}
+		t.workers[w.id] = w
+	}
+	return nil
+}
+
+// restore loads the checkpoint, if any. A broken checkpoint is counted and
+// ignored: starting empty (everyone unknown) is safe, failing to start is not.
+func (p *healthProcessor) restore(ctx context.Context) {
+	if p.storage == nil {
+		return
+	}
+	data, err := p.storage.Get(ctx, checkpointKey)
+	if err != nil || data == nil {
+		if err != nil {
+			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+			p.logger.Warn("reading the checkpoint failed; starting empty", zap.Error(err))
+		}
+		return
+	}
+	p.mu.Lock()
+	err = p.tracker.unmarshal(data, p.clock.Now().UnixNano())
+	n := len(p.tracker.workers)
+	p.mu.Unlock()
+	if err != nil {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+		p.logger.Warn("the checkpoint is unreadable; starting empty", zap.Error(err))
+		return
+	}
+	p.logger.Info("restored worker state from the checkpoint", zap.Int("workers", n))
+}
+
+func (p *healthProcessor) checkpoint(ctx context.Context) {
+	if p.storage == nil {
+		return
+	}
+	p.mu.Lock()
+	data, err := p.tracker.marshal()
+	p.mu.Unlock()
+	if err == nil {
+		err = p.storage.Set(ctx, checkpointKey, data)
+	}
+	if err != nil {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+		p.logger.Warn("writing the checkpoint failed", zap.Error(err))
+	}
+}

@@ -1,0 +1,67 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import "sort"
+
+// drift compares both sides' views of a worker's runs. A disagreement counts
+// only once it is older than the grace period, measured from when it BEGAN
+// (the later of the holder's claim and the other side's end), so a finish the
+// scheduler learns a few seconds after the worker is not drift. Orphaned runs
+// are judged only while the scheduler is reporting at all: without it every
+// run would look orphaned.
+func (t *tracker) drift(w *worker, now int64) {
+	grace := int64(t.cfg.Drift.Grace)
+	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
+	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
+	w.heldW, w.heldS = 0, 0
+	for id, r := range w.runs {
+		wh, sh := r.has(fWorkerHeld), r.has(fSchedHeld)
+		if wh {
+			w.heldW++
+		}
+		if sh {
+			w.heldS++
+		}
+		switch {
+		case sh && !wh:
+			if now-max(r.sAt, r.wEnd) >= grace {
+				w.missing = append(w.missing, id)
+			}
+		case wh && !sh && schedulerLive:
+			if now-max(r.wAt, r.sEnd) >= grace {
+				w.orphaned = append(w.orphaned, id)
+			}
+		}
+	}
+	sort.Strings(w.missing)
+	sort.Strings(w.orphaned)
+
+	// Over capacity: the larger of both views beyond the capacity, once it has
+	// lasted the grace period (claims and ends cross in flight).
+	w.overCap = 0
+	if c := t.capacityOf(w); c > 0 {
+		if held := max(w.heldW, w.heldS); held > c {
+			if w.overCapSince == 0 {
+				w.overCapSince = now
+			}
+			if now-w.overCapSince >= grace {
+				w.overCap = held - c
+			}
+			return
+		}
+	}
+	w.overCapSince = 0
+}
+
+// prune forgets runs that both sides ended (or that one side ended and the
+// other never held) longer than the tombstone TTL ago.
+func (t *tracker) prune(w *worker, now int64) {
+	ttl := int64(t.cfg.Drift.TombstoneTTL)
+	for id, r := range w.runs {
+		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+			continue
+		}
+		if now-r.lastEnd() > ttl {
+			delete(w.runs, id)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// Emitted names (docs/processor.md). The metrics are built by hand rather
+// than with mdatagen's MetricsBuilder: a state-set gauge has one point per
+// state per worker, and the histograms are cumulative with configurable
+// bounds, neither of which the generated builder expresses.
+const (
+	scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+	mState       = "workerwatch.worker.state"
+	mTransitions = "workerwatch.worker.state.transitions"
+	mRunsActive  = "workerwatch.worker.runs.active"
+	mDrift       = "workerwatch.worker.drift"
+	mClaims      = "workerwatch.worker.claims"
+	mKills       = "workerwatch.worker.kills"
+	mDuration    = "workerwatch.run.duration"
+	mClaimStart  = "workerwatch.run.claim_to_start"
+	mStage       = "workerwatch.run.stage.duration"
+	mFleetBySt   = "workerwatch.fleet.workers"
+	mFleetIdle   = "workerwatch.fleet.capacity.idle"
+	mFleetPend   = "workerwatch.fleet.runs.pending"
+	mFleetIWP    = "workerwatch.fleet.idle_while_pending"
+
+	aWorker    = "cicd.worker.id"
+	aState     = "workerwatch.worker.state"
+	aSource    = "workerwatch.source"
+	aDriftKind = "workerwatch.drift.kind"
+	aKill      = "workerwatch.kill.reason"
+	aResult    = "cicd.pipeline.result"
+	aStage     = "workerwatch.run.stage"
+
+	eventStateChange = "workerwatch.worker.state_change"
+)
+
+// buildMetrics renders the tracker. Called under the processor's lock; the
+// result is consumed after the lock is released.
+func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName(scopeName)
+	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
+
+	gauge := func(name, unit, desc string) pmetric.NumberDataPointSlice {
+		m := sm.Metrics().AppendEmpty()
+		m.SetName(name)
+		m.SetUnit(unit)
+		m.SetDescription(desc)
+		return m.SetEmptyGauge().DataPoints()
+	}
+	counter := func(name, unit, desc string) pmetric.NumberDataPointSlice {
+		m := sm.Metrics().AppendEmpty()
+		m.SetName(name)
+		m.SetUnit(unit)
+		m.SetDescription(desc)
+		s := m.SetEmptySum()
+		s.SetIsMonotonic(true)
+		s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		return s.DataPoints()
+	}
+	point := func(dps pmetric.NumberDataPointSlice, v int64, cumulative bool, kv ...string) {
+		dp := dps.AppendEmpty()
+		dp.SetIntValue(v)
+		dp.SetTimestamp(nt)
+		if cumulative {
+			dp.SetStartTimestamp(st)
+		}
+		a := dp.Attributes()
+		a.EnsureCapacity(len(kv) / 2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			a.PutStr(kv[i], kv[i+1])
+		}
+	}
+
+	ids := make([]string, 0, len(t.workers))
+	for id := range t.workers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+
+	state := gauge(mState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+	trans := counter(mTransitions, "{transition}", "State transitions by the state entered.")
+	active := gauge(mRunsActive, "{run}", "Runs the worker holds, by whose view.")
+	drift := gauge(mDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+	claims := counter(mClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
+	kills := counter(mKills, "{run}", "Runs killed on the worker, by reason.")
+	for _, id := range ids {
+		w := t.workers[id]
+		for _, s := range workerstate.AllStates {
+			v := int64(0)
+			if s == w.state {
+				v = 1
+			}
+			point(state, v, false, aWorker, id, aState, string(s))
+		}
+		for i, n := range w.transitions {
+			if n > 0 {
+				point(trans, n, true, aWorker, id, aState, string(workerstate.AllStates[i]))
+			}
+		}
+		point(active, int64(w.heldW), false, aWorker, id, aSource, "worker")
+		point(active, int64(w.heldS), false, aWorker, id, aSource, "scheduler")
+		point(drift, int64(len(w.missing)), false, aWorker, id, aDriftKind, "missing")
+		point(drift, int64(len(w.orphaned)), false, aWorker, id, aDriftKind, "orphaned")
+		point(drift, int64(w.overCap), false, aWorker, id, aDriftKind, "over_capacity")
+		point(claims, w.claims[srcWorker], true, aWorker, id, aSource, "worker")
+		point(claims, w.claims[srcScheduler], true, aWorker, id, aSource, "scheduler")
+		for i, n := range w.kills {
+			if n > 0 {
+				point(kills, n, true, aWorker, id, aKill, killReasonNames[i])
+			}
+		}
+	}
+
+	byState := map[workerstate.State]int64{}
+	for _, w := range t.workers {
+		byState[w.state]++
+	}
+	fw := gauge(mFleetBySt, "{worker}", "Workers by health state.")
+	for _, s := range workerstate.AllStates {
+		point(fw, byState[s], false, aState, string(s))
+	}
+	point(gauge(mFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idleCapacity(), false)
+	if t.pendingFresh(now) {
+		point(gauge(mFleetPend, "{run}", "Runs pending at the scheduler (last report)."), t.pending, false)
+	}
+	iwp := int64(0)
+	if t.idleWhilePending {
+		iwp = 1
+	}
+	point(gauge(mFleetIWP, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
+
+	histo := func(name, desc string) pmetric.HistogramDataPointSlice {
+		m := sm.Metrics().AppendEmpty()
+		m.SetName(name)
+		m.SetUnit("s")
+		m.SetDescription(desc)
+		h := m.SetEmptyHistogram()
+		h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		return h.DataPoints()
+	}
+	hpoint := func(dps pmetric.HistogramDataPointSlice, h *hist, k, v string) {
+		if h.count == 0 {
+			return
+		}
+		dp := dps.AppendEmpty()
+		dp.SetStartTimestamp(st)
+		dp.SetTimestamp(nt)
+		dp.SetCount(h.count)
+		dp.SetSum(h.sum)
+		dp.ExplicitBounds().FromRaw(t.hists.bounds)
+		dp.BucketCounts().FromRaw(h.counts)
+		if k != "" {
+			dp.Attributes().PutStr(k, v)
+		}
+	}
+	dur := histo(mDuration, "Run duration from start to finish, by result.")
+	for _, r := range sortedKeys(t.hists.byResult) {
+		hpoint(dur, t.hists.byResult[r], aResult, r)
+	}
+	hpoint(histo(mClaimStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
+	stg := histo(mStage, "Duration of a run's stage spans, by stage.")
+	for _, s := range sortedKeys(t.hists.stages) {
+		hpoint(stg, t.hists.stages[s], aStage, s)
+	}
+	return md
+}
+
+func sortedKeys(m map[string]*hist) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// buildLogs renders one record per transition: the event stream outside
+// systems react to (Taskcluster publishes worker-running/-stopped the same way).
+func buildLogs(trs []transition) plog.Logs {
+	ld := plog.NewLogs()
+	if len(trs) == 0 {
+		return ld
+	}
+	sl := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty()
+	sl.Scope().SetName(scopeName)
+	for _, tr := range trs {
+		lr := sl.LogRecords().AppendEmpty()
+		at := pcommon.Timestamp(tr.at)
+		lr.SetTimestamp(at)
+		lr.SetObservedTimestamp(at)
+		lr.SetEventName(eventStateChange)
+		if severity(tr.to) > severity(tr.from) && tr.from != workerstate.Unknown || tr.to == workerstate.Unknown {
+			lr.SetSeverityNumber(plog.SeverityNumberWarn)
+			lr.SetSeverityText("WARN")
+		} else {
+			lr.SetSeverityNumber(plog.SeverityNumberInfo)
+			lr.SetSeverityText("INFO")
+		}
+		codes := make([]string, 0, len(tr.reasons))
+		for _, r := range tr.reasons {
+			codes = append(codes, r.Code)
+		}
+		lr.Body().SetStr(fmt.Sprintf("worker %s: %s -> %s (%s)", tr.worker, tr.from, tr.to, strings.Join(codes, ", ")))
+		a := lr.Attributes()
+		a.PutStr("event.name", eventStateChange)
+		a.PutStr(aWorker, tr.worker)
+		if tr.name != "" {
+			a.PutStr("cicd.worker.name", tr.name)
+		}
+		a.PutStr("workerwatch.worker.state.from", string(tr.from))
+		a.PutStr("workerwatch.worker.state.to", string(tr.to))
+		a.PutBool("workerwatch.worker.may_take_work", tr.to.MayTakeWork())
+		rs := a.PutEmptySlice("workerwatch.worker.reasons")
+		for _, r := range tr.reasons {
+			m := rs.AppendEmpty().SetEmptyMap()
+			m.PutStr("code", r.Code)
+			m.PutStr("message", r.Message)
+			m.PutDouble("value", r.Value)
+			m.PutDouble("threshold", r.Threshold)
+			if !r.Since.IsZero() {
+				m.PutStr("since", r.Since.Format("2006-01-02T15:04:05.000Z07:00"))
+			}
+		}
+	}
+	return ld
+}

@@ -1,0 +1,152 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+)
+
+var capabilities = consumer.Capabilities{MutatesData: false}
+
+// factory keeps one instance per *Config: the collector creates the
+// component once per pipeline with the same *Config pointer, so every
+// pipeline that lists the id shares state (the memory_limiter pattern). The
+// entry is dropped when the last pipeline shuts down, so a config reload
+// builds a fresh instance.
+type factory struct {
+	mu        sync.Mutex
+	instances map[*Config]*healthProcessor
+}
+
+// NewFactory returns the worker_health processor factory.
+func NewFactory() processor.Factory {
+	f := &factory{instances: map[*Config]*healthProcessor{}}
+	return processor.NewFactory(
+		metadata.Type,
+		createDefaultConfig,
+		processor.WithTraces(f.createTraces, metadata.TracesStability),
+		processor.WithMetrics(f.createMetrics, metadata.MetricsStability),
+		processor.WithLogs(f.createLogs, metadata.LogsStability),
+	)
+}
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		EmitInterval:    10 * time.Second,
+		CheckpointEvery: 1,
+		Scheduler:       SchedulerConfig{ServiceNames: []string{"workersim-scheduler", "scheduler"}},
+		Mapping: MappingConfig{
+			EventNameAttribute:  "event.name",
+			WorkerIDAttribute:   "cicd.worker.id",
+			WorkerNameAttribute: "cicd.worker.name",
+			RunIDAttribute:      "cicd.pipeline.run.id",
+			ResultAttribute:     "cicd.pipeline.result",
+			ErrorTypeAttribute:  "error.type",
+			KillReasonAttribute: "workerwatch.kill.reason",
+			CapacityAttribute:   "workerwatch.worker.capacity",
+			Events: EventNames{
+				Claimed:   []string{"workerwatch.run.claimed"},
+				Started:   []string{"workerwatch.run.started"},
+				Finished:  []string{"workerwatch.run.finished"},
+				Killed:    []string{"workerwatch.run.killed"},
+				Released:  []string{"workerwatch.run.released"},
+				Heartbeat: []string{"workerwatch.worker.heartbeat"},
+			},
+			ErrorTypeKillReasons: map[string]string{"TimeoutError": "timeout", "OOMError": "memory_limit"},
+			RunSpanName:          "run",
+			StageSpanNames:       []string{"compile", "execute"},
+		},
+		Metrics: MetricsInputConfig{
+			Memory:          "process.memory.usage",
+			Present:         "workerwatch.worker.present",
+			CPU:             "process.cpu.utilization",
+			CgroupMemoryMax: "workerwatch.cgroup.memory.max",
+			Capacity:        "workerwatch.worker.capacity",
+			Pending:         "workerwatch.scheduler.runs.pending",
+			RoleAttribute:   "workerwatch.process.role",
+			MainRole:        "main",
+		},
+		Memory: MemoryRule{
+			SoftLimitRatio:   0.9,
+			UnhealthySamples: 3,
+			UnhealthyAfter:   30 * time.Second,
+			AtRunStart:       true,
+			RecoveryRatio:    0.95,
+			RecoverySamples:  3,
+		},
+		Kills: KillsRule{Count: 3, Window: 10 * time.Minute, Reasons: []string{"timeout", "memory_limit", "oom"}},
+		CPU: CPURule{Enabled: true, NumCPUs: runtime.NumCPU(), SaturationCores: 0.9, Samples: 3,
+			RecoveryCores: 0.7, RecoverySamples: 3},
+		Stall:            StallRule{After: 5 * time.Minute, RequirePending: true},
+		Lost:             LostRule{After: 2 * time.Minute},
+		Drift:            DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute},
+		Fleet:            FleetRule{IdleIntervals: 3},
+		Hyst:             Hysteresis{RecoverEvaluations: 2},
+		Limits:           LimitsConfig{MaxWorkers: 10000, MaxRunsPerWorker: 256, WorkerTTL: time.Hour, MaxAttributeLength: 256},
+		HistogramBuckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+	}
+}
+
+// get returns the shared instance for cfg, creating it on first use.
+func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProcessor, error) {
+	c := cfg.(*Config)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.instances[c]; ok {
+		return p, nil
+	}
+	p, err := newHealthProcessor(set, c, newClock())
+	if err != nil {
+		return nil, err
+	}
+	p.onLastStop = func() {
+		f.mu.Lock()
+		if f.instances[c] == p {
+			delete(f.instances, c)
+		}
+		f.mu.Unlock()
+		p.tel.Shutdown()
+	}
+	f.instances[c] = p
+	return p, nil
+}
+
+func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
+	p, err := f.get(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return processorhelper.NewTraces(ctx, set, cfg, next, p.processTraces,
+		processorhelper.WithCapabilities(capabilities),
+		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+}
+
+func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
+	p, err := f.get(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.addMetricsConsumer(next)
+	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics,
+		processorhelper.WithCapabilities(capabilities),
+		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+}
+
+func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
+	p, err := f.get(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.addLogsConsumer(next)
+	return processorhelper.NewLogs(ctx, set, cfg, next, p.processLogs,
+		processorhelper.WithCapabilities(capabilities),
+		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+}

@@ -1,0 +1,478 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"strings"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// Run flags. One run entry holds both sides' view so drift is a comparison of
+// two bits, and the "ended" bits are the tombstones that make late,
+// duplicated and reordered events harmless.
+const (
+	fWorkerHeld uint8 = 1 << iota
+	fWorkerEnded
+	fSchedHeld
+	fSchedEnded
+	fStarted
+)
+
+// run is one run as both sides see it. Times are unix ns: *At are arrival
+// times on the processor's clock (for grace periods), *TS the records' own.
+type run struct {
+	wAt, sAt   int64 // when each side's claim arrived
+	wEnd, sEnd int64 // when each side's end arrived
+	claimTS    int64 // earliest claim timestamp of either side
+	startTS    int64
+	flags      uint8
+}
+
+func (r *run) has(f uint8) bool { return r.flags&f != 0 }
+
+// lastEnd is when the run last stopped being held by a side.
+func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
+
+// The kill reason index: fixed so per-worker kill counters are an array.
+var killReasonIndex = map[string]int{"timeout": 0, "memory_limit": 1, "oom": 2, "cancelled": 3, "shutdown": 4, "other": 5}
+var killReasonNames = [6]string{"timeout", "memory_limit", "oom", "cancelled", "shutdown", "other"}
+
+// stateIndex maps states to array slots, in workerstate.AllStates order.
+func stateIndex(s workerstate.State) int {
+	for i, v := range workerstate.AllStates {
+		if v == s {
+			return i
+		}
+	}
+	return len(workerstate.AllStates) - 1
+}
+
+// worker is everything kept per worker. Kept small (docs/processor.md gives
+// the measured size): ints rather than time.Time, lazily created maps.
+type worker struct {
+	id, name string
+
+	// firstMention: first record naming it (either side); lastMention: last
+	// (drives expiry); lastAlive: last of its own telemetry that did not say
+	// the process is gone (drives "lost"); fresh: own telemetry since start.
+	firstMention, lastMention, lastAlive int64
+	fresh                                bool
+
+	present   int8
+	capacity  int // reported by the worker, -1 = not reported
+	rss       int64
+	rssAt     int64
+	cgroupMax int64
+
+	// memory episode
+	memOver       bool
+	overSamples   int
+	underSamples  int
+	overSince     int64
+	memLatched    bool
+	memLatchCode  string
+	memLatchSince int64
+	memLatchValue float64
+
+	// cpu episode
+	cpuCores  float64
+	cpuOver   int
+	cpuUnder  int
+	cpuSat    bool
+	cpuSince  int64
+	cpuSeenAt int64
+
+	// kills: the last kills.count kill times (a ring), enough to know whether
+	// kills.count fell within kills.window.
+	killRing []int64
+	killNext int
+
+	kills       [6]int64 // cumulative by reason
+	claims      [2]int64 // cumulative by source
+	transitions [6]int64 // cumulative by state entered
+	lastClaim   int64    // last claim by the worker itself
+
+	runs map[string]*run
+
+	overCapSince int64
+
+	state     workerstate.State
+	since     int64
+	reasons   []workerstate.Reason
+	better    int // consecutive evaluations that computed a better state
+	evaluated bool
+
+	// drift of the last evaluation, for metrics and the snapshot.
+	missing, orphaned []string
+	overCap           int
+	heldW, heldS      int
+}
+
+func newWorker(id string, now int64) *worker {
+	return &worker{
+		id:           strings.Clone(id),
+		firstMention: now,
+		lastMention:  now,
+		present:      -1,
+		capacity:     -1,
+		rss:          -1,
+		cgroupMax:    -1,
+		state:        workerstate.Unknown,
+		since:        now,
+	}
+}
+
+// tracker is all per-worker state of one processor instance. It is not
+// safe for concurrent use: the processor holds its lock around every call.
+type tracker struct {
+	cfg     *Config
+	workers map[string]*worker
+
+	// stage and histogram state live in hists (fleet-wide, bounded by config).
+	hists *histograms
+
+	pending       int64 // scheduler's pending gauge, -1 = none
+	pendingAt     int64
+	schedulerSeen int64 // last scheduler record: orphaned drift needs one
+
+	idleIntervals    int
+	idleWhilePending bool
+
+	// overflow accounting, read and reset by the processor for telemetry
+	overflowWorkers, overflowRuns, expired, malformed int64
+
+	killCounts map[string]bool
+}
+
+func newTracker(cfg *Config) *tracker {
+	t := &tracker{
+		cfg:        cfg,
+		workers:    map[string]*worker{},
+		hists:      newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		pending:    -1,
+		killCounts: map[string]bool{},
+	}
+	for _, r := range cfg.Kills.Reasons {
+		t.killCounts[r] = true
+	}
+	return t
+}
+
+// get returns the worker, creating it unless the limit is reached.
+func (t *tracker) get(id string, now int64) *worker {
+	if w, ok := t.workers[id]; ok {
+		w.lastMention = now
+		return w
+	}
+	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
+		t.overflowWorkers++
+		return nil
+	}
+	w := newWorker(id, now)
+	t.workers[w.id] = w
+	return w
+}
+
+// softLimit is the effective soft limit in bytes (0 = none).
+func (t *tracker) softLimit(w *worker) int64 {
+	lim := t.cfg.Memory.SoftLimitBytes
+	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
+		r := int64(t.cfg.Memory.SoftLimitRatio * float64(w.cgroupMax))
+		if lim == 0 || r < lim {
+			lim = r
+		}
+	}
+	return lim
+}
+
+func (t *tracker) capacityOf(w *worker) int {
+	if w.capacity >= 0 {
+		return w.capacity
+	}
+	if n, ok := t.cfg.Capacity.PerWorker[w.id]; ok {
+		return n
+	}
+	return t.cfg.Capacity.Default
+}
+
+// apply folds one batch into the state.
+func (t *tracker) apply(b *batch, now int64) {
+	t.malformed += b.malformed
+	if b.schedulerSeen {
+		t.schedulerSeen = now
+	}
+	if b.pending >= 0 {
+		t.pending, t.pendingAt = b.pending, now
+	}
+	for i := range b.samples {
+		t.applySample(&b.samples[i], now)
+	}
+	for i := range b.events {
+		t.applyEvent(&b.events[i], now)
+	}
+}
+
+func (t *tracker) applySample(s *sample, now int64) {
+	w := t.get(s.worker, now)
+	if w == nil {
+		return
+	}
+	if s.name != "" && w.name != s.name {
+		w.name = strings.Clone(s.name)
+	}
+	w.fresh = true
+	if s.present != 0 {
+		w.lastAlive = now
+	}
+	if s.present >= 0 {
+		w.present = s.present
+	}
+	if s.capacity >= 0 {
+		w.capacity = s.capacity
+	}
+	if s.cgroupMax >= 0 {
+		w.cgroupMax = s.cgroupMax
+	}
+	if s.mem >= 0 {
+		t.memorySample(w, s.mem, now)
+	}
+	if s.cpuMain >= 0 && t.cfg.CPU.Enabled {
+		t.cpuSample(w, s.cpuMain*float64(t.cfg.CPU.NumCPUs), now)
+	}
+}
+
+// memorySample advances the memory episode: N samples (or a duration) over
+// the soft limit latch "unhealthy"; only RecoverySamples samples under
+// RecoveryRatio of the limit end the episode, so it cannot flap at the edge.
+func (t *tracker) memorySample(w *worker, rss, now int64) {
+	w.rss, w.rssAt = rss, now
+	lim := t.softLimit(w)
+	if lim <= 0 {
+		w.memOver, w.overSamples, w.underSamples = false, 0, 0
+		w.memLatched = false
+		return
+	}
+	m := &t.cfg.Memory
+	if rss > lim {
+		if !w.memOver {
+			w.overSince = now
+		}
+		w.memOver = true
+		w.overSamples++
+		w.underSamples = 0
+		if !w.memLatched && (w.overSamples >= m.UnhealthySamples || (m.UnhealthyAfter > 0 && now-w.overSince >= int64(m.UnhealthyAfter))) {
+			w.latchMemory("memory_over_soft_limit", w.overSince, float64(rss))
+		}
+		return
+	}
+	w.memOver = false
+	w.overSamples = 0
+	if float64(rss) < m.RecoveryRatio*float64(lim) {
+		w.underSamples++
+		if w.underSamples >= m.RecoverySamples {
+			w.memLatched = false
+		}
+	} else {
+		// Between the recovery threshold and the limit: neither over nor
+		// recovered, the episode (if any) holds.
+		w.underSamples = 0
+	}
+}
+
+func (w *worker) latchMemory(code string, since int64, value float64) {
+	w.memLatched = true
+	w.memLatchCode = code
+	w.memLatchSince = since
+	w.memLatchValue = value
+	w.underSamples = 0
+}
+
+func (t *tracker) cpuSample(w *worker, cores float64, now int64) {
+	c := &t.cfg.CPU
+	w.cpuCores, w.cpuSeenAt = cores, now
+	switch {
+	case cores >= c.SaturationCores:
+		if w.cpuOver == 0 && !w.cpuSat {
+			w.cpuSince = now
+		}
+		w.cpuOver++
+		w.cpuUnder = 0
+		if w.cpuOver >= c.Samples {
+			w.cpuSat = true
+		}
+	case cores < c.RecoveryCores:
+		w.cpuOver = 0
+		w.cpuUnder++
+		if w.cpuUnder >= c.RecoverySamples {
+			w.cpuSat = false
+		}
+	default:
+		w.cpuOver, w.cpuUnder = 0, 0
+	}
+}
+
+func (t *tracker) applyEvent(e *event, now int64) {
+	w := t.get(e.worker, now)
+	if w == nil {
+		return
+	}
+	if e.src == srcWorker {
+		w.fresh = true
+		w.lastAlive = now
+		if e.name != "" && w.name != e.name {
+			w.name = strings.Clone(e.name)
+		}
+		if e.capacity >= 0 {
+			w.capacity = e.capacity
+		}
+	}
+	switch e.kind {
+	case evSeen, evHeartbeat:
+		return
+	case evStage:
+		t.hists.stage(e.stage, e.ts-e.startTS)
+		return
+	}
+	r := t.run(w, e.run, now)
+	if r == nil {
+		return
+	}
+	if e.src == srcScheduler {
+		t.schedulerEvent(w, r, e, now)
+		return
+	}
+	switch e.kind {
+	case evClaimed:
+		t.workerClaim(w, r, e.ts, now)
+	case evStarted:
+		t.workerClaim(w, r, e.ts, now)
+		t.workerStart(w, r, e.ts, now)
+	case evFinished, evKilled, evReleased:
+		if e.startTS > 0 {
+			// A run span: its start is in the same record.
+			t.workerClaim(w, r, e.startTS, now)
+			t.workerStart(w, r, e.startTS, now)
+		}
+		if r.has(fWorkerEnded) {
+			return // duplicate end
+		}
+		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
+		r.wEnd = now
+		if e.kind == evReleased {
+			return
+		}
+		if r.startTS > 0 && e.ts >= r.startTS {
+			t.hists.duration(e.result, e.ts-r.startTS)
+		}
+		if e.kind == evKilled {
+			t.kill(w, e.killReason, now)
+		}
+	}
+}
+
+// run finds or creates the run entry. When the worker is at its cap, ended
+// runs are evicted first; a new run beyond it is counted and dropped.
+func (t *tracker) run(w *worker, id string, now int64) *run {
+	if r, ok := w.runs[id]; ok {
+		return r
+	}
+	if w.runs == nil {
+		w.runs = make(map[string]*run, 4)
+	}
+	if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker && !t.evictEnded(w) {
+		t.overflowRuns++
+		return nil
+	}
+	r := &run{}
+	w.runs[strings.Clone(id)] = r
+	return r
+}
+
+// evictEnded drops the run that ended longest ago; false when none ended.
+func (t *tracker) evictEnded(w *worker) bool {
+	var oldest string
+	var at int64 = -1
+	for id, r := range w.runs {
+		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+			continue
+		}
+		if at < 0 || r.lastEnd() < at {
+			oldest, at = id, r.lastEnd()
+		}
+	}
+	if at < 0 {
+		return false
+	}
+	delete(w.runs, oldest)
+	return true
+}
+
+// workerClaim: the worker holds the run. Ignored once the worker ended it (a
+// late or duplicated claim), counted once.
+func (t *tracker) workerClaim(w *worker, r *run, ts, now int64) {
+	w.lastClaim = now
+	if r.has(fWorkerEnded) || r.has(fWorkerHeld) {
+		return
+	}
+	r.flags |= fWorkerHeld
+	r.wAt = now
+	w.claims[srcWorker]++
+	if ts > 0 && (r.claimTS == 0 || ts < r.claimTS) {
+		r.claimTS = ts
+	}
+}
+
+func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
+	if r.has(fStarted) || r.has(fWorkerEnded) {
+		return
+	}
+	r.flags |= fStarted
+	r.startTS = ts
+	if r.claimTS > 0 && ts >= r.claimTS {
+		t.hists.claimToStart(ts - r.claimTS)
+	}
+	// Scoot's rule: memory already over the soft limit when a run starts. Only
+	// a recent sample counts: an old one says nothing about now.
+	if t.cfg.Memory.AtRunStart && w.rss >= 0 && now-w.rssAt <= int64(t.cfg.Lost.After) {
+		if lim := t.softLimit(w); lim > 0 && w.rss > lim && !w.memLatched {
+			w.latchMemory("memory_over_soft_limit_at_run_start", now, float64(w.rss))
+		}
+	}
+}
+
+func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
+	switch e.kind {
+	case evClaimed, evStarted:
+		if r.has(fSchedEnded) || r.has(fSchedHeld) {
+			return
+		}
+		r.flags |= fSchedHeld
+		r.sAt = now
+		w.claims[srcScheduler]++
+		if e.ts > 0 && (r.claimTS == 0 || e.ts < r.claimTS) {
+			r.claimTS = e.ts
+		}
+	case evFinished, evKilled, evReleased:
+		if r.has(fSchedEnded) {
+			return
+		}
+		r.flags = (r.flags | fSchedEnded) &^ fSchedHeld
+		r.sEnd = now
+	}
+}
+
+// kill counts a kill; reasons in kills.reasons feed the kills rule.
+func (t *tracker) kill(w *worker, reason string, now int64) {
+	idx, ok := killReasonIndex[reason]
+	if !ok {
+		idx, reason = 5, "other"
+	}
+	w.kills[idx]++
+	if t.cfg.Kills.Count <= 0 || !t.killCounts[reason] {
+		return
+	}
+	if w.killRing == nil {
+		w.killRing = make([]int64, t.cfg.Kills.Count)
+	}
+	w.killRing[w.killNext] = now
+	w.killNext = (w.killNext + 1) % len(w.killRing)
+}
