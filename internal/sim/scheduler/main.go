@@ -1,0 +1,195 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/workerwatch/workerwatch/internal/sim/cli"
+	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+)
+
+// ServiceName is the scheduler's service.name; the worker_health processor
+// treats it as the scheduler's view by default.
+const ServiceName = "workersim-scheduler"
+
+// Main runs `workersim scheduler`.
+func Main(args []string) int {
+	const name = "scheduler"
+	fs := cli.NewFlagSet(name)
+	var (
+		addr         = fs.String("addr", "127.0.0.1:0", "address of the worker API (loopback; port 0 picks a free one)")
+		listenFD     = fs.Int("listen-fd", 0, "serve on this inherited listening socket instead of --addr (the fleet passes 3)")
+		endpoint     = fs.String("otlp-endpoint", "127.0.0.1:4318", "OTLP/HTTP endpoint (host:port or URL); empty disables export")
+		seed         = fs.Uint64("seed", 1, "seed for run ids, sizes and durations")
+		runMemory    = cli.Bytes(20 << 20)
+		runDuration  = fs.Duration("run-duration", 2*time.Second, "mean run duration (+-25% jitter)")
+		runRate      = fs.Float64("run-rate", 2, "runs enqueued per second (0: none)")
+		maxPending   = fs.Int("max-pending", 200, "stop enqueuing at this many pending runs")
+		claimTimeout = fs.Duration("claim-timeout", 10*time.Second, "roll back a claim whose start is not acknowledged within this")
+		lostTimeout  = fs.Duration("lost-timeout", 5*time.Minute, "roll back a dropped claim, or a started run never completed, after this")
+		dropClaims   = fs.String("drop-claims", "", "comma list of worker ids whose claim responses are dropped")
+		dropEvery    = fs.Int("drop-every", 2, "drop every Nth non-empty claim response of a --drop-claims worker")
+		interval     = fs.Duration("export-interval", time.Second, "metric export interval and log/span batch timeout")
+	)
+	fs.Var(&runMemory, "run-memory", "mean memory per run (+-25% jitter), e.g. 20MiB")
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
+	}
+	switch {
+	case *runDuration <= 0:
+		cli.Failf(name, "--run-duration must be > 0, got %s", *runDuration)
+		return cli.ExitUsage
+	case *runRate < 0:
+		cli.Failf(name, "--run-rate must be >= 0, got %g", *runRate)
+		return cli.ExitUsage
+	case *claimTimeout <= 0 || *lostTimeout <= 0:
+		cli.Failf(name, "--claim-timeout and --lost-timeout must be > 0")
+		return cli.ExitUsage
+	case *dropEvery < 1:
+		cli.Failf(name, "--drop-every must be >= 1, got %d", *dropEvery)
+		return cli.ExitUsage
+	case *interval <= 0:
+		cli.Failf(name, "--export-interval must be > 0, got %s", *interval)
+		return cli.ExitUsage
+	}
+	drops := map[string]bool{}
+	for _, id := range strings.Split(*dropClaims, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			drops[id] = true
+		}
+	}
+
+	ln, err := listen(*addr, *listenFD)
+	if err != nil {
+		cli.Failf(name, "%v", err)
+		return cli.ExitError
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: ServiceName, Endpoint: *endpoint, Interval: *interval})
+	if err != nil {
+		cli.Failf(name, "%v", err)
+		return cli.ExitError
+	}
+	st := New(Config{
+		Seed: *seed, RunMemory: int64(runMemory), RunDuration: *runDuration, MaxPending: *maxPending,
+		ClaimTimeout: *claimTimeout, LostTimeout: *lostTimeout, DropClaims: drops, DropEvery: *dropEvery,
+	})
+	if err := registerMetrics(tel.Meter, st); err != nil {
+		cli.Failf(name, "metrics: %v", err)
+		return cli.ExitError
+	}
+	emit := func(events []Event) { emitEvents(ctx, tel, events) }
+
+	srv := &http.Server{Handler: Handler(st, emit), ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	if *listenFD == 0 {
+		cli.Logf("scheduler listening on %s", ln.Addr())
+	}
+
+	code := loop(ctx, st, *runRate, emit, serveErr)
+
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	_ = tel.Shutdown(sctx)
+	return code
+}
+
+// listen returns the inherited socket when the fleet passed one (no race
+// between picking a free port and binding it), else binds addr.
+func listen(addr string, fd int) (net.Listener, error) {
+	if fd == 0 {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("--addr %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	if f == nil {
+		return nil, fmt.Errorf("--listen-fd %d: not an open file", fd)
+	}
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+	}
+	return ln, nil
+}
+
+// loop generates runs at rate and expires claims until ctx ends.
+func loop(ctx context.Context, st *State, rate float64, emit func([]Event), serveErr <-chan error) int {
+	var gen <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer t.Stop()
+		gen = t.C
+	}
+	expire := time.NewTicker(200 * time.Millisecond)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return cli.ExitOK
+		case err := <-serveErr:
+			if !errors.Is(err, http.ErrServerClosed) {
+				cli.Failf("scheduler", "serve: %v", err)
+				return cli.ExitError
+			}
+		case <-gen:
+			st.Enqueue()
+		case now := <-expire.C:
+			emit(st.Expire(now))
+		}
+	}
+}
+
+func emitEvents(ctx context.Context, tel *telemetry.Providers, events []Event) {
+	for _, e := range events {
+		attrs := append([]attribute.KeyValue{
+			attribute.String(telemetry.AttrWorkerID, e.WorkerID),
+			attribute.String(telemetry.AttrRunID, e.RunID),
+		}, e.Attrs...)
+		verb := strings.TrimPrefix(e.Name, "workerwatch.run.")
+		// The scheduler's records are not about one worker's resource:
+		// the worker is a record attribute (docs/conventions.md).
+		tel.Emit(context.WithoutCancel(ctx), log.SeverityInfo, e.Name, fmt.Sprintf("run %s %s (worker %s)", e.RunID, verb, e.WorkerID), attrs...)
+	}
+}
+
+func registerMetrics(m metric.Meter, st *State) error {
+	pending, err := m.Int64ObservableGauge(telemetry.MetricPending, metric.WithUnit(telemetry.UnitRuns),
+		metric.WithDescription("Runs waiting for a worker."))
+	if err != nil {
+		return err
+	}
+	heldG, err := m.Int64ObservableGauge(telemetry.MetricHeld, metric.WithUnit(telemetry.UnitRuns),
+		metric.WithDescription("Runs the scheduler believes each worker holds."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		p, byWorker := st.Counts()
+		o.ObserveInt64(pending, int64(p))
+		for w, n := range byWorker {
+			o.ObserveInt64(heldG, int64(n), metric.WithAttributes(attribute.String(telemetry.AttrWorkerID, w)))
+		}
+		return nil
+	}, pending, heldG)
+	return err
+}
