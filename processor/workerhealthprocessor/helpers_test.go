@@ -1,0 +1,289 @@
+package workerhealthprocessor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// testCfg is the default config tuned to the simulator's cadence: every
+// rule works at seconds.
+func testCfg() *Config {
+	cfg := createDefaultConfig().(*Config)
+	cfg.EmitInterval = time.Second
+	cfg.Memory.SoftLimitBytes = 1000
+	cfg.Memory.UnhealthyAfter = 0
+	cfg.CPU.NumCPUs = 4
+	cfg.Stall.After = 10 * time.Second
+	cfg.Lost.After = 5 * time.Second
+	cfg.Drift.Grace = 3 * time.Second
+	cfg.Drift.TombstoneTTL = time.Minute
+	cfg.Kills.Window = time.Minute
+	cfg.Limits.WorkerTTL = time.Minute
+	return cfg
+}
+
+// harness drives one processor instance with a fake clock, without timers:
+// tests call eval() where the ticker would fire.
+type harness struct {
+	t     *testing.T
+	p     *healthProcessor
+	clock *clockwork.FakeClock
+}
+
+func newHarness(t *testing.T, cfg *Config) *harness {
+	require.NoError(t, cfg.Validate())
+	clock := clockwork.NewFakeClockAt(t0)
+	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, clock)
+	require.NoError(t, err)
+	t.Cleanup(p.tel.Shutdown)
+	return &harness{t: t, p: p, clock: clock}
+}
+
+func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
+
+func (h *harness) logs(ld plog.Logs) {
+	_, err := h.p.processLogs(context.Background(), ld)
+	require.NoError(h.t, err)
+}
+
+func (h *harness) metrics(md pmetric.Metrics) {
+	_, err := h.p.processMetrics(context.Background(), md)
+	require.NoError(h.t, err)
+}
+
+func (h *harness) traces(td ptrace.Traces) {
+	_, err := h.p.processTraces(context.Background(), td)
+	require.NoError(h.t, err)
+}
+
+// eval runs one evaluation and returns the transitions.
+func (h *harness) eval() []transition {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	return h.p.tracker.evaluate(h.clock.Now().UnixNano())
+}
+
+func (h *harness) worker(id string) *worker {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	return h.p.tracker.workers[id]
+}
+
+func (h *harness) state(id string) workerstate.State {
+	w := h.worker(id)
+	if w == nil {
+		return ""
+	}
+	return w.state
+}
+
+func (h *harness) codes(id string) []string {
+	w := h.worker(id)
+	var out []string
+	for _, r := range w.reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}
+
+// rec describes one log record.
+type rec struct {
+	worker, event, run string
+	attrs              map[string]any
+	ts                 time.Time
+}
+
+func putAttrs(m pcommon.Map, attrs map[string]any) {
+	for k, v := range attrs {
+		switch x := v.(type) {
+		case string:
+			m.PutStr(k, x)
+		case int:
+			m.PutInt(k, int64(x))
+		case float64:
+			m.PutDouble(k, x)
+		case bool:
+			m.PutBool(k, x)
+		}
+	}
+}
+
+// workerLogs builds a worker's own records (worker id on the resource).
+func workerLogs(service string, recs ...rec) plog.Logs {
+	ld := plog.NewLogs()
+	byWorker := map[string]plog.LogRecordSlice{}
+	for _, r := range recs {
+		lrs, ok := byWorker[r.worker]
+		if !ok {
+			rl := ld.ResourceLogs().AppendEmpty()
+			rl.Resource().Attributes().PutStr("service.name", service)
+			rl.Resource().Attributes().PutStr("cicd.worker.id", r.worker)
+			lrs = rl.ScopeLogs().AppendEmpty().LogRecords()
+			byWorker[r.worker] = lrs
+		}
+		fillRec(lrs.AppendEmpty(), r)
+	}
+	return ld
+}
+
+func fillRec(lr plog.LogRecord, r rec) {
+	lr.SetEventName(r.event)
+	if !r.ts.IsZero() {
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(r.ts))
+	}
+	if r.run != "" {
+		lr.Attributes().PutStr("cicd.pipeline.run.id", r.run)
+	}
+	putAttrs(lr.Attributes(), r.attrs)
+}
+
+// schedLogs builds the scheduler's records (worker id on each record).
+func schedLogs(recs ...rec) plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", "workersim-scheduler")
+	lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
+	for _, r := range recs {
+		lr := lrs.AppendEmpty()
+		fillRec(lr, r)
+		lr.Attributes().PutStr("cicd.worker.id", r.worker)
+	}
+	return ld
+}
+
+func wl(worker, event, run string, attrs map[string]any) plog.Logs {
+	return workerLogs("worker", rec{worker: worker, event: event, run: run, attrs: attrs})
+}
+
+func sl(worker, event, run string) plog.Logs {
+	return schedLogs(rec{worker: worker, event: event, run: run})
+}
+
+// treeMetrics is one scrape of a worker tree: memory split over two roles.
+func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("cicd.worker.id", worker)
+	ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+	m := ms.AppendEmpty()
+	m.SetName("process.memory.usage")
+	mg := m.SetEmptyGauge()
+	for _, role := range []string{"main", "child"} {
+		dp := mg.DataPoints().AppendEmpty()
+		dp.SetIntValue(mem / 2)
+		dp.Attributes().PutStr("workerwatch.process.role", role)
+	}
+	if cpuMainFraction >= 0 {
+		c := ms.AppendEmpty()
+		c.SetName("process.cpu.utilization")
+		g := c.SetEmptyGauge()
+		for _, role := range []string{"main", "child"} {
+			dp := g.DataPoints().AppendEmpty()
+			dp.SetDoubleValue(cpuMainFraction)
+			if role == "child" {
+				dp.SetDoubleValue(0.2)
+			}
+			dp.Attributes().PutStr("workerwatch.process.role", role)
+		}
+	}
+	if present >= 0 {
+		pm := ms.AppendEmpty()
+		pm.SetName("workerwatch.worker.present")
+		pm.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(present)
+	}
+	return md
+}
+
+func pendingMetrics(n int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "workersim-scheduler")
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("workerwatch.scheduler.runs.pending")
+	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
+	return md
+}
+
+// memStorage is an in-memory storage extension that survives "restarts"
+// of the processor within a test, like file_storage survives the process.
+type memStorage struct {
+	mu   sync.Mutex
+	data map[string][]byte
+}
+
+func (s *memStorage) Start(context.Context, component.Host) error { return nil }
+func (s *memStorage) Shutdown(context.Context) error             { return nil }
+func (s *memStorage) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
+	return &memClient{s: s}, nil
+}
+
+type memClient struct{ s *memStorage }
+
+func (c *memClient) Get(_ context.Context, k string) ([]byte, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.data[k], nil
+}
+
+func (c *memClient) Set(_ context.Context, k string, v []byte) error {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.data == nil {
+		c.s.data = map[string][]byte{}
+	}
+	c.s.data[k] = append([]byte(nil), v...)
+	return nil
+}
+
+func (c *memClient) Delete(_ context.Context, k string) error {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	delete(c.s.data, k)
+	return nil
+}
+func (c *memClient) Batch(context.Context, ...*storage.Operation) error { return nil }
+func (c *memClient) Close(context.Context) error                        { return nil }
+
+// subscriber records published snapshots.
+type subscriber struct {
+	mu    sync.Mutex
+	snaps []*workerstate.Snapshot
+}
+
+func (s *subscriber) Start(context.Context, component.Host) error { return nil }
+func (s *subscriber) Shutdown(context.Context) error             { return nil }
+func (s *subscriber) Publish(snap *workerstate.Snapshot) {
+	s.mu.Lock()
+	s.snaps = append(s.snaps, snap)
+	s.mu.Unlock()
+}
+
+func (s *subscriber) last() *workerstate.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.snaps) == 0 {
+		return nil
+	}
+	return s.snaps[len(s.snaps)-1]
+}
+
+type host struct{ ext map[component.ID]component.Component }
+
+func (h host) GetExtensions() map[component.ID]component.Component { return h.ext }
