@@ -103,7 +103,7 @@ func (c *collectorStatus) live() (bool, probeResult) {
 	defer c.mu.Unlock()
 	res := c.reportLocked()
 	for _, cr := range res.Components {
-		if cr.Status == componentstatus.StatusFatalError.String() {
+		if cr.Status == statusFatal {
 			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
 		}
 	}
@@ -125,7 +125,7 @@ func (c *collectorStatus) ready() (bool, probeResult) {
 	now := c.now()
 	for _, cr := range res.Components {
 		switch {
-		case cr.Status == componentstatus.StatusFatalError.String():
+		case cr.Status == statusFatal:
 			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
 		case cr.ErrorSince != nil && now.Sub(*cr.ErrorSince) >= c.recovery:
 			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" in "+cr.Status+
@@ -152,7 +152,7 @@ func (c *collectorStatus) reportLocked() probeResult {
 		cr := componentReport{
 			ID:     id.ComponentID().String(),
 			Kind:   strings.ToLower(id.Kind().String()),
-			Status: cs.event.Status().String(),
+			Status: statusName(cs.event.Status()),
 			Since:  cs.event.Timestamp(),
 		}
 		id.AllPipelineIDs(func(p pipeline.ID) bool {
@@ -173,4 +173,29 @@ func (c *collectorStatus) reportLocked() probeResult {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
 	})
 	return res
+}
+
+const statusFatal = "fatal_error"
+
+// statusName is a component status as the probes' JSON spells it: stable
+// snake_case rather than the Go constant names.
+func statusName(s componentstatus.Status) string {
+	switch s {
+	case componentstatus.StatusStarting:
+		return "starting"
+	case componentstatus.StatusOK:
+		return "ok"
+	case componentstatus.StatusRecoverableError:
+		return "recoverable_error"
+	case componentstatus.StatusPermanentError:
+		return "permanent_error"
+	case componentstatus.StatusFatalError:
+		return statusFatal
+	case componentstatus.StatusStopping:
+		return "stopping"
+	case componentstatus.StatusStopped:
+		return "stopped"
+	default:
+		return "none"
+	}
 }

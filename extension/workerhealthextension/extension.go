@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 
@@ -32,6 +33,7 @@ type workerHealth struct {
 	// in order but tests and reloads may repeat.
 	mu     sync.Mutex
 	server *http.Server
+	addr   net.Addr // the bound address, for "localhost:0" and logs
 	served sync.WaitGroup
 }
 
@@ -81,7 +83,7 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
 	}
 	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
-	wh.server = srv
+	wh.server, wh.addr = srv, ln.Addr()
 	wh.served.Add(1)
 	go func() {
 		defer wh.served.Done()
@@ -110,7 +112,7 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, wh.server.Close())
 	}
 	wh.served.Wait()
-	wh.server = nil
+	wh.server, wh.addr = nil, nil
 	return err
 }
 
@@ -141,4 +143,11 @@ func (wh *workerHealth) Ready() error {
 func (wh *workerHealth) NotReady() error {
 	wh.status.setPipelinesReady(false)
 	return nil
+}
+
+// boundAddr is the address being served, or nil when not started.
+func (wh *workerHealth) boundAddr() net.Addr {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	return wh.addr
 }

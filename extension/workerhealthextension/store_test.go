@@ -1,0 +1,94 @@
+package workerhealthextension
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+func TestStoreEmpty(t *testing.T) {
+	v := newStore().load()
+	require.NotNil(t, v)
+	assert.Empty(t, v.byIDOrder)
+	assert.True(t, v.time.IsZero())
+	assert.Equal(t, int64(-1), v.fleet.Pending)
+}
+
+func TestStoreIgnoresOlderSnapshot(t *testing.T) {
+	s := newStore()
+	s.publish(snapshot(testSource, t0, worker("a", workerstate.Unhealthy)))
+	s.publish(snapshot(testSource, t0.Add(-time.Second), worker("a", workerstate.Healthy)))
+	assert.Equal(t, workerstate.Unhealthy, s.load().byID["a"].w.State)
+	s.publish(snapshot(testSource, t0.Add(time.Second), worker("a", workerstate.Healthy)))
+	assert.Equal(t, workerstate.Healthy, s.load().byID["a"].w.State)
+}
+
+func TestStoreMergesSources(t *testing.T) {
+	s := newStore()
+	other := component.MustNewIDWithName("worker_health", "gpu")
+	a := snapshot(testSource, t0, worker("a", workerstate.Healthy), worker("shared", workerstate.Healthy))
+	a.Fleet = workerstate.Fleet{Pending: 3, IdleCapacity: 4}
+	b := snapshot(other, t0.Add(time.Second), worker("b", workerstate.Degraded), worker("shared", workerstate.Stalled))
+	b.Fleet = workerstate.Fleet{Pending: -1, IdleCapacity: 1, IdleWhilePending: true}
+	s.publish(a)
+	s.publish(b)
+
+	v := s.load()
+	assert.Equal(t, []string{"a", "b", "shared"}, entryIDs(v.byIDOrder))
+	// The worse judgement of a worker listed by two processors wins.
+	assert.Equal(t, workerstate.Stalled, v.byID["shared"].w.State)
+	assert.Equal(t, int64(3), v.fleet.Pending)
+	assert.Equal(t, int64(5), v.fleet.IdleCapacity)
+	assert.True(t, v.fleet.IdleWhilePending)
+	assert.Equal(t, 1, v.fleet.ByState[workerstate.Stalled])
+	assert.Equal(t, t0.Add(time.Second), v.time)
+	require.Len(t, v.sources, 2)
+	assert.Equal(t, "worker_health/fleet", v.sources[0].ID)
+
+	// Page order: worst first, then id.
+	assert.Equal(t, []string{"shared", "b", "a"}, entryIDs(v.worstFirst))
+}
+
+func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
+	s := newStore()
+	s.publish(snapshot(testSource, t0, worker("z", workerstate.Healthy), worker("m", workerstate.Healthy),
+		worker("z", workerstate.Lost), worker("m", workerstate.Degraded)))
+	v := s.load()
+	assert.Equal(t, []string{"m", "z"}, entryIDs(v.byIDOrder))
+	assert.Equal(t, workerstate.Lost, v.byID["z"].w.State)
+	assert.Equal(t, workerstate.Degraded, v.byID["m"].w.State)
+}
+
+func TestStoreNonFiniteEvidence(t *testing.T) {
+	s := newStore()
+	w := worker("nan", workerstate.Unhealthy)
+	w.Reasons = []workerstate.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
+	s.publish(snapshot(testSource, t0, w))
+	var got workerstate.Worker
+	require.NoError(t, json.Unmarshal(s.load().byID["nan"].json, &got))
+	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
+	assert.Zero(t, got.Reasons[0].Value)
+	// The published snapshot itself is not modified.
+	assert.True(t, math.IsNaN(w.Reasons[0].Value))
+}
+
+func TestPublishNilIgnored(t *testing.T) {
+	wh := newTestExt(t)
+	wh.Publish(nil)
+	assert.Empty(t, wh.store.load().byIDOrder)
+}
+
+func entryIDs(es []*entry) []string {
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.w.ID)
+	}
+	return out
+}
