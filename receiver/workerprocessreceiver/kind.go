@@ -1,0 +1,149 @@
+package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+type selectorKind int
+
+const (
+	selPIDFile selectorKind = iota
+	selMatch
+	selCgroup
+)
+
+// workerKind is one configured worker (workers[i]) compiled for scraping; a
+// match or cgroup selector may yield several worker instances.
+type workerKind struct {
+	index int
+	key   string // "workers[i]", for log messages
+	sel   selectorKind
+	cfg   WorkerConfig
+
+	re  *regexp.Regexp // selector.cmdline
+	exe string         // selector.executable
+
+	idT, nameT *template
+	envs       []string // environment variables the templates read
+
+	roles   []string // 0 = main, then configured roles, then the default role
+	roleRe  []*regexp.Regexp
+	roleExe []string
+	defRole int
+
+	instances map[string]*worker
+	lastScan  time.Time
+	needScan  bool
+}
+
+func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
+	k := &workerKind{index: i, key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true}
+	var captures []string
+	switch {
+	case cfg.Selector.PIDFile != "":
+		k.sel = selPIDFile
+	case cfg.Selector.Cgroup != "":
+		k.sel = selCgroup
+	default:
+		k.sel = selMatch
+		k.exe = cfg.Selector.Executable
+		if cfg.Selector.Cmdline != "" {
+			re, err := regexp.Compile(cfg.Selector.Cmdline)
+			if err != nil {
+				return nil, fmt.Errorf("%s.selector.cmdline: %w", k.key, err)
+			}
+			k.re = re
+			captures = re.SubexpNames()
+		}
+	}
+	var err error
+	if k.idT, err = parseTemplate(cfg.effectiveID(captures), captures, k.sel == selCgroup); err != nil {
+		return nil, fmt.Errorf("%s.id: %w", k.key, err)
+	}
+	if cfg.Name != "" {
+		if k.nameT, err = parseTemplate(cfg.Name, captures, k.sel == selCgroup); err != nil {
+			return nil, fmt.Errorf("%s.name: %w", k.key, err)
+		}
+		k.envs = append(k.envs, k.nameT.envs...)
+	}
+	k.envs = append(k.envs, k.idT.envs...)
+
+	k.roles = append(k.roles, roleMain)
+	for j, r := range cfg.Roles {
+		var re *regexp.Regexp
+		if r.Cmdline != "" {
+			if re, err = regexp.Compile(r.Cmdline); err != nil {
+				return nil, fmt.Errorf("%s.roles[%d].cmdline: %w", k.key, j, err)
+			}
+		}
+		k.roles = append(k.roles, r.Name)
+		k.roleRe = append(k.roleRe, re)
+		k.roleExe = append(k.roleExe, r.Executable)
+	}
+	def := cfg.DefaultRole
+	if def == "" {
+		def = "child"
+	}
+	k.defRole = -1
+	for j, r := range k.roles {
+		if r == def {
+			k.defRole = j
+		}
+	}
+	if k.defRole < 0 {
+		k.roles = append(k.roles, def)
+		k.defRole = len(k.roles) - 1
+	}
+	return k, nil
+}
+
+// exeMatches compares an executable name with comm (cut at 15 bytes by the
+// kernel) or the base name of argv[0].
+func exeMatches(want, comm, cmdline string) bool {
+	if want == comm {
+		return true
+	}
+	if len(comm) == 15 && len(want) > 15 && strings.HasPrefix(want, comm) {
+		return true
+	}
+	if cmdline != "" {
+		argv0 := cmdline
+		if i := strings.IndexByte(argv0, ' '); i >= 0 {
+			argv0 = argv0[:i]
+		}
+		return path.Base(argv0) == want
+	}
+	return false
+}
+
+// classify returns the role of a non-root member.
+func (k *workerKind) classify(comm, cmdline string) int {
+	for j := range k.roleRe {
+		if k.roleExe[j] != "" && !exeMatches(k.roleExe[j], comm, cmdline) {
+			continue
+		}
+		if k.roleRe[j] != nil && !k.roleRe[j].MatchString(cmdline) {
+			continue
+		}
+		return j + 1
+	}
+	return k.defRole
+}
+
+// staticID is the id (and name) of a kind whose id template is fixed text:
+// such a worker is reported absent even before it was ever seen.
+func (k *workerKind) staticID() (string, string, bool) {
+	if !k.idT.isStatic() {
+		return "", "", false
+	}
+	id, _ := k.idT.render(&templateValues{})
+	name := ""
+	if k.nameT != nil && k.nameT.isStatic() {
+		name, _ = k.nameT.render(&templateValues{})
+	}
+	return id, name, true
+}

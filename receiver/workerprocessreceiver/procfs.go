@@ -1,0 +1,574 @@
+package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
+
+// The hot path reads a handful of small /proc files for every process of every
+// worker on every scrape. It is written by hand instead of with
+// github.com/prometheus/procfs because procfs allocates on every read (a new
+// path string, an os.File, an io.ReadAll buffer, strings for every field, a
+// ProcStat struct): measured with BenchmarkStatRead, procfs costs several
+// allocations and about twice the CPU per process. Here one reader owns
+// reused buffers, builds NUL-terminated paths in place, calls
+// openat/read/getdents64 directly and parses bytes, so reading a process in
+// steady state allocates nothing.
+
+import (
+	"errors"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// userHZ is the kernel's USER_HZ, the unit of the CPU times in /proc/<pid>/stat.
+// It is 100 on every Linux architecture Go supports (sysconf(_SC_CLK_TCK) needs
+// cgo to ask; prometheus/procfs makes the same assumption).
+const userHZ = 100
+
+// pageSize converts the rss field of /proc/<pid>/stat (pages) to bytes.
+var pageSize = int64(unix.Getpagesize())
+
+// pfKthread is PF_KTHREAD in the flags field of /proc/<pid>/stat: kernel
+// threads are never members of a worker.
+const pfKthread = 0x00200000
+
+// atFDCWD is a variable so that its negative value converts to uintptr at run time.
+var atFDCWD = unix.AT_FDCWD
+
+// errVanished means the process (or the file) is gone: the process exited
+// between being listed and being read. It is normal, not an error.
+var errVanished = errors.New("process vanished")
+
+// errPermission means the kernel refused the read (EACCES/EPERM).
+var errPermission = errors.New("permission denied")
+
+// procStat is what the scraper needs from /proc/<pid>/stat.
+type procStat struct {
+	state      byte
+	ppid       int32
+	flags      uint64
+	minflt     uint64
+	cminflt    uint64
+	utime      uint64 // ticks
+	stime      uint64
+	cutime     uint64 // ticks of reaped children (their own c-times included)
+	cstime     uint64
+	numThreads int64
+	starttime  uint64 // ticks after boot: with the pid, a process's identity
+	rssPages   int64
+	comm       [16]byte // TASK_COMM_LEN is 16 including the NUL
+	commLen    int
+}
+
+func (s *procStat) commString() string { return string(s.comm[:s.commLen]) }
+
+func (s *procStat) commEquals(c []byte) bool { return string(s.comm[:s.commLen]) == string(c) }
+
+// procReader reads /proc files through reused buffers. Not safe for
+// concurrent use: the scraper owns one.
+type procReader struct {
+	root  string // proc root, e.g. /proc or /hostfs/proc
+	path  []byte // NUL-terminated path being built
+	buf   []byte // file contents
+	dents []byte // getdents64 buffer
+}
+
+func newProcReader(root string) *procReader {
+	return &procReader{
+		root:  root,
+		path:  make([]byte, 0, 256),
+		buf:   make([]byte, 0, 64*1024),
+		dents: make([]byte, 32*1024),
+	}
+}
+
+// pidPath sets r.path to <root>/<pid>/<rest...> with a trailing NUL.
+func (r *procReader) pidPath(pid int32, rest ...string) {
+	p := append(r.path[:0], r.root...)
+	p = append(p, '/')
+	p = appendInt(p, int64(pid))
+	for _, s := range rest {
+		p = append(p, '/')
+		p = append(p, s...)
+	}
+	r.path = append(p, 0)
+}
+
+// tidPath sets r.path to <root>/<pid>/task/<tid>/children.
+func (r *procReader) childrenPath(pid, tid int32) {
+	p := append(r.path[:0], r.root...)
+	p = append(p, '/')
+	p = appendInt(p, int64(pid))
+	p = append(p, "/task/"...)
+	p = appendInt(p, int64(tid))
+	p = append(p, "/children"...)
+	r.path = append(p, 0)
+}
+
+// plainPath sets r.path to an arbitrary path.
+func (r *procReader) plainPath(path string) {
+	r.path = append(append(r.path[:0], path...), 0)
+}
+
+func mapErrno(errno unix.Errno) error {
+	switch errno {
+	case unix.ENOENT, unix.ESRCH:
+		return errVanished
+	case unix.EACCES, unix.EPERM:
+		return errPermission
+	}
+	return errno
+}
+
+// openPath opens r.path read-only.
+func (r *procReader) openPath(flags int) (int, error) {
+	fd, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(atFDCWD),
+		uintptr(unsafe.Pointer(&r.path[0])), uintptr(flags|unix.O_RDONLY|unix.O_CLOEXEC), 0, 0, 0)
+	if errno != 0 {
+		return -1, mapErrno(errno)
+	}
+	return int(fd), nil
+}
+
+// readPath reads the whole file at r.path into r.buf (growing it for big
+// files such as long command lines, kept for the next read).
+func (r *procReader) readPath() ([]byte, error) {
+	fd, err := r.openPath(0)
+	if err != nil {
+		return nil, err
+	}
+	b := r.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			_ = unix.Close(fd)
+			r.buf = b
+			if errno, ok := err.(unix.Errno); ok {
+				return nil, mapErrno(errno)
+			}
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	_ = unix.Close(fd)
+	r.buf = b
+	return b, nil
+}
+
+// readFile reads a file by path (cgroup files, pid files). Allocation-free too.
+func (r *procReader) readFile(path string) ([]byte, error) {
+	r.plainPath(path)
+	return r.readPath()
+}
+
+// readStat reads and parses /proc/<pid>/stat.
+func (r *procReader) readStat(pid int32, st *procStat) error {
+	r.pidPath(pid, "stat")
+	b, err := r.readPath()
+	if err != nil {
+		return err
+	}
+	if !parseStat(b, st) {
+		// A half-written stat cannot happen for a live process; treat it
+		// like a process that is going away rather than failing the scrape.
+		return errVanished
+	}
+	return nil
+}
+
+// parseStat parses the content of /proc/<pid>/stat. comm may contain spaces
+// and ')', so it runs from the first '(' to the LAST ')'.
+func parseStat(b []byte, st *procStat) bool {
+	open := -1
+	for i, c := range b {
+		if c == '(' {
+			open = i
+			break
+		}
+	}
+	closing := -1
+	for i := len(b) - 1; i > open; i-- {
+		if b[i] == ')' {
+			closing = i
+			break
+		}
+	}
+	if open < 0 || closing < 0 || closing+2 >= len(b) {
+		return false
+	}
+	st.commLen = copy(st.comm[:], b[open+1:closing])
+	// Fields after ") " are numbered from 3 (state) as in proc(5).
+	rest := b[closing+2:]
+	field := 3
+	i := 0
+	for i < len(rest) && field <= 24 {
+		j := i
+		for j < len(rest) && rest[j] != ' ' && rest[j] != '\n' {
+			j++
+		}
+		tok := rest[i:j]
+		switch field {
+		case 3:
+			if len(tok) > 0 {
+				st.state = tok[0]
+			}
+		case 4:
+			st.ppid = int32(parseInt(tok))
+		case 9:
+			st.flags = uint64(parseInt(tok))
+		case 10:
+			st.minflt = uint64(parseInt(tok))
+		case 11:
+			st.cminflt = uint64(parseInt(tok))
+		case 14:
+			st.utime = uint64(parseInt(tok))
+		case 15:
+			st.stime = uint64(parseInt(tok))
+		case 16:
+			st.cutime = uint64(max(parseInt(tok), 0))
+		case 17:
+			st.cstime = uint64(max(parseInt(tok), 0))
+		case 20:
+			st.numThreads = parseInt(tok)
+		case 22:
+			st.starttime = uint64(parseInt(tok))
+		case 24:
+			st.rssPages = max(parseInt(tok), 0)
+		}
+		field++
+		i = j + 1
+	}
+	return field > 24
+}
+
+// parseInt parses a decimal integer with an optional sign; garbage yields
+// the digits read so far.
+func parseInt(b []byte) int64 {
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg = true
+		b = b[1:]
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		return -n
+	}
+	return n
+}
+
+// parsePid parses a directory name that is all digits, or returns -1.
+func parsePid(b []byte) int32 {
+	if len(b) == 0 || len(b) > 10 {
+		return -1
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > 1<<31-1 {
+		return -1
+	}
+	return int32(n)
+}
+
+func appendInt(b []byte, n int64) []byte {
+	if n < 0 {
+		b = append(b, '-')
+		n = -n
+	}
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+// forEachDirent opens the directory at r.path and calls fn with each entry
+// name (and its d_type, unix.DT_*) except "." and "..". fn must not keep the
+// slice nor use the reader. Allocation-free.
+func (r *procReader) forEachDirent(fn func(name []byte, typ byte)) error {
+	fd, err := r.openPath(unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Getdents(fd, r.dents)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			if errno, ok := err.(unix.Errno); ok {
+				return mapErrno(errno)
+			}
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		d := r.dents[:n]
+		for len(d) >= 19 {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(d[16]) | int(d[17])<<8
+			if reclen < 19 || reclen > len(d) {
+				return nil
+			}
+			name := d[19:reclen]
+			for k, c := range name {
+				if c == 0 {
+					name = name[:k]
+					break
+				}
+			}
+			if !(len(name) == 1 && name[0] == '.') && !(len(name) == 2 && name[0] == '.' && name[1] == '.') {
+				fn(name, d[18])
+			}
+			d = d[reclen:]
+		}
+	}
+}
+
+// countDirents counts the entries of the directory at r.path.
+func (r *procReader) countDirents() (int64, error) {
+	var n int64
+	err := r.forEachDirent(func([]byte, byte) { n++ })
+	return n, err
+}
+
+// fdCount counts /proc/<pid>/fd entries.
+func (r *procReader) fdCount(pid int32) (int64, error) {
+	r.pidPath(pid, "fd")
+	return r.countDirents()
+}
+
+// children appends the pids listed in /proc/<pid>/task/<tid>/children.
+func (r *procReader) children(pid, tid int32, out []int32) ([]int32, error) {
+	r.childrenPath(pid, tid)
+	b, err := r.readPath()
+	if err != nil {
+		return out, err
+	}
+	i := 0
+	for i < len(b) {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\n') {
+			i++
+		}
+		j := i
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		if j > i {
+			out = append(out, int32(parseInt(b[i:j])))
+		}
+		if j == i {
+			j++
+		}
+		i = j
+	}
+	return out, nil
+}
+
+// tids appends the thread ids of a process.
+func (r *procReader) tids(pid int32, out []int32) ([]int32, error) {
+	r.pidPath(pid, "task")
+	err := r.forEachDirent(func(name []byte, _ byte) {
+		if t := parsePid(name); t > 0 {
+			out = append(out, t)
+		}
+	})
+	return out, err
+}
+
+// cmdline returns the command line with NULs turned into spaces (as ps shows
+// it), which is what role and selector regexes match. It allocates: it is only
+// read when a process is first seen or has exec'd.
+func (r *procReader) cmdline(pid int32) (string, error) {
+	r.pidPath(pid, "cmdline")
+	b, err := r.readPath()
+	if err != nil {
+		return "", err
+	}
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	s := []byte(string(b))
+	for i, c := range s {
+		if c == 0 {
+			s[i] = ' '
+		}
+	}
+	return string(s), nil
+}
+
+// environ returns the value of one environment variable of a process (read
+// only when a worker's root is found, for the id template).
+func (r *procReader) environ(pid int32, name string) (string, bool, error) {
+	r.pidPath(pid, "environ")
+	b, err := r.readPath()
+	if err != nil {
+		return "", false, err
+	}
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == 0 {
+				end = k
+				break
+			}
+		}
+		kv := b[:end]
+		if len(kv) > len(name) && kv[len(name)] == '=' && string(kv[:len(name)]) == name {
+			return string(kv[len(name)+1:]), true, nil
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return "", false, nil
+}
+
+// pss returns the Pss of /proc/<pid>/smaps_rollup in bytes.
+func (r *procReader) pss(pid int32) (int64, error) {
+	r.pidPath(pid, "smaps_rollup")
+	b, err := r.readPath()
+	if err != nil {
+		return 0, err
+	}
+	v, ok := fieldKB(b, "Pss:")
+	if !ok {
+		return 0, errVanished
+	}
+	return v, nil
+}
+
+// fieldKB finds "<key> <n> kB" in a /proc key-value file and returns n*1024.
+func fieldKB(b []byte, key string) (int64, bool) {
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == '\n' {
+				end = k
+				break
+			}
+		}
+		line := b[:end]
+		if len(line) > len(key) && string(line[:len(key)]) == key {
+			rest := line[len(key):]
+			for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
+				rest = rest[1:]
+			}
+			return parseInt(rest) * 1024, true
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return 0, false
+}
+
+// statusLine returns the value of a "Key:\tvalue" line of /proc/<pid>/status.
+func statusLine(b []byte, key string) ([]byte, bool) {
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == '\n' {
+				end = k
+				break
+			}
+		}
+		line := b[:end]
+		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ':' {
+			v := line[len(key)+1:]
+			for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+				v = v[1:]
+			}
+			return v, true
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return nil, false
+}
+
+// countCPUList counts the CPUs in a list such as "0-3,8,10-11".
+func countCPUList(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == ',' {
+				end = k
+				break
+			}
+		}
+		part := b[:end]
+		dash := -1
+		for k, c := range part {
+			if c == '-' {
+				dash = k
+			}
+		}
+		if dash < 0 {
+			if len(part) > 0 {
+				n++
+			}
+		} else {
+			lo, hi := parseInt(part[:dash]), parseInt(part[dash+1:])
+			if hi >= lo {
+				n += int(hi - lo + 1)
+			}
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return n
+}
+
+// spaceField finds a "key value" line (cgroup files such as memory.events).
+func spaceField(b []byte, key string) (int64, bool) {
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == '\n' {
+				end = k
+				break
+			}
+		}
+		line := b[:end]
+		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ' ' {
+			return parseInt(line[len(key)+1:]), true
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return 0, false
+}

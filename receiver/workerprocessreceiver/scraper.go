@@ -1,0 +1,485 @@
+package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/scraper/scrapererror"
+	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
+)
+
+type pidPair struct{ ppid, pid int32 }
+
+type workerScraper struct {
+	cfg    *Config
+	logger *zap.Logger
+	mb     *metadata.MetricsBuilder
+	tel    *telemetry
+	r      *procReader
+	kinds  []*workerKind
+	now    func() time.Time
+
+	defaultNCPU float64
+	wantFDs     bool
+	wantPSS     bool
+	wantTop     bool
+
+	// Scratch reused across scrapes so that steady state allocates nothing per process.
+	stack    []int32
+	tidBuf   []int32
+	cgPids   []int32
+	cgSet    map[int32]struct{}
+	scanPPID map[int32]int32
+	ppidIdx  []pidPair
+	ppidOK   bool
+	logged   map[string]bool
+
+	// Per-scrape counts for internal telemetry.
+	read, vanished, perms, scans int64
+	scanErr                      error
+	scrapeTime                   time.Time
+}
+
+func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error) {
+	s := &workerScraper{
+		cfg:         cfg,
+		logger:      set.Logger,
+		mb:          metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
+		r:           newProcReader(cfg.ProcRoot),
+		now:         time.Now,
+		defaultNCPU: float64(runtime.NumCPU()),
+		cgSet:       map[int32]struct{}{},
+		scanPPID:    map[int32]int32{},
+		logged:      map[string]bool{},
+		wantFDs:     cfg.Metrics.ProcessUnixFileDescriptorCount.Enabled,
+		wantPSS:     cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled,
+		wantTop:     cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled && cfg.TopProcesses > 0,
+	}
+	for i, wc := range cfg.Workers {
+		k, err := newWorkerKind(i, wc)
+		if err != nil {
+			return nil, err
+		}
+		if id, name, ok := k.staticID(); ok {
+			// A fixed id is expected to exist: report it absent until found.
+			k.instances[id] = newWorker(k, id, name, s.now())
+		}
+		s.kinds = append(s.kinds, k)
+	}
+	tel, err := newTelemetry(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	s.tel = tel
+	return s, nil
+}
+
+func (s *workerScraper) start(context.Context, component.Host) error {
+	if _, err := os.Stat(s.cfg.ProcRoot); err != nil {
+		return fmt.Errorf("proc_root: %w", err)
+	}
+	return nil
+}
+
+func (s *workerScraper) shutdown(context.Context) error {
+	s.tel.shutdown()
+	return nil
+}
+
+// scrape reads every worker's tree once and emits one resource per worker.
+func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
+	began := time.Now()
+	now := s.now()
+	s.scrapeTime = now
+	s.read, s.vanished, s.perms, s.scans, s.scanErr = 0, 0, 0, 0, nil
+	s.ppidOK = false
+
+	s.discover(now, false)
+	rescan := false
+	for _, k := range s.kinds {
+		for _, w := range k.instances {
+			if w.rootPid == 0 {
+				continue
+			}
+			if !s.walk(w) {
+				// The root exited: find where the worker went (a restart)
+				// in this same scrape, so that it is not reported absent.
+				w.rootPid, w.rootStart = 0, 0
+				if k.sel == selMatch {
+					k.needScan = true
+				}
+				rescan = true
+			}
+		}
+	}
+	if rescan {
+		s.discover(now, true)
+		for _, k := range s.kinds {
+			for _, w := range k.instances {
+				if w.rootPid != 0 && !w.walkedAt(now) {
+					if !s.walk(w) {
+						w.rootPid, w.rootStart = 0, 0
+					}
+				}
+			}
+		}
+	}
+
+	for _, k := range s.kinds {
+		for id, w := range k.instances {
+			if w.rootPid == 0 {
+				s.settleAbsent(w)
+				if w.absentSince.IsZero() {
+					w.absentSince = now
+				}
+				if _, _, static := k.staticID(); !static && now.Sub(w.absentSince) > s.cfg.ForgetAfter {
+					delete(k.instances, id)
+					continue
+				}
+			} else {
+				w.absentSince = time.Time{}
+			}
+			s.emit(w, now)
+		}
+	}
+
+	s.tel.record(ctx, time.Since(began), s.read, s.vanished, s.perms, s.scans)
+	if s.scanErr != nil {
+		return s.mb.Emit(), scrapererror.NewPartialScrapeError(fmt.Errorf("scanning %s: %w", s.cfg.ProcRoot, s.scanErr), 0)
+	}
+	return s.mb.Emit(), nil
+}
+
+// walkedAt reports whether the worker was walked in this scrape (the second
+// pass after a rescan only walks the workers that got a new root).
+func (w *worker) walkedAt(now time.Time) bool { return w.lastWalk.Equal(now) }
+
+// settleAbsent moves every member of a worker without a root out of its
+// tree, keeping their CPU in the accumulators (so a restart continues them).
+func (s *workerScraper) settleAbsent(w *worker) {
+	if len(w.members) == 0 {
+		return
+	}
+	w.gen++
+	w.sweep(false)
+	w.hasPrev = false
+}
+
+// walk reads the worker's tree (or its cgroup) and updates its state. It
+// returns false when the root is gone.
+func (s *workerScraper) walk(w *worker) bool {
+	var st procStat
+	if err := s.r.readStat(w.rootPid, &st); err != nil || st.starttime != w.rootStart || st.state == 'Z' {
+		return false
+	}
+	w.gen++
+	w.lastWalk = s.scrapeTime
+	w.resetScratch()
+	if w.kind.sel == selCgroup {
+		s.walkCgroup(w, &st)
+	} else {
+		s.walkTree(w, &st)
+	}
+	w.sweep(w.initialized)
+	s.finish(w)
+	return true
+}
+
+func (s *workerScraper) walkTree(w *worker, rootSt *procStat) {
+	s.stack = append(s.stack[:0], w.rootPid)
+	var st procStat
+	for len(s.stack) > 0 {
+		pid := s.stack[len(s.stack)-1]
+		s.stack = s.stack[:len(s.stack)-1]
+		if pid == w.rootPid {
+			st = *rootSt
+		} else if err := s.r.readStat(pid, &st); err != nil {
+			s.readErr(w, err)
+			continue
+		}
+		if st.flags&pfKthread != 0 {
+			continue
+		}
+		if !s.account(w, pid, &st, pid == w.rootPid) {
+			continue
+		}
+		if st.state == 'Z' || st.state == 'X' {
+			continue
+		}
+		s.stack = s.childrenOf(pid, &st, s.stack)
+	}
+}
+
+func (s *workerScraper) walkCgroup(w *worker, rootSt *procStat) {
+	dir := s.cfg.CgroupRoot + "/" + w.cgroupRel
+	s.cgPids = s.cgroupProcs(dir, s.cgPids[:0])
+	var st procStat
+	for _, pid := range s.cgPids {
+		if pid == w.rootPid {
+			st = *rootSt
+		} else if err := s.r.readStat(pid, &st); err != nil {
+			s.readErr(w, err)
+			continue
+		}
+		if st.flags&pfKthread != 0 {
+			continue
+		}
+		s.account(w, pid, &st, pid == w.rootPid)
+	}
+}
+
+func (s *workerScraper) readErr(w *worker, err error) {
+	if err == errPermission {
+		s.perms++
+		s.permissionOnce(w.kind.key+"/stat", "cannot read /proc/<pid>/stat; check that proc_root is mounted without hidepid", zap.String("proc_root", s.cfg.ProcRoot))
+		return
+	}
+	// Exited between being listed and being read: normal, only counted.
+	s.vanished++
+}
+
+// childrenOf appends the children of a process: /proc/<pid>/task/<tid>/children
+// of every thread (a child belongs to the thread that forked it), or, where the
+// kernel lacks that file, the parent-pid index of the whole host.
+func (s *workerScraper) childrenOf(pid int32, st *procStat, out []int32) []int32 {
+	if st.numThreads <= 1 {
+		var err error
+		if out, err = s.r.children(pid, pid, out); err != nil {
+			return s.childrenFallback(pid, err, out)
+		}
+		return out
+	}
+	var err error
+	s.tidBuf, err = s.r.tids(pid, s.tidBuf[:0])
+	if err != nil {
+		return out
+	}
+	for _, tid := range s.tidBuf {
+		var cerr error
+		if out, cerr = s.r.children(pid, tid, out); cerr != nil && tid == pid {
+			return s.childrenFallback(pid, cerr, out)
+		}
+	}
+	return out
+}
+
+func (s *workerScraper) childrenFallback(pid int32, err error, out []int32) []int32 {
+	if err != errVanished {
+		return out
+	}
+	var st procStat
+	if s.r.readStat(pid, &st) != nil {
+		return out // the process itself is gone
+	}
+	s.logOnce("nochildren", "the kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN); finding children by a scan of all processes, whose cost grows with the host", zap.Int32("pid", pid))
+	s.buildPPIDIndex()
+	i, _ := slices.BinarySearchFunc(s.ppidIdx, pid, func(p pidPair, t int32) int { return int(p.ppid) - int(t) })
+	for ; i < len(s.ppidIdx) && s.ppidIdx[i].ppid == pid; i++ {
+		out = append(out, s.ppidIdx[i].pid)
+	}
+	return out
+}
+
+// buildPPIDIndex reads every process's parent once per scrape (fallback only).
+func (s *workerScraper) buildPPIDIndex() {
+	if s.ppidOK {
+		return
+	}
+	s.ppidOK = true
+	s.scans++
+	s.tidBuf = s.tidBuf[:0]
+	s.r.plainPath(s.cfg.ProcRoot)
+	_ = s.r.forEachDirent(func(name []byte, _ byte) {
+		if p := parsePid(name); p > 0 {
+			s.tidBuf = append(s.tidBuf, p)
+		}
+	})
+	s.ppidIdx = s.ppidIdx[:0]
+	var st procStat
+	for _, p := range s.tidBuf {
+		if s.r.readStat(p, &st) == nil && st.flags&pfKthread == 0 {
+			s.ppidIdx = append(s.ppidIdx, pidPair{ppid: st.ppid, pid: p})
+		}
+	}
+	slices.SortFunc(s.ppidIdx, func(a, b pidPair) int {
+		if a.ppid != b.ppid {
+			return int(a.ppid) - int(b.ppid)
+		}
+		return int(a.pid) - int(b.pid)
+	})
+}
+
+// account folds one process reading into the worker. It returns false when the
+// process was already visited in this scrape (a pid listed twice during a race).
+func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool) bool {
+	if m := w.members[pid]; m != nil && m.gen == w.gen && m.start == st.starttime {
+		return false
+	}
+	s.read++
+	k := w.kind
+	m, isNew := w.observe(pid, st)
+	changed := m.commChanged(st)
+	switch {
+	case isRoot:
+		w.setRole(m, 0)
+		if isNew {
+			m.role = 0
+		}
+	case isNew || changed || m.sightings == 2:
+		// Classify by command line when first seen; again on the second
+		// sighting and whenever comm changes, because a fork is seen with its
+		// parent's command line until it execs.
+		cmd, err := s.r.cmdline(pid)
+		if err == nil || isNew {
+			role := k.classify(st.commString(), cmd)
+			if isNew {
+				m.role = role
+			} else {
+				w.setRole(m, role)
+			}
+		}
+	}
+	if isNew {
+		m.startRole = m.role
+		if w.initialized {
+			w.started[m.role]++
+		}
+	}
+	if st.state == 'Z' {
+		if !m.zombie {
+			m.zombie = true
+			if w.initialized {
+				w.exited[m.startRole]++
+			}
+		}
+		return true
+	}
+	r := m.role
+	w.count[r]++
+	w.rss[r] += m.rss
+	w.threads[r] += m.threads
+	if s.wantFDs {
+		if n, err := s.r.fdCount(pid); err == nil {
+			w.fds[r] += n
+		} else if err == errPermission {
+			s.perms++
+			s.permissionOnce(k.key+"/fd", "cannot count open files of a worker process (/proc/<pid>/fd); run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE; process.unix.file_descriptor.count leaves such processes out",
+				zap.String("worker", k.key), zap.Int32("pid", pid))
+		}
+	}
+	if s.wantPSS && m.rss <= s.cfg.PSSMaxRSS {
+		if v, err := s.r.pss(pid); err == nil {
+			w.pss[r] += v
+		} else if err == errPermission {
+			s.perms++
+			s.permissionOnce(k.key+"/pss", "cannot read /proc/<pid>/smaps_rollup for PSS; run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE",
+				zap.String("worker", k.key), zap.Int32("pid", pid))
+		}
+	}
+	if s.wantTop {
+		w.pushTop(s.cfg.TopProcesses, pid, m)
+	}
+	return true
+}
+
+// pushTop keeps the n largest processes by RSS (insertion into a small sorted
+// slice; n is at most 100).
+func (w *worker) pushTop(n int, pid int32, m *member) {
+	e := topEntry{pid: pid, rss: m.rss, role: m.role, comm: m.comm, n: m.commLen}
+	if len(w.top) == n && w.top[n-1].rss >= e.rss {
+		return
+	}
+	i := len(w.top)
+	for i > 0 && w.top[i-1].rss < e.rss {
+		i--
+	}
+	if len(w.top) < n {
+		w.top = append(w.top, topEntry{})
+	}
+	copy(w.top[i+1:], w.top[i:len(w.top)-1])
+	w.top[i] = e
+}
+
+// finish sums CPU per role after the sweep.
+func (s *workerScraper) finish(w *worker) {
+	copy(w.cpuU, w.accU)
+	copy(w.cpuS, w.accS)
+	for _, m := range w.members {
+		u, sy := m.contribution()
+		w.cpuU[m.role] += u
+		w.cpuS[m.role] += sy
+	}
+}
+
+func (s *workerScraper) emit(w *worker, now time.Time) {
+	ts := pcommon.NewTimestampFromTime(now)
+	rb := s.mb.NewResourceBuilder()
+	rb.SetCicdWorkerID(w.id)
+	if w.name != "" {
+		rb.SetCicdWorkerName(w.name)
+	}
+	present := w.rootPid != 0
+	if !present {
+		s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 0)
+		s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
+		return
+	}
+	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
+	elapsed := now.Sub(w.prevTime).Seconds()
+	for r, role := range w.kind.roles {
+		s.mb.RecordProcessMemoryUsageDataPoint(ts, w.rss[r], role)
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuU[r])/userHZ, role, metadata.AttributeCPUModeUser)
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuS[r])/userHZ, role, metadata.AttributeCPUModeSystem)
+		total := w.cpuU[r] + w.cpuS[r]
+		if w.hasPrev && elapsed > 0 && w.ncpu > 0 {
+			util := float64(sat(total, w.prevCPU[r])) / userHZ / elapsed / w.ncpu
+			s.mb.RecordProcessCPUUtilizationDataPoint(ts, util, role)
+		}
+		w.prevCPU[r] = total
+		s.mb.RecordProcessThreadCountDataPoint(ts, w.threads[r], role)
+		if s.wantFDs {
+			s.mb.RecordProcessUnixFileDescriptorCountDataPoint(ts, w.fds[r], role)
+		}
+		s.mb.RecordWorkerwatchProcessCountDataPoint(ts, w.count[r], role)
+		s.mb.RecordWorkerwatchProcessStartedDataPoint(ts, w.started[r], role)
+		s.mb.RecordWorkerwatchProcessExitedDataPoint(ts, w.exited[r], role)
+		if s.wantPSS {
+			s.mb.RecordWorkerwatchProcessMemoryPssDataPoint(ts, w.pss[r], role)
+		}
+	}
+	for _, e := range w.top {
+		s.mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, e.rss, int64(e.pid), string(e.comm[:e.n]), w.kind.roles[e.role])
+	}
+	if w.cgroupDir != "" {
+		s.emitCgroup(w, ts)
+	}
+	w.prevTime = now
+	w.hasPrev = true
+	w.initialized = true
+	s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
+}
+
+// emitCgroup reads the worker's cgroup v2 memory files.
+func (s *workerScraper) emitCgroup(w *worker, ts pcommon.Timestamp) {
+	if b, err := s.r.readFile(w.cgroupDir + "/memory.current"); err == nil {
+		s.mb.RecordWorkerwatchCgroupMemoryCurrentDataPoint(ts, parseInt(b))
+	}
+	if b, err := s.r.readFile(w.cgroupDir + "/memory.max"); err == nil && len(b) > 0 && b[0] != 'm' {
+		s.mb.RecordWorkerwatchCgroupMemoryMaxDataPoint(ts, parseInt(b))
+	}
+	if b, err := s.r.readFile(w.cgroupDir + "/memory.events"); err == nil {
+		if v, ok := spaceField(b, "oom_kill"); ok {
+			s.mb.RecordWorkerwatchCgroupMemoryOomKillsDataPoint(ts, v)
+		}
+	}
+}
