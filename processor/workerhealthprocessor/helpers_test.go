@@ -229,7 +229,7 @@ type memStorage struct {
 }
 
 func (s *memStorage) Start(context.Context, component.Host) error { return nil }
-func (s *memStorage) Shutdown(context.Context) error             { return nil }
+func (s *memStorage) Shutdown(context.Context) error              { return nil }
 func (s *memStorage) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
 	return &memClient{s: s}, nil
 }
@@ -268,7 +268,7 @@ type subscriber struct {
 }
 
 func (s *subscriber) Start(context.Context, component.Host) error { return nil }
-func (s *subscriber) Shutdown(context.Context) error             { return nil }
+func (s *subscriber) Shutdown(context.Context) error              { return nil }
 func (s *subscriber) Publish(snap *workerstate.Snapshot) {
 	s.mu.Lock()
 	s.snaps = append(s.snaps, snap)
@@ -284,6 +284,8 @@ func (s *subscriber) last() *workerstate.Snapshot {
 	return s.snaps[len(s.snaps)-1]
 }
 
-type host struct{ ext map[component.ID]component.Component }
+type host struct {
+	ext map[component.ID]component.Component
+}
 
 func (h host) GetExtensions() map[component.ID]component.Component { return h.ext }

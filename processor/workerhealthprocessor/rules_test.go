@@ -29,7 +29,7 @@ type step struct {
 	noCode  string // a reason code that must be absent
 }
 
-func hb(h *harness)         { h.logs(wl("w1", "workerwatch.worker.heartbeat", "", nil)) }
+func hb(h *harness) { h.logs(wl("w1", "workerwatch.worker.heartbeat", "", nil)) }
 func mem(n int64) func(*harness) {
 	return func(h *harness) { h.metrics(treeMetrics("w1", n, -1, 1)) }
 }
@@ -194,12 +194,12 @@ func TestRules(t *testing.T) {
 			),
 		},
 		{
-			name: "not stalled without pending work",
+			name:  "not stalled without pending work",
 			steps: seq(repeat(15, step{do: hb, advance: sec, want: healthy})),
 		},
 		{
-			name: "stalled on free capacity alone when require_pending is false",
-			cfg:  func(c *Config) { c.Stall.RequirePending = false },
+			name:  "stalled on free capacity alone when require_pending is false",
+			cfg:   func(c *Config) { c.Stall.RequirePending = false },
 			steps: seq(repeat(10, step{do: hb, advance: sec}), step{do: hb, want: stalled, code: codeNoClaim}),
 		},
 		{

@@ -1,0 +1,364 @@
+package workerhealthprocessor
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		id      string
+		file    string
+		check   func(t *testing.T, c *Config)
+		wantErr string
+	}{
+		{id: "worker_health", check: func(t *testing.T, c *Config) {
+			assert.Equal(t, createDefaultConfig(), c)
+		}},
+		{id: "worker_health/custom", check: func(t *testing.T, c *Config) {
+			assert.Equal(t, 2*time.Second, c.EmitInterval)
+			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
+			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
+			assert.Equal(t, int64(536870912), c.Memory.SoftLimitBytes)
+			assert.Equal(t, 20, c.Capacity.PerWorker["big-worker"])
+			assert.False(t, c.Stall.RequirePending)
+		}},
+		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be positive"},
+		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
+		{id: "worker_health/bad_kill_reason", wantErr: `kills.reasons: unknown kill reason "exploded"`},
+		{id: "worker_health/bad_cpu", wantErr: "cpu.recovery_cores"},
+		{id: "worker_health/bad_ttl", wantErr: "limits.worker_ttl"},
+		{id: "worker_health/bad_limits", wantErr: "limits.max_runs_per_worker"},
+		{id: "worker_health/bad_grace", wantErr: "drift.tombstone_ttl"},
+		{id: "worker_health/openfn", file: "openfn.yaml", check: func(t *testing.T, c *Config) {
+			assert.Equal(t, "worker_name", c.Mapping.WorkerIDAttribute)
+			assert.Equal(t, []string{"run:start"}, c.Mapping.Events.Started)
+			assert.Equal(t, []string{"kill"}, c.Mapping.KillResults)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			file := tt.file
+			if file == "" {
+				file = "config.yaml"
+			}
+			cm, err := confmaptest.LoadConf(filepath.Join("testdata", file))
+			require.NoError(t, err)
+			var id component.ID
+			require.NoError(t, id.UnmarshalText([]byte(tt.id)))
+			sub, err := cm.Sub(id.String())
+			require.NoError(t, err)
+			cfg := createDefaultConfig()
+			require.NoError(t, sub.Unmarshal(cfg))
+			err = confmap.Validate(cfg)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, cfg.(*Config))
+		})
+	}
+}
+
+func loadOpenFn(t *testing.T) *Config {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "openfn.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub("worker_health/openfn")
+	require.NoError(t, err)
+	cfg := testCfg()
+	require.NoError(t, sub.Unmarshal(cfg))
+	return cfg
+}
+
+// OpenFn's events, as its worker would send them, through the example mapping.
+func TestOpenFnMapping(t *testing.T) {
+	cfg := loadOpenFn(t)
+	cfg.Memory.SoftLimitBytes = 1000
+	h := newHarness(t, cfg)
+	send := func(event, run string, attrs map[string]any) {
+		ld := workerLogs("ws-worker", rec{worker: "", event: event, run: "", attrs: attrs})
+		lr := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0)
+		lr.Attributes().PutStr("worker_name", "openfn-1")
+		if run != "" {
+			lr.Attributes().PutStr("run_id", run)
+		}
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(h.clock.Now()))
+		ld.ResourceLogs().At(0).Resource().Attributes().Remove("cicd.worker.id")
+		h.logs(ld)
+	}
+	send("run:start", "a", nil)
+	h.advance(2 * time.Second)
+	send("run:complete", "a", map[string]any{"reason": "success"})
+	for i, et := range []string{"OOMError", "TimeoutError", "OOMError"} {
+		run := string(rune('b' + i))
+		send("run:start", run, nil)
+		send("run:complete", run, map[string]any{"reason": "kill", "error_type": et})
+	}
+	h.eval()
+	w := h.worker("openfn-1")
+	require.NotNil(t, w)
+	assert.Equal(t, int64(2), w.kills[killReasonIndex["memory_limit"]])
+	assert.Equal(t, int64(1), w.kills[killReasonIndex["timeout"]])
+	assert.Equal(t, unhealthy, w.state, "3 kills within the window")
+	assert.Contains(t, h.codes("openfn-1"), codeKills)
+	assert.Equal(t, int64(4), w.claims[srcWorker], "run:start counts as the claim")
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult["success"].count)
+	assert.Equal(t, uint64(3), h.p.tracker.hists.byResult["error"].count)
+}
+
+// Malformed records are counted and skipped; the rest of the batch applies
+// and the data passes through unchanged.
+func TestMalformedRecords(t *testing.T) {
+	h := newHarness(t, testCfg())
+	huge := strings.Repeat("x", 10_000)
+	ld := workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.claimed"},                                                      // no run id
+		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": 42}},   // wrong type
+		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": huge}}, // huge
+		rec{worker: "w1", event: "workerwatch.run.claimed", run: "ok"},
+		rec{worker: "w1", event: "not.a.lifecycle.event"},
+	)
+	// A resource whose worker id has the wrong type.
+	bad := ld.ResourceLogs().AppendEmpty()
+	bad.Resource().Attributes().PutInt("cicd.worker.id", 7)
+	bad.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetEventName("workerwatch.run.claimed")
+	// A scheduler record without a worker id.
+	sch := schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "s1"})
+	sch.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().Remove("cicd.worker.id")
+	sch.ResourceLogs().MoveAndAppendTo(ld.ResourceLogs())
+
+	before := ld.ResourceLogs().Len()
+	out, err := h.p.processLogs(context.Background(), ld)
+	require.NoError(t, err)
+	assert.Equal(t, before, out.ResourceLogs().Len(), "passes through unchanged")
+
+	// Metrics with NaN and negative values, a span run without a run id.
+	md := treeMetrics("w1", -5, -1, 1)
+	h.metrics(md)
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
+	rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("run")
+	h.traces(td)
+
+	h.p.mu.Lock()
+	malformed := h.p.tracker.malformed
+	w := h.p.tracker.workers["w1"]
+	_, okRun := w.runs["ok"]
+	h.p.mu.Unlock()
+	assert.Equal(t, int64(6), malformed)
+	assert.True(t, okRun, "the valid record after the malformed ones applied")
+	assert.Len(t, w.runs, 1)
+	assert.Equal(t, int64(-1), w.rss, "a negative memory sample is ignored")
+}
+
+func TestLimits(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = 2
+	cfg.Limits.MaxRunsPerWorker = 3
+	h := newHarness(t, cfg)
+	for _, w := range []string{"a", "b", "c"} {
+		h.logs(wl(w, "workerwatch.worker.heartbeat", "", nil))
+	}
+	for _, r := range []string{"r1", "r2", "r3", "r4"} {
+		h.logs(wl("a", "workerwatch.run.claimed", r, nil))
+	}
+	// Ended runs make room.
+	h.logs(wl("a", "workerwatch.run.finished", "r1", nil))
+	h.logs(wl("a", "workerwatch.run.claimed", "r5", nil))
+	h.p.mu.Lock()
+	assert.Len(t, h.p.tracker.workers, 2)
+	assert.Equal(t, int64(2), h.p.tracker.overflowWorkers, "c's record and its heartbeat")
+	assert.Equal(t, int64(1), h.p.tracker.overflowRuns)
+	assert.Contains(t, h.p.tracker.workers["a"].runs, "r5")
+	h.p.mu.Unlock()
+
+	// Workers are forgotten after the TTL.
+	h.advance(2 * time.Minute)
+	h.eval()
+	h.p.mu.Lock()
+	assert.Empty(t, h.p.tracker.workers)
+	assert.Equal(t, int64(2), h.p.tracker.expired)
+	h.p.mu.Unlock()
+}
+
+// One instance behind three pipelines: shared state, emission into the
+// metrics and logs pipelines only, Start/Shutdown reference counted.
+func TestSharedInstanceLifecycle(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	old := newClock
+	newClock = func() clockwork.Clock { return clock }
+	t.Cleanup(func() { newClock = old })
+
+	f := NewFactory()
+	cfg := testCfg()
+	set := processortest.NewNopSettings(metadata.Type)
+	ctx := context.Background()
+	tSink, mSink, lSink := new(consumertest.TracesSink), new(consumertest.MetricsSink), new(consumertest.LogsSink)
+	tp, err := f.CreateTraces(ctx, set, cfg, tSink)
+	require.NoError(t, err)
+	mp, err := f.CreateMetrics(ctx, set, cfg, mSink)
+	require.NoError(t, err)
+	lp, err := f.CreateLogs(ctx, set, cfg, lSink)
+	require.NoError(t, err)
+	inner := f.(interface{ Type() component.Type })
+	_ = inner
+
+	sub := &subscriber{}
+	h := host{ext: map[component.ID]component.Component{component.MustNewID("worker_health"): sub}}
+	for _, c := range []component.Component{tp, mp, lp} {
+		require.NoError(t, c.Start(ctx, h))
+	}
+	require.NotNil(t, sub.last(), "published at start")
+
+	// Spans in the traces pipeline change the state the others emit.
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
+	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	sp.SetName("http.request")
+	require.NoError(t, tp.ConsumeTraces(ctx, td))
+	require.Equal(t, 1, tSink.SpanCount(), "passed through")
+	require.NoError(t, mp.ConsumeMetrics(ctx, treeMetrics("w2", 10, -1, 1)))
+	require.Equal(t, 1, len(mSink.AllMetrics()), "passed through")
+
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	clock.Advance(cfg.EmitInterval)
+	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 1 && len(mSink.AllMetrics()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 2, lSink.LogRecordCount(), "one transition per worker")
+	assert.Equal(t, 1, tSink.SpanCount(), "nothing emitted into traces")
+	derived := mSink.AllMetrics()[1]
+	names := map[string]bool{}
+	ms := derived.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+	for i := 0; i < ms.Len(); i++ {
+		names[ms.At(i).Name()] = true
+	}
+	for _, n := range []string{mState, mTransitions, mRunsActive, mDrift, mClaims, mFleetBySt, mFleetIdle} {
+		assert.True(t, names[n], n)
+	}
+	require.Eventually(t, func() bool {
+		s := sub.last()
+		return len(s.Workers) == 2 && s.Workers[0].State == workerstate.Healthy
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// Two shutdowns: still running.
+	require.NoError(t, tp.Shutdown(ctx))
+	require.NoError(t, mp.Shutdown(ctx))
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	// The last one stops the timer.
+	require.NoError(t, lp.Shutdown(ctx))
+	// A new pipeline build with the same config gets a fresh instance.
+	mp2, err := f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	require.NoError(t, mp2.Shutdown(ctx))
+}
+
+// A restart restores drift and evidence; restored workers are unknown, never
+// healthy, until they report again.
+func TestRestoreAfterRestart(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	cfg.Lost.After = time.Minute
+	ctx := context.Background()
+	h1 := newHarness(t, cfg)
+	sub := &subscriber{}
+	hst := host{ext: map[component.ID]component.Component{storageID: store, component.MustNewID("worker_health"): sub}}
+	require.NoError(t, h1.p.start(ctx, hst))
+	// w1: scheduler holds a run the worker does not (missing); w2: memory latch.
+	hb(h1)
+	h1.logs(sl("w1", "workerwatch.run.claimed", "r1"))
+	for i := 0; i < 3; i++ {
+		h1.metrics(treeMetrics("w2", 5000, -1, 1))
+	}
+	h1.advance(5 * time.Second)
+	h1.p.tick(ctx)
+	require.Equal(t, degraded, h1.state("w1"))
+	require.Equal(t, unhealthy, h1.state("w2"))
+	require.NoError(t, h1.p.shutdown(ctx))
+
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(10 * time.Second)
+	sub2 := &subscriber{}
+	hst.ext[component.MustNewID("worker_health")] = sub2
+	require.NoError(t, h2.p.start(ctx, hst))
+	snap := sub2.last()
+	require.Len(t, snap.Workers, 2)
+	for _, w := range snap.Workers {
+		assert.Equal(t, workerstate.Unknown, w.State, "restored as unknown")
+	}
+	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
+
+	h2.eval()
+	assert.Equal(t, unknown, h2.state("w1"), "no telemetry since the restart: never healthy")
+	assert.Equal(t, unhealthy, h2.state("w2"), "restored evidence still counts")
+	hb(h2)
+	h2.eval()
+	assert.Equal(t, degraded, h2.state("w1"), "drift survived the restart")
+	assert.Contains(t, h2.codes("w1"), codeMissing)
+	require.NoError(t, h2.p.shutdown(ctx))
+}
+
+func TestDerivedMetricsShape(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.logs(workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
+		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},
+		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
+			attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"}},
+	))
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
+	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	sp.SetName("compile")
+	sp.SetStartTimestamp(1e9)
+	sp.SetEndTimestamp(3e9)
+	h.traces(td)
+	h.eval()
+	h.p.mu.Lock()
+	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
+	h.p.mu.Unlock()
+	byName := map[string]pmetric.Metric{}
+	ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+	for i := 0; i < ms.Len(); i++ {
+		byName[ms.At(i).Name()] = ms.At(i)
+	}
+	st := byName[mState].Gauge().DataPoints()
+	require.Equal(t, len(workerstate.AllStates), st.Len())
+	ones := 0
+	for i := 0; i < st.Len(); i++ {
+		ones += int(st.At(i).IntValue())
+	}
+	assert.Equal(t, 1, ones, "exactly one state is current")
+	k := byName[mKills].Sum().DataPoints().At(0)
+	v, _ := k.Attributes().Get(aKill)
+	assert.Equal(t, "oom", v.Str())
+	d := byName[mDuration].Histogram().DataPoints().At(0)
+	assert.Equal(t, uint64(1), d.Count())
+	assert.InDelta(t, 3.0, d.Sum(), 1e-9)
+	assert.Equal(t, uint64(1), byName[mStage].Histogram().DataPoints().At(0).Count())
+	assert.Equal(t, uint64(1), byName[mClaimStart].Histogram().DataPoints().At(0).Count())
+}
