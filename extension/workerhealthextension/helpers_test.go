@@ -87,13 +87,13 @@ func realisticFleet(n int, at time.Time) *workerstate.Snapshot {
 		w.Name = fmt.Sprintf("ws-worker-%d.pool-%c", i, 'a'+rune(i%3))
 		w.Since = at.Add(-time.Duration(i%97+3) * time.Minute)
 		w.LastSeen = at.Add(-time.Duration(i%9+1) * time.Second)
-		w.Memory.RSSBytes = int64(120+i*37%360) << 20
+		w.Memory.RSSBytes = int64(120+i*53%270) << 20
 		runs := i % 4
 		for r := range runs {
 			w.Runs.Worker = append(w.Runs.Worker, fmt.Sprintf("run-%d-%d", i, r))
 			w.Runs.Scheduler = append(w.Runs.Scheduler, fmt.Sprintf("run-%d-%d", i, r))
 		}
-		switch p := i % 100; {
+		switch p := i * 37 % 100; { // a permutation of 0..99: small fleets get every state too
 		case p < 85:
 		case p < 91:
 			w.State = workerstate.Degraded

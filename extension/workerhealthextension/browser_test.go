@@ -1,0 +1,222 @@
+package workerhealthextension
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/html"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+// chromium finds Debian's headless Chromium. Missing is a skip on a laptop
+// and a failure in CI, where .ci/run installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, c := range []string{os.Getenv("WORKERHEALTH_CHROMIUM"), "chromium", "chromium-browser", "/usr/bin/chromium"} {
+		if c == "" {
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is required in CI (apt-get install chromium)")
+	}
+	t.Skip("chromium not installed; the browser tests run in CI")
+	return ""
+}
+
+// runChromium loads url headless and returns its stdout (the DOM with
+// --dump-dom). virtual-time-budget lets timers and fetches run to completion
+// before the dump, so script-built content is included.
+func runChromium(t *testing.T, bin string, extra ...string) []byte {
+	t.Helper()
+	args := []string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
+		"--user-data-dir=" + t.TempDir(),
+	}
+	args = append(args, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "chromium: %s", stderr.String())
+	return stdout.Bytes()
+}
+
+// browserFleet is a small fleet with every state and the hostile ids.
+func browserFleet(at time.Time) *workerstate.Snapshot {
+	s := realisticFleet(100, at)
+	bad := worker(scriptID, workerstate.Unhealthy)
+	bad.Since, bad.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
+	bad.Reasons = []workerstate.Reason{{Code: "kills_in_window", Message: "<img src=x onerror=alert(3)>", Value: 3, Threshold: 2, Since: at}}
+	uni := worker("pool/ünïcødé worker", workerstate.Degraded)
+	uni.Since, uni.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
+	s.Workers = append(s.Workers, bad, uni)
+	return s
+}
+
+func TestBrowserLivePage(t *testing.T) {
+	bin := chromium(t)
+	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
+	now := time.Now()
+	wh.Publish(browserFleet(now))
+
+	// Once the browser has the server-rendered page, a worker arrives: only
+	// the script's refresh from /health/workers can show it.
+	var once sync.Once
+	inner := wh.handler
+	wh.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner.ServeHTTP(w, r)
+		if r.URL.Path == "/" {
+			once.Do(func() {
+				s := browserFleet(now.Add(time.Second))
+				late := worker("arrived-after-load", workerstate.Lost)
+				late.Since, late.LastSeen = now, now
+				s.Workers = append(s.Workers, late)
+				wh.Publish(s)
+			})
+		}
+	})
+	base := startTestExt(t, wh)
+
+	dom := runChromium(t, bin, "--virtual-time-budget=5000", "--dump-dom", base+"/")
+	doc, err := html.Parse(bytes.NewReader(dom))
+	require.NoError(t, err)
+
+	tbody := findByID(doc, "rows")
+	require.NotNil(t, tbody, "%s", dom)
+	assert.Equal(t, "live", attr(tbody, "data-source"), "the script refreshed the rows from JSON")
+	rows := tableRows(t, doc)
+	require.Len(t, rows, 103)
+	ids := column(rows, 0, true)
+	states := column(rows, 1, true)
+	assert.Equal(t, "arrived-after-load", ids[0], "lost sorts first; it only exists after the refresh")
+	assert.Contains(t, ids, scriptID, "the hostile id is text")
+	assert.Contains(t, ids, "pool/ünïcødé worker")
+	assert.True(t, sortedWorstFirst(states), "rows worst state first: %v", states)
+	for _, r := range rows {
+		assert.Empty(t, findAll(r.node, "script"), "no element was created from data")
+		assert.Empty(t, findAll(r.node, "img"), "no element was created from data")
+	}
+	assert.Contains(t, strings.Join(column(rows, 2, false), "\n"), "kills_in_window 3 / 2")
+	for i, id := range ids {
+		if id == scriptID {
+			assert.Equal(t, "health/workers/%3Cscript%3Ealert(1)%3C%2Fscript%3E", attr(findAll(rows[i].cells[0], "a")[0], "href"))
+		}
+	}
+	updated := findByID(doc, "updated")
+	require.NotNil(t, updated)
+	assert.Contains(t, text(updated), "live")
+	chips := map[string]string{}
+	for _, a := range findAll(findByID(doc, "counts"), "a") {
+		chips[attr(a, "data-state")] = text(a)
+	}
+	assert.Equal(t, "103 all", chips[""])
+	assert.Equal(t, "2 lost", chips["lost"])
+}
+
+// TestBrowserScriptBlocked: with the script blocked (here by a stricter
+// Content-Security-Policy, since Chromium's --dump-dom needs JavaScript) the
+// server-rendered page is complete on its own.
+func TestBrowserScriptBlocked(t *testing.T) {
+	bin := chromium(t)
+	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
+	wh.Publish(browserFleet(time.Now()))
+	inner := wh.handler
+	wh.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner.ServeHTTP(&cspOverride{ResponseWriter: w}, r)
+	})
+	base := startTestExt(t, wh)
+
+	dom := runChromium(t, bin, "--virtual-time-budget=3000", "--dump-dom", base+"/?state=unhealthy")
+	doc, err := html.Parse(bytes.NewReader(dom))
+	require.NoError(t, err)
+	assert.Equal(t, "server", attr(findByID(doc, "rows"), "data-source"), "the script must not have run")
+	rows := tableRows(t, doc)
+	require.Len(t, rows, 5)
+	ids := column(rows, 0, true)
+	assert.Equal(t, scriptID, ids[0], "same state, then id: '<' sorts before letters")
+	for _, st := range column(rows, 1, true) {
+		assert.Equal(t, "unhealthy", st)
+	}
+	for _, r := range rows {
+		assert.Empty(t, findAll(r.node, "script"))
+		assert.Empty(t, findAll(r.node, "img"))
+	}
+}
+
+// cspOverride replaces the page's policy with one that allows no script.
+type cspOverride struct{ http.ResponseWriter }
+
+func (c *cspOverride) WriteHeader(code int) {
+	if c.Header().Get("Content-Security-Policy") != "" {
+		c.Header().Set("Content-Security-Policy", "script-src 'none'")
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// TestBrowserScreenshot renders the page as people see it. With
+// WORKERHEALTH_UPDATE_SCREENSHOT=1 it writes docs/status-page.png for the
+// README; either way it checks the picture has the state colours in it.
+func TestBrowserScreenshot(t *testing.T) {
+	bin := chromium(t)
+	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
+	wh.Publish(realisticFleet(100, time.Now()))
+	base := startTestExt(t, wh)
+
+	out := filepath.Join(t.TempDir(), "status-page.png")
+	if os.Getenv("WORKERHEALTH_UPDATE_SCREENSHOT") == "1" {
+		out = filepath.Join("..", "..", "docs", "status-page.png")
+	}
+	runChromium(t, bin, "--virtual-time-budget=3000", "--window-size=1400,900", "--screenshot="+out, base+"/")
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	assert.Equal(t, image.Rect(0, 0, 1400, 900), img.Bounds())
+	// The badges: healthy green (#15803d) and unhealthy red (#b91c1c).
+	assert.True(t, hasColor(img, 0x15, 0x80, 0x3d), "no healthy badge in the screenshot")
+	assert.True(t, hasColor(img, 0xb9, 0x1c, 0x1c), "no unhealthy badge in the screenshot")
+}
+
+func hasColor(img image.Image, r, g, b uint8) bool {
+	near := func(a uint32, want uint8) bool { d := int(a>>8) - int(want); return d > -8 && d < 8 }
+	bd := img.Bounds()
+	for y := bd.Min.Y; y < bd.Max.Y; y++ {
+		for x := bd.Min.X; x < bd.Max.X; x++ {
+			cr, cg, cb, _ := img.At(x, y).RGBA()
+			if near(cr, r) && near(cg, g) && near(cb, b) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func sortedWorstFirst(states []string) bool {
+	for i := 1; i < len(states); i++ {
+		if severity(workerstate.State(states[i-1])) < severity(workerstate.State(states[i])) {
+			return false
+		}
+	}
+	return true
+}

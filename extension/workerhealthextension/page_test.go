@@ -1,0 +1,192 @@
+package workerhealthextension
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/html"
+
+	"github.com/workerwatch/workerwatch/internal/workerstate"
+)
+
+const scriptID = "<script>alert(1)</script>"
+
+func TestPageServerRendered(t *testing.T) {
+	wh := newTestExt(t)
+	wh.page.now = func() time.Time { return t0 }
+	base := startTestExt(t, wh)
+
+	// Before any publish: an empty fleet, not an error.
+	code, body := get(t, base+"/")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "No workers yet")
+
+	bad := worker(scriptID, workerstate.Unhealthy)
+	bad.Name = `"><img src=x onerror=alert(2)>`
+	bad.Reasons = []workerstate.Reason{{Code: "memory_over_soft_limit", Message: "<b>over</b>", Value: 612 << 20, Threshold: 500 << 20}}
+	bad.Memory.RSSBytes = 612 << 20
+	bad.Drift.Missing = []string{"run-<7>"}
+	wh.Publish(snapshot(testSource, t0.Add(-3*time.Second),
+		worker("a/b c", workerstate.Healthy), bad, worker("ünï", workerstate.Degraded), worker("z", workerstate.Lost)))
+
+	resp, err := http.Get(base + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
+	sum := sha256.Sum256([]byte(pageScript))
+	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
+
+	doc, err := html.Parse(resp.Body)
+	require.NoError(t, err)
+	rows := tableRows(t, doc)
+	require.Len(t, rows, 4)
+	// Worst first, then id.
+	assert.Equal(t, []string{"z", scriptID, "ünï", "a/b c"}, column(rows, 0, true))
+	assert.Equal(t, []string{"lost", "unhealthy", "degraded", "healthy"}, column(rows, 1, true))
+	assert.Equal(t, "memory_over_soft_limit 612 MiB / 500 MiB", strings.TrimSpace(text(rows[1].cells[2])))
+	assert.Equal(t, "612 MiB / 500 MiB (122%)", strings.TrimSpace(text(rows[1].cells[3])))
+	assert.Equal(t, "missing 1", text(rows[1].cells[5]))
+	assert.Equal(t, "2s ago", text(rows[2].cells[6]))
+	// The malicious strings are text, never elements or attributes.
+	for _, r := range rows {
+		assert.Empty(t, findAll(r.node, "script"))
+		assert.Empty(t, findAll(r.node, "img"))
+	}
+	assert.Equal(t, "health/workers/"+"%3Cscript%3Ealert%281%29%3C%2Fscript%3E", attr(findAll(rows[1].cells[0], "a")[0], "href"))
+	assert.Equal(t, `"><img src=x onerror=alert(2)>`, text(findAll(rows[1].cells[0], "div")[0]))
+
+	// Filter and counts.
+	_, body = get(t, base+"/?state=lost")
+	assert.Contains(t, body, `class="chip s-lost active"`)
+	assert.NotContains(t, body, "alert(1)")
+	code, _ = get(t, base+"/?state=nope")
+	assert.Equal(t, http.StatusBadRequest, code)
+}
+
+func TestFormatting(t *testing.T) {
+	assert.Equal(t, "512 B", formatBytes(512))
+	assert.Equal(t, "1.5 KiB", formatBytes(1536))
+	assert.Equal(t, "500 MiB", formatBytes(500<<20))
+	assert.Equal(t, "1.2 GiB", formatBytes(1.2*(1<<30)))
+	assert.Equal(t, "59s", dur(59*time.Second))
+	assert.Equal(t, "2m", dur(150*time.Second))
+	assert.Equal(t, "1h 5m", dur(65*time.Minute))
+	assert.Equal(t, "2d 3h", dur(51*time.Hour))
+	assert.Equal(t, "never", ago(time.Time{}, t0))
+	pct, cls, txt := memoryText(workerstate.Memory{RSSBytes: 100 << 20})
+	assert.Equal(t, 0, pct)
+	assert.Equal(t, "none", cls)
+	assert.Equal(t, "100 MiB (no soft limit)", txt)
+	pct, cls, _ = memoryText(workerstate.Memory{RSSBytes: 450 << 20, SoftLimitBytes: 500 << 20})
+	assert.Equal(t, 90, pct)
+	assert.Equal(t, "warn", cls)
+	assert.Equal(t, "worker 1 · scheduler 2 · cap 5", runsText(workerstate.Runs{Worker: []string{"a"}, Scheduler: []string{"a", "b"}, Capacity: 5}))
+	d, _, bad := driftText(workerstate.Drift{Orphaned: []string{"x"}, OverCapacity: 2})
+	assert.Equal(t, "orphaned 1 · over capacity 2", d)
+	assert.True(t, bad)
+}
+
+// The helpers below read what a parser (or a browser, through --dump-dom)
+// built, not the HTML string.
+
+type domRow struct {
+	node  *html.Node
+	cells []*html.Node
+}
+
+func tableRows(t testing.TB, doc *html.Node) []domRow {
+	t.Helper()
+	var tbody *html.Node
+	for _, n := range findAll(doc, "tbody") {
+		if attr(n, "id") == "rows" {
+			tbody = n
+		}
+	}
+	require.NotNil(t, tbody, "no tbody#rows")
+	var rows []domRow
+	for _, tr := range findAll(tbody, "tr") {
+		cells := findAll(tr, "td")
+		if len(cells) == 1 { // the "no workers" row
+			continue
+		}
+		rows = append(rows, domRow{node: tr, cells: cells})
+	}
+	return rows
+}
+
+// column is the text of cell i of every row; firstChild takes only the
+// first element's text (the id link, the state badge).
+func column(rows []domRow, i int, firstChild bool) []string {
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		c := r.cells[i]
+		if firstChild {
+			for n := c.FirstChild; n != nil; n = n.NextSibling {
+				if n.Type == html.ElementNode {
+					c = n
+					break
+				}
+			}
+		}
+		out = append(out, text(c))
+	}
+	return out
+}
+
+func findAll(n *html.Node, tag string) []*html.Node {
+	var out []*html.Node
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && n.Data == tag {
+			out = append(out, n)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return out
+}
+
+func findByID(n *html.Node, id string) *html.Node {
+	if n.Type == html.ElementNode && attr(n, "id") == id {
+		return n
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if f := findByID(c, id); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
