@@ -1,0 +1,169 @@
+package workerprocessreceiver
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// metricsText renders metrics as sorted lines "resource | metric unit type |
+// attributes = value", without timestamps: a stable golden format that reads
+// well in a diff.
+func metricsText(md pmetric.Metrics) string {
+	var lines []string
+	attrs := func(m pcommon.Map) string {
+		var kv []string
+		m.Range(func(k string, v pcommon.Value) bool {
+			kv = append(kv, k+"="+v.AsString())
+			return true
+		})
+		sort.Strings(kv)
+		return strings.Join(kv, ",")
+	}
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		res := attrs(rm.Resource().Attributes())
+		for j := 0; j < rm.ScopeMetrics().Len(); j++ {
+			ms := rm.ScopeMetrics().At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				m := ms.At(k)
+				var dps pmetric.NumberDataPointSlice
+				kind := m.Type().String()
+				switch m.Type() {
+				case pmetric.MetricTypeGauge:
+					dps = m.Gauge().DataPoints()
+				case pmetric.MetricTypeSum:
+					dps = m.Sum().DataPoints()
+					kind = fmt.Sprintf("Sum(monotonic=%v,%s)", m.Sum().IsMonotonic(), m.Sum().AggregationTemporality())
+				}
+				for d := 0; d < dps.Len(); d++ {
+					dp := dps.At(d)
+					var v string
+					if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
+						v = fmt.Sprintf("%.4f", dp.DoubleValue())
+					} else {
+						v = fmt.Sprintf("%d", dp.IntValue())
+					}
+					lines = append(lines, fmt.Sprintf("%s | %s %s %s | %s = %s", res, m.Name(), m.Unit(), kind, attrs(dp.Attributes()), v))
+				}
+			}
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func compareGolden(t *testing.T, name string, md pmetric.Metrics) {
+	t.Helper()
+	got := metricsText(md)
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(want), got)
+}
+
+// findValue returns the value of one data point (resource id, metric, attribute filter).
+func findValue(md pmetric.Metrics, workerID, metric string, want map[string]string) (float64, bool) {
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		id, _ := rm.Resource().Attributes().Get("cicd.worker.id")
+		if id.AsString() != workerID {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for k := 0; k < ms.Len(); k++ {
+			m := ms.At(k)
+			if m.Name() != metric {
+				continue
+			}
+			var dps pmetric.NumberDataPointSlice
+			if m.Type() == pmetric.MetricTypeGauge {
+				dps = m.Gauge().DataPoints()
+			} else {
+				dps = m.Sum().DataPoints()
+			}
+		next:
+			for d := 0; d < dps.Len(); d++ {
+				dp := dps.At(d)
+				for ak, av := range want {
+					v, ok := dp.Attributes().Get(ak)
+					if !ok || v.AsString() != av {
+						continue next
+					}
+				}
+				if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
+					return dp.DoubleValue(), true
+				}
+				return float64(dp.IntValue()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// sumValues sums one metric of a worker over all data points matching the filter.
+func sumValues(md pmetric.Metrics, workerID, metric string, want map[string]string) float64 {
+	var total float64
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		id, _ := rm.Resource().Attributes().Get("cicd.worker.id")
+		if id.AsString() != workerID {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for k := 0; k < ms.Len(); k++ {
+			m := ms.At(k)
+			if m.Name() != metric {
+				continue
+			}
+			var dps pmetric.NumberDataPointSlice
+			if m.Type() == pmetric.MetricTypeGauge {
+				dps = m.Gauge().DataPoints()
+			} else {
+				dps = m.Sum().DataPoints()
+			}
+		next:
+			for d := 0; d < dps.Len(); d++ {
+				dp := dps.At(d)
+				for ak, av := range want {
+					v, ok := dp.Attributes().Get(ak)
+					if !ok || v.AsString() != av {
+						continue next
+					}
+				}
+				if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
+					total += dp.DoubleValue()
+				} else {
+					total += float64(dp.IntValue())
+				}
+			}
+		}
+	}
+	return total
+}
+
+func newTestScraper(t testing.TB, cfg *Config) *workerScraper {
+	t.Helper()
+	require.NoError(t, cfg.Validate())
+	s, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.tel.shutdown() })
+	return s
+}
