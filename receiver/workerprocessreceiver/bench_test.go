@@ -1,0 +1,273 @@
+package workerprocessreceiver
+
+// Benchmarks of the cost per scrape against the contrib hostmetrics process
+// scraper and against the floor of reading stat + statm of the same processes.
+//
+//	go test -run '^$' -bench 'BenchmarkScrape' -benchtime 20x ./receiver/workerprocessreceiver/
+//
+// Setup "tree50": about 1,000 idle unrelated processes (sleep) plus one worker
+// tree of 50 processes (a root and 49 children, all running the executable
+// "wwbench"). Setup "host": the whole host as one worker tree (from pid 1).
+// CPU is the benchmark process's own user+system time (getrusage), so the
+// receivers' goroutines, GC and pdata building are all included, the same way
+// for both receivers. Reported: cpu-us/scrape, procs/scrape, cpu-us/proc.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+)
+
+const (
+	benchIdle     = 1000
+	benchTree     = 50
+	benchExe      = "wwbench"
+	benchInterval = 100 * time.Millisecond
+)
+
+type benchEnv struct {
+	idle    []*exec.Cmd
+	root    *exec.Cmd
+	rootPid int
+	pids    []int32 // the worker tree
+	pidFile string
+	dir     string
+}
+
+var (
+	envOnce sync.Once
+	env     *benchEnv
+)
+
+func init() {
+	if os.Getenv("WPR_HELPER") == "benchroot" {
+		// The worker root: 49 children running the same executable, then idle.
+		self, _ := os.Executable()
+		var kids []*exec.Cmd
+		for i := 0; i < benchTree-1; i++ {
+			c := exec.Command(self, "-test.run=^$", "bench-child")
+			c.Env = append(os.Environ(), "WPR_HELPER=benchidle")
+			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := c.Start(); err != nil {
+				os.Exit(2)
+			}
+			kids = append(kids, c)
+		}
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		for _, k := range kids {
+			_ = k.Process.Kill()
+		}
+		os.Exit(0)
+	}
+	if os.Getenv("WPR_HELPER") == "benchidle" {
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	}
+}
+
+// setupBenchEnv spawns the idle processes and the worker tree once per test binary run.
+func setupBenchEnv(b *testing.B) *benchEnv {
+	envOnce.Do(func() {
+		e := &benchEnv{dir: b.TempDir()}
+		for i := 0; i < benchIdle; i++ {
+			c := exec.Command("sleep", "3600")
+			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			require.NoError(b, c.Start())
+			e.idle = append(e.idle, c)
+		}
+		// A copy of the test binary under a short name, so that comm is the
+		// same for the whole tree and the hostmetrics filter can match it.
+		exe := filepath.Join(e.dir, benchExe)
+		self, err := os.ReadFile(os.Args[0])
+		require.NoError(b, err)
+		require.NoError(b, os.WriteFile(exe, self, 0o755))
+		e.root = exec.Command(exe, "-test.run=^$", "bench-root")
+		e.root.Env = append(os.Environ(), "WPR_HELPER=benchroot")
+		e.root.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		stdin, err := e.root.StdinPipe()
+		require.NoError(b, err)
+		_ = stdin
+		out, err := e.root.StdoutPipe()
+		require.NoError(b, err)
+		require.NoError(b, e.root.Start())
+		buf := make([]byte, 6)
+		_, err = io.ReadFull(out, buf)
+		require.NoError(b, err)
+		e.rootPid = e.root.Process.Pid
+		e.pidFile = filepath.Join(e.dir, "worker.pid")
+		require.NoError(b, os.WriteFile(e.pidFile, []byte(fmt.Sprint(e.rootPid)), 0o644))
+		r := newProcReader("/proc")
+		e.pids = append(e.pids, int32(e.rootPid))
+		e.pids, _ = r.children(int32(e.rootPid), int32(e.rootPid), e.pids)
+		require.Len(b, e.pids, benchTree)
+		env = e
+	})
+	return env
+}
+
+// TestMain is generated; the bench processes are killed when the test binary
+// exits through Pdeathsig (they die with their parent thread's process).
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportCPU(b *testing.B, cpu time.Duration, scrapes int, procs float64) {
+	per := float64(cpu.Microseconds()) / float64(scrapes)
+	b.ReportMetric(per, "cpu-us/scrape")
+	b.ReportMetric(procs, "procs/scrape")
+	if procs > 0 {
+		b.ReportMetric(per/procs, "cpu-us/proc")
+	}
+}
+
+func benchWorkerConfig(e *benchEnv, wholeHost bool) *Config {
+	cfg := createDefaultConfig().(*Config)
+	cfg.CollectionInterval = benchInterval
+	cfg.InitialDelay = 0
+	if wholeHost {
+		pf := filepath.Join(e.dir, "init.pid")
+		_ = os.WriteFile(pf, []byte("1"), 0o644)
+		cfg.Workers = []WorkerConfig{{ID: "host", Selector: SelectorConfig{PIDFile: pf}}}
+	} else {
+		cfg.Workers = []WorkerConfig{{ID: "bench", Selector: SelectorConfig{Executable: benchExe}}}
+	}
+	return cfg
+}
+
+// runReceiver starts a receiver with a sink, lets it scrape b.N times and
+// reports the process CPU per delivered scrape.
+func runReceiver(b *testing.B, f receiver.Factory, cfg any, countProcs func(pmetric.Metrics) float64) {
+	sink := new(consumertest.MetricsSink)
+	set := receivertest.NewNopSettings(f.Type())
+	rcv, err := f.CreateMetrics(context.Background(), set, cfg, sink)
+	require.NoError(b, err)
+	require.NoError(b, rcv.Start(context.Background(), componenttest.NewNopHost()))
+	defer func() { require.NoError(b, rcv.Shutdown(context.Background())) }()
+	// Warm up: the first scrapes discover, fill caches and grow buffers.
+	require.Eventually(b, func() bool { return sink.DataPointCount() > 0 && len(sink.AllMetrics()) >= 3 }, 30*time.Second, time.Millisecond)
+	b.ResetTimer()
+	start := len(sink.AllMetrics())
+	c0 := cpuNow()
+	require.Eventually(b, func() bool { return len(sink.AllMetrics()) >= start+b.N }, 10*time.Minute, time.Millisecond)
+	cpu := cpuNow() - c0
+	b.StopTimer()
+	all := sink.AllMetrics()
+	n := len(all) - start
+	reportCPU(b, cpu, n, countProcs(all[len(all)-1]))
+}
+
+func countWorkerProcs(md pmetric.Metrics) float64 {
+	return sumValues(md, "bench", "workerwatch.process.count", nil) + sumValues(md, "host", "workerwatch.process.count", nil)
+}
+
+func countHostmetricsProcs(md pmetric.Metrics) float64 {
+	return float64(md.ResourceMetrics().Len())
+}
+
+func hostmetricsConfig(b *testing.B, names []string) any {
+	f := hostmetricsreceiver.NewFactory()
+	cfg := f.CreateDefaultConfig()
+	proc := map[string]any{"mute_process_all_errors": true}
+	if names != nil {
+		proc["include"] = map[string]any{"names": names, "match_type": "strict"}
+	}
+	cm := confmap.NewFromStringMap(map[string]any{
+		"collection_interval": benchInterval.String(),
+		"initial_delay":       "0s",
+		"scrapers":            map[string]any{"process": proc},
+	})
+	require.NoError(b, cm.Unmarshal(cfg))
+	return cfg
+}
+
+func benchFloor(b *testing.B, pids []int32) {
+	r := newProcReader("/proc")
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuNow()
+	for i := 0; i < b.N; i++ {
+		for _, p := range pids {
+			r.pidPath(p, "stat")
+			_, _ = r.readPath()
+			r.pidPath(p, "statm")
+			_, _ = r.readPath()
+		}
+	}
+	reportCPU(b, cpuNow()-c0, b.N, float64(len(pids)))
+}
+
+func benchDirect(b *testing.B, cfg *Config) {
+	s := newTestScraper(b, cfg)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ { // warm up: discovery, buffers, member maps
+		_, err := s.scrape(ctx)
+		require.NoError(b, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuNow()
+	var procs int64
+	for i := 0; i < b.N; i++ {
+		if _, err := s.scrape(ctx); err != nil {
+			b.Fatal(err)
+		}
+		procs = s.read
+	}
+	reportCPU(b, cpuNow()-c0, b.N, float64(procs))
+}
+
+func hostPids(b *testing.B) []int32 {
+	var pids []int32
+	entries, err := os.ReadDir("/proc")
+	require.NoError(b, err)
+	for _, e := range entries {
+		if p := parsePid([]byte(e.Name())); p > 0 {
+			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") I ") {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+func BenchmarkScrape(b *testing.B) {
+	e := setupBenchEnv(b)
+	b.Run("tree50/workerprocess-direct", func(b *testing.B) { benchDirect(b, benchWorkerConfig(e, false)) })
+	b.Run("tree50/workerprocess-receiver", func(b *testing.B) {
+		runReceiver(b, NewFactory(), benchWorkerConfig(e, false), countWorkerProcs)
+	})
+	b.Run("tree50/hostmetrics-process", func(b *testing.B) {
+		runReceiver(b, hostmetricsreceiver.NewFactory(), hostmetricsConfig(b, []string{benchExe}), countHostmetricsProcs)
+	})
+	b.Run("tree50/floor-stat-statm", func(b *testing.B) { benchFloor(b, e.pids) })
+
+	b.Run("host/workerprocess-direct", func(b *testing.B) { benchDirect(b, benchWorkerConfig(e, true)) })
+	b.Run("host/workerprocess-receiver", func(b *testing.B) {
+		runReceiver(b, NewFactory(), benchWorkerConfig(e, true), countWorkerProcs)
+	})
+	b.Run("host/hostmetrics-process", func(b *testing.B) {
+		runReceiver(b, hostmetricsreceiver.NewFactory(), hostmetricsConfig(b, nil), countHostmetricsProcs)
+	})
+	b.Run("host/floor-stat-statm", func(b *testing.B) { benchFloor(b, hostPids(b)) })
+}

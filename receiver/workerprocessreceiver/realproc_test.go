@@ -1,0 +1,260 @@
+package workerprocessreceiver
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The test binary doubles as the processes of a real worker tree: with
+// WPR_HELPER set it becomes a root, child, grandchild or short-lived process
+// (init runs before the generated TestMain).
+func init() {
+	mode := os.Getenv("WPR_HELPER")
+	if mode == "" {
+		return
+	}
+	runHelper(mode)
+	os.Exit(0)
+}
+
+const (
+	rootMiB  = 48
+	childMiB = 24
+	grandMiB = 8
+)
+
+// hold allocates and touches n MiB so it is resident.
+func hold(n int) []byte {
+	b := make([]byte, n<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	return b
+}
+
+func spawnHelper(mode string, args ...string) (*exec.Cmd, *bufio.Reader) {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), "WPR_HELPER="+mode)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		panic(err)
+	}
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	return cmd, bufio.NewReader(out)
+}
+
+func runHelper(mode string) {
+	switch mode {
+	case "exit":
+		return
+	case "grand":
+		mem := hold(grandMiB)
+		fmt.Println("ready", os.Getpid())
+		time.Sleep(time.Hour)
+		_ = mem[0]
+	case "child":
+		mem := hold(childMiB)
+		g, r := spawnHelper("grand", "wprtest-grand")
+		line, _ := r.ReadString('\n')
+		fmt.Printf("ready %d %s", os.Getpid(), strings.TrimPrefix(line, "ready "))
+		_ = g.Wait()
+		_ = mem[0]
+	case "root":
+		mem := hold(rootMiB)
+		var pids []string
+		for i := 0; i < 3; i++ {
+			c, r := spawnHelper("child", "wprtest-child")
+			line, _ := r.ReadString('\n')
+			pids = append(pids, strings.Fields(strings.TrimPrefix(line, "ready "))...)
+			go func() { _ = c.Wait() }() // reap: the child's CPU moves into our cutime
+		}
+		fmt.Println("ready", os.Getpid(), strings.Join(pids, " "))
+		// Each "short" line: fork a child that exits at once, and reap it.
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if in.Text() == "short" {
+				c := exec.Command(os.Args[0], "-test.run=^$", "wprtest-short")
+				c.Env = append(os.Environ(), "WPR_HELPER=exit")
+				_ = c.Run()
+				fmt.Println("done")
+			}
+		}
+		_ = mem[0]
+	}
+}
+
+type realTree struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	pids  []int // root, then child, grandchild pairs
+}
+
+func startRealTree(t *testing.T, id string) *realTree {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "wprtest-worker", "--id", id)
+	cmd.Env = append(os.Environ(), "WPR_HELPER=root", "WORKER_NAME=name-"+id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	tr := &realTree{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(func() { tr.kill() })
+	line, err := tr.out.ReadString('\n')
+	require.NoError(t, err)
+	for _, f := range strings.Fields(strings.TrimPrefix(line, "ready ")) {
+		n, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		tr.pids = append(tr.pids, n)
+	}
+	require.Len(t, tr.pids, 7)
+	return tr
+}
+
+func (tr *realTree) kill() {
+	for _, p := range tr.pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	_ = tr.cmd.Wait()
+}
+
+// vmRSS reads VmRSS of /proc/<pid>/status: /proc's own figure.
+func vmRSS(t *testing.T, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	v, ok := fieldKB(b, "VmRSS:")
+	require.True(t, ok)
+	return float64(v)
+}
+
+func realConfig() *Config {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Workers = []WorkerConfig{{
+		Selector: SelectorConfig{Cmdline: `wprtest-worker --id (?P<id>\S+)`},
+		Name:     "{env:WORKER_NAME}",
+		Roles:    []RoleConfig{{Name: "engine-child", Cmdline: `wprtest-child`}},
+	}}
+	return cfg
+}
+
+func TestRealTree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	tr := startRealTree(t, "real1")
+	s := newTestScraper(t, realConfig())
+	ctx := context.Background()
+
+	md, err := s.scrape(ctx)
+	require.NoError(t, err)
+	v, _ := findValue(md, "real1", "workerwatch.worker.present", nil)
+	require.Equal(t, 1.0, v)
+	count := func(role string) float64 {
+		c, _ := findValue(md, "real1", "workerwatch.process.count", map[string]string{"workerwatch.process.role": role})
+		return c
+	}
+	assert.Equal(t, 1.0, count("main"))
+	assert.Equal(t, 3.0, count("engine-child"))
+	assert.Equal(t, 3.0, count("child"))
+
+	// RSS per role matches /proc's own VmRSS of the same processes (read
+	// right after; allow 2% for pages touched in between) and holds at least
+	// what each process allocated.
+	byRole := map[string][]int{"main": {tr.pids[0]}}
+	for i := 1; i < 7; i += 2 {
+		byRole["engine-child"] = append(byRole["engine-child"], tr.pids[i])
+		byRole["child"] = append(byRole["child"], tr.pids[i+1])
+	}
+	minMiB := map[string]float64{"main": rootMiB, "engine-child": 3 * childMiB, "child": 3 * grandMiB}
+	for role, pids := range byRole {
+		var want float64
+		for _, p := range pids {
+			want += vmRSS(t, p)
+		}
+		got, ok := findValue(md, "real1", "process.memory.usage", map[string]string{"workerwatch.process.role": role})
+		require.True(t, ok, role)
+		assert.InEpsilon(t, want, got, 0.02, role)
+		assert.GreaterOrEqual(t, got, minMiB[role]*(1<<20), role)
+	}
+
+	total := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, role := range []string{"main", "engine-child", "child"} {
+			out[role] = sumValues(md, "real1", "process.cpu.time", map[string]string{"workerwatch.process.role": role})
+		}
+		return out
+	}
+	before := total()
+
+	// Kill one engine child and its grandchild: CPU time stays monotonic per role.
+	require.NoError(t, syscall.Kill(tr.pids[2], syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(tr.pids[1], syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", tr.pids[1]))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 10*time.Millisecond)
+	md, err = s.scrape(ctx)
+	require.NoError(t, err)
+	after := total()
+	for role, v := range before {
+		assert.GreaterOrEqual(t, after[role], v, role)
+	}
+	assert.Equal(t, 2.0, count("engine-child"))
+	exited := sumValues(md, "real1", "workerwatch.process.exited", nil)
+	assert.GreaterOrEqual(t, exited, 1.0) // the engine child (its grandchild left the tree or exited)
+
+	// A child that forks and exits between two scrapes is counted as started and exited.
+	startedBefore := sumValues(md, "real1", "workerwatch.process.started", nil)
+	exitedBefore := sumValues(md, "real1", "workerwatch.process.exited", nil)
+	_, err = io.WriteString(tr.stdin, "short\n")
+	require.NoError(t, err)
+	line, err := tr.out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	md, err = s.scrape(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, startedBefore+1, sumValues(md, "real1", "workerwatch.process.started", nil))
+	assert.Equal(t, exitedBefore+1, sumValues(md, "real1", "workerwatch.process.exited", nil))
+	before = total()
+
+	// A restarted root is followed: same id, new pid, counters continue.
+	oldRoot := tr.pids[0]
+	tr.kill()
+	tr2 := startRealTree(t, "real1")
+	require.NotEqual(t, oldRoot, tr2.pids[0])
+	md, err = s.scrape(ctx)
+	require.NoError(t, err)
+	v, _ = findValue(md, "real1", "workerwatch.worker.present", nil)
+	assert.Equal(t, 1.0, v)
+	assert.Equal(t, tr2.pids[0], int(s.kinds[0].instances["real1"].rootPid))
+	after = total()
+	for role, v := range before {
+		assert.GreaterOrEqual(t, after[role], v, role)
+	}
+	assert.Equal(t, 3.0, count("engine-child"))
+
+	// Gone for good: reported absent, not an error.
+	tr2.kill()
+	md, err = s.scrape(ctx)
+	require.NoError(t, err)
+	v, ok := findValue(md, "real1", "workerwatch.worker.present", nil)
+	assert.True(t, ok)
+	assert.Equal(t, 0.0, v)
+}
