@@ -190,3 +190,20 @@ func attr(n *html.Node, key string) string {
 	}
 	return ""
 }
+
+func TestPageRowLimit(t *testing.T) {
+	wh := newTestExt(t)
+	wh.Publish(realisticFleet(pageMaxRows+50, t0))
+	base := startTestExt(t, wh)
+	resp, err := http.Get(base + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	doc, err := html.Parse(resp.Body)
+	require.NoError(t, err)
+	assert.Len(t, tableRows(t, doc), pageMaxRows)
+	p := findByID(doc, "truncated")
+	require.NotNil(t, p)
+	assert.Contains(t, text(p), "Showing the 1000 most urgent of 1050 workers")
+	// The worst are the ones shown: no healthy worker while others are cut.
+	assert.NotContains(t, column(tableRows(t, doc), 1, true)[:pageMaxRows-900], "healthy")
+}

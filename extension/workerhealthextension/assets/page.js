@@ -7,6 +7,8 @@
   var rows = document.getElementById("rows");
   var updated = document.getElementById("updated");
   var refresh = Number(table.getAttribute("data-refresh-ms")) || 5000;
+  var maxRows = Number(table.getAttribute("data-max-rows")) || 1000;
+  var truncated = document.getElementById("truncated");
   var SEV = { lost: 5, unhealthy: 4, stalled: 3, unknown: 2, degraded: 1, healthy: 0 };
   var ORDER = ["healthy", "degraded", "unhealthy", "stalled", "lost", "unknown"];
   var UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -116,7 +118,18 @@
       return d !== 0 ? d : (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
     });
     var body = document.createDocumentFragment();
-    workers.forEach(function (w) { body.appendChild(row(w, now)); });
+    workers.slice(0, maxRows).forEach(function (w) { body.appendChild(row(w, now)); });
+    if (workers.length > maxRows) {
+      truncated.replaceChildren(document.createTextNode("Showing the " + maxRows + " most urgent of " +
+        workers.length + " workers; filter by state to see the rest, or use "));
+      var link = el("a", null, "the JSON list");
+      link.setAttribute("href", "health/workers");
+      truncated.appendChild(link);
+      truncated.appendChild(document.createTextNode("."));
+      truncated.hidden = false;
+    } else {
+      truncated.hidden = true;
+    }
     if (!workers.length) {
       var tr = el("tr"), td = el("td", "empty", location.search ? "No worker in this state." :
         "No workers yet: nothing has been published by a worker_health processor.");
