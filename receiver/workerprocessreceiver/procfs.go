@@ -68,6 +68,9 @@ type procReader struct {
 	path  []byte // NUL-terminated path being built
 	buf   []byte // file contents
 	dents []byte // getdents64 buffer
+	// noFDSize forces listing /proc/<pid>/fd (fixture trees, where the fd
+	// directory is a plain directory whose size is not a count).
+	noFDSize bool
 }
 
 func newProcReader(root string) *procReader {
@@ -356,9 +359,21 @@ func (r *procReader) countDirents() (int64, error) {
 	return n, err
 }
 
-// fdCount counts /proc/<pid>/fd entries.
+// fdCount counts open file descriptors. Since Linux 6.2 a stat() of
+// /proc/<pid>/fd reports the count as its size: one syscall instead of
+// open + getdents + close. Older kernels report 0 there, and then (or for a
+// process with no open files) the directory is listed.
 func (r *procReader) fdCount(pid int32) (int64, error) {
 	r.pidPath(pid, "fd")
+	var st unix.Stat_t
+	_, _, errno := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(atFDCWD),
+		uintptr(unsafe.Pointer(&r.path[0])), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
+	if errno != 0 {
+		return 0, mapErrno(errno)
+	}
+	if st.Size > 0 && !r.noFDSize {
+		return st.Size, nil
+	}
 	return r.countDirents()
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/scraper/scrapererror"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
 )
@@ -64,6 +65,11 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 		wantFDs:     cfg.Metrics.ProcessUnixFileDescriptorCount.Enabled,
 		wantPSS:     cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled,
 		wantTop:     cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled && cfg.TopProcesses > 0,
+	}
+	// Only a real procfs reports the fd count as the fd directory's size.
+	var fs unix.Statfs_t
+	if unix.Statfs(cfg.ProcRoot, &fs) != nil || fs.Type != unix.PROC_SUPER_MAGIC {
+		s.r.noFDSize = true
 	}
 	for i, wc := range cfg.Workers {
 		k, err := newWorkerKind(i, wc)
