@@ -99,11 +99,11 @@ func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
 	}
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
-		b, err := json.Marshal(w)
+		b, err := json.Marshal(withEmptyLists(w))
 		if err != nil {
 			// Only a NaN or Inf in the evidence can fail; serve the worker
 			// with that evidence zeroed rather than drop it from the API.
-			b, _ = json.Marshal(withFiniteEvidence(w))
+			b, _ = json.Marshal(withEmptyLists(withFiniteEvidence(w)))
 		}
 		e := &entry{w: w, json: b, source: snap.Source}
 		if prev, dup := idx.byID[w.ID]; dup {
@@ -232,6 +232,29 @@ func severity(s workerstate.State) int {
 		// A state this build does not know is treated like unknown.
 		return 2
 	}
+}
+
+// withEmptyLists returns w, or a copy whose nil lists are empty, so clients
+// always see [] and never null (the processor may leave them nil).
+func withEmptyLists(w *workerstate.Worker) *workerstate.Worker {
+	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
+		w.Drift.Missing != nil && w.Drift.Orphaned != nil {
+		return w
+	}
+	c := *w
+	c.Reasons = nonNil(c.Reasons)
+	c.Runs.Worker = nonNil(c.Runs.Worker)
+	c.Runs.Scheduler = nonNil(c.Runs.Scheduler)
+	c.Drift.Missing = nonNil(c.Drift.Missing)
+	c.Drift.Orphaned = nonNil(c.Drift.Orphaned)
+	return &c
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // withFiniteEvidence returns a copy of w whose reason values JSON can encode.

@@ -92,3 +92,12 @@ func entryIDs(es []*entry) []string {
 	}
 	return out
 }
+
+func TestStoreNilListsEncodeEmpty(t *testing.T) {
+	s := newStore()
+	s.publish(snapshot(testSource, t0, workerstate.Worker{ID: "bare", State: workerstate.Unknown}))
+	body := string(s.load().byID["bare"].json)
+	assert.Contains(t, body, `"reasons":[]`)
+	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0}`)
+	assert.Contains(t, body, `"drift":{"missing":[],"orphaned":[],"over_capacity":0}`)
+}
