@@ -28,6 +28,8 @@ type workerHealth struct {
 	metrics   *telemetry
 	page      *page
 	handler   http.Handler
+	// listen is cfg.ToListener; tests replace it to make Serve fail.
+	listen func(context.Context) (net.Listener, error)
 
 	// mu guards the server across Start/Shutdown, which the collector calls
 	// in order but tests and reloads may repeat.
@@ -62,6 +64,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		page:      pg,
 	}
 	wh.handler = wh.routes()
+	wh.listen = cfg.ToListener
 	return wh, nil
 }
 
@@ -78,7 +81,7 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if err != nil {
 		return fmt.Errorf("worker_health: cannot build the HTTP server: %w", err)
 	}
-	ln, err := wh.cfg.ToListener(ctx)
+	ln, err := wh.listen(ctx)
 	if err != nil {
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
 	}

@@ -2,12 +2,16 @@ package workerhealthextension
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/workerwatch/workerwatch/internal/workerstate"
@@ -60,3 +64,38 @@ func TestFactoryCreatesSubscriber(t *testing.T) {
 	_, ok := ext.(workerstate.Subscriber)
 	assert.True(t, ok)
 }
+
+// A Serve that fails after Start is reported as a permanent error through
+// component status (the collector keeps running; /readyz and operators see it).
+func TestServeFailureReported(t *testing.T) {
+	wh := newTestExt(t)
+	listen := wh.listen
+	wh.listen = func(ctx context.Context) (net.Listener, error) {
+		ln, err := listen(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return failingListener{ln}, nil
+	}
+	host := &statusHost{Host: componenttest.NewNopHost(), events: make(chan *componentstatus.Event, 1)}
+	require.NoError(t, wh.Start(context.Background(), host))
+	select {
+	case ev := <-host.events:
+		assert.Equal(t, componentstatus.StatusPermanentError, ev.Status())
+		assert.ErrorContains(t, ev.Err(), "listener broke")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no status reported")
+	}
+	require.NoError(t, wh.Shutdown(context.Background()))
+}
+
+type failingListener struct{ net.Listener }
+
+func (failingListener) Accept() (net.Conn, error) { return nil, errors.New("listener broke") }
+
+type statusHost struct {
+	component.Host
+	events chan *componentstatus.Event
+}
+
+func (h *statusHost) Report(ev *componentstatus.Event) { h.events <- ev }
