@@ -51,7 +51,6 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 	switch {
 	case strings.HasPrefix(p, prefixWorker):
 		route = routeWorker
-		handle = func(w http.ResponseWriter, r *http.Request) int { return wh.handleWorker(w, r, p[len(prefixWorker):]) }
 	case p == pathWorkers:
 		route, handle = routeWorkers, wh.handleWorkers
 	case p == pathLivez:
@@ -70,6 +69,9 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h["Allow"] = hdrAllow
 		return route, writeError(w, http.StatusMethodNotAllowed, "only GET and HEAD")
+	}
+	if handle == nil { // the hot path, called without a closure
+		return route, wh.handleWorker(w, r, p[len(prefixWorker):])
 	}
 	return route, handle(w, r)
 }

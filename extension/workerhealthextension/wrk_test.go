@@ -31,7 +31,8 @@ import (
 //
 // It serves 10,000 workers, times /health/workers, then runs
 // `wrk -t1 -c8 -d30s` against /health/workers/{id} with random ids from the
-// fleet (testdata/wrk/random_ids.lua). WORKERHEALTH_WRK_DURATION overrides 30s.
+// fleet (testdata/wrk/random_ids.lua). WORKERHEALTH_WRK_DURATION overrides 30s,
+// WORKERHEALTH_WRK_SCRIPT the Lua script.
 func TestWrkLoad(t *testing.T) {
 	if os.Getenv("WORKERHEALTH_WRK") != "1" {
 		t.Skip("set WORKERHEALTH_WRK=1 to run the wrk load test")
@@ -81,7 +82,7 @@ func TestWrkLoad(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(ids, []byte(b.String()), 0o600))
 
-	script, err := filepath.Abs(filepath.Join("testdata", "wrk", "random_ids.lua"))
+	script, err := filepath.Abs(cmpOr(os.Getenv("WORKERHEALTH_WRK_SCRIPT"), filepath.Join("testdata", "wrk", "random_ids.lua")))
 	require.NoError(t, err)
 	cmd := exec.Command(wrk, "-t1", "-c8", "-d"+duration, "--latency", "-s", script, base, "--", ids)
 	var out bytes.Buffer
