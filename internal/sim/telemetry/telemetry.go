@@ -61,7 +61,13 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
-	installErrorHandler(o.ServiceName)
+	who := o.ServiceName
+	for _, a := range o.Attributes {
+		if a.Key == AttrWorkerID {
+			who += " " + a.Value.AsString()
+		}
+	}
+	installErrorHandler(who)
 
 	attrs := append([]attribute.KeyValue{attribute.String("service.name", o.ServiceName)}, o.Attributes...)
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
