@@ -15,6 +15,7 @@ stop() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	echo "stopped; logs in $logdir"
+	exit 0
 }
 trap stop INT TERM EXIT
 
@@ -40,4 +41,5 @@ Ctrl-C stops everything.
 MSG
 # Wait for either to end; if one dies, stop the other.
 wait -n "${pids[@]}" || true
+trap - EXIT
 echo "a process ended on its own; see $logdir"

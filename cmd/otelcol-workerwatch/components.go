@@ -12,6 +12,7 @@ import (
 	filestorage "github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	resourceprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor"
 	hostmetricsreceiver "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver"
+	workerhealthextension "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 	workerhealthprocessor "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 	workerprocessreceiver "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 	"go.opentelemetry.io/collector/component"
@@ -54,6 +55,7 @@ func components() (otelcol.Factories, error) {
 		filestorage.NewFactory(),
 		pprofextension.NewFactory(),
 		bearertokenauthextension.NewFactory(),
+		workerhealthextension.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -62,6 +64,7 @@ func components() (otelcol.Factories, error) {
 		filestorage.NewFactory().Type():              "github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage v0.165.1",
 		pprofextension.NewFactory().Type():           "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension v0.165.1",
 		bearertokenauthextension.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension v0.165.1",
+		workerhealthextension.NewFactory().Type():    "github.com/workerwatch/workerwatch v0.0.0",
 	})
 
 	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](

@@ -96,6 +96,7 @@ func TestBinary(t *testing.T) {
 			"otlp_grpc", "otlp_http", "debug", "prometheus", "prometheus_remote_write", "file", // exporters
 			"file_storage", "pprof", "bearertokenauth", // extensions
 			"span_metrics", // connectors
+			"worker_process", "worker_health", // this project's receiver, processor and extension
 		} {
 			assert.True(t, listed[name], "components does not list %s", name)
 		}

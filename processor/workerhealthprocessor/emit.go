@@ -21,7 +21,7 @@ const (
 
 	mState       = "workerwatch.worker.state"
 	mTransitions = "workerwatch.worker.state.transitions"
-	mRunsActive  = "workerwatch.worker.runs.active"
+	mRunsActive  = "workerwatch.worker.runs.held"
 	mDrift       = "workerwatch.worker.drift"
 	mClaims      = "workerwatch.worker.claims"
 	mKills       = "workerwatch.worker.kills"
