@@ -16,7 +16,9 @@ MDATAGEN   := $(CACHE)/mdatagen-$(MDATAGEN_VERSION)/mdatagen
 # Components with a metadata.yaml, whose internal/metadata is generated.
 METADATA   := $(wildcard receiver/*/metadata.yaml processor/*/metadata.yaml extension/*/metadata.yaml)
 # What `make generate` writes; `make check-generate` fails if it changes any.
-GENERATED  := cmd/otelcol-workerwatch $(foreach m,$(METADATA),$(dir $(m)))
+GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_windows.go components.go) \
+	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
+		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
 .PHONY: all build run test vet fmt-check check-generate generate unit e2e bench clean
 

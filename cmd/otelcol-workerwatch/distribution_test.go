@@ -95,7 +95,7 @@ func TestBinary(t *testing.T) {
 			"batch", "memory_limiter", "resource", // processors
 			"otlp_grpc", "otlp_http", "debug", "prometheus", "prometheus_remote_write", "file", // exporters
 			"file_storage", "pprof", "bearertokenauth", // extensions
-			"span_metrics", // connectors
+			"span_metrics",                    // connectors
 			"worker_process", "worker_health", // this project's receiver, processor and extension
 		} {
 			assert.True(t, listed[name], "components does not list %s", name)
