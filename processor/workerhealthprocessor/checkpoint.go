@@ -53,6 +53,7 @@ type cpWorker struct {
 	LastClaim     int64             `json:"last_claim"`
 	PrevState     workerstate.State `json:"prev_state"`
 	Runs          map[string]cpRun  `json:"runs,omitempty"`
+	SchedKnown    bool              `json:"sched_known,omitempty"`
 }
 
 type checkpointDoc struct {
@@ -88,7 +89,7 @@ func (t *tracker) marshal() ([]byte, error) {
 			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, OverSamples: w.overSamples, OverSince: w.overSince,
 			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
 			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
-			PrevState: w.state}
+			PrevState: w.state, SchedKnown: w.schedKnown}
 		if len(w.runs) > 0 {
 			cw.Runs = make(map[string]cpRun, len(w.runs))
 			for rid, r := range w.runs {
@@ -123,6 +124,7 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 			w.killRing, w.killNext = cw.KillRing, cw.KillNext
 		}
 		w.kills, w.claims, w.lastClaim = cw.Kills, cw.Claims, cw.LastClaim
+		w.schedKnown = cw.SchedKnown
 		// The verdict is not restored: unknown until evaluated (never healthy
 		// by default after a restart).
 		w.state, w.since = workerstate.Unknown, now

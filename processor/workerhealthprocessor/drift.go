@@ -6,8 +6,8 @@ import "sort"
 // only once it is older than the grace period, measured from when it BEGAN
 // (the later of the holder's claim and the other side's end), so a finish the
 // scheduler learns a few seconds after the worker is not drift. Orphaned runs
-// are judged only while the scheduler is reporting at all: without it every
-// run would look orphaned.
+// are judged only while the scheduler is reporting at all, and only for
+// workers it has named: without it every run would look orphaned.
 func (t *tracker) drift(w *worker, now int64) {
 	grace := int64(t.cfg.Drift.Grace)
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
@@ -26,7 +26,7 @@ func (t *tracker) drift(w *worker, now int64) {
 			if now-max(r.sAt, r.wEnd) >= grace {
 				w.missing = append(w.missing, id)
 			}
-		case wh && !sh && schedulerLive:
+		case wh && !sh && schedulerLive && w.schedKnown:
 			if now-max(r.wAt, r.sEnd) >= grace {
 				w.orphaned = append(w.orphaned, id)
 			}

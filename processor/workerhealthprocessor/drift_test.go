@@ -56,8 +56,17 @@ func TestDrift(t *testing.T) {
 		{
 			name: "orphaned after the grace period while the scheduler reports",
 			steps: []dstep{
-				{do: both(schedAlive, wClaim("r2")), advance: 3 * sec, want: driftWant{missing: []string{}, orphaned: []string{"r2"}}},
+				// The scheduler knows w1 (it assigned and ended r1 earlier).
+				{do: both(schedAlive, sClaim("r1"), sFinish("r1"), wClaim("r2")), advance: 3 * sec, want: driftWant{missing: []string{}, orphaned: []string{"r2"}}},
 				{do: both(schedAlive, sFinish("r2"), wFinish("r2")), advance: sec, want: none},
+			},
+		},
+		{
+			// A worker that makes its own work (or is scheduled elsewhere)
+			// has no scheduler view to disagree with.
+			name: "no orphans for a worker the scheduler never named",
+			steps: []dstep{
+				{do: both(schedAlive, wClaim("r2")), advance: 4 * sec, want: none},
 			},
 		},
 		{

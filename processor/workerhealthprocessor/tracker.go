@@ -57,6 +57,11 @@ type worker struct {
 	firstMention, lastMention, lastAlive int64
 	fresh                                bool
 
+	// schedKnown: the scheduler has named this worker at least once. Only
+	// then can its runs be orphaned: a worker no scheduler knows (one that
+	// generates its own work, or is scheduled elsewhere) has no other view.
+	schedKnown bool
+
 	present   int8
 	capacity  int // reported by the worker, -1 = not reported
 	rss       int64
@@ -314,6 +319,9 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	w := t.get(e.worker, now)
 	if w == nil {
 		return
+	}
+	if e.src == srcScheduler {
+		w.schedKnown = true
 	}
 	if e.src == srcWorker {
 		w.fresh = true

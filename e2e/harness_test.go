@@ -1,0 +1,231 @@
+//go:build e2e
+
+// Package e2e runs the real otelcol-workerwatch binary against the simulated
+// fleet, a real Prometheus and a real Jaeger, all on loopback, and asserts
+// through their query APIs. Run it with `make e2e` (needs `make build` and
+// scripts/install-test-deps.sh); `go test ./...` skips it (build tag e2e).
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// paths of what the suite runs; bin/ is filled by `make build`.
+var (
+	repoRoot, _ = filepath.Abs("..")
+	binDir      = filepath.Join(repoRoot, "bin")
+	cacheDir    = envOr("CACHE", filepath.Join(os.Getenv("HOME"), ".cache", "workerwatch"))
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// need returns the path of an executable the suite cannot run without. Missing
+// tools skip the suite locally, but fail it in CI where .ci/run installs them.
+func need(t testing.TB, name string, candidates ...string) string {
+	t.Helper()
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not found (scripts/install-test-deps.sh installs it)", name)
+	}
+	t.Skipf("%s not found; run scripts/install-test-deps.sh", name)
+	return ""
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a process the suite started; its output goes to a log file kept in
+// the test's log directory so a failure can be read afterwards.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+var logDir = func() string {
+	d := filepath.Join(cacheDir, "e2e-logs")
+	_ = os.MkdirAll(d, 0o755)
+	return d
+}()
+
+func start(t testing.TB, name string, env []string, bin string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	// Own process group: stop() can signal everything it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Logf("e2e: started %s pid=%d (log %s)", name, cmd.Process.Pid, logPath)
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// stop sends SIGTERM and waits up to 20 s, then kills the whole group.
+func (p *proc) stop(t testing.TB) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Errorf("%s did not stop within 20s of SIGTERM; killing its group", p.name)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// eventually polls cond every interval until it returns nil or the deadline
+// passes; the last error explains the failure.
+func eventually(t testing.TB, within, every time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %s: %v", what, within, err)
+		}
+		time.Sleep(every)
+	}
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+// getJSON GETs u into v and returns the status code.
+func getJSON(u string, v any) (int, error) {
+	resp, err := httpClient.Get(u)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode %s: %w: %.200s", u, err, b)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// waitListening waits until addr accepts TCP connections.
+func waitListening(t testing.TB, p *proc, addr string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, 200*time.Millisecond, p.name+" listening on "+addr, func() error {
+		if p.exited() {
+			t.Fatalf("%s exited early:\n%s", p.name, p.tail())
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
+
+// promQuery runs an instant PromQL query and returns the vector's samples.
+type promSample struct {
+	Metric map[string]string `json:"metric"`
+	Value  [2]any            `json:"value"`
+}
+
+func (s promSample) float() float64 {
+	var f float64
+	if str, ok := s.Value[1].(string); ok {
+		fmt.Sscan(str, &f)
+	}
+	return f
+}
+
+func promQuery(base, q string) ([]promSample, error) {
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string       `json:"resultType"`
+			Result     []promSample `json:"result"`
+		} `json:"data"`
+	}
+	code, err := getJSON(base+"/api/v1/query?query="+url.QueryEscape(q), &out)
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 || out.Status != "success" {
+		return nil, fmt.Errorf("query %q: HTTP %d %s", q, code, out.Error)
+	}
+	return out.Data.Result, nil
+}
+
+func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+var _ = strings.TrimSpace
