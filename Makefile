@@ -20,7 +20,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run test vet fmt-check check-generate generate unit e2e bench clean
+.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench clean
 
 all: build
 
@@ -33,10 +33,11 @@ build:
 run: build
 	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
 
-test: vet fmt-check check-generate unit e2e
+test: vet fmt-check check-generate unit check-configs e2e
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -45,9 +46,27 @@ fmt-check:
 unit:
 	$(GO) test -race -count=1 ./...
 
-# End-to-end through the real binary with real Prometheus and Jaeger.
+# End-to-end through the real binary with real Prometheus, Jaeger, Chromium
+# and the Node.js example (scripts/install-test-deps.sh installs them).
+# The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
 e2e: build
-	@if [ -d e2e ]; then $(GO) test -count=1 -timeout 30m -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' ; exit $${PIPESTATUS[0]}; fi
+	@mkdir -p $(CACHE)
+	@$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
+		grep -E '^\s*(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
+
+# Every collector config shipped is valid for the real binary (with the
+# environment the deploy/ manifests set), and the
+# Prometheus rules load and pass their unit tests.
+check-configs: build
+	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' | grep -v '/bad-'); do \
+		GATEWAY_ENDPOINT=gateway:4317 TRACES_ENDPOINT=tempo:4317 LOGS_ENDPOINT=http://loki:3100/otlp \
+		K8S_NODE_NAME=node-a POD_NAME=worker-0 \
+		$(COLLECTOR) validate --config $$f >/dev/null || { echo "invalid: $$f"; exit 1; }; echo "valid: $$f"; done
+	@for f in $$(git ls-files 'testdata/bad-*.yaml'); do \
+		if $(COLLECTOR) validate --config $$f >/dev/null 2>&1; then echo "accepted but must be refused: $$f"; exit 1; fi; done
+	promtool check rules deploy/prometheus/alerts.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml
+	promtool check config --syntax-only deploy/prometheus/prometheus.yml
 
 generate: $(MDATAGEN)
 	$(GO) tool builder --config builder-config.yaml --skip-compilation --skip-get-modules
