@@ -21,7 +21,9 @@ trap stop INT TERM EXIT
 
 "$collector" >"$logdir/collector.log" 2>&1 &
 pids+=($!)
-"$sim" fleet --workers 6 --faults leak,hang,drop-claims,timeout,none,none \
+# --run-rate 6: more work than the fleet can do, so runs are pending and the
+# hang worker, which claims nothing, is stalled rather than merely idle.
+"$sim" fleet --workers 6 --faults leak,hang,drop-claims,timeout,none,none --run-rate 6 \
 	--otlp-endpoint 127.0.0.1:4318 >"$logdir/fleet.log" 2>&1 &
 pids+=($!)
 
