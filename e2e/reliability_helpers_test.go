@@ -1,0 +1,334 @@
+//go:build e2e
+
+package e2e
+
+// Helpers of the reliability tests (reliability_*_test.go, docs/reliability.md):
+// a receiving backend collector whose files are counted by id, an OTLP/HTTP
+// sender that knows exactly what the collector accepted, the collector's own
+// metrics, and process RSS/CPU from /proc.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// relIDKey is the attribute every span and log record of the outage test
+// carries: a unique id the backend's files are counted by.
+const relIDKey = "workerwatch.test.id"
+
+func collectorBinary(t testing.TB) string {
+	return need(t, "otelcol-workerwatch", filepath.Join(binDir, "otelcol-workerwatch"))
+}
+
+func telemetrygenBinary(t testing.TB) string {
+	return need(t, "telemetrygen", filepath.Join(cacheDir, "bin", "telemetrygen"))
+}
+
+func loopbackAddr(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
+
+// backend is a second otelcol-workerwatch (testdata/reliability-backend.yaml):
+// OTLP/HTTP in, JSON lines out.
+type backend struct {
+	p                    *proc
+	addr                 string
+	tracesFile, logsFile string
+}
+
+func startBackend(t testing.TB, name, addr, dir string) *backend {
+	t.Helper()
+	b := &backend{addr: addr,
+		tracesFile: filepath.Join(dir, name+"-traces.jsonl"),
+		logsFile:   filepath.Join(dir, name+"-logs.jsonl")}
+	b.p = start(t, name, []string{"REL_BACKEND_OTLP=" + addr, "REL_BACKEND_TRACES=" + b.tracesFile,
+		"REL_BACKEND_LOGS=" + b.logsFile}, collectorBinary(t),
+		"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-backend.yaml"))
+	waitListening(t, b.p, addr, 60*time.Second)
+	return b
+}
+
+// idCounts counts the spans and log records carrying relIDKey, by id, in the
+// backend files given (a partly written last line is skipped).
+func idCounts(files ...string) (spans, logs map[string]int, err error) {
+	spans, logs = map[string]int{}, map[string]int{}
+	var tu ptrace.JSONUnmarshaler
+	var lu plog.JSONUnmarshaler
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 256<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			if bytes.Contains(line, []byte(`"resourceSpans"`)) {
+				td, err := tu.UnmarshalTraces(line)
+				if err != nil {
+					continue
+				}
+				for i := 0; i < td.ResourceSpans().Len(); i++ {
+					ss := td.ResourceSpans().At(i).ScopeSpans()
+					for j := 0; j < ss.Len(); j++ {
+						sp := ss.At(j).Spans()
+						for k := 0; k < sp.Len(); k++ {
+							if v, ok := sp.At(k).Attributes().Get(relIDKey); ok {
+								spans[v.Str()]++
+							}
+						}
+					}
+				}
+			} else if bytes.Contains(line, []byte(`"resourceLogs"`)) {
+				ld, err := lu.UnmarshalLogs(line)
+				if err != nil {
+					continue
+				}
+				for i := 0; i < ld.ResourceLogs().Len(); i++ {
+					sl := ld.ResourceLogs().At(i).ScopeLogs()
+					for j := 0; j < sl.Len(); j++ {
+						lr := sl.At(j).LogRecords()
+						for k := 0; k < lr.Len(); k++ {
+							if v, ok := lr.At(k).Attributes().Get(relIDKey); ok {
+								logs[v.Str()]++
+							}
+						}
+					}
+				}
+			}
+		}
+		fh.Close()
+		if err := sc.Err(); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return spans, logs, nil
+}
+
+// duplicates returns how many deliveries beyond the first there were.
+func duplicates(m map[string]int) (extra int) {
+	for _, n := range m {
+		extra += n - 1
+	}
+	return extra
+}
+
+// otlpSender posts OTLP/HTTP protobuf requests of `per` spans or log records,
+// each with a unique relIDKey, and retries a request until the collector
+// accepts it (HTTP 200): what it counts as sent is exactly what was accepted.
+type otlpSender struct {
+	base     string // http://host:port
+	per      int
+	client   *http.Client
+	attempts int // requests posted, including retries
+}
+
+func newSender(addr string, per int) *otlpSender {
+	return &otlpSender{base: "http://" + addr, per: per, client: &http.Client{Timeout: 5 * time.Second}}
+}
+
+func (s *otlpSender) traces(seq int) []byte {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "reliability-sender")
+	rs.Resource().Attributes().PutStr("cicd.worker.id", "rel-worker")
+	sp := rs.ScopeSpans().AppendEmpty().Spans()
+	now := time.Now()
+	for i := 0; i < s.per; i++ {
+		span := sp.AppendEmpty()
+		n := seq*s.per + i
+		var tid [16]byte
+		var sid [8]byte
+		copy(tid[:], fmt.Sprintf("rel-trace-%06d", seq))
+		copy(sid[:], fmt.Sprintf("%08d", n))
+		span.SetTraceID(pcommon.TraceID(tid))
+		span.SetSpanID(pcommon.SpanID(sid))
+		span.SetName("reliability")
+		span.SetStartTimestamp(pcommon.NewTimestampFromTime(now))
+		span.SetEndTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Millisecond)))
+		span.Attributes().PutStr(relIDKey, fmt.Sprintf("s-%d", n))
+	}
+	b, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	return b
+}
+
+func (s *otlpSender) logs(seq int) []byte {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", "reliability-sender")
+	rl.Resource().Attributes().PutStr("cicd.worker.id", "rel-worker")
+	lr := rl.ScopeLogs().AppendEmpty().LogRecords()
+	now := pcommon.NewTimestampFromTime(time.Now())
+	for i := 0; i < s.per; i++ {
+		r := lr.AppendEmpty()
+		n := seq*s.per + i
+		r.SetTimestamp(now)
+		r.Body().SetStr("reliability record")
+		r.Attributes().PutStr(relIDKey, fmt.Sprintf("l-%d", n))
+	}
+	b, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	return b
+}
+
+// post sends one request until it is accepted or the deadline passes.
+func (s *otlpSender) post(path string, body []byte, deadline time.Time) error {
+	var last error
+	for time.Now().Before(deadline) {
+		s.attempts++
+		resp, err := s.client.Post(s.base+path, "application/x-protobuf", bytes.NewReader(body))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not accepted before the deadline: %v", path, last)
+}
+
+// metricsText GETs a Prometheus text endpoint.
+func metricsText(u string) (string, error) {
+	resp, err := httpClient.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metricSum sums the samples of metric name whose label set contains every
+// `k="v"` of match (Prometheus text format; no exemplars).
+func metricSum(text, name string, match ...string) (sum float64, found bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		ok := true
+		for _, m := range match {
+			if !strings.Contains(rest, m) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
+}
+
+// procUsage is a process's resident memory and CPU time (user+system).
+type procUsage struct {
+	rss int64   // bytes
+	cpu float64 // seconds
+}
+
+const clkTck = 100 // USER_HZ on Linux
+
+func readProcUsage(pid int) (procUsage, error) {
+	var u procUsage
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	s := string(st)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// after "pid (comm) ": state is f[0]; utime is field 14 (f[11]), stime f[12].
+	if len(f) < 22 {
+		return u, fmt.Errorf("short stat of %d", pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	stt, _ := strconv.ParseFloat(f[12], 64)
+	u.cpu = (ut + stt) / clkTck
+	rss, _ := strconv.ParseInt(f[21], 10, 64)
+	u.rss = rss * int64(os.Getpagesize())
+	return u, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// errorLines returns the collector log lines logged at error level.
+func errorLines(path string) []string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "\terror\t") || strings.Contains(l, `"level":"error"`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitReady waits for the worker_health extension's /readyz.
+func waitReady(t testing.TB, p *proc, healthAddr string) {
+	t.Helper()
+	eventually(t, 60*time.Second, 200*time.Millisecond, p.name+" ready", func() error {
+		if p.exited() {
+			t.Fatalf("%s exited:\n%s", p.name, p.tail())
+		}
+		code, err := getJSON("http://"+healthAddr+"/readyz", nil)
+		if err == nil && code != 200 {
+			err = fmt.Errorf("/readyz %d", code)
+		}
+		return err
+	})
+}
+
+// envMinutes reads a duration in minutes (fractions allowed) from the environment.
+func envMinutes(name string, def float64) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			return time.Duration(f * float64(time.Minute))
+		}
+	}
+	return time.Duration(def * float64(time.Minute))
+}
