@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -40,6 +41,10 @@ type Config struct {
 	// workerwatch.process.top.memory.usage: the N largest processes by RSS
 	// per worker. Default 5; must be between 0 and 100.
 	TopProcesses int `mapstructure:"top_processes"`
+	// TopProcessesCommandLine adds the redacted command line
+	// (process.command_line) to the top-N series only. Off by default:
+	// command lines carry secrets.
+	TopProcessesCommandLine CommandLineConfig `mapstructure:"top_processes_command_line"`
 	// PSSMaxRSS is the RSS above which a process's PSS is not read (reading
 	// smaps_rollup walks every mapping and stalls a big process), for the
 	// opt-in metric workerwatch.process.memory.pss. Default 256MiB (268435456).
@@ -111,6 +116,18 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.TopProcesses < 0 || cfg.TopProcesses > 100 {
 		errs = append(errs, fmt.Errorf("top_processes: must be between 0 and 100, got %d", cfg.TopProcesses))
+	}
+	for i, p := range cfg.TopProcessesCommandLine.Redact {
+		if _, err := regexp.Compile(p); err != nil {
+			errs = append(errs, fmt.Errorf("top_processes_command_line.redact[%d]: %w", i, err))
+		}
+	}
+	top := cfg.Metrics.WorkerwatchProcessTopMemoryUsage
+	if cfg.TopProcessesCommandLine.Enabled && (!top.Enabled || cfg.TopProcesses == 0) {
+		errs = append(errs, errors.New("top_processes_command_line.enabled: needs metrics.workerwatch.process.top.memory.usage.enabled: true and top_processes above 0 (the command line is only an attribute of that metric)"))
+	}
+	if !cfg.TopProcessesCommandLine.Enabled && slices.Contains(top.EnabledAttributes, metadata.WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine) {
+		errs = append(errs, errors.New("metrics.workerwatch.process.top.memory.usage.attributes: process.command_line is switched on by top_processes_command_line.enabled: true (which also redacts it), not here"))
 	}
 	if cfg.PSSMaxRSS < 0 {
 		errs = append(errs, fmt.Errorf("pss_max_rss: must not be negative, got %d", cfg.PSSMaxRSS))

@@ -1,10 +1,8 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
-	"bytes"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -68,7 +66,7 @@ func (s *workerScraper) discoverPIDFile(k *workerKind, now time.Time) {
 	case err == errPermission:
 		s.permissionOnce(k.key+"/pidfile", "cannot read the pid file; make it readable by the collector's user", zap.String("pid_file", k.cfg.Selector.PIDFile))
 	case err == nil:
-		pid := int32(parseInt(bytes.TrimSpace(b)))
+		pid := parsePIDFile(b)
 		var st procStat
 		if pid > 0 && s.r.readStat(pid, &st) == nil && st.state != 'Z' {
 			roots = append(roots, rootInfo{pid: pid, start: st.starttime})
@@ -135,11 +133,7 @@ func (s *workerScraper) cgroupProcs(dir string, out []int32) []int32 {
 	if err != nil {
 		return out
 	}
-	for _, f := range bytes.Fields(b) {
-		if p := parsePid(f); p > 0 {
-			out = append(out, p)
-		}
-	}
+	out = parsePidList(b, out)
 	var subdirs []string
 	s.r.plainPath(dir)
 	_ = s.r.forEachDirent(func(name []byte, typ byte) {
@@ -306,11 +300,7 @@ func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	if rel == "" {
 		s.r.pidPath(r.pid, "cgroup")
 		if b, err := s.r.readPath(); err == nil {
-			for _, line := range strings.Split(string(b), "\n") {
-				if strings.HasPrefix(line, "0::") {
-					rel = strings.TrimPrefix(line, "0::")
-				}
-			}
+			rel = cgroupV2Path(b)
 		}
 	}
 	// The root cgroup "/" is the whole host: its figures are not the worker's.
@@ -331,11 +321,8 @@ func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	}
 	if w.cgroupDir != "" {
 		if b, err := s.r.readFile(w.cgroupDir + "/cpu.max"); err == nil {
-			f := bytes.Fields(b)
-			if len(f) == 2 && string(f[0]) != "max" {
-				if q, p := parseInt(f[0]), parseInt(f[1]); q > 0 && p > 0 && float64(q)/float64(p) < w.ncpu {
-					w.ncpu = float64(q) / float64(p)
-				}
+			if n, ok := parseCPUMax(b); ok && n < w.ncpu {
+				w.ncpu = n
 			}
 		}
 	}

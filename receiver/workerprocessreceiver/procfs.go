@@ -12,6 +12,9 @@ package workerprocessreceiver // import "github.com/workerwatch/workerwatch/rece
 
 import (
 	"errors"
+	"math"
+	"path"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -222,27 +225,28 @@ func parseStat(b []byte, st *procStat) bool {
 				st.state = tok[0]
 			}
 		case 4:
-			st.ppid = int32(parseInt(tok))
+			st.ppid = int32(min(parseCount(tok), math.MaxInt32))
 		case 9:
-			st.flags = uint64(parseInt(tok))
+			st.flags = uint64(parseCount(tok))
 		case 10:
-			st.minflt = uint64(parseInt(tok))
+			st.minflt = uint64(parseCount(tok))
 		case 11:
-			st.cminflt = uint64(parseInt(tok))
+			st.cminflt = uint64(parseCount(tok))
 		case 14:
-			st.utime = uint64(parseInt(tok))
+			st.utime = uint64(parseCount(tok))
 		case 15:
-			st.stime = uint64(parseInt(tok))
+			st.stime = uint64(parseCount(tok))
 		case 16:
-			st.cutime = uint64(max(parseInt(tok), 0))
+			st.cutime = uint64(parseCount(tok))
 		case 17:
-			st.cstime = uint64(max(parseInt(tok), 0))
+			st.cstime = uint64(parseCount(tok))
 		case 20:
-			st.numThreads = parseInt(tok)
+			st.numThreads = parseCount(tok)
 		case 22:
-			st.starttime = uint64(parseInt(tok))
+			st.starttime = uint64(parseCount(tok))
 		case 24:
-			st.rssPages = max(parseInt(tok), 0)
+			// In pages: bounded so that rssPages*pageSize cannot overflow.
+			st.rssPages = min(parseCount(tok), math.MaxInt64/pageSize)
 		}
 		field++
 		i = j + 1
@@ -251,7 +255,8 @@ func parseStat(b []byte, st *procStat) bool {
 }
 
 // parseInt parses a decimal integer with an optional sign; garbage yields
-// the digits read so far.
+// the digits read so far. It saturates at ±math.MaxInt64 instead of wrapping
+// (a corrupt or hostile file must not turn a huge number into a negative one).
 func parseInt(b []byte) int64 {
 	neg := false
 	if len(b) > 0 && b[0] == '-' {
@@ -263,13 +268,22 @@ func parseInt(b []byte) int64 {
 		if c < '0' || c > '9' {
 			break
 		}
-		n = n*10 + int64(c-'0')
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			n = math.MaxInt64
+			break
+		}
+		n = n*10 + d
 	}
 	if neg {
 		return -n
 	}
 	return n
 }
+
+// parseCount parses a value that is never negative (a counter, a size, a
+// tick count): a negative number yields 0.
+func parseCount(b []byte) int64 { return max(parseInt(b), 0) }
 
 // parsePid parses a directory name that is all digits, or returns -1.
 func parsePid(b []byte) int32 {
@@ -384,24 +398,43 @@ func (r *procReader) children(pid, tid int32, out []int32) ([]int32, error) {
 	if err != nil {
 		return out, err
 	}
+	return parsePidList(b, out), nil
+}
+
+// parsePidList appends the pids of a whitespace-separated list (the children
+// file, cgroup.procs). Anything that is not a valid pid (0, out of int32
+// range, not all digits) is skipped: a wrapped number must never name another
+// process, such as pid 1.
+func parsePidList(b []byte, out []int32) []int32 {
 	i := 0
 	for i < len(b) {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\n') {
+		for i < len(b) && isSpace(b[i]) {
 			i++
 		}
 		j := i
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		for j < len(b) && !isSpace(b[j]) {
 			j++
 		}
-		if j > i {
-			out = append(out, int32(parseInt(b[i:j])))
-		}
-		if j == i {
-			j++
+		if p := parsePid(b[i:j]); p > 0 {
+			out = append(out, p)
 		}
 		i = j
 	}
-	return out, nil
+	return out
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' || c == '\r' }
+
+// parsePIDFile parses a pid file: one pid, surrounding whitespace allowed.
+// It returns 0 for anything else.
+func parsePIDFile(b []byte) int32 {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return max(parsePid(b), 0)
 }
 
 // tids appends the thread ids of a process.
@@ -444,6 +477,18 @@ func (r *procReader) environ(pid int32, name string) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
+	v, ok := envValue(b, name)
+	return v, ok, nil
+}
+
+// envValue returns the value of the variable name in the content of an
+// environ file (NUL-separated NAME=value). Only that value is copied out of
+// the buffer: no other variable of the process is kept anywhere (the buffer
+// itself is overwritten by the next read).
+func envValue(b []byte, name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
 	for len(b) > 0 {
 		end := len(b)
 		for k, c := range b {
@@ -454,14 +499,14 @@ func (r *procReader) environ(pid int32, name string) (string, bool, error) {
 		}
 		kv := b[:end]
 		if len(kv) > len(name) && kv[len(name)] == '=' && string(kv[:len(name)]) == name {
-			return string(kv[len(name)+1:]), true, nil
+			return string(kv[len(name)+1:]), true
 		}
 		if end == len(b) {
 			break
 		}
 		b = b[end+1:]
 	}
-	return "", false, nil
+	return "", false
 }
 
 // pss returns the Pss of /proc/<pid>/smaps_rollup in bytes.
@@ -494,7 +539,7 @@ func fieldKB(b []byte, key string) (int64, bool) {
 			for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
 				rest = rest[1:]
 			}
-			return parseInt(rest) * 1024, true
+			return min(parseCount(rest), math.MaxInt64/1024) * 1024, true
 		}
 		if end == len(b) {
 			break
@@ -530,7 +575,12 @@ func statusLine(b []byte, key string) ([]byte, bool) {
 	return nil, false
 }
 
-// countCPUList counts the CPUs in a list such as "0-3,8,10-11".
+// maxCPUs bounds a CPU count read from a file (the kernel's NR_CPUS is at
+// most 8192): a corrupt list must not yield a huge or overflowing count.
+const maxCPUs = 1 << 16
+
+// countCPUList counts the CPUs in a list such as "0-3,8,10-11" (at most
+// maxCPUs).
 func countCPUList(b []byte) int {
 	n := 0
 	for len(b) > 0 {
@@ -553,10 +603,13 @@ func countCPUList(b []byte) int {
 				n++
 			}
 		} else {
-			lo, hi := parseInt(part[:dash]), parseInt(part[dash+1:])
-			if hi >= lo {
+			lo, hi := parseCount(part[:dash]), parseCount(part[dash+1:])
+			if hi >= lo && hi < maxCPUs {
 				n += int(hi - lo + 1)
 			}
+		}
+		if n >= maxCPUs {
+			return maxCPUs
 		}
 		if end == len(b) {
 			break
@@ -566,7 +619,8 @@ func countCPUList(b []byte) int {
 	return n
 }
 
-// spaceField finds a "key value" line (cgroup files such as memory.events).
+// spaceField finds a "key value" line (cgroup files such as memory.events);
+// the value is a count, never negative.
 func spaceField(b []byte, key string) (int64, bool) {
 	for len(b) > 0 {
 		end := len(b)
@@ -578,7 +632,7 @@ func spaceField(b []byte, key string) (int64, bool) {
 		}
 		line := b[:end]
 		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ' ' {
-			return parseInt(line[len(key)+1:]), true
+			return parseCount(line[len(key)+1:]), true
 		}
 		if end == len(b) {
 			break
@@ -586,4 +640,74 @@ func spaceField(b []byte, key string) (int64, bool) {
 		b = b[end+1:]
 	}
 	return 0, false
+}
+
+// parseCgroupMemory parses memory.current or memory.max: a byte count, or
+// "max" (no limit), which yields ok=false.
+func parseCgroupMemory(b []byte) (int64, bool) {
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 || b[0] < '0' || b[0] > '9' {
+		return 0, false
+	}
+	return parseCount(b), true
+}
+
+// parseCPUMax parses cgroup v2 cpu.max ("$QUOTA $PERIOD", QUOTA may be "max")
+// into a number of CPUs; ok=false when unlimited or malformed.
+func parseCPUMax(b []byte) (float64, bool) {
+	var f [3][]byte
+	n := 0
+	i := 0
+	for i < len(b) && n < len(f) {
+		for i < len(b) && isSpace(b[i]) {
+			i++
+		}
+		j := i
+		for j < len(b) && !isSpace(b[j]) {
+			j++
+		}
+		if j > i {
+			f[n] = b[i:j]
+			n++
+		}
+		i = j
+	}
+	if n != 2 || string(f[0]) == "max" {
+		return 0, false
+	}
+	q, p := parseInt(f[0]), parseInt(f[1])
+	if q <= 0 || p <= 0 {
+		return 0, false
+	}
+	return float64(q) / float64(p), true
+}
+
+// cgroupV2Path returns the cgroup v2 path of a /proc/<pid>/cgroup file (its
+// "0::" line), or "" when there is none or it is not a clean absolute path
+// (a path with ".." must not lead outside cgroup_root).
+func cgroupV2Path(b []byte) string {
+	rel := ""
+	for len(b) > 0 {
+		end := len(b)
+		for k, c := range b {
+			if c == '\n' {
+				end = k
+				break
+			}
+		}
+		line := b[:end]
+		if len(line) >= 3 && string(line[:3]) == "0::" {
+			rel = string(line[3:])
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	if rel == "" || rel[0] != '/' || path.Clean(rel) != rel || strings.ContainsRune(rel, 0) {
+		return ""
+	}
+	return rel
 }

@@ -34,6 +34,9 @@ type workerScraper struct {
 	wantFDs     bool
 	wantPSS     bool
 	wantTop     bool
+	// redact is non-nil only when top_processes_command_line is enabled:
+	// command lines are then read for the top-N series, always redacted.
+	redact *redactor
 
 	// Scratch reused across scrapes so that steady state allocates nothing per process.
 	stack    []int32
@@ -52,10 +55,26 @@ type workerScraper struct {
 }
 
 func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error) {
+	// process.command_line is exported only through its own switch, which
+	// also redacts it; Validate rejects enabling the attribute directly.
+	mbc := cfg.MetricsBuilderConfig
+	top := &mbc.Metrics.WorkerwatchProcessTopMemoryUsage
+	top.EnabledAttributes = slices.DeleteFunc(slices.Clone(top.EnabledAttributes), func(k metadata.WorkerwatchProcessTopMemoryUsageMetricAttributeKey) bool {
+		return k == metadata.WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine
+	})
+	var red *redactor
+	if cfg.TopProcessesCommandLine.Enabled {
+		var err error
+		if red, err = newRedactor(cfg.TopProcessesCommandLine.Redact); err != nil {
+			return nil, err
+		}
+		top.EnabledAttributes = append(top.EnabledAttributes, metadata.WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine)
+	}
 	s := &workerScraper{
 		cfg:         cfg,
 		logger:      set.Logger,
-		mb:          metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
+		redact:      red,
+		mb:          metadata.NewMetricsBuilder(mbc, set),
 		r:           newProcReader(cfg.ProcRoot),
 		now:         time.Now,
 		defaultNCPU: float64(runtime.NumCPU()),
@@ -335,24 +354,36 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 	k := w.kind
 	m, isNew := w.observe(pid, st)
 	changed := m.commChanged(st)
+	// The command line is read when a process is first seen, again on the
+	// second sighting and whenever comm changes, because a fork is seen with
+	// its parent's command line until it execs.
+	reread := isNew || changed || m.sightings == 2
+	cmd, cmdErr, cmdRead := "", error(nil), false
 	switch {
 	case isRoot:
 		w.setRole(m, 0)
 		if isNew {
 			m.role = 0
 		}
-	case isNew || changed || m.sightings == 2:
-		// Classify by command line when first seen; again on the second
-		// sighting and whenever comm changes, because a fork is seen with its
-		// parent's command line until it execs.
-		cmd, err := s.r.cmdline(pid)
-		if err == nil || isNew {
+	case reread:
+		// Classify by command line.
+		cmd, cmdErr = s.r.cmdline(pid)
+		cmdRead = true
+		if cmdErr == nil || isNew {
 			role := k.classify(st.commString(), cmd)
 			if isNew {
 				m.role = role
 			} else {
 				w.setRole(m, role)
 			}
+		}
+	}
+	if s.redact != nil && reread {
+		if !cmdRead {
+			cmd, cmdErr = s.r.cmdline(pid)
+		}
+		if cmdErr == nil {
+			m.cmdline = s.redact.apply(cmd)
 		}
 	}
 	if isNew {
@@ -401,7 +432,7 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 // pushTop keeps the n largest processes by RSS (insertion into a small sorted
 // slice; n is at most 100).
 func (w *worker) pushTop(n int, pid int32, m *member) {
-	e := topEntry{pid: pid, rss: m.rss, role: m.role, comm: m.comm, n: m.commLen}
+	e := topEntry{pid: pid, rss: m.rss, role: m.role, comm: m.comm, n: m.commLen, cmdline: m.cmdline}
 	if len(w.top) == n && w.top[n-1].rss >= e.rss {
 		return
 	}
@@ -464,7 +495,7 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 		}
 	}
 	for _, e := range w.top {
-		s.mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, e.rss, int64(e.pid), string(e.comm[:e.n]), w.kind.roles[e.role])
+		s.mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, e.rss, int64(e.pid), string(e.comm[:e.n]), w.kind.roles[e.role], e.cmdline)
 	}
 	if w.cgroupDir != "" {
 		s.emitCgroup(w, ts)
@@ -478,10 +509,14 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 // emitCgroup reads the worker's cgroup v2 memory files.
 func (s *workerScraper) emitCgroup(w *worker, ts pcommon.Timestamp) {
 	if b, err := s.r.readFile(w.cgroupDir + "/memory.current"); err == nil {
-		s.mb.RecordWorkerwatchCgroupMemoryCurrentDataPoint(ts, parseInt(b))
+		if v, ok := parseCgroupMemory(b); ok {
+			s.mb.RecordWorkerwatchCgroupMemoryCurrentDataPoint(ts, v)
+		}
 	}
-	if b, err := s.r.readFile(w.cgroupDir + "/memory.max"); err == nil && len(b) > 0 && b[0] != 'm' {
-		s.mb.RecordWorkerwatchCgroupMemoryMaxDataPoint(ts, parseInt(b))
+	if b, err := s.r.readFile(w.cgroupDir + "/memory.max"); err == nil {
+		if v, ok := parseCgroupMemory(b); ok {
+			s.mb.RecordWorkerwatchCgroupMemoryMaxDataPoint(ts, v)
+		}
 	}
 	if b, err := s.r.readFile(w.cgroupDir + "/memory.events"); err == nil {
 		if v, ok := spaceField(b, "oom_kill"); ok {

@@ -46,6 +46,9 @@ type member struct {
 
 	rss     int64
 	threads int64
+	// cmdline is the redacted command line, kept only when
+	// top_processes_command_line is enabled.
+	cmdline string
 }
 
 func (m *member) contribution() (uint64, uint64) {
@@ -67,6 +70,8 @@ type topEntry struct {
 	role int
 	comm [16]byte
 	n    int
+	// cmdline is the member's redacted command line ("" unless enabled).
+	cmdline string
 }
 
 // worker is one watched worker instance (one id).

@@ -509,6 +509,7 @@ const (
 	WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid            WorkerwatchProcessTopMemoryUsageMetricAttributeKey = "process.pid"
 	WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName WorkerwatchProcessTopMemoryUsageMetricAttributeKey = "process.executable.name"
 	WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole                  WorkerwatchProcessTopMemoryUsageMetricAttributeKey = "workerwatch.process.role"
+	WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine    WorkerwatchProcessTopMemoryUsageMetricAttributeKey = "process.command_line"
 )
 
 // WorkerwatchProcessTopMemoryUsageMetricConfig provides config for the workerwatch.process.top.memory.usage metric.
@@ -537,9 +538,9 @@ func (ms *WorkerwatchProcessTopMemoryUsageMetricConfig) Unmarshal(parser *confma
 func (ms *WorkerwatchProcessTopMemoryUsageMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole:
+		case WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine:
 		default:
-			return fmt.Errorf("metric workerwatch.process.top.memory.usage doesn't have an attribute %v, valid attributes: [process.pid, process.executable.name, workerwatch.process.role]", val)
+			return fmt.Errorf("metric workerwatch.process.top.memory.usage doesn't have an attribute %v, valid attributes: [process.pid, process.executable.name, workerwatch.process.role, process.command_line]", val)
 		}
 	}
 

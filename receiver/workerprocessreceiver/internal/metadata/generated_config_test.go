@@ -83,7 +83,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					WorkerwatchProcessTopMemoryUsage: WorkerwatchProcessTopMemoryUsageMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategyAvg,
-						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole},
+						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine},
 					},
 					WorkerwatchWorkerPresent: WorkerwatchWorkerPresentMetricConfig{
 						Enabled: true,
@@ -156,7 +156,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					WorkerwatchProcessTopMemoryUsage: WorkerwatchProcessTopMemoryUsageMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategyAvg,
-						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole},
+						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine},
 					},
 					WorkerwatchWorkerPresent: WorkerwatchWorkerPresentMetricConfig{
 						Enabled: false,
@@ -290,7 +290,7 @@ func TestWorkerwatchProcessTopMemoryUsageMetricsConfig_Validate(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	cfg.EnabledAttributes = []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric workerwatch.process.top.memory.usage doesn't have an attribute invalid, valid attributes: [process.pid, process.executable.name, workerwatch.process.role]")
+	require.ErrorContains(t, cfg.Validate(), "metric workerwatch.process.top.memory.usage doesn't have an attribute invalid, valid attributes: [process.pid, process.executable.name, workerwatch.process.role, process.command_line]")
 
 	cfg = DefaultMetricsConfig().WorkerwatchProcessTopMemoryUsage
 	cfg.AggregationStrategy = "invalid"

@@ -93,7 +93,7 @@ var MetricsInfo = metricsInfo{
 	},
 	WorkerwatchProcessTopMemoryUsage: metricInfo{
 		Name:       "workerwatch.process.top.memory.usage",
-		Attributes: []string{"process.pid", "process.executable.name", "role"},
+		Attributes: []string{"process.pid", "process.executable.name", "role", "process.command_line"},
 	},
 	WorkerwatchWorkerPresent: metricInfo{
 		Name: "workerwatch.worker.present",
@@ -1101,7 +1101,7 @@ func (m *metricWorkerwatchProcessTopMemoryUsage) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricWorkerwatchProcessTopMemoryUsage) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, processPidAttributeValue int64, processExecutableNameAttributeValue string, roleAttributeValue string) {
+func (m *metricWorkerwatchProcessTopMemoryUsage) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, processPidAttributeValue int64, processExecutableNameAttributeValue string, roleAttributeValue string, processCommandLineAttributeValue string) {
 	if !m.config.Enabled {
 		return
 	}
@@ -1117,6 +1117,9 @@ func (m *metricWorkerwatchProcessTopMemoryUsage) recordDataPoint(start pcommon.T
 	}
 	if slices.Contains(m.config.EnabledAttributes, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole) {
 		dp.Attributes().PutStr("workerwatch.process.role", roleAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine) {
+		dp.Attributes().PutStr("process.command_line", processCommandLineAttributeValue)
 	}
 
 	var s string
@@ -1482,8 +1485,8 @@ func (mb *MetricsBuilder) RecordWorkerwatchProcessStartedDataPoint(ts pcommon.Ti
 }
 
 // RecordWorkerwatchProcessTopMemoryUsageDataPoint adds a data point to workerwatch.process.top.memory.usage metric.
-func (mb *MetricsBuilder) RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, processExecutableNameAttributeValue string, roleAttributeValue string) {
-	mb.metricWorkerwatchProcessTopMemoryUsage.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, processExecutableNameAttributeValue, roleAttributeValue)
+func (mb *MetricsBuilder) RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, processExecutableNameAttributeValue string, roleAttributeValue string, processCommandLineAttributeValue string) {
+	mb.metricWorkerwatchProcessTopMemoryUsage.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, processExecutableNameAttributeValue, roleAttributeValue, processCommandLineAttributeValue)
 }
 
 // RecordWorkerwatchWorkerPresentDataPoint adds a data point to workerwatch.worker.present metric.

@@ -150,9 +150,9 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 
 			allMetricsCount++
-			mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, 1, 11, "process.executable.name-val", "role-val")
+			mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, 1, 11, "process.executable.name-val", "role-val", "process.command_line-val")
 			if tt.name == "reaggregate_set" {
-				mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, 3, 12, "process.executable.name-val-2", "role-val-2")
+				mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, 3, 12, "process.executable.name-val-2", "role-val-2", "process.command_line-val-2")
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -664,6 +664,8 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("process.executable.name")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("workerwatch.process.role")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("process.command_line")
 						assert.False(t, ok)
 					}
 				case "workerwatch.worker.present":
