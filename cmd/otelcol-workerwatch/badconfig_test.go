@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,4 +125,51 @@ func assertCleanFailure(t *testing.T, out, line string) {
 	for _, bad := range []string{"panic:", "goroutine ", "[recovered]", "runtime error"} {
 		assert.NotContains(t, out, bad)
 	}
+}
+
+// The health API behind the bearertokenauth extension, in the real binary:
+// no token and a wrong token get 401, the right one 200.
+func TestHealthBearerBinary(t *testing.T) {
+	bin := binary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ep := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	var buf bytes.Buffer
+	cmd := exec.Command(bin, "--config", filepath.Join("..", "..", "testdata", "health-bearer.yaml"))
+	cmd.Env = append(os.Environ(), "WORKERWATCH_HEALTH_ENDPOINT="+ep, "WORKERWATCH_API_TOKEN=s3cret-token")
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+
+	get := func(token string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+ep+"/health/workers", nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool { return get("s3cret-token") == http.StatusOK }, 30*time.Second, 100*time.Millisecond,
+		"the collector did not serve the health API:\n%s", &buf)
+	assert.Equal(t, http.StatusUnauthorized, get(""))
+	assert.Equal(t, http.StatusUnauthorized, get("wrong"))
+	assert.Equal(t, http.StatusOK, get("s3cret-token"))
+	assert.NotContains(t, buf.String(), "s3cret-token", "the token is never logged")
 }
