@@ -14,8 +14,8 @@ import (
 )
 
 // TestReliabilityOutageAndRestart: the backend (a second collector) is down
-// for a while and the workerwatch collector is SIGKILLed and restarted during
-// the outage; every span and log record the collector accepted (HTTP 200)
+// for a while and the workerwatch collector is SIGKILLed and restarted, then
+// stopped with SIGTERM and restarted, during the outage; every span and log record the collector accepted (HTTP 200)
 // arrives at the backend once it is back, counted by id (at-least-once:
 // duplicates are counted and logged, not failed). docs/reliability.md.
 //
@@ -111,7 +111,21 @@ func TestReliabilityOutageAndRestart(t *testing.T) {
 		return nil
 	})
 
-	// 3. Recovery: the backend comes back (new output files, same address).
+	// 3. A graceful restart too (SIGTERM) while the backend is still down: the
+	//    exporter logs "Exporting failed. Dropping data." for the batches it
+	//    was retrying ("interrupted due to shutdown"), but the persistent
+	//    queue keeps them for the next start.
+	col.stop(t)
+	shutdownDrops := 0
+	for _, l := range errorLines(col.log) {
+		if strings.Contains(l, "interrupted due to shutdown") {
+			shutdownDrops++
+		}
+	}
+	t.Logf("e2e: collector stopped with SIGTERM during the outage (%d 'Dropping data ... interrupted due to shutdown' lines)", shutdownDrops)
+	col = startCollector("rel-collector-3")
+
+	// 4. Recovery: the backend comes back (new output files, same address).
 	b2 := startBackend(t, "rel-backend-2", backendAddr, tmp)
 	t.Logf("e2e: backend back after an outage of %.1fs", time.Since(outageStart).Seconds())
 	recovery := time.Now()
@@ -133,7 +147,7 @@ func TestReliabilityOutageAndRestart(t *testing.T) {
 			t.Errorf("unexpected span id %q", id)
 		}
 	}
-	t.Logf("e2e: RESULT outage+SIGKILL: spans %d/%d distinct (%d duplicates), log records %d/%d distinct (%d duplicates); all delivered %.1fs after the backend returned",
+	t.Logf("e2e: RESULT outage + SIGKILL + SIGTERM restarts: spans %d/%d distinct (%d duplicates), log records %d/%d distinct (%d duplicates); all delivered %.1fs after the backend returned",
 		len(spans), wantSpans, duplicates(spans), len(logs), wantLogs, duplicates(logs), time.Since(recovery).Seconds())
 	if lines := errorLines(col.log); len(lines) > 0 {
 		t.Logf("e2e: error lines of the restarted collector (informational): %d, first: %.300s", len(lines), lines[0])
