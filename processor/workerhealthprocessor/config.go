@@ -133,6 +133,13 @@ type MetricsInputConfig struct {
 	Capacity string `mapstructure:"capacity"`
 	// Pending sent by the scheduler. Default "workerwatch.scheduler.runs.pending".
 	Pending string `mapstructure:"pending"`
+	// RunsActive: how many runs the worker itself says it holds. Default
+	// "workerwatch.worker.runs.active". When the worker's own count stays
+	// below the runs it is tracked as holding for longer than drift.grace,
+	// the oldest are let go: their end events were lost (the worker crashed,
+	// or the collector restarted while they ended), and a count the worker
+	// reports is the truth about what it holds. Empty turns this off.
+	RunsActive string `mapstructure:"runs_active"`
 	// RoleAttribute and MainRole select the main process for the CPU rule.
 	// Defaults "workerwatch.process.role" and "main".
 	RoleAttribute string `mapstructure:"role_attribute"`

@@ -10,6 +10,7 @@ import "sort"
 // workers it has named: without it every run would look orphaned.
 func (t *tracker) drift(w *worker, now int64) {
 	grace := int64(t.cfg.Drift.Grace)
+	t.reconcile(w, now, grace)
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
 	w.heldW, w.heldS = 0, 0
@@ -64,4 +65,45 @@ func (t *tracker) prune(w *worker, now int64) {
 			delete(w.runs, id)
 		}
 	}
+}
+
+// reconcile lets go of runs tracked as held by the worker when the worker's
+// own count of active runs (workerwatch.worker.runs.active) has been lower
+// for longer than the grace period: their end events never arrived (the
+// worker was killed and restarted, or the collector restarted while they
+// ended). Without it such phantom runs would hold a worker "over capacity"
+// or "orphaned" forever. The oldest claims go first; the scheduler's view is
+// untouched, so runs it still lists become "missing", which is the truth.
+func (t *tracker) reconcile(w *worker, now, grace int64) {
+	if w.active < 0 || now-w.activeAt > int64(t.cfg.Lost.After) {
+		w.heldOverSince = 0
+		return
+	}
+	held := 0
+	for _, r := range w.runs {
+		if r.has(fWorkerHeld) {
+			held++
+		}
+	}
+	if held <= w.active {
+		w.heldOverSince = 0
+		return
+	}
+	if w.heldOverSince == 0 {
+		w.heldOverSince = now
+	}
+	if now-w.heldOverSince < grace {
+		return
+	}
+	for excess := held - w.active; excess > 0; excess-- {
+		var oldest *run
+		for _, r := range w.runs {
+			if r.has(fWorkerHeld) && (oldest == nil || r.wAt < oldest.wAt) {
+				oldest = r
+			}
+		}
+		oldest.flags = (oldest.flags | fWorkerEnded) &^ fWorkerHeld
+		oldest.wEnd = now
+	}
+	w.heldOverSince = 0
 }

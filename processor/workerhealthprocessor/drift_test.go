@@ -40,9 +40,13 @@ func TestDrift(t *testing.T) {
 		return func(h *harness) { h.logs(sl("w1", "workerwatch.run.finished", run)) }
 	}
 	schedAlive := func(h *harness) { h.metrics(pendingMetrics(0)) }
+	active := func(n int64) func(*harness) {
+		return func(h *harness) { h.metrics(activeMetrics("w1", n)) }
+	}
 
 	tests := []struct {
 		name  string
+		runs  int // distinct runs claimed (default 1)
 		steps []dstep
 	}{
 		{
@@ -59,6 +63,25 @@ func TestDrift(t *testing.T) {
 				// The scheduler knows w1 (it assigned and ended r1 earlier).
 				{do: both(schedAlive, sClaim("r1"), sFinish("r1"), wClaim("r2")), advance: 3 * sec, want: driftWant{missing: []string{}, orphaned: []string{"r2"}}},
 				{do: both(schedAlive, sFinish("r2"), wFinish("r2")), advance: sec, want: none},
+			},
+		},
+		{
+			// The worker was killed and restarted: its runs' end events never
+			// came. Its own active count (0, then 1) lets go of the phantoms,
+			// oldest first, once the disagreement outlasts the grace period.
+			name: "runs the worker no longer counts are let go after the grace period",
+			runs: 2,
+			steps: []dstep{
+				{do: both(sClaim("r2"), wClaim("r2")), advance: sec, want: none},
+				{do: both(sClaim("r3"), wClaim("r3"), active(2)), advance: sec, want: none},
+				// Its count drops to 1: not yet longer than the grace period.
+				{do: active(1), advance: 2 * sec, want: none},
+				{do: active(1), advance: 2 * sec, want: none},
+				// Now it is: r2 (the oldest) is let go; the scheduler still
+				// lists it, which becomes "missing" after its own grace.
+				{do: active(1), advance: 3 * sec, want: none},
+				// A count that matches changes nothing more.
+				{do: active(1), advance: 4 * sec, want: driftWant{missing: []string{"r2"}, orphaned: []string{}}},
 			},
 		},
 		{
@@ -135,8 +158,9 @@ func TestDrift(t *testing.T) {
 				require.Equal(t, s.want, h.drift("w1"), "step %d", i)
 			}
 			w := h.worker("w1")
-			assert.LessOrEqual(t, w.claims[srcWorker], int64(1), "a run is claimed once")
-			assert.LessOrEqual(t, w.claims[srcScheduler], int64(1))
+			runs := int64(max(tt.runs, 1))
+			assert.LessOrEqual(t, w.claims[srcWorker], runs, "a run is claimed once")
+			assert.LessOrEqual(t, w.claims[srcScheduler], runs)
 		})
 	}
 }

@@ -61,6 +61,7 @@ type sample struct {
 	cpuMain   float64 // fraction of all CPUs, -1 = not in this resource
 	present   int8    // -1 = not in this resource
 	capacity  int     // -1 = not in this resource
+	active    int     // runs the worker says it holds, -1 = not in this resource
 }
 
 // batch is what one Consume call extracts; pooled so the pass-through path

@@ -70,6 +70,7 @@ func createDefaultConfig() component.Config {
 			CPU:             "process.cpu.utilization",
 			CgroupMemoryMax: "workerwatch.cgroup.memory.max",
 			Capacity:        "workerwatch.worker.capacity",
+			RunsActive:      "workerwatch.worker.runs.active",
 			Pending:         "workerwatch.scheduler.runs.pending",
 			RoleAttribute:   "workerwatch.process.role",
 			MainRole:        "main",

@@ -211,6 +211,17 @@ func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int6
 	return md
 }
 
+// activeMetrics is the worker's own count of the runs it holds.
+func activeMetrics(worker string, n int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("cicd.worker.id", worker)
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("workerwatch.worker.runs.active")
+	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
+	return md
+}
+
 func pendingMetrics(n int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()

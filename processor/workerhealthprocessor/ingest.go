@@ -247,7 +247,7 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 		if src == srcScheduler {
 			b.schedulerSeen = true
 		}
-		s := sample{worker: rid, name: name, mem: -1, cgroupMax: -1, cpuMain: -1, present: -1, capacity: -1}
+		s := sample{worker: rid, name: name, mem: -1, cgroupMax: -1, cpuMain: -1, present: -1, capacity: -1, active: -1}
 		any := false
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
@@ -277,6 +277,13 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 				case mc.Capacity:
 					if v, ok := sumPoints(mt, "", ""); ok && v < 1<<20 {
 						s.capacity, any = int(v), true
+					}
+				case mc.RunsActive:
+					if mc.RunsActive == "" {
+						break
+					}
+					if v, ok := sumPoints(mt, "", ""); ok && v >= 0 && v < 1<<20 {
+						s.active, any = int(v), true
 					}
 				case mc.Pending:
 					if src == srcScheduler {

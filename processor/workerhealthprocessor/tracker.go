@@ -57,6 +57,12 @@ type worker struct {
 	firstMention, lastMention, lastAlive int64
 	fresh                                bool
 
+	// active: runs the worker itself reports holding (-1 = never reported),
+	// at activeAt; heldOverSince: since when the runs tracked as held by the
+	// worker exceed that count (0 = they do not).
+	active                  int
+	activeAt, heldOverSince int64
+
 	// schedKnown: the scheduler has named this worker at least once. Only
 	// then can its runs be orphaned: a worker no scheduler knows (one that
 	// generates its own work, or is scheduled elsewhere) has no other view.
@@ -119,6 +125,7 @@ func newWorker(id string, now int64) *worker {
 		lastMention:  now,
 		present:      -1,
 		capacity:     -1,
+		active:       -1,
 		rss:          -1,
 		cgroupMax:    -1,
 		state:        workerstate.Unknown,
@@ -233,6 +240,9 @@ func (t *tracker) applySample(s *sample, now int64) {
 	}
 	if s.capacity >= 0 {
 		w.capacity = s.capacity
+	}
+	if s.active >= 0 {
+		w.active, w.activeAt = s.active, now
 	}
 	if s.cgroupMax >= 0 {
 		w.cgroupMax = s.cgroupMax
