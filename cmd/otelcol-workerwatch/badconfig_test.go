@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,7 +137,7 @@ func TestHealthBearerBinary(t *testing.T) {
 	ep := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	var buf bytes.Buffer
+	var buf lockedBuffer
 	cmd := exec.Command(bin, "--config", filepath.Join("..", "..", "testdata", "health-bearer.yaml"))
 	cmd.Env = append(os.Environ(), "WORKERWATCH_HEALTH_ENDPOINT="+ep, "WORKERWATCH_API_TOKEN=s3cret-token")
 	cmd.Stdout, cmd.Stderr = &buf, &buf
@@ -166,10 +167,29 @@ func TestHealthBearerBinary(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	require.Eventually(t, func() bool { return get("s3cret-token") == http.StatusOK }, 30*time.Second, 100*time.Millisecond,
-		"the collector did not serve the health API:\n%s", &buf)
+	if !assert.Eventually(t, func() bool { return get("s3cret-token") == http.StatusOK }, 30*time.Second, 100*time.Millisecond) {
+		t.Fatalf("the collector did not serve the health API:\n%s", buf.String())
+	}
 	assert.Equal(t, http.StatusUnauthorized, get(""))
 	assert.Equal(t, http.StatusUnauthorized, get("wrong"))
 	assert.Equal(t, http.StatusOK, get("s3cret-token"))
 	assert.NotContains(t, buf.String(), "s3cret-token", "the token is never logged")
+}
+
+// lockedBuffer is the output of a running collector, read while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
