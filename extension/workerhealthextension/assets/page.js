@@ -74,7 +74,7 @@
     var td = el("td", "id"), a = el("a", null, w.id);
     a.setAttribute("href", "health/workers/" + encodeURIComponent(w.id));
     td.appendChild(a);
-    if (w.name) td.appendChild(el("div", "muted", w.name));
+    if (w.name && w.name !== w.id) td.appendChild(el("div", "muted", w.name));
     tr.appendChild(td);
 
     td = el("td");
