@@ -17,6 +17,8 @@ command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v promtool   >/dev/null || need_apt+=(prometheus)
 command -v wrk        >/dev/null || need_apt+=(wrk)
 command -v chromium   >/dev/null || need_apt+=(chromium)
+# The Node.js worker example (machines of this kind come with Node 20).
+command -v npm        >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 	echo "install-test-deps: apt-get install ${need_apt[*]}"
