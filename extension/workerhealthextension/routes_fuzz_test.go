@@ -16,7 +16,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/workerwatch/workerwatch/internal/workerstate"
 )
@@ -49,12 +51,16 @@ func FuzzRouter(f *testing.F) {
 	} {
 		f.Add(s.method, s.target, s.id)
 	}
+	// One extension for the whole run (building one per input is most of
+	// the cost); each input publishes a newer snapshot, which replaces the
+	// previous one.
+	wh := newTestExt(f)
+	var gen atomic.Int64
 	f.Fuzz(func(t *testing.T, method, target, id string) {
-		wh := newTestExt(t)
 		// The fuzzed id is published next to fixed ones, in a state that
 		// depends on its length so both 200 and 503 are exercised.
 		states := workerstate.AllStates
-		wh.Publish(snapshot(testSource, t0,
+		wh.Publish(snapshot(testSource, t0.Add(time.Duration(gen.Add(1))*time.Millisecond),
 			worker("worker-1", workerstate.Healthy),
 			worker("a/b c", workerstate.Unhealthy),
 			worker(id, states[len(id)%len(states)])))
