@@ -20,7 +20,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench clean
+.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench fuzz clean
 
 all: build
 
@@ -87,6 +87,18 @@ $(MDATAGEN):
 
 bench:
 	@scripts/bench.sh
+
+# Each fuzz target for FUZZTIME (plain `go test`, so `make test`, replays the
+# committed seed corpora under each package's testdata/fuzz/).
+FUZZTIME ?= 2m
+FUZZ := workerprocessreceiver:FuzzParseStat workerprocessreceiver:FuzzParsePidList \
+	workerprocessreceiver:FuzzKeyValueFiles workerprocessreceiver:FuzzCgroupFiles \
+	workerprocessreceiver:FuzzEnviron workerhealthprocessor:FuzzMapLogs \
+	workerhealthprocessor:FuzzMapSpans workerhealthextension:FuzzRouter
+fuzz:
+	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; dir=$$(ls -d */$$pkg); \
+		echo "== $$fn ($$dir, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; done
 
 clean:
 	rm -rf $(BIN)

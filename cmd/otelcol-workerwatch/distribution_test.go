@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,16 +34,36 @@ func TestWithDefaultConfig(t *testing.T) {
 	}
 }
 
-// binary builds otelcol-workerwatch once per test binary run.
+// The binary is built once per test run (TestMain removes it).
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildOut  []byte
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds otelcol-workerwatch from this package, once.
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the collector binary")
 	}
-	bin := filepath.Join(t.TempDir(), "otelcol-workerwatch")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "otelcol-workerwatch-test"); buildErr != nil {
+			return
+		}
+		buildOut, buildErr = exec.Command("go", "build", "-o", filepath.Join(buildDir, "otelcol-workerwatch"), ".").CombinedOutput()
+	})
+	require.NoError(t, buildErr, "go build: %s", buildOut)
+	return filepath.Join(buildDir, "otelcol-workerwatch")
 }
 
 func runBin(t *testing.T, bin string, args ...string) (string, error) {
