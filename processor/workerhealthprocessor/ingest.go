@@ -133,20 +133,30 @@ func (m *mapper) fillRun(e *event, attrs pcommon.Map) bool {
 	return true
 }
 
+// seen reads a resource's identity for the logs and traces paths: a resource
+// without a usable identity is malformed; a scheduler's marks the batch as
+// carrying the scheduler's view; a worker's counts as a sign of life.
+func (m *mapper) seen(res pcommon.Resource, b *batch) (src source, rid, name string, ok bool) {
+	src, rid, name, ok = m.resource(res)
+	switch {
+	case !ok:
+		b.malformed++
+	case src == srcScheduler:
+		b.schedulerSeen = true
+	case rid != "":
+		b.events = append(b.events, event{worker: rid, name: name, kind: evSeen, capacity: -1})
+	}
+	return src, rid, name, ok
+}
+
 func (m *mapper) logs(ld plog.Logs, b *batch) {
 	evAttr := m.cfg.Mapping.EventNameAttribute
 	rls := ld.ResourceLogs()
 	for i := 0; i < rls.Len(); i++ {
 		rl := rls.At(i)
-		src, rid, name, ok := m.resource(rl.Resource())
+		src, rid, name, ok := m.seen(rl.Resource(), b)
 		if !ok {
-			b.malformed++
 			continue
-		}
-		if src == srcScheduler {
-			b.schedulerSeen = true
-		} else if rid != "" {
-			b.events = append(b.events, event{worker: rid, name: name, kind: evSeen, capacity: -1})
 		}
 		sls := rl.ScopeLogs()
 		for j := 0; j < sls.Len(); j++ {
@@ -186,15 +196,9 @@ func (m *mapper) traces(td ptrace.Traces, b *batch) {
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
-		src, rid, name, ok := m.resource(rs.Resource())
+		src, rid, name, ok := m.seen(rs.Resource(), b)
 		if !ok {
-			b.malformed++
 			continue
-		}
-		if src == srcScheduler {
-			b.schedulerSeen = true
-		} else if rid != "" {
-			b.events = append(b.events, event{worker: rid, name: name, kind: evSeen, capacity: -1})
 		}
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
