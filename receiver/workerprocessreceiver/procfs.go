@@ -11,6 +11,7 @@ package workerprocessreceiver // import "github.com/workerwatch/workerwatch/rece
 // steady state allocates nothing.
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"path"
@@ -490,21 +491,11 @@ func envValue(b []byte, name string) (string, bool) {
 		return "", false
 	}
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == 0 {
-				end = k
-				break
-			}
-		}
-		kv := b[:end]
+		var kv []byte
+		kv, b = cut(b, 0)
 		if len(kv) > len(name) && kv[len(name)] == '=' && string(kv[:len(name)]) == name {
 			return string(kv[len(name)+1:]), true
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	return "", false
 }
@@ -523,17 +514,20 @@ func (r *procReader) pss(pid int32) (int64, error) {
 	return v, nil
 }
 
+// cut splits b at the first sep: what comes before and what follows (nil
+// when there is no sep). No allocation: the parsers below run per process.
+func cut(b []byte, sep byte) (head, rest []byte) {
+	if i := bytes.IndexByte(b, sep); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
+}
+
 // fieldKB finds "<key> <n> kB" in a /proc key-value file and returns n*1024.
 func fieldKB(b []byte, key string) (int64, bool) {
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == '\n' {
-				end = k
-				break
-			}
-		}
-		line := b[:end]
+		var line []byte
+		line, b = cut(b, '\n')
 		if len(line) > len(key) && string(line[:len(key)]) == key {
 			rest := line[len(key):]
 			for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
@@ -541,10 +535,6 @@ func fieldKB(b []byte, key string) (int64, bool) {
 			}
 			return min(parseCount(rest), math.MaxInt64/1024) * 1024, true
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	return 0, false
 }
@@ -552,14 +542,8 @@ func fieldKB(b []byte, key string) (int64, bool) {
 // statusLine returns the value of a "Key:\tvalue" line of /proc/<pid>/status.
 func statusLine(b []byte, key string) ([]byte, bool) {
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == '\n' {
-				end = k
-				break
-			}
-		}
-		line := b[:end]
+		var line []byte
+		line, b = cut(b, '\n')
 		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ':' {
 			v := line[len(key)+1:]
 			for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
@@ -567,10 +551,6 @@ func statusLine(b []byte, key string) ([]byte, bool) {
 			}
 			return v, true
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	return nil, false
 }
@@ -584,14 +564,8 @@ const maxCPUs = 1 << 16
 func countCPUList(b []byte) int {
 	n := 0
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == ',' {
-				end = k
-				break
-			}
-		}
-		part := b[:end]
+		var part []byte
+		part, b = cut(b, ',')
 		dash := -1
 		for k, c := range part {
 			if c == '-' {
@@ -611,10 +585,6 @@ func countCPUList(b []byte) int {
 		if n >= maxCPUs {
 			return maxCPUs
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	return n
 }
@@ -623,21 +593,11 @@ func countCPUList(b []byte) int {
 // the value is a count, never negative.
 func spaceField(b []byte, key string) (int64, bool) {
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == '\n' {
-				end = k
-				break
-			}
-		}
-		line := b[:end]
+		var line []byte
+		line, b = cut(b, '\n')
 		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ' ' {
 			return parseCount(line[len(key)+1:]), true
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	return 0, false
 }
@@ -690,21 +650,11 @@ func parseCPUMax(b []byte) (float64, bool) {
 func cgroupV2Path(b []byte) string {
 	rel := ""
 	for len(b) > 0 {
-		end := len(b)
-		for k, c := range b {
-			if c == '\n' {
-				end = k
-				break
-			}
-		}
-		line := b[:end]
+		var line []byte
+		line, b = cut(b, '\n')
 		if len(line) >= 3 && string(line[:3]) == "0::" {
 			rel = string(line[3:])
 		}
-		if end == len(b) {
-			break
-		}
-		b = b[end+1:]
 	}
 	if rel == "" || rel[0] != '/' || path.Clean(rel) != rel || strings.ContainsRune(rel, 0) {
 		return ""
