@@ -1,0 +1,222 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary double as the churn test's worker: with
+// WW_CHURNER set it forks and reaps children instead of running tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("WW_CHURNER") != "" {
+		os.Exit(churnMain())
+	}
+	os.Exit(m.Run())
+}
+
+// churnMain is the churner worker (`<test binary> churn-worker --id ID`):
+// on SIGUSR1 it starts WW_CHURN_RATE children a second for
+// WW_CHURN_DURATION, each `/bin/sleep WW_CHURN_LIFE` (`/bin/true` when the
+// life is 0), reaps every one, writes "<started> <failed>" to WW_CHURN_OUT,
+// then waits for SIGTERM. The count is exact: a child counts once its fork
+// succeeded.
+func churnMain() int {
+	rate, _ := strconv.Atoi(os.Getenv("WW_CHURN_RATE"))
+	dur, _ := time.ParseDuration(os.Getenv("WW_CHURN_DURATION"))
+	life := os.Getenv("WW_CHURN_LIFE")
+	if rate <= 0 || dur <= 0 {
+		fmt.Fprintln(os.Stderr, "churner: WW_CHURN_RATE and WW_CHURN_DURATION needed")
+		return 2
+	}
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	if s := <-sig; s != syscall.SIGUSR1 {
+		return 0
+	}
+	var wg sync.WaitGroup
+	started, failed := 0, 0
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		<-tick.C
+		cmd := exec.Command("/bin/true")
+		if life != "" && life != "0" {
+			cmd = exec.Command("/bin/sleep", life)
+		}
+		if err := cmd.Start(); err != nil {
+			failed++
+			continue
+		}
+		started++
+		wg.Add(1)
+		go func() { _ = cmd.Wait(); wg.Done() }()
+	}
+	tick.Stop()
+	wg.Wait()
+	if err := os.WriteFile(os.Getenv("WW_CHURN_OUT"), fmt.Appendf(nil, "%d %d", started, failed), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "churner:", err)
+		return 1
+	}
+	for s := range sig {
+		if s != syscall.SIGUSR1 {
+			return 0
+		}
+	}
+	return 0
+}
+
+// TestReliabilityProcessChurn: a worker forks and reaps ~200 children a
+// second under the worker_process receiver (1 s interval). Children living
+// 2.5 s (longer than the interval, with margin for a late scrape on a loaded machine): the started/exited counters must be
+// within 5 % of the exact count. Children that start and exit between two
+// scrapes (/bin/true): the receiver documents a lower bound (one per parent
+// and interval); the test checks it is a lower bound and reports the ratio.
+// Also: no error log line, CPU time monotonic, the collector's CPU reported.
+// WORKERWATCH_CHURN_SECONDS sets each phase's length (default 15; 60 for
+// the full run).
+//
+//	make build && go test -tags e2e -count=1 -v -run TestReliabilityProcessChurn ./e2e/
+func TestReliabilityProcessChurn(t *testing.T) {
+	bin := collectorBinary(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := 15
+	if v, err := strconv.Atoi(os.Getenv("WORKERWATCH_CHURN_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	const rate = 200
+	tmp := t.TempDir()
+	promAddr := loopbackAddr(t)
+	col := start(t, "rel-churn-collector", []string{"REL_PROM_EXPORTER=" + promAddr}, bin,
+		"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-churn.yaml"))
+	waitListening(t, col, promAddr, 60*time.Second)
+	metricsURL := "http://" + promAddr + "/metrics"
+
+	phase := func(t *testing.T, id, life string, exact bool) {
+		out := filepath.Join(tmp, id+".count")
+		ch := start(t, "rel-churner-"+id, []string{"WW_CHURNER=1", fmt.Sprintf("WW_CHURN_RATE=%d", rate),
+			fmt.Sprintf("WW_CHURN_DURATION=%ds", secs), "WW_CHURN_LIFE=" + life, "WW_CHURN_OUT=" + out},
+			self, "churn-worker", "--id", id)
+		wid := fmt.Sprintf(`cicd_worker_id=%q`, id)
+		eventually(t, 30*time.Second, 200*time.Millisecond, id+" present", func() error {
+			txt, err := metricsText(metricsURL)
+			if err != nil {
+				return err
+			}
+			if v, _ := metricSum(txt, "workerwatch_worker_present_ratio", wid); v != 1 {
+				return fmt.Errorf("present %v", v)
+			}
+			return nil
+		})
+		before, _ := readProcUsage(col.cmd.Process.Pid)
+		chBefore, _ := readProcUsage(ch.cmd.Process.Pid)
+		if err := ch.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+
+		// Every second until the churner is done: CPU time series monotonic.
+		lastCPU := map[string]float64{}
+		decreases := 0
+		checkCPU := func() {
+			txt, err := metricsText(metricsURL)
+			if err != nil {
+				return
+			}
+			for _, line := range strings.Split(txt, "\n") {
+				if !strings.HasPrefix(line, "process_cpu_time_seconds_total{") || !strings.Contains(line, wid) {
+					continue
+				}
+				i := strings.LastIndex(line, "}")
+				f := strings.Fields(line[i+1:])
+				if len(f) == 0 {
+					continue
+				}
+				v, err := strconv.ParseFloat(f[0], 64)
+				if err != nil {
+					continue
+				}
+				key := line[:i+1]
+				if prev, ok := lastCPU[key]; ok && v < prev {
+					decreases++
+					t.Errorf("CPU time went down: %s %v -> %v", key, prev, v)
+				}
+				lastCPU[key] = v
+			}
+		}
+		var truth, failed int
+		eventually(t, time.Duration(secs)*time.Second+60*time.Second, time.Second, id+" churn done", func() error {
+			checkCPU()
+			b, err := os.ReadFile(out)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Sscan(string(b), &truth, &failed)
+			return err
+		})
+		churned := time.Since(began)
+		after, _ := readProcUsage(col.cmd.Process.Pid)
+		chAfter, _ := readProcUsage(ch.cmd.Process.Pid)
+
+		// Counters settle within a few scrapes once the last child is reaped.
+		var started, exited float64
+		eventually(t, 15*time.Second, time.Second, id+" counters settled", func() error {
+			checkCPU()
+			txt, err := metricsText(metricsURL)
+			if err != nil {
+				return err
+			}
+			started, _ = metricSum(txt, "workerwatch_process_started_total", wid)
+			exited, _ = metricSum(txt, "workerwatch_process_exited_total", wid)
+			if started != exited {
+				return fmt.Errorf("started %v exited %v", started, exited)
+			}
+			return nil
+		})
+		cpu := after.cpu - before.cpu
+		t.Logf("e2e: RESULT churn %s (life %ss, %d s): children started %d (%.0f/s, %d fork failures); receiver counted started %.0f (%.1f%%), exited %.0f (%.1f%%); "+
+			"collector CPU %.2f s = %.1f%% of one core (churner itself %.1f%%); CPU time series %d, decreases %d",
+			id, life, secs, truth, float64(truth)/churned.Seconds(), failed, started, 100*started/float64(truth),
+			exited, 100*exited/float64(truth), cpu, 100*cpu/churned.Seconds(),
+			100*(chAfter.cpu-chBefore.cpu)/churned.Seconds(), len(lastCPU), decreases)
+		if truth < rate*secs/2 {
+			t.Errorf("churner started only %d children in %d s", truth, secs)
+		}
+		if len(lastCPU) == 0 {
+			t.Error("no process_cpu_time_seconds_total series for " + id)
+		}
+		if exact {
+			for name, v := range map[string]float64{"started": started, "exited": exited} {
+				if d := (v - float64(truth)) / float64(truth); d > 0.05 || d < -0.05 {
+					t.Errorf("%s %.0f not within 5%% of %d", name, v, truth)
+				}
+			}
+		} else if started <= 0 || started > float64(truth)*1.05 {
+			t.Errorf("short-lived children: started %.0f is not a lower bound (0 < n <= %d)", started, truth)
+		}
+		ch.stop(t)
+	}
+
+	t.Run("children living longer than the interval are counted within 5%", func(t *testing.T) {
+		phase(t, "churn-long", "2.5", true)
+	})
+	t.Run("children shorter than the interval: a documented lower bound", func(t *testing.T) {
+		phase(t, "churn-short", "0", false)
+	})
+	if lines := errorLines(col.log); len(lines) > 0 {
+		t.Errorf("collector logged %d error lines, first: %.400s", len(lines), lines[0])
+	}
+}
