@@ -20,7 +20,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench fuzz clean
+.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
 
 all: build
 
@@ -87,6 +87,17 @@ $(MDATAGEN):
 
 bench:
 	@scripts/bench.sh
+
+# 30-minute soak of the default config with 100 simulated workers (a 2-minute
+# version runs in `make e2e`); docs/reliability.md.
+MINUTES ?= 30
+soak: build
+	@scripts/soak.sh $(MINUTES)
+
+# worker_health processor CPU overhead with telemetrygen, A/B alternated.
+ROUNDS ?= 5
+overhead: build
+	@scripts/overhead.sh $(ROUNDS)
 
 # Each fuzz target for FUZZTIME (plain `go test`, so `make test`, replays the
 # committed seed corpora under each package's testdata/fuzz/).
