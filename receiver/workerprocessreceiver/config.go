@@ -49,6 +49,11 @@ type Config struct {
 	// smaps_rollup walks every mapping and stalls a big process), for the
 	// opt-in metric workerwatch.process.memory.pss. Default 256MiB (268435456).
 	PSSMaxRSS int64 `mapstructure:"pss_max_rss"`
+	// ProcessEvents selects exact fork/exit accounting through the kernel's
+	// process events connector: "auto" (default: used when the subscription
+	// succeeds and proc_root is a procfs, else sampling), "netlink" (required:
+	// Start fails without it) or "off" (sampling only).
+	ProcessEvents string `mapstructure:"process_events"`
 	// Workers lists the workers to watch. At least one is required.
 	Workers []WorkerConfig `mapstructure:"workers"`
 }
@@ -128,6 +133,11 @@ func (cfg *Config) Validate() error {
 	}
 	if !cfg.TopProcessesCommandLine.Enabled && slices.Contains(top.EnabledAttributes, metadata.WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine) {
 		errs = append(errs, errors.New("metrics.workerwatch.process.top.memory.usage.attributes: process.command_line is switched on by top_processes_command_line.enabled: true (which also redacts it), not here"))
+	}
+	switch cfg.ProcessEvents {
+	case processEventsAuto, processEventsNetlink, processEventsOff:
+	default:
+		errs = append(errs, fmt.Errorf("process_events: must be auto, netlink or off, got %q", cfg.ProcessEvents))
 	}
 	if cfg.PSSMaxRSS < 0 {
 		errs = append(errs, fmt.Errorf("pss_max_rss: must not be negative, got %d", cfg.PSSMaxRSS))

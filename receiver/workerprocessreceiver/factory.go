@@ -35,6 +35,7 @@ func createDefaultConfig() component.Config {
 		ForgetAfter:          10 * time.Minute,
 		TopProcesses:         5,
 		PSSMaxRSS:            256 << 20,
+		ProcessEvents:        processEventsAuto,
 	}
 }
 

@@ -62,6 +62,13 @@ func runHelper(mode string) {
 	switch mode {
 	case "exit":
 		return
+	case "spawner":
+		// WPR_K short-lived grandchildren, each reaped, then exit.
+		k, _ := strconv.Atoi(os.Getenv("WPR_K"))
+		for i := 0; i < k; i++ {
+			_ = exec.Command("/bin/true").Run()
+		}
+		return
 	case "grand":
 		mem := hold(grandMiB)
 		fmt.Println("ready", os.Getpid())
@@ -87,6 +94,21 @@ func runHelper(mode string) {
 		// Each "short" line: fork a child that exits at once, and reap it.
 		in := bufio.NewScanner(os.Stdin)
 		for in.Scan() {
+			if f := strings.Fields(in.Text()); len(f) == 4 && f[0] == "burst" {
+				// burst N G K: N /bin/true children, then G children that
+				// each run K /bin/true grandchildren; all reaped.
+				n, _ := strconv.Atoi(f[1])
+				g, _ := strconv.Atoi(f[2])
+				for i := 0; i < n; i++ {
+					_ = exec.Command("/bin/true").Run()
+				}
+				for i := 0; i < g; i++ {
+					c := exec.Command(os.Args[0], "-test.run=^$", "wprtest-spawner")
+					c.Env = append(os.Environ(), "WPR_HELPER=spawner", "WPR_K="+f[3])
+					_ = c.Run()
+				}
+				fmt.Println("done")
+			}
 			if in.Text() == "short" {
 				c := exec.Command(os.Args[0], "-test.run=^$", "wprtest-short")
 				c.Env = append(os.Environ(), "WPR_HELPER=exit")

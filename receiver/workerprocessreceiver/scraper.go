@@ -48,6 +48,14 @@ type workerScraper struct {
 	ppidOK   bool
 	logged   map[string]bool
 
+	// ev is the proc connector subscription (nil: sampling only); evExits
+	// is scratch for the exits handed over by ev.sync; bootOff is
+	// CLOCK_BOOTTIME - CLOCK_MONOTONIC at the scrape.
+	ev      *procEvents
+	evExits []evExit
+	bootOff uint64
+	evLost  int64
+
 	// Per-scrape counts for internal telemetry.
 	read, vanished, perms, scans int64
 	scanErr                      error
@@ -113,10 +121,41 @@ func (s *workerScraper) start(context.Context, component.Host) error {
 	if _, err := os.Stat(s.cfg.ProcRoot); err != nil {
 		return fmt.Errorf("proc_root: %w", err)
 	}
+	return s.startEvents()
+}
+
+// startEvents subscribes to the proc connector per process_events. Only a
+// real procfs is paired with it (its pids are the kernel's; a fixture
+// directory's are not).
+func (s *workerScraper) startEvents() error {
+	mode := s.cfg.ProcessEvents
+	if mode == processEventsOff || mode == "" {
+		return nil
+	}
+	if s.r.noFDSize { // proc_root is not a procfs
+		if mode == processEventsNetlink {
+			return fmt.Errorf("process_events: netlink needs proc_root (%s) to be the host's procfs", s.cfg.ProcRoot)
+		}
+		return nil
+	}
+	p, err := openProcEvents()
+	if err != nil {
+		if mode == processEventsNetlink {
+			return fmt.Errorf("process_events: netlink: cannot subscribe to the kernel's process events (%w); the collector needs CAP_NET_ADMIN in the host's initial user and pid namespaces (root, or the capability granted), or set process_events: auto or off", err)
+		}
+		s.logOnce("process_events", "process events unavailable: children shorter than collection_interval are counted as a lower bound (sampling); grant the collector CAP_NET_ADMIN in the host's namespaces (and run it in the host pid namespace) for exact started/exited counts",
+			zap.Error(err))
+		return nil
+	}
+	s.ev = p
 	return nil
 }
 
 func (s *workerScraper) shutdown(context.Context) error {
+	if s.ev != nil {
+		s.ev.close()
+		s.ev = nil
+	}
 	s.tel.shutdown()
 	return nil
 }
@@ -128,6 +167,9 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 	s.scrapeTime = now
 	s.read, s.vanished, s.perms, s.scans, s.scanErr = 0, 0, 0, 0, nil
 	s.ppidOK = false
+	if s.ev != nil {
+		s.bootOff = bootOffsetNs()
+	}
 
 	s.discover(now, false)
 	rescan := false
@@ -169,6 +211,9 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 				}
 				if _, _, static := k.staticID(); !static && now.Sub(w.absentSince) > s.cfg.ForgetAfter {
 					delete(k.instances, id)
+					if s.ev != nil {
+						s.ev.forget(w)
+					}
 					continue
 				}
 			} else {
@@ -178,6 +223,17 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 		}
 	}
 
+	if s.ev != nil {
+		lost := s.ev.lost.Load()
+		s.tel.recordEventsLost(ctx, lost-s.evLost)
+		s.evLost = lost
+		if s.ev.broken.Load() {
+			s.ev.errMu.Lock()
+			err := s.ev.err
+			s.ev.errMu.Unlock()
+			s.logOnce("process_events_broken", "reading process events failed; counting children shorter than collection_interval as a lower bound (sampling) from now on", zap.Error(err))
+		}
+	}
 	s.tel.record(ctx, time.Since(began), s.read, s.vanished, s.perms, s.scans)
 	if s.scanErr != nil {
 		return s.mb.Emit(), scrapererror.NewPartialScrapeError(fmt.Errorf("scanning %s: %w", s.cfg.ProcRoot, s.scanErr), 0)
@@ -196,7 +252,7 @@ func (s *workerScraper) settleAbsent(w *worker) {
 		return
 	}
 	w.gen++
-	w.sweep(false)
+	w.sweep()
 	w.hasPrev = false
 }
 
@@ -215,9 +271,36 @@ func (s *workerScraper) walk(w *worker) bool {
 	} else {
 		s.walkTree(w, &st)
 	}
-	w.sweep(w.initialized)
+	w.sweep()
 	s.finish(w)
+	exact := false
+	if s.ev != nil {
+		s.evExits, exact = s.ev.sync(w, s.evExits[:0])
+		if exact && w.initialized {
+			s.countUnseen(w)
+		}
+	}
+	if !exact && w.initialized {
+		w.estimateUnseen()
+	}
 	return true
+}
+
+// countUnseen counts the members that forked and exited without a scrape
+// seeing them (from the proc connector), in the worker's default role. An
+// exit of a pid this walk saw for the first time is the scrape's own (it
+// counted that process's start, and counts its exit when it is gone), unless
+// that process started after the exit (the pid was reused).
+func (s *workerScraper) countUnseen(w *worker) {
+	def := w.kind.defRole
+	for _, e := range s.evExits {
+		if m := w.members[e.pid]; m != nil && m.gen == w.gen && m.sightings == 1 &&
+			m.start*(1e9/userHZ) <= e.ns+s.bootOff+2e9/userHZ {
+			continue
+		}
+		w.started[def]++
+		w.exited[def]++
+	}
 }
 
 func (s *workerScraper) walkTree(w *worker, rootSt *procStat) {

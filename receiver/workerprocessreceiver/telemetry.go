@@ -37,6 +37,14 @@ func (t *telemetry) record(ctx context.Context, d time.Duration, read, vanished,
 	}
 }
 
+// recordEventsLost counts process events the kernel dropped (receive buffer
+// overflow), found by the gaps in its per-CPU sequence numbers.
+func (t *telemetry) recordEventsLost(ctx context.Context, n int64) {
+	if n > 0 {
+		t.tb.WorkerProcessEventsLost.Add(ctx, n)
+	}
+}
+
 func (t *telemetry) shutdown() { t.tb.Shutdown() }
 
 // permissionOnce logs a permission problem once per worker and kind of file,

@@ -218,11 +218,8 @@ func (w *worker) leave(m *member) {
 	p.cbs += gs
 }
 
-// sweep handles members not seen in this scrape (exited or left the tree),
-// then detects children that started and exited between two scrapes without
-// being seen: their parent's cminflt grew (the kernel adds a child's page
-// faults when the parent reaps it) although no observed child of it exited.
-func (w *worker) sweep(countUnseen bool) {
+// sweep handles members not seen in this scrape (exited or left the tree).
+func (w *worker) sweep() {
 	for i, m := range w.departed {
 		w.leave(m)
 		w.departed[i] = nil
@@ -234,9 +231,14 @@ func (w *worker) sweep(countUnseen bool) {
 			delete(w.members, pid)
 		}
 	}
-	if !countUnseen {
-		return
-	}
+}
+
+// estimateUnseen detects children that started and exited between two
+// scrapes without being seen, when process events are not available (or lost
+// some): their parent's cminflt grew (the kernel adds a child's page faults
+// when the parent reaps it) although no observed child of it exited. A lower
+// bound: one per parent and interval.
+func (w *worker) estimateUnseen() {
 	def := w.kind.defRole
 	for _, m := range w.members {
 		if m.sightings > 1 && !m.reapedSeen && m.cminflt > m.pcminflt && !m.zombie {

@@ -27,6 +27,7 @@ type TelemetryBuilder struct {
 	mu                             sync.Mutex
 	registrations                  []metric.Registration
 	WorkerProcessDiscoveryScans    metric.Int64Counter
+	WorkerProcessEventsLost        metric.Int64Counter
 	WorkerProcessPermissionErrors  metric.Int64Counter
 	WorkerProcessProcessesRead     metric.Int64Counter
 	WorkerProcessProcessesVanished metric.Int64Counter
@@ -66,6 +67,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_worker_process_discovery_scans",
 		metric.WithDescription("Full scans of the proc root to find worker roots (cost grows with the host's process count, so they are rare). [Development]"),
 		metric.WithUnit("{scan}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.WorkerProcessEventsLost, err = builder.meter.Int64Counter(
+		"otelcol_worker_process_events_lost",
+		metric.WithDescription("Process events (fork/exit) the kernel dropped because the receiver's netlink socket buffer overflowed; the interval falls back to the sampling lower bound for short-lived children. [Development]"),
+		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.WorkerProcessPermissionErrors, err = builder.meter.Int64Counter(

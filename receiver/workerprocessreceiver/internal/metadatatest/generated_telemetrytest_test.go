@@ -20,11 +20,15 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.WorkerProcessDiscoveryScans.Add(context.Background(), 1)
+	tb.WorkerProcessEventsLost.Add(context.Background(), 1)
 	tb.WorkerProcessPermissionErrors.Add(context.Background(), 1)
 	tb.WorkerProcessProcessesRead.Add(context.Background(), 1)
 	tb.WorkerProcessProcessesVanished.Add(context.Background(), 1)
 	tb.WorkerProcessScrapeDuration.Record(context.Background(), 1)
 	AssertEqualWorkerProcessDiscoveryScans(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualWorkerProcessEventsLost(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualWorkerProcessPermissionErrors(t, testTel,

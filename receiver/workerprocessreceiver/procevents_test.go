@@ -1,0 +1,244 @@
+package workerprocessreceiver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
+)
+
+func TestProcessEventsConfig(t *testing.T) {
+	cfg := realConfig()
+	assert.Equal(t, "auto", cfg.ProcessEvents)
+	for _, v := range []string{"auto", "netlink", "off"} {
+		cfg.ProcessEvents = v
+		require.NoError(t, cfg.Validate(), v)
+	}
+	cfg.ProcessEvents = "yes"
+	require.ErrorContains(t, cfg.Validate(), `process_events: must be auto, netlink or off, got "yes"`)
+}
+
+// procMsg builds one proc connector message as the kernel sends it.
+func procMsg(seq, cpu, what uint32, data ...uint32) []byte {
+	b := make([]byte, procDataOff+4*len(data))
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint32(b[16:], cnIdxProc)
+	ne.PutUint32(b[20:], cnValProc)
+	ne.PutUint32(b[24:], seq)
+	ne.PutUint32(b[procEvOff:], what)
+	ne.PutUint32(b[procEvOff+4:], cpu)
+	ne.PutUint64(b[procEvOff+8:], monotonicNs())
+	for i, d := range data {
+		ne.PutUint32(b[procDataOff+4*i:], d)
+	}
+	return b
+}
+
+// TestProcessEventsHandle feeds synthetic messages: forks of members join
+// (grandchildren too), thread forks/exits are ignored, exits of never-seen
+// members are handed over once, sequence gaps count lost events.
+func TestProcessEventsHandle(t *testing.T) {
+	p := &procEvents{owner: map[int32]*evEntry{}, workers: map[*worker]*evWorker{}, lastSeq: map[uint32]uint32{}}
+	k, err := newWorkerKind(0, WorkerConfig{ID: "w", Selector: SelectorConfig{PIDFile: "x"}})
+	require.NoError(t, err)
+	w := newWorker(k, "w", "", time.Now())
+	w.gen = 1
+	w.members[100] = &member{gen: 1, sightings: 2}
+	_, covered := p.sync(w, nil)
+	assert.False(t, covered, "first sync: not armed yet")
+
+	var dgram []byte
+	dgram = append(dgram, procMsg(1, 0, procEventFork, 100, 100, 200, 200)...) // child of the root
+	dgram = append(dgram, procMsg(2, 0, procEventFork, 200, 200, 201, 201)...) // grandchild
+	dgram = append(dgram, procMsg(3, 0, procEventFork, 100, 100, 300, 100)...) // a thread of the root
+	dgram = append(dgram, procMsg(4, 0, procEventFork, 999, 999, 500, 500)...) // not a member's child
+	dgram = append(dgram, procMsg(5, 0, procEventExit, 201, 201, 0, 17)...)
+	dgram = append(dgram, procMsg(6, 0, procEventExit, 300, 100, 0, 17)...) // thread exit
+	dgram = append(dgram, procMsg(7, 0, procEventExit, 500, 500, 0, 17)...)
+	early := procMsg(8, 0, procEventFork, 100, 100, 600, 600) // forked before the first seed, read late
+	binary.NativeEndian.PutUint64(early[procEvOff+8:], 1)
+	dgram = append(dgram, early...)
+	p.handle(dgram)
+	assert.Len(t, p.workers[w].pids, 2) // 100, 200
+	assert.Zero(t, p.lost.Load())
+
+	p.handle(procMsg(11, 0, procEventExit, 200, 200, 0, 17)) // 9 and 10 lost
+	assert.Equal(t, int64(2), p.lost.Load())
+
+	w.gen = 2
+	exits, covered := p.sync(w, nil)
+	assert.False(t, covered, "events were lost in the interval")
+	assert.ElementsMatch(t, []int32{201, 200}, []int32{exits[0].pid, exits[1].pid})
+	exits, covered = p.sync(w, nil)
+	assert.True(t, covered)
+	assert.Empty(t, exits)
+	// The reader lags behind a scrape: a child the walk saw (alive, or as a
+	// zombie) before its fork/exit events were read is the scrape's.
+	p.handle(procMsg(12, 0, procEventFork, 100, 100, 400, 400))
+	w.gen = 3
+	w.members[400] = &member{gen: 3, sightings: 1, zombie: true}
+	w.members[401] = &member{gen: 3, sightings: 1}
+	_, covered = p.sync(w, nil)
+	assert.True(t, covered)
+	p.handle(procMsg(13, 0, procEventFork, 100, 100, 401, 401))
+	p.handle(procMsg(14, 0, procEventExit, 400, 400, 0, 0))
+	p.handle(procMsg(15, 0, procEventExit, 401, 401, 0, 0))
+	// The root was seen: its exit is the scrape's to count.
+	p.handle(procMsg(16, 0, procEventExit, 100, 100, 0, 0))
+	exits, _ = p.sync(w, nil)
+	assert.Empty(t, exits)
+	assert.Zero(t, p.lost.Load()-2)
+}
+
+// TestProcessEventsUnavailable: without the capability, auto logs once at
+// info and falls back to sampling; netlink fails Start with what to grant.
+func TestProcessEventsUnavailable(t *testing.T) {
+	saved := openProcEvents
+	t.Cleanup(func() { openProcEvents = saved })
+	openProcEvents = func() (*procEvents, error) {
+		return nil, errors.New("joining the proc connector group: operation not permitted")
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	cfg := realConfig()
+	s, err := newWorkerScraper(set, cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.start(context.Background(), componenttest.NewNopHost()))
+	assert.Nil(t, s.ev)
+	for i := 0; i < 3; i++ {
+		_, err := s.scrape(context.Background())
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.shutdown(context.Background()))
+	found := logs.FilterMessageSnippet("process events unavailable").All()
+	require.Len(t, found, 1)
+	assert.Equal(t, zapcore.InfoLevel, found[0].Level)
+	assert.Empty(t, logs.Filter(func(e observer.LoggedEntry) bool { return e.Level >= zapcore.WarnLevel }).All())
+
+	cfg = realConfig()
+	cfg.ProcessEvents = "netlink"
+	s2, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	err = s2.start(context.Background(), componenttest.NewNopHost())
+	require.ErrorContains(t, err, "process_events: netlink")
+	require.ErrorContains(t, err, "CAP_NET_ADMIN")
+	require.NoError(t, s2.shutdown(context.Background()))
+
+	// A fixture proc_root never uses the connector: auto is sampling, and
+	// netlink is refused.
+	cfg = fixtureConfig(copyFixture(t))
+	cfg.ProcessEvents = "netlink"
+	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, s3.start(context.Background(), componenttest.NewNopHost()), "needs proc_root")
+	require.NoError(t, s3.shutdown(context.Background()))
+}
+
+// startEventsScraper returns a scraper subscribed to the proc connector, or
+// skips the test where the subscription fails (unless in CI).
+func startEventsScraper(t *testing.T, cfg *Config) *workerScraper {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	cfg.ProcessEvents = processEventsNetlink
+	s, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	if err := s.start(context.Background(), componenttest.NewNopHost()); err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skipf("proc connector unavailable: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { require.NoError(t, s.shutdown(context.Background())) })
+	return s
+}
+
+// TestProcessEventsExactCounts: a real tree forks 500 /bin/true children and
+// 5 children with 3 /bin/true grandchildren each between two scrapes:
+// started and exited grow by exactly the number of processes; the long-lived children keep their role, and
+// one that exits is counted once, in its role.
+func TestProcessEventsExactCounts(t *testing.T) {
+	s := startEventsScraper(t, realConfig())
+	tr := startRealTree(t, "events1")
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_, err := s.scrape(ctx)
+		require.NoError(t, err)
+	}
+	md, err := s.scrape(ctx)
+	require.NoError(t, err)
+	started0 := sumValues(md, "events1", "workerwatch.process.started", nil)
+	exited0 := sumValues(md, "events1", "workerwatch.process.exited", nil)
+	role := func(r string) map[string]string { return map[string]string{"workerwatch.process.role": r} }
+	childStarted0 := sumValues(md, "events1", "workerwatch.process.started", role("child"))
+
+	// Each spawner is a Go program: its first exec also forks the runtime's
+	// pidfd probe (a child that exits at once, a process like any other),
+	// so it makes 1 + k + 1 processes.
+	const n, g, k = 500, 5, 3
+	const total = n + g*(1+k+1)
+	_, err = io.WriteString(tr.stdin, "burst 500 5 3\n")
+	require.NoError(t, err)
+	line, err := tr.out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+
+	// The reader goroutine may still be behind the last exits: scrape until
+	// the count is reached, then make sure it does not go beyond.
+	var started, exited float64
+	require.Eventually(t, func() bool {
+		md, err = s.scrape(ctx)
+		require.NoError(t, err)
+		started = sumValues(md, "events1", "workerwatch.process.started", nil) - started0
+		exited = sumValues(md, "events1", "workerwatch.process.exited", nil) - exited0
+		return started >= total && exited >= total
+	}, 10*time.Second, 50*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	md, err = s.scrape(ctx)
+	require.NoError(t, err)
+	started = sumValues(md, "events1", "workerwatch.process.started", nil) - started0
+	exited = sumValues(md, "events1", "workerwatch.process.exited", nil) - exited0
+	assert.Equal(t, float64(total), started)
+	assert.Equal(t, float64(total), exited)
+	v, _ := findValue(md, "events1", "workerwatch.process.count", role("engine-child"))
+	assert.Equal(t, 3.0, v)
+	v, _ = findValue(md, "events1", "workerwatch.process.count", role("child"))
+	assert.Equal(t, 3.0, v)
+	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", role("child"))-childStarted0)
+
+	// A long-lived engine child (seen and classified by the scrapes) and its
+	// grandchild exit: counted once each, in their own roles.
+	engine0 := sumValues(md, "events1", "workerwatch.process.exited", role("engine-child"))
+	require.NoError(t, syscall.Kill(tr.pids[2], syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(tr.pids[1], syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat("/proc/" + itoa(tr.pids[1]))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 2; i++ {
+		md, err = s.scrape(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, engine0+1, sumValues(md, "events1", "workerwatch.process.exited", role("engine-child")))
+	assert.Equal(t, float64(total)+2, sumValues(md, "events1", "workerwatch.process.exited", nil)-exited0)
+	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", nil)-started0)
+	assert.Zero(t, s.ev.lost.Load())
+}
