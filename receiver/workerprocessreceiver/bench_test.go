@@ -145,6 +145,11 @@ func benchWorkerConfig(e *benchEnv, wholeHost bool) *Config {
 	cfg := createDefaultConfig().(*Config)
 	cfg.CollectionInterval = benchInterval
 	cfg.InitialDelay = 0
+	// WORKERWATCH_BENCH_PROCESS_EVENTS=off|auto measures with or without the
+	// proc connector (default auto: what a user gets).
+	if os.Getenv("WORKERWATCH_BENCH_PROCESS_EVENTS") != "" {
+		cfg.ProcessEvents = os.Getenv("WORKERWATCH_BENCH_PROCESS_EVENTS")
+	}
 	if wholeHost {
 		pf := filepath.Join(e.dir, "init.pid")
 		_ = os.WriteFile(pf, []byte("1"), 0o644)
