@@ -115,6 +115,12 @@ scrape_configs:
 		"--run-rate", "8", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
 		"--run-timeout", "4s", "--run-memory-limit", "80MiB")
 	nodeStarted := startNodeWorker(t, otlpHTTP)
+	// A second, one-worker fleet whose runs hold their memory for 30 s, so the
+	// run role's memory is steady long enough to compare with /proc.
+	steadyPids := filepath.Join(tmp, "steady-pids")
+	steadyFleet := start(t, "steady-fleet", nil, simBin, "fleet", "--workers", "1", "--id-prefix", "steady-",
+		"--seed", "7", "--otlp-endpoint", otlpHTTP, "--pid-dir", steadyPids,
+		"--run-duration", "30s", "--run-timeout", "60s", "--run-memory", "30MiB", "--run-rate", "1")
 
 	t.Run("leak worker turns unhealthy and its health endpoint answers 503", func(t *testing.T) {
 		w := waitState(t, e, wLeak, boundUnhealthy-time.Since(fleetStart), workerstate.Unhealthy)
@@ -179,6 +185,16 @@ scrape_configs:
 			checkRoleMemory(t, e, wNode, "main", func() (int64, error) { return rssOfCmdline(`(^|/)node( -\S+)* (\S*/)?worker\.js`) })
 			checkRoleMemory(t, e, wNode, "runner", func() (int64, error) { return rssOfCmdline(`/child/runner\.js`) })
 		}
+		// The simulator's run role, on the steady fleet's worker.
+		steady := env{pidDir: steadyPids}
+		checkRoleMemory(t, e, "steady-1", "main", func() (int64, error) { return rssOfPidFile(steady, "steady-1") })
+		checkRoleMemory(t, e, "steady-1", "run", func() (int64, error) {
+			root := pidOfOrZero(steady, "steady-1")
+			if root == 0 {
+				return 0, fmt.Errorf("no pid for steady-1")
+			}
+			return rssOfChildren(root, `workersim run-child `)
+		})
 	})
 
 	t.Run("a worker's runs are found in Jaeger by its worker id", func(t *testing.T) {
@@ -282,6 +298,7 @@ scrape_configs:
 
 	// Ctrl-C equivalent: the fleet must leave no process behind.
 	fleet.stop(t)
+	steadyFleet.stop(t)
 	if out := leftovers(simBin); out != "" {
 		t.Errorf("processes left after the fleet stopped:\n%s", out)
 	}
@@ -432,6 +449,47 @@ func rssOfCmdline(pattern string) (int64, error) {
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("no process matches %s", pattern)
+	}
+	return sum, nil
+}
+
+// rssOfChildren sums the RSS of the direct children of ppid whose command
+// line matches pattern.
+func rssOfChildren(ppid int, pattern string) (int64, error) {
+	re := regexp.MustCompile(pattern)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	n := 0
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The parent pid is the 2nd field after the command, which ends at
+		// the last ')'.
+		i := strings.LastIndexByte(string(st), ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !re.Match([]byte(strings.ReplaceAll(string(cl), "\x00", " "))) {
+			continue
+		}
+		if r, err := rss(pid); err == nil {
+			sum += r
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no child of %d matches %s", ppid, pattern)
 	}
 	return sum, nil
 }
