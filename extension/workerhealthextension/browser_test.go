@@ -214,7 +214,7 @@ func hasColor(img image.Image, r, g, b uint8) bool {
 
 func sortedWorstFirst(states []string) bool {
 	for i := 1; i < len(states); i++ {
-		if severity(workerstate.State(states[i-1])) < severity(workerstate.State(states[i])) {
+		if workerstate.Severity(workerstate.State(states[i-1])) < workerstate.Severity(workerstate.State(states[i])) {
 			return false
 		}
 	}

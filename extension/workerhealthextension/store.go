@@ -110,7 +110,7 @@ func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by
 			// the more optimistic copy).
-			if severity(prev.w.State) >= severity(w.State) {
+			if workerstate.Severity(prev.w.State) >= workerstate.Severity(w.State) {
 				continue
 			}
 			idx.order = slices.DeleteFunc(idx.order, func(x *entry) bool { return x == prev })
@@ -167,7 +167,7 @@ func buildView(srcs []*sourceIndex) *view {
 	}
 	v.worstFirst = slices.Clone(v.byIDOrder)
 	slices.SortStableFunc(v.worstFirst, func(a, b *entry) int {
-		if c := cmp.Compare(severity(b.w.State), severity(a.w.State)); c != 0 {
+		if c := cmp.Compare(workerstate.Severity(b.w.State), workerstate.Severity(a.w.State)); c != 0 {
 			return c
 		}
 		return byID(a, b)
@@ -193,7 +193,7 @@ func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
 		for _, e := range si.order {
 			prev, dup := ids[e.w.ID]
 			if dup {
-				ps, es := severity(prev.w.State), severity(e.w.State)
+				ps, es := workerstate.Severity(prev.w.State), workerstate.Severity(e.w.State)
 				if ps > es || (ps == es && !times[e.source].After(times[prev.source])) {
 					continue
 				}
@@ -210,29 +210,6 @@ func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
 }
 
 func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
-
-// severity orders states for people and for merging: the higher, the more
-// urgent. A worker the processor has lost is the most urgent; an unknown
-// one (not yet judged) ranks above degraded because it may not take work.
-func severity(s workerstate.State) int {
-	switch s {
-	case workerstate.Healthy:
-		return 0
-	case workerstate.Degraded:
-		return 1
-	case workerstate.Unknown:
-		return 2
-	case workerstate.Stalled:
-		return 3
-	case workerstate.Unhealthy:
-		return 4
-	case workerstate.Lost:
-		return 5
-	default:
-		// A state this build does not know is treated like unknown.
-		return 2
-	}
-}
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
 // always see [] and never null (the processor may leave them nil).

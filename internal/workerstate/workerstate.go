@@ -35,6 +35,29 @@ var AllStates = []State{Healthy, Degraded, Unhealthy, Stalled, Lost, Unknown}
 // sent work (HTTP 200), every other state may not (HTTP 503).
 func (s State) MayTakeWork() bool { return s == Healthy || s == Degraded }
 
+// Severity orders states by urgency, the higher the more urgent: for people
+// (the status page sorts worst first), for merging two views of one worker,
+// and for telling a worse state from a better one. Unknown (not judged yet)
+// ranks above degraded because it may not take work; callers that treat
+// "not judged yet" specially check for Unknown first.
+func Severity(s State) int {
+	switch s {
+	case Healthy:
+		return 0
+	case Degraded:
+		return 1
+	case Unknown:
+		return 2
+	case Stalled:
+		return 3
+	case Unhealthy:
+		return 4
+	case Lost:
+		return 5
+	}
+	return -1
+}
+
 // Valid reports whether s is one of the states above.
 func (s State) Valid() bool {
 	for _, v := range AllStates {

@@ -201,7 +201,7 @@ func buildLogs(trs []transition) plog.Logs {
 		lr.SetTimestamp(at)
 		lr.SetObservedTimestamp(at)
 		lr.SetEventName(eventStateChange)
-		if severity(tr.to) > severity(tr.from) && tr.from != workerstate.Unknown || tr.to == workerstate.Unknown {
+		if workerstate.Severity(tr.to) > workerstate.Severity(tr.from) && tr.from != workerstate.Unknown || tr.to == workerstate.Unknown {
 			lr.SetSeverityNumber(plog.SeverityNumberWarn)
 			lr.SetSeverityText("WARN")
 		} else {

@@ -283,9 +283,6 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 						s.capacity, any = int(v), true
 					}
 				case mc.RunsActive:
-					if mc.RunsActive == "" {
-						break
-					}
 					if v, ok := sumPoints(mt, "", ""); ok && v >= 0 && v < 1<<20 {
 						s.active, any = int(v), true
 					}

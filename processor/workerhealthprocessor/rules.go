@@ -23,24 +23,6 @@ const (
 	codeNotReported   = "no_telemetry_since_start"
 )
 
-// severity orders the states a worker can be judged to be in; unknown is
-// outside the order (it is "not judged yet").
-func severity(s workerstate.State) int {
-	switch s {
-	case workerstate.Healthy:
-		return 0
-	case workerstate.Degraded:
-		return 1
-	case workerstate.Stalled:
-		return 2
-	case workerstate.Unhealthy:
-		return 3
-	case workerstate.Lost:
-		return 4
-	}
-	return -1
-}
-
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string
@@ -184,7 +166,7 @@ func (t *tracker) evaluate(now int64) []transition {
 		switch {
 		case target == cur:
 			w.better = 0
-		case cur == workerstate.Unknown || target == workerstate.Unknown || severity(target) > severity(cur):
+		case cur == workerstate.Unknown || target == workerstate.Unknown || workerstate.Severity(target) > workerstate.Severity(cur):
 			w.better = 0
 			out = append(out, t.move(w, target, reasons, now))
 			continue

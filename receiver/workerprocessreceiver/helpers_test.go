@@ -79,8 +79,10 @@ func compareGolden(t *testing.T, name string, md pmetric.Metrics) {
 	require.Equal(t, string(want), got)
 }
 
-// findValue returns the value of one data point (resource id, metric, attribute filter).
-func findValue(md pmetric.Metrics, workerID, metric string, want map[string]string) (float64, bool) {
+// values returns the values of one metric's data points for a worker that
+// carry every attribute in want, in order.
+func values(md pmetric.Metrics, workerID, metric string, want map[string]string) []float64 {
+	var out []float64
 	for i := 0; i < md.ResourceMetrics().Len(); i++ {
 		rm := md.ResourceMetrics().At(i)
 		id, _ := rm.Resource().Attributes().Get("cicd.worker.id")
@@ -109,11 +111,20 @@ func findValue(md pmetric.Metrics, workerID, metric string, want map[string]stri
 					}
 				}
 				if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
-					return dp.DoubleValue(), true
+					out = append(out, dp.DoubleValue())
+				} else {
+					out = append(out, float64(dp.IntValue()))
 				}
-				return float64(dp.IntValue()), true
 			}
 		}
+	}
+	return out
+}
+
+// findValue returns the value of the first matching data point.
+func findValue(md pmetric.Metrics, workerID, metric string, want map[string]string) (float64, bool) {
+	if v := values(md, workerID, metric, want); len(v) > 0 {
+		return v[0], true
 	}
 	return 0, false
 }
@@ -121,40 +132,8 @@ func findValue(md pmetric.Metrics, workerID, metric string, want map[string]stri
 // sumValues sums one metric of a worker over all data points matching the filter.
 func sumValues(md pmetric.Metrics, workerID, metric string, want map[string]string) float64 {
 	var total float64
-	for i := 0; i < md.ResourceMetrics().Len(); i++ {
-		rm := md.ResourceMetrics().At(i)
-		id, _ := rm.Resource().Attributes().Get("cicd.worker.id")
-		if id.AsString() != workerID {
-			continue
-		}
-		ms := rm.ScopeMetrics().At(0).Metrics()
-		for k := 0; k < ms.Len(); k++ {
-			m := ms.At(k)
-			if m.Name() != metric {
-				continue
-			}
-			var dps pmetric.NumberDataPointSlice
-			if m.Type() == pmetric.MetricTypeGauge {
-				dps = m.Gauge().DataPoints()
-			} else {
-				dps = m.Sum().DataPoints()
-			}
-		next:
-			for d := 0; d < dps.Len(); d++ {
-				dp := dps.At(d)
-				for ak, av := range want {
-					v, ok := dp.Attributes().Get(ak)
-					if !ok || v.AsString() != av {
-						continue next
-					}
-				}
-				if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
-					total += dp.DoubleValue()
-				} else {
-					total += float64(dp.IntValue())
-				}
-			}
-		}
+	for _, v := range values(md, workerID, metric, want) {
+		total += v
 	}
 	return total
 }

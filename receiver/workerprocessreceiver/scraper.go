@@ -309,13 +309,7 @@ func (s *workerScraper) walkTree(w *worker, rootSt *procStat) {
 	for len(s.stack) > 0 {
 		pid := s.stack[len(s.stack)-1]
 		s.stack = s.stack[:len(s.stack)-1]
-		if pid == w.rootPid {
-			st = *rootSt
-		} else if err := s.r.readStat(pid, &st); err != nil {
-			s.readErr(w, err)
-			continue
-		}
-		if st.flags&pfKthread != 0 {
+		if !s.memberStat(w, pid, rootSt, &st) {
 			continue
 		}
 		if !s.account(w, pid, &st, pid == w.rootPid) {
@@ -333,17 +327,23 @@ func (s *workerScraper) walkCgroup(w *worker, rootSt *procStat) {
 	s.cgPids = s.cgroupProcs(dir, s.cgPids[:0])
 	var st procStat
 	for _, pid := range s.cgPids {
-		if pid == w.rootPid {
-			st = *rootSt
-		} else if err := s.r.readStat(pid, &st); err != nil {
-			s.readErr(w, err)
-			continue
+		if s.memberStat(w, pid, rootSt, &st) {
+			s.account(w, pid, &st, pid == w.rootPid)
 		}
-		if st.flags&pfKthread != 0 {
-			continue
-		}
-		s.account(w, pid, &st, pid == w.rootPid)
 	}
+}
+
+// memberStat fills st for a member found by either walk (the root's stat was
+// read already) and reports whether it is a process to account: not gone
+// since it was listed, and not a kernel thread.
+func (s *workerScraper) memberStat(w *worker, pid int32, rootSt, st *procStat) bool {
+	if pid == w.rootPid {
+		*st = *rootSt
+	} else if err := s.r.readStat(pid, st); err != nil {
+		s.readErr(w, err)
+		return false
+	}
+	return st.flags&pfKthread == 0
 }
 
 func (s *workerScraper) readErr(w *worker, err error) {
