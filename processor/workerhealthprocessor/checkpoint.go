@@ -1,9 +1,11 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
@@ -101,6 +103,17 @@ func (t *tracker) marshal() ([]byte, error) {
 	return json.Marshal(doc)
 }
 
+// firstSeen is when a run was first claimed by either side (0 = never).
+func firstSeen(r *run) int64 {
+	switch {
+	case r.wAt == 0:
+		return r.sAt
+	case r.sAt == 0:
+		return r.wAt
+	}
+	return min(r.wAt, r.sAt)
+}
+
 func (t *tracker) unmarshal(data []byte, now int64) error {
 	var doc checkpointDoc
 	if err := json.Unmarshal(data, &doc); err != nil {
@@ -136,7 +149,12 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 					break
 				}
 				w.runs[rid] = &run{wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd, claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags}
+				w.order = append(w.order, rid)
 			}
+			// First seen = the earlier side's claim (0 when never claimed).
+			slices.SortFunc(w.order, func(a, b string) int {
+				return cmp.Compare(firstSeen(w.runs[a]), firstSeen(w.runs[b]))
+			})
 		}
 		t.workers[w.id] = w
 	}

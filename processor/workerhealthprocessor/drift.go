@@ -65,6 +65,7 @@ func (t *tracker) prune(w *worker, now int64) {
 			delete(w.runs, id)
 		}
 	}
+	w.compactOrder()
 }
 
 // reconcile lets go of runs tracked as held by the worker when the worker's

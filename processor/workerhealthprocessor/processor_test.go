@@ -3,6 +3,7 @@ package workerhealthprocessor
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +201,45 @@ func TestLimits(t *testing.T) {
 	h.p.mu.Lock()
 	assert.Empty(t, h.p.tracker.workers)
 	assert.Equal(t, int64(2), h.p.tracker.expired)
+	h.p.mu.Unlock()
+}
+
+// At the per-worker cap the oldest run neither side holds makes room, held
+// runs are kept whatever their age, and the bookkeeping of the order stays
+// bounded by the cap however many runs pass through.
+func TestRunEvictionAtTheCap(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxRunsPerWorker = 4
+	h := newHarness(t, cfg)
+	claim := func(r string) { h.logs(wl("a", "workerwatch.run.claimed", r, nil)) }
+	finish := func(r string) {
+		h.logs(wl("a", "workerwatch.run.finished", r, map[string]any{"cicd.pipeline.result": "success"}))
+	}
+	claim("held") // the oldest, and still held
+	for _, r := range []string{"r1", "r2", "r3"} {
+		claim(r)
+		finish(r)
+	}
+	claim("r4") // evicts r1: the oldest that ended, not "held"
+	h.p.mu.Lock()
+	runs := h.p.tracker.workers["a"].runs
+	assert.Contains(t, runs, "held")
+	assert.NotContains(t, runs, "r1")
+	assert.Contains(t, runs, "r2")
+	assert.Contains(t, runs, "r4")
+	h.p.mu.Unlock()
+
+	for i := 0; i < 1000; i++ {
+		r := "x" + strconv.Itoa(i)
+		claim(r)
+		finish(r)
+	}
+	h.p.mu.Lock()
+	w := h.p.tracker.workers["a"]
+	assert.Contains(t, w.runs, "held")
+	assert.Len(t, w.runs, 4)
+	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
+	assert.Zero(t, h.p.tracker.overflowRuns, "ended runs always made room")
 	h.p.mu.Unlock()
 }
 

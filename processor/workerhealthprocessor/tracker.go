@@ -103,6 +103,12 @@ type worker struct {
 	lastClaim   int64    // last claim by the worker itself
 
 	runs map[string]*run
+	// order holds the ids of runs in the order they were first seen, from
+	// orderHead on (ids no longer in runs are skipped and compacted away):
+	// at the per-worker cap the oldest ended run is evicted in amortized
+	// O(1), not by a scan of every run for each new one.
+	order     []string
+	orderHead int
 
 	overCapSince int64
 
@@ -396,32 +402,65 @@ func (t *tracker) run(w *worker, id string, now int64) *run {
 	if w.runs == nil {
 		w.runs = make(map[string]*run, 4)
 	}
-	if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker && !t.evictEnded(w) {
-		t.overflowRuns++
-		return nil
+	var r *run
+	if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker {
+		if r = t.evictEnded(w); r == nil {
+			t.overflowRuns++
+			return nil
+		}
+		*r = run{} // the evicted run's memory serves the new one
+	} else {
+		r = &run{}
 	}
-	r := &run{}
-	w.runs[strings.Clone(id)] = r
+	key := strings.Clone(id)
+	w.runs[key] = r
+	w.order = append(w.order, key)
 	return r
 }
 
-// evictEnded drops the run that ended longest ago; false when none ended.
-func (t *tracker) evictEnded(w *worker) bool {
-	var oldest string
-	var at int64 = -1
-	for id, r := range w.runs {
+// evictEnded drops the oldest run that neither side holds any more and
+// returns it; nil when every run is held. Held runs (about the capacity) are
+// stepped over, so the cost does not grow with the runs tracked.
+func (t *tracker) evictEnded(w *worker) *run {
+	for i := w.orderHead; i < len(w.order); i++ {
+		id := w.order[i]
+		r, ok := w.runs[id]
+		if !ok {
+			if i == w.orderHead { // pruned already
+				w.order[i] = ""
+				w.orderHead++
+			}
+			continue
+		}
 		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
 			continue
 		}
-		if at < 0 || r.lastEnd() < at {
-			oldest, at = id, r.lastEnd()
+		delete(w.runs, id)
+		// Drop order[i], keeping the ids before it in their order.
+		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
+		w.order[w.orderHead] = ""
+		w.orderHead++
+		w.compactOrder()
+		return r
+	}
+	return nil
+}
+
+// compactOrder forgets the ids of runs no longer tracked once order is more
+// than about twice the runs tracked, so it stays bounded by the run cap.
+func (w *worker) compactOrder() {
+	if len(w.order) <= 2*len(w.runs)+8 {
+		return
+	}
+	n := 0
+	for _, id := range w.order[w.orderHead:] {
+		if _, ok := w.runs[id]; ok {
+			w.order[n] = id
+			n++
 		}
 	}
-	if at < 0 {
-		return false
-	}
-	delete(w.runs, oldest)
-	return true
+	clear(w.order[n:])
+	w.order, w.orderHead = w.order[:n], 0
 }
 
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
