@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/internal/sim/procfs"
 	"github.com/workerwatch/workerwatch/internal/workerstate"
 )
 
@@ -182,8 +183,8 @@ scrape_configs:
 			checkRoleMemory(t, e, id, "main", func() (int64, error) { return rssOfPidFile(e, id) })
 		}
 		if nodeStarted {
-			checkRoleMemory(t, e, wNode, "main", func() (int64, error) { return rssOfCmdline(`(^|/)node( -\S+)* (\S*/)?worker\.js`) })
-			checkRoleMemory(t, e, wNode, "runner", func() (int64, error) { return rssOfCmdline(`/child/runner\.js`) })
+			checkRoleMemory(t, e, wNode, "main", func() (int64, error) { return rssWhere(`(^|/)node( -\S+)* (\S*/)?worker\.js`, 0) })
+			checkRoleMemory(t, e, wNode, "runner", func() (int64, error) { return rssWhere(`/child/runner\.js`, 0) })
 		}
 		// The simulator's run role, on the steady fleet's worker.
 		steady := env{pidDir: steadyPids}
@@ -193,7 +194,7 @@ scrape_configs:
 			if root == 0 {
 				return 0, fmt.Errorf("no pid for steady-1")
 			}
-			return rssOfChildren(root, `workersim run-child `)
+			return rssWhere(`workersim run-child `, root)
 		})
 	})
 
@@ -400,98 +401,49 @@ func pidOf(t *testing.T, e env, id string) int {
 	return p
 }
 
-var pageSize = int64(os.Getpagesize())
-
-// rss reads a process's resident set from statm, as the kernel counts it.
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("statm of %d: %q", pid, b)
-	}
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	return pages * pageSize, err
-}
-
 func rssOfPidFile(e env, id string) (int64, error) {
 	p := pidOfOrZero(e, id)
 	if p == 0 {
 		return 0, fmt.Errorf("no pid for %s", id)
 	}
-	return rss(p)
+	return procfs.RSS(p)
 }
 
-// rssOfCmdline sums the RSS of every process whose command line matches.
-func rssOfCmdline(pattern string) (int64, error) {
+// rssWhere sums the RSS of every process whose command line matches pattern:
+// the direct children of ppid when ppid > 0, else every process.
+func rssWhere(pattern string, ppid int) (int64, error) {
 	re := regexp.MustCompile(pattern)
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
+	pids := procfs.Children(ppid)
+	if ppid <= 0 {
+		pids = allPids()
 	}
 	var sum int64
 	n := 0
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
+	for _, pid := range pids {
+		if !re.MatchString(strings.Join(procfs.Cmdline(pid), " ")) {
 			continue
 		}
-		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !re.Match([]byte(strings.ReplaceAll(string(cl), "\x00", " "))) {
-			continue
-		}
-		if r, err := rss(pid); err == nil {
+		if r, err := procfs.RSS(pid); err == nil {
 			sum += r
 			n++
 		}
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("no process matches %s", pattern)
+		return 0, fmt.Errorf("no process matches %s (parent %d)", pattern, ppid)
 	}
 	return sum, nil
 }
 
-// rssOfChildren sums the RSS of the direct children of ppid whose command
-// line matches pattern.
-func rssOfChildren(ppid int, pattern string) (int64, error) {
-	re := regexp.MustCompile(pattern)
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	var sum int64
-	n := 0
+// allPids lists the processes of the host.
+func allPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
 	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// The parent pid is the 2nd field after the command, which ends at
-		// the last ')'.
-		i := strings.LastIndexByte(string(st), ')')
-		f := strings.Fields(string(st[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(ppid) {
-			continue
-		}
-		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !re.Match([]byte(strings.ReplaceAll(string(cl), "\x00", " "))) {
-			continue
-		}
-		if r, err := rss(pid); err == nil {
-			sum += r
-			n++
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			out = append(out, pid)
 		}
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("no child of %d matches %s", ppid, pattern)
-	}
-	return sum, nil
+	return out
 }
 
 // checkRoleMemory compares the role's memory in Prometheus with /proc. A
@@ -612,17 +564,10 @@ func startNodeWorker(t *testing.T, otlpHTTP string) bool {
 
 // leftovers lists processes still running the simulator binary.
 func leftovers(bin string) string {
-	ents, _ := os.ReadDir("/proc")
 	var out []string
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err == nil && exe == bin {
-			cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cl), "\x00", " ")))
+	for _, pid := range allPids() {
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && exe == bin {
+			out = append(out, fmt.Sprintf("%d %s", pid, strings.Join(procfs.Cmdline(pid), " ")))
 		}
 	}
 	return strings.Join(out, "\n")

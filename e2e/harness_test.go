@@ -7,7 +7,7 @@
 package e2e
 
 import (
-	"context"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,15 +26,8 @@ import (
 var (
 	repoRoot, _ = filepath.Abs("..")
 	binDir      = filepath.Join(repoRoot, "bin")
-	cacheDir    = envOr("CACHE", filepath.Join(os.Getenv("HOME"), ".cache", "workerwatch"))
+	cacheDir    = cmp.Or(os.Getenv("CACHE"), filepath.Join(os.Getenv("HOME"), ".cache", "workerwatch"))
 )
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
 
 // need returns the path of an executable the suite cannot run without. Missing
 // tools skip the suite locally, but fail it in CI where .ci/run installs them.
@@ -176,6 +168,20 @@ func getJSON(u string, v any) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// httpGet GETs u and returns the body; anything but 200 is an error.
+func httpGet(u string) (string, error) {
+	resp, err := httpClient.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d", u, resp.StatusCode)
+	}
+	return string(b), err
+}
+
 // waitListening waits until addr accepts TCP connections.
 func waitListening(t testing.TB, p *proc, addr string, within time.Duration) {
 	t.Helper()
@@ -223,9 +229,3 @@ func promQuery(base, q string) ([]promSample, error) {
 	}
 	return out.Data.Result, nil
 }
-
-func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
-}
-
-var _ = strings.TrimSpace

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,17 +115,4 @@ func TestMakeRun(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func httpGet(u string) (string, error) {
-	resp, err := httpClient.Get(u)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %d", u, resp.StatusCode)
-	}
-	return string(b), err
 }

@@ -119,7 +119,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 			self, "churn-worker", "--id", id)
 		wid := fmt.Sprintf(`cicd_worker_id=%q`, id)
 		eventually(t, 30*time.Second, 200*time.Millisecond, id+" present", func() error {
-			txt, err := metricsText(metricsURL)
+			txt, err := httpGet(metricsURL)
 			if err != nil {
 				return err
 			}
@@ -139,7 +139,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 		lastCPU := map[string]float64{}
 		decreases := 0
 		checkCPU := func() {
-			txt, err := metricsText(metricsURL)
+			txt, err := httpGet(metricsURL)
 			if err != nil {
 				return
 			}
@@ -186,7 +186,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 		same := 0
 		eventually(t, 20*time.Second, time.Second, id+" counters settled", func() error {
 			checkCPU()
-			txt, err := metricsText(metricsURL)
+			txt, err := httpGet(metricsURL)
 			if err != nil {
 				return err
 			}

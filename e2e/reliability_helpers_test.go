@@ -210,17 +210,6 @@ func (s *otlpSender) post(path string, body []byte, deadline time.Time) error {
 	return fmt.Errorf("%s not accepted before the deadline: %v", path, last)
 }
 
-// metricsText GETs a Prometheus text endpoint.
-func metricsText(u string) (string, error) {
-	resp, err := httpClient.Get(u)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
 // metricSum sums the samples of metric name whose label set contains every
 // `k="v"` of match (Prometheus text format; no exemplars).
 func metricSum(text, name string, match ...string) (sum float64, found bool) {

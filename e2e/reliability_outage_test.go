@@ -99,7 +99,7 @@ func TestReliabilityOutageAndRestart(t *testing.T) {
 
 	// While the backend is still down the data sits in the persistent queue.
 	eventually(t, 20*time.Second, 250*time.Millisecond, "data held in the exporter queue", func() error {
-		txt, err := metricsText(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
+		txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
 		if err != nil {
 			return err
 		}

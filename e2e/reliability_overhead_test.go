@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestReliabilityOverhead (issue 6's goal): the same telemetrygen trace load
@@ -58,7 +60,8 @@ func TestReliabilityOverhead(t *testing.T) {
 	without := mk("without", "memory_limiter")
 
 	phase := func(c *col, round int) {
-		before, _ := readProcUsage(c.p.cmd.Process.Pid)
+		before, err := readProcUsage(c.p.cmd.Process.Pid)
+		require.NoError(t, err)
 		g := start(t, fmt.Sprintf("rel-overhead-telemetrygen-%s-%d", c.name, round), nil, tg, "traces",
 			"--otlp-endpoint", c.grpc, "--otlp-insecure", "--workers", "4", "--rate", fmt.Sprint(rate), "--duration", fmt.Sprintf("%ds", secs),
 			"--otlp-attributes", `cicd.worker.id="overhead-1"`, "--otlp-attributes", `service.name="overhead"`)
@@ -68,7 +71,9 @@ func TestReliabilityOverhead(t *testing.T) {
 			t.Fatal("telemetrygen did not end")
 		}
 		time.Sleep(time.Second) // the tail of the last batches
-		after, _ := readProcUsage(c.p.cmd.Process.Pid)
+		after, err := readProcUsage(c.p.cmd.Process.Pid)
+		require.NoError(t, err)
+		require.Positive(t, after.cpu-before.cpu, "%s used no CPU: nothing was measured", c.name)
 		c.cpu = append(c.cpu, after.cpu-before.cpu)
 	}
 	var ratios []float64
@@ -86,13 +91,17 @@ func TestReliabilityOverhead(t *testing.T) {
 		t.Logf("e2e: overhead round %d: CPU with worker_health %.2f s, without %.2f s, ratio %.3f", r+1, with.cpu[r], without.cpu[r], ratio)
 	}
 	for _, c := range []*col{with, without} {
-		txt, _ := metricsText(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.telemetry))
+		txt, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.telemetry))
 		spans, _ := metricSum(txt, "otelcol_receiver_accepted_spans")
 		_, hasProc := metricSum(txt, "otelcol_processor_incoming_items", `processor="worker_health"`)
 		t.Logf("e2e: %s: accepted %.0f spans, worker_health in the pipeline: %v, CPU per round %v", c.name, spans, hasProc, c.cpu)
+		// What the comparison is about: the same load reached both, and only
+		// "with" has the processor.
+		require.Positive(t, spans, "%s accepted no spans", c.name)
+		require.Equal(t, c == with, hasProc, "%s: worker_health in the pipeline", c.name)
 	}
 	m := median(ratios)
-	txt, _ := metricsText(fmt.Sprintf("http://127.0.0.1:%d/metrics", with.telemetry))
+	txt, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", with.telemetry))
 	spans, _ := metricSum(txt, "otelcol_receiver_accepted_spans")
 	t.Logf("e2e: RESULT overhead: %d rounds x %d s at %.0f spans/s: median CPU ratio with/without worker_health %.3f (goal <= 1.15), ratios %.3f, median CPU per phase with %.2f s, without %.2f s",
 		rounds, secs, spans/float64(rounds*secs), m, ratios, median(with.cpu), median(without.cpu))

@@ -162,7 +162,7 @@ func TestReliabilityOverload(t *testing.T) {
 		t.Fatalf("collector died under load:\n%s", col.tail())
 	}
 
-	txt, err := metricsText(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
+	txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
 	if err != nil {
 		t.Fatal(err)
 	}

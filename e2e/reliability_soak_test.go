@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func TestReliabilitySoak(t *testing.T) {
 		every = 15 * time.Second
 	}
 	warmup := max(total/3, 30*time.Second)
-	csvPath := envOr("WORKERWATCH_SOAK_CSV", filepath.Join(logDir, "soak.csv"))
+	csvPath := cmp.Or(os.Getenv("WORKERWATCH_SOAK_CSV"), filepath.Join(logDir, "soak.csv"))
 
 	tmp := t.TempDir()
 	be := startBackend(t, "rel-soak-backend", loopbackAddr(t), tmp)

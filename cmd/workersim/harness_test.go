@@ -168,14 +168,8 @@ func runChild(t *testing.T, parent int, within time.Duration) (int, []string) {
 	var pid int
 	var argv []string
 	require.Eventuallyf(t, func() bool {
-		for _, c := range procfs.Children(parent) {
-			a := procfs.Cmdline(c)
-			if len(a) > 1 && a[1] == "run-child" && procfs.Alive(c) {
-				pid, argv = c, a
-				return true
-			}
-		}
-		return false
+		pid, argv = firstRunChild(parent)
+		return pid != 0 && procfs.Alive(pid)
 	}, within, 10*time.Millisecond, "no run-child under pid %d", parent)
 	return pid, argv
 }

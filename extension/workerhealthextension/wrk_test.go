@@ -3,6 +3,7 @@ package workerhealthextension
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -39,7 +40,7 @@ func TestWrkLoad(t *testing.T) {
 	}
 	wrk, err := exec.LookPath("wrk")
 	require.NoError(t, err, "wrk is required (apt-get install wrk)")
-	duration := cmpOr(os.Getenv("WORKERHEALTH_WRK_DURATION"), "30s")
+	duration := cmp.Or(os.Getenv("WORKERHEALTH_WRK_DURATION"), "30s")
 
 	// A real metrics SDK, as in a collector, so the per-request telemetry
 	// (otelhttp and the extension's own counter) is part of the cost.
@@ -82,7 +83,7 @@ func TestWrkLoad(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(ids, []byte(b.String()), 0o600))
 
-	script, err := filepath.Abs(cmpOr(os.Getenv("WORKERHEALTH_WRK_SCRIPT"), filepath.Join("testdata", "wrk", "random_ids.lua")))
+	script, err := filepath.Abs(cmp.Or(os.Getenv("WORKERHEALTH_WRK_SCRIPT"), filepath.Join("testdata", "wrk", "random_ids.lua")))
 	require.NoError(t, err)
 	cmd := exec.Command(wrk, "-t1", "-c8", "-d"+duration, "--latency", "-s", script, base, "--", ids)
 	var out bytes.Buffer
@@ -104,11 +105,4 @@ func TestWrkLoad(t *testing.T) {
 	assert.Less(t, res["ww_p99_ms"], 5.0, "p99 latency (ms)")
 	assert.Zero(t, res["ww_unexpected"], "responses other than 200/503")
 	assert.Zero(t, res["ww_socket_errors"], "socket errors")
-}
-
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

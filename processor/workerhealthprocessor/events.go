@@ -8,13 +8,6 @@ const (
 	srcScheduler
 )
 
-func (s source) String() string {
-	if s == srcScheduler {
-		return "scheduler"
-	}
-	return "worker"
-}
-
 // kind is a run lifecycle event kind after mapping.
 type kind uint8
 

@@ -58,7 +58,7 @@ func (t *tracker) judge(w *worker, now int64) (workerstate.State, []workerstate.
 	lim := t.softLimit(w)
 	// The duration form of the memory rule also fires between samples.
 	if w.memOver && !w.memLatched && t.cfg.Memory.UnhealthyAfter > 0 && now-w.overSince >= int64(t.cfg.Memory.UnhealthyAfter) {
-		w.latchMemory(codeMemory, w.overSince, float64(w.rss))
+		w.latchMemory(codeMemory, w.overSince)
 	}
 	if w.memLatched {
 		msg := fmt.Sprintf("memory over the soft limit for %d samples or %v", t.cfg.Memory.UnhealthySamples, t.cfg.Memory.UnhealthyAfter)
@@ -182,7 +182,6 @@ func (t *tracker) evaluate(now int64) []transition {
 				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations)})
 		}
 		w.reasons = reasons
-		w.evaluated = true
 	}
 	t.fleet(now)
 	sort.Slice(out, func(i, j int) bool { return out[i].worker < out[j].worker })
@@ -191,7 +190,7 @@ func (t *tracker) evaluate(now int64) []transition {
 
 func (t *tracker) move(w *worker, to workerstate.State, reasons []workerstate.Reason, now int64) transition {
 	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
-	w.state, w.since, w.reasons, w.evaluated = to, now, reasons, true
+	w.state, w.since, w.reasons = to, now, reasons
 	w.transitions[stateIndex(to)]++
 	return tr
 }

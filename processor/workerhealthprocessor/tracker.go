@@ -82,15 +82,13 @@ type worker struct {
 	memLatched    bool
 	memLatchCode  string
 	memLatchSince int64
-	memLatchValue float64
 
 	// cpu episode
-	cpuCores  float64
-	cpuOver   int
-	cpuUnder  int
-	cpuSat    bool
-	cpuSince  int64
-	cpuSeenAt int64
+	cpuCores float64
+	cpuOver  int
+	cpuUnder int
+	cpuSat   bool
+	cpuSince int64
 
 	// kills: the last kills.count kill times (a ring), enough to know whether
 	// kills.count fell within kills.window.
@@ -112,11 +110,10 @@ type worker struct {
 
 	overCapSince int64
 
-	state     workerstate.State
-	since     int64
-	reasons   []workerstate.Reason
-	better    int // consecutive evaluations that computed a better state
-	evaluated bool
+	state   workerstate.State
+	since   int64
+	reasons []workerstate.Reason
+	better  int // consecutive evaluations that computed a better state
 
 	// drift of the last evaluation, for metrics and the snapshot.
 	missing, orphaned []string
@@ -281,7 +278,7 @@ func (t *tracker) memorySample(w *worker, rss, now int64) {
 		w.overSamples++
 		w.underSamples = 0
 		if !w.memLatched && (w.overSamples >= m.UnhealthySamples || (m.UnhealthyAfter > 0 && now-w.overSince >= int64(m.UnhealthyAfter))) {
-			w.latchMemory("memory_over_soft_limit", w.overSince, float64(rss))
+			w.latchMemory("memory_over_soft_limit", w.overSince)
 		}
 		return
 	}
@@ -299,17 +296,16 @@ func (t *tracker) memorySample(w *worker, rss, now int64) {
 	}
 }
 
-func (w *worker) latchMemory(code string, since int64, value float64) {
+func (w *worker) latchMemory(code string, since int64) {
 	w.memLatched = true
 	w.memLatchCode = code
 	w.memLatchSince = since
-	w.memLatchValue = value
 	w.underSamples = 0
 }
 
 func (t *tracker) cpuSample(w *worker, cores float64, now int64) {
 	c := &t.cfg.CPU
-	w.cpuCores, w.cpuSeenAt = cores, now
+	w.cpuCores = cores
 	switch {
 	case cores >= c.SaturationCores:
 		if w.cpuOver == 0 && !w.cpuSat {
@@ -491,7 +487,7 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	// a recent sample counts: an old one says nothing about now.
 	if t.cfg.Memory.AtRunStart && w.rss >= 0 && now-w.rssAt <= int64(t.cfg.Lost.After) {
 		if lim := t.softLimit(w); lim > 0 && w.rss > lim && !w.memLatched {
-			w.latchMemory("memory_over_soft_limit_at_run_start", now, float64(w.rss))
+			w.latchMemory("memory_over_soft_limit_at_run_start", now)
 		}
 	}
 }

@@ -19,10 +19,12 @@ const (
 // workerKind is one configured worker (workers[i]) compiled for scraping; a
 // match or cgroup selector may yield several worker instances.
 type workerKind struct {
-	index int
-	key   string // "workers[i]", for log messages
-	sel   selectorKind
-	cfg   WorkerConfig
+	key string // "workers[i]", for log messages
+	// Warn-once keys of the per-process permission errors, built once: the
+	// checks run for every process of every scrape.
+	keyStat, keyFD, keyPSS string
+	sel                    selectorKind
+	cfg                    WorkerConfig
 
 	re  *regexp.Regexp // selector.cmdline
 	exe string         // selector.executable
@@ -41,7 +43,8 @@ type workerKind struct {
 }
 
 func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
-	k := &workerKind{index: i, key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true}
+	k := &workerKind{key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true}
+	k.keyStat, k.keyFD, k.keyPSS = k.key+"/stat", k.key+"/fd", k.key+"/pss"
 	var captures []string
 	switch {
 	case cfg.Selector.PIDFile != "":

@@ -63,8 +63,6 @@ type procStat struct {
 
 func (s *procStat) commString() string { return string(s.comm[:s.commLen]) }
 
-func (s *procStat) commEquals(c []byte) bool { return string(s.comm[:s.commLen]) == string(c) }
-
 // procReader reads /proc files through reused buffers. Not safe for
 // concurrent use: the scraper owns one.
 type procReader struct {
@@ -461,13 +459,14 @@ func (r *procReader) cmdline(pid int32) (string, error) {
 	for len(b) > 0 && b[len(b)-1] == 0 {
 		b = b[:len(b)-1]
 	}
-	s := []byte(string(b))
-	for i, c := range s {
+	// b is the reader's scratch buffer (the next read overwrites it): the
+	// NULs are replaced in place and the one copy is the returned string.
+	for i, c := range b {
 		if c == 0 {
-			s[i] = ' '
+			b[i] = ' '
 		}
 	}
-	return string(s), nil
+	return string(b), nil
 }
 
 // environ returns the value of one environment variable of a process (read

@@ -209,7 +209,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 				if w.absentSince.IsZero() {
 					w.absentSince = now
 				}
-				if _, _, static := k.staticID(); !static && now.Sub(w.absentSince) > s.cfg.ForgetAfter {
+				if !k.idT.isStatic() && now.Sub(w.absentSince) > s.cfg.ForgetAfter {
 					delete(k.instances, id)
 					if s.ev != nil {
 						s.ev.forget(w)
@@ -349,7 +349,9 @@ func (s *workerScraper) memberStat(w *worker, pid int32, rootSt, st *procStat) b
 func (s *workerScraper) readErr(w *worker, err error) {
 	if err == errPermission {
 		s.perms++
-		s.permissionOnce(w.kind.key+"/stat", "cannot read /proc/<pid>/stat; check that proc_root is mounted without hidepid", zap.String("proc_root", s.cfg.ProcRoot))
+		if !s.logged[w.kind.keyStat] { // the fields would be built for every process
+			s.permissionOnce(w.kind.keyStat, "cannot read /proc/<pid>/stat; check that proc_root is mounted without hidepid", zap.String("proc_root", s.cfg.ProcRoot))
+		}
 		return
 	}
 	// Exited between being listed and being read: normal, only counted.
@@ -445,9 +447,6 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 	switch {
 	case isRoot:
 		w.setRole(m, 0)
-		if isNew {
-			m.role = 0
-		}
 	case reread:
 		// Classify by command line.
 		cmd, cmdErr = s.r.cmdline(pid)
@@ -493,8 +492,10 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 			w.fds[r] += n
 		} else if err == errPermission {
 			s.perms++
-			s.permissionOnce(k.key+"/fd", "cannot count open files of a worker process (/proc/<pid>/fd); run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE; process.unix.file_descriptor.count leaves such processes out",
-				zap.String("worker", k.key), zap.Int32("pid", pid))
+			if !s.logged[k.keyFD] {
+				s.permissionOnce(k.keyFD, "cannot count open files of a worker process (/proc/<pid>/fd); run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE; process.unix.file_descriptor.count leaves such processes out",
+					zap.String("worker", k.key), zap.Int32("pid", pid))
+			}
 		}
 	}
 	if s.wantPSS && m.rss <= s.cfg.PSSMaxRSS {
@@ -502,8 +503,10 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 			w.pss[r] += v
 		} else if err == errPermission {
 			s.perms++
-			s.permissionOnce(k.key+"/pss", "cannot read /proc/<pid>/smaps_rollup for PSS; run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE",
-				zap.String("worker", k.key), zap.Int32("pid", pid))
+			if !s.logged[k.keyPSS] {
+				s.permissionOnce(k.keyPSS, "cannot read /proc/<pid>/smaps_rollup for PSS; run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE",
+					zap.String("worker", k.key), zap.Int32("pid", pid))
+			}
 		}
 	}
 	if s.wantTop {

@@ -91,7 +91,6 @@ type worker struct {
 	startTime   pcommon.Timestamp
 	initialized bool
 	absentSince time.Time
-	present     bool
 
 	// Per role, indexed like kind.roles.
 	accU, accS      []uint64 // ticks of members that left the tree
