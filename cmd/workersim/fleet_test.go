@@ -252,16 +252,18 @@ func TestFleet(t *testing.T) {
 		}, 2*time.Second, 20*time.Millisecond)
 	})
 
-	t.Run("SIGKILL: not restarted", func(t *testing.T) {
-		pid := f.workerPid(t, "worker-7")
-		// A run child of it, seen before the kill: once the worker is gone the
-		// fleet (a subreaper) becomes the child's parent, so the child must
-		// be watched by its own pid.
+	t.Run("SIGKILL: not restarted, its run children die with it", func(t *testing.T) {
+		// The timeout worker: its runs' children would live 3x the run
+		// timeout, so one still alive right after the kill was not ended
+		// by its own run finishing. Once the worker is gone the fleet (a
+		// subreaper) adopts the child, so it is watched by its own pid.
+		pid := f.workerPid(t, "worker-2")
 		child, _ := runChild(t, pid, 15*time.Second)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-		f.waitLine(t, regexp.MustCompile(fmt.Sprintf(`^workersim: worker worker-7 pid=%d exited signal=killed, not restarted`, pid)), 10*time.Second)
-		// It dies with the worker (Pdeathsig) and is reaped.
-		require.Eventually(t, func() bool { return !alive(child) }, 5*time.Second, 20*time.Millisecond,
+		f.waitLine(t, regexp.MustCompile(fmt.Sprintf(`^workersim: worker worker-2 pid=%d exited signal=killed, not restarted`, pid)), 10*time.Second)
+		// It dies with the worker (Pdeathsig) and is reaped, long before
+		// its own run would have ended.
+		require.Eventually(t, func() bool { return !alive(child) }, runTimeout/2, 10*time.Millisecond,
 			"run child %d outlived its SIGKILLed worker", child)
 	})
 
