@@ -148,12 +148,13 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 					t.overflowRuns++
 					break
 				}
-				w.runs[rid] = &run{wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd, claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags}
-				w.order = append(w.order, rid)
+				rr := &run{wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd, claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone}
+				w.runs[rid] = rr
+				w.order = append(w.order, orderEntry{rid, rr})
 			}
 			// First seen = the earlier side's claim (0 when never claimed).
-			slices.SortFunc(w.order, func(a, b string) int {
-				return cmp.Compare(firstSeen(w.runs[a]), firstSeen(w.runs[b]))
+			slices.SortFunc(w.order, func(a, b orderEntry) int {
+				return cmp.Compare(firstSeen(a.r), firstSeen(b.r))
 			})
 		}
 		t.workers[w.id] = w

@@ -62,6 +62,7 @@ func (t *tracker) prune(w *worker, now int64) {
 			continue
 		}
 		if now-r.lastEnd() > ttl {
+			r.flags |= fGone
 			delete(w.runs, id)
 		}
 	}

@@ -157,6 +157,7 @@ func (t *tracker) evaluate(now int64) []transition {
 	for id, w := range t.workers {
 		if now-w.lastMention > ttl {
 			delete(t.workers, id)
+			t.last = nil
 			t.expired++
 			continue
 		}

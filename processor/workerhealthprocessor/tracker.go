@@ -15,6 +15,8 @@ const (
 	fSchedHeld
 	fSchedEnded
 	fStarted
+	// fGone: pruned from the worker's runs; its entry in order is stale.
+	fGone
 )
 
 // run is one run as both sides see it. Times are unix ns: *At are arrival
@@ -105,7 +107,7 @@ type worker struct {
 	// orderHead on (ids no longer in runs are skipped and compacted away):
 	// at the per-worker cap the oldest ended run is evicted in amortized
 	// O(1), not by a scan of every run for each new one.
-	order     []string
+	order     []orderEntry
 	orderHead int
 
 	overCapSince int64
@@ -141,6 +143,7 @@ func newWorker(id string, now int64) *worker {
 type tracker struct {
 	cfg     *Config
 	workers map[string]*worker
+	last    *worker // the worker get returned last (nil after any removal)
 
 	// stage and histogram state live in hists (fleet-wide, bounded by config).
 	hists *histograms
@@ -174,8 +177,15 @@ func newTracker(cfg *Config) *tracker {
 
 // get returns the worker, creating it unless the limit is reached.
 func (t *tracker) get(id string, now int64) *worker {
+	// A batch's events come grouped by resource, so most are the previous
+	// event's worker: a string compare instead of a map lookup.
+	if w := t.last; w != nil && w.id == id {
+		w.lastMention = now
+		return w
+	}
 	if w, ok := t.workers[id]; ok {
 		w.lastMention = now
+		t.last = w
 		return w
 	}
 	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
@@ -410,8 +420,14 @@ func (t *tracker) run(w *worker, id string, now int64) *run {
 	}
 	key := strings.Clone(id)
 	w.runs[key] = r
-	w.order = append(w.order, key)
+	w.order = append(w.order, orderEntry{key, r})
 	return r
+}
+
+// orderEntry is a run in first-seen order; the pointer spares a map lookup.
+type orderEntry struct {
+	id string
+	r  *run
 }
 
 // evictEnded drops the oldest run that neither side holds any more and
@@ -419,39 +435,38 @@ func (t *tracker) run(w *worker, id string, now int64) *run {
 // stepped over, so the cost does not grow with the runs tracked.
 func (t *tracker) evictEnded(w *worker) *run {
 	for i := w.orderHead; i < len(w.order); i++ {
-		id := w.order[i]
-		r, ok := w.runs[id]
-		if !ok {
-			if i == w.orderHead { // pruned already
-				w.order[i] = ""
+		e := w.order[i]
+		if e.r.has(fGone) {
+			if i == w.orderHead {
+				w.order[i] = orderEntry{}
 				w.orderHead++
 			}
 			continue
 		}
-		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+		if e.r.has(fWorkerHeld) || e.r.has(fSchedHeld) {
 			continue
 		}
-		delete(w.runs, id)
-		// Drop order[i], keeping the ids before it in their order.
+		delete(w.runs, e.id)
+		// Drop order[i], keeping the entries before it in their order.
 		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
-		w.order[w.orderHead] = ""
+		w.order[w.orderHead] = orderEntry{}
 		w.orderHead++
 		w.compactOrder()
-		return r
+		return e.r
 	}
 	return nil
 }
 
-// compactOrder forgets the ids of runs no longer tracked once order is more
-// than about twice the runs tracked, so it stays bounded by the run cap.
+// compactOrder forgets the entries of runs no longer tracked once order is
+// more than about twice the runs tracked, so it stays bounded by the run cap.
 func (w *worker) compactOrder() {
 	if len(w.order) <= 2*len(w.runs)+8 {
 		return
 	}
 	n := 0
-	for _, id := range w.order[w.orderHead:] {
-		if _, ok := w.runs[id]; ok {
-			w.order[n] = id
+	for _, e := range w.order[w.orderHead:] {
+		if e.r != nil && !e.r.has(fGone) {
+			w.order[n] = e
 			n++
 		}
 	}
