@@ -2,6 +2,7 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -401,4 +402,33 @@ func TestDerivedMetricsShape(t *testing.T) {
 	assert.InDelta(t, 3.0, d.Sum(), 1e-9)
 	assert.Equal(t, uint64(1), byName[mStage].Histogram().DataPoints().At(0).Count())
 	assert.Equal(t, uint64(1), byName[mClaimStart].Histogram().DataPoints().At(0).Count())
+}
+
+// A killed run's span and its killed record travel through different
+// pipelines: whichever arrives first, the kill is counted, and only once.
+func TestKillCountedWhateverArrivesFirst(t *testing.T) {
+	runSpan := func(run string) ptrace.Traces {
+		td := ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetName("run")
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(t0))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(t0.Add(4 * time.Second)))
+		sp.Attributes().PutStr("cicd.pipeline.run.id", run)
+		sp.Attributes().PutStr("cicd.pipeline.result", "timeout")
+		return td
+	}
+	killed := func(run string) plog.Logs {
+		return wl("w1", "workerwatch.run.killed", run, map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"})
+	}
+	h := newHarness(t, testCfg())
+	h.traces(runSpan("span-first"))
+	h.logs(killed("span-first"))
+	h.logs(killed("log-first"))
+	h.traces(runSpan("log-first"))
+	h.logs(killed("log-first")) // a duplicate
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	assert.Equal(t, int64(2), h.p.tracker.workers["w1"].kills[killReasonIndex["timeout"]])
 }

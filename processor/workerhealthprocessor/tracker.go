@@ -17,6 +17,8 @@ const (
 	fStarted
 	// fGone: pruned from the worker's runs; its entry in order is stale.
 	fGone
+	// fKilled: the worker reported the run killed (counted once).
+	fKilled
 )
 
 // run is one run as both sides see it. Times are unix ns: *At are arrival
@@ -382,6 +384,12 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			t.workerClaim(w, r, e.startTS, now)
 			t.workerStart(w, r, e.startTS, now)
 		}
+		// A kill is its own fact: the run's span (or a finished record) may
+		// arrive first through another pipeline, and must not hide it.
+		if e.kind == evKilled && !r.has(fKilled) {
+			r.flags |= fKilled
+			t.kill(w, e.killReason, now)
+		}
 		if r.has(fWorkerEnded) {
 			return // duplicate end
 		}
@@ -392,9 +400,6 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		}
 		if r.startTS > 0 && e.ts >= r.startTS {
 			t.hists.duration(e.result, e.ts-r.startTS)
-		}
-		if e.kind == evKilled {
-			t.kill(w, e.killReason, now)
 		}
 	}
 }
