@@ -7,7 +7,7 @@ step() { echo; echo "== $*"; }
 
 step "worker_process receiver vs the hostmetrics process scraper vs the stat+statm floor"
 echo "   (spawns ~1,000 idle processes and a 50-process worker tree)"
-go test -run '^$' -bench 'BenchmarkScrape' -benchtime 20x ./receiver/workerprocessreceiver/
+go test -run '^$' -bench 'BenchmarkScrape' -benchtime 30x ./receiver/workerprocessreceiver/
 
 step "worker_health processor vs the spanmetrics connector, per span"
 go test -run '^$' -bench 'BenchmarkSpans' -benchmem -benchtime 2s ./processor/workerhealthprocessor/

@@ -3,7 +3,7 @@ package workerprocessreceiver
 // Benchmarks of the cost per scrape against the contrib hostmetrics process
 // scraper and against the floor of reading stat + statm of the same processes.
 //
-//	go test -run '^$' -bench 'BenchmarkScrape' -benchtime 20x ./receiver/workerprocessreceiver/
+//	go test -run '^$' -bench 'BenchmarkScrape' -benchtime 30x ./receiver/workerprocessreceiver/
 //
 // Setup "tree50": about 1,000 idle unrelated processes (sleep) plus one worker
 // tree of 50 processes (a root and 49 children, all running the executable
@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -149,6 +150,15 @@ func benchWorkerConfig(e *benchEnv, wholeHost bool) *Config {
 	// proc connector (default auto: what a user gets).
 	if os.Getenv("WORKERWATCH_BENCH_PROCESS_EVENTS") != "" {
 		cfg.ProcessEvents = os.Getenv("WORKERWATCH_BENCH_PROCESS_EVENTS")
+	}
+	// WORKERWATCH_BENCH_MAX_OPEN_FILES=0 measures reading every file by
+	// path (no held files).
+	if v := os.Getenv("WORKERWATCH_BENCH_MAX_OPEN_FILES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			panic("WORKERWATCH_BENCH_MAX_OPEN_FILES: " + err.Error())
+		}
+		cfg.MaxOpenFiles = n
 	}
 	if wholeHost {
 		pf := filepath.Join(e.dir, "init.pid")

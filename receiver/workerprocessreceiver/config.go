@@ -54,6 +54,14 @@ type Config struct {
 	// succeeds and proc_root is a procfs, else sampling), "netlink" (required:
 	// Start fails without it) or "off" (sampling only).
 	ProcessEvents string `mapstructure:"process_events"`
+	// MaxOpenFiles bounds the /proc files kept open between scrapes (each
+	// process's stat, children and fd directory; see heldfiles.go), which
+	// makes reading a process about 3x cheaper. Each held stat or children
+	// file keeps one page (4 KiB) of kernel memory. Processes past the bound
+	// are read by opening their files on every scrape. It is also capped at
+	// half the process's open-file limit (RLIMIT_NOFILE). Default 4096; 0
+	// holds none.
+	MaxOpenFiles int `mapstructure:"max_open_files"`
 	// Workers lists the workers to watch. At least one is required.
 	Workers []WorkerConfig `mapstructure:"workers"`
 }
@@ -138,6 +146,9 @@ func (cfg *Config) Validate() error {
 	case processEventsAuto, processEventsNetlink, processEventsOff:
 	default:
 		errs = append(errs, fmt.Errorf("process_events: must be auto, netlink or off, got %q", cfg.ProcessEvents))
+	}
+	if cfg.MaxOpenFiles < 0 {
+		errs = append(errs, fmt.Errorf("max_open_files: must not be negative, got %d", cfg.MaxOpenFiles))
 	}
 	if cfg.PSSMaxRSS < 0 {
 		errs = append(errs, fmt.Errorf("pss_max_rss: must not be negative, got %d", cfg.PSSMaxRSS))

@@ -31,6 +31,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 2*time.Minute, cfg.ForgetAfter)
 			assert.Equal(t, 3, cfg.TopProcesses)
 			assert.Equal(t, int64(100<<20), cfg.PSSMaxRSS)
+			assert.Equal(t, 512, cfg.MaxOpenFiles)
 			assert.True(t, cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled)
 			require.Len(t, cfg.Workers, 3)
 			assert.Equal(t, "run", cfg.Workers[0].Roles[0].Name)
@@ -42,6 +43,7 @@ func TestLoadConfig(t *testing.T) {
 		{id: "bad_role_regex", wantErr: "workers[0].roles[0].cmdline: error parsing regexp"},
 		{id: "unknown_role_field", wantErr: "comand"},
 		{id: "negative_top", wantErr: "top_processes: must be between 0 and 100"},
+		{id: "negative_open_files", wantErr: "max_open_files: must not be negative, got -1"},
 		{id: "no_workers", wantErr: "workers: at least one worker is required"},
 		{id: "missing_id", wantErr: "workers[0].id: required"},
 		{id: "unknown_placeholder", wantErr: "workers[0].id: unknown placeholder {nope}"},
@@ -76,6 +78,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, cfg.ForgetAfter)
 	assert.Equal(t, 5, cfg.TopProcesses)
 	assert.Equal(t, int64(256<<20), cfg.PSSMaxRSS)
+	assert.Equal(t, 4096, cfg.MaxOpenFiles)
 	// No worker is configured by default: the config must name them.
 	assert.ErrorContains(t, confmap.Validate(cfg), "workers: at least one worker is required")
 }

@@ -36,6 +36,7 @@ func createDefaultConfig() component.Config {
 		TopProcesses:         5,
 		PSSMaxRSS:            256 << 20,
 		ProcessEvents:        processEventsAuto,
+		MaxOpenFiles:         4096,
 	}
 }
 

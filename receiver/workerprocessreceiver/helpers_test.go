@@ -1,6 +1,7 @@
 package workerprocessreceiver
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -143,6 +144,6 @@ func newTestScraper(t testing.TB, cfg *Config) *workerScraper {
 	require.NoError(t, cfg.Validate())
 	s, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { s.tel.shutdown() })
+	t.Cleanup(func() { require.NoError(t, s.shutdown(context.Background())) })
 	return s
 }

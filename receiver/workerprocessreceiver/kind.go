@@ -23,8 +23,10 @@ type workerKind struct {
 	// Warn-once keys of the per-process permission errors, built once: the
 	// checks run for every process of every scrape.
 	keyStat, keyFD, keyPSS string
-	sel                    selectorKind
-	cfg                    WorkerConfig
+	// pool is the scraper's count of held files (members close theirs on leaving).
+	pool *filePool
+	sel  selectorKind
+	cfg  WorkerConfig
 
 	re  *regexp.Regexp // selector.cmdline
 	exe string         // selector.executable
@@ -43,7 +45,7 @@ type workerKind struct {
 }
 
 func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
-	k := &workerKind{key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true}
+	k := &workerKind{key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true, pool: &filePool{}}
 	k.keyStat, k.keyFD, k.keyPSS = k.key+"/stat", k.key+"/fd", k.key+"/pss"
 	var captures []string
 	switch {

@@ -139,17 +139,31 @@ func (r *procReader) readPath() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := r.readAll(fd, false)
+	_ = unix.Close(fd)
+	return b, err
+}
+
+// readAll reads an open file to its end into r.buf: with read(2) from its
+// current position, or (at) with pread(2) from offset 0, for a held file (a
+// seq_file such as stat or children is generated again by a read at 0).
+func (r *procReader) readAll(fd int, at bool) ([]byte, error) {
 	b := r.buf[:0]
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
+		var n int
+		var err error
+		if at {
+			n, err = unix.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		} else {
+			n, err = unix.Read(fd, b[len(b):cap(b)])
+		}
 		if err != nil {
 			if err == unix.EINTR {
 				continue
 			}
-			_ = unix.Close(fd)
 			r.buf = b
 			if errno, ok := err.(unix.Errno); ok {
 				return nil, mapErrno(errno)
@@ -161,7 +175,6 @@ func (r *procReader) readPath() ([]byte, error) {
 		}
 		b = b[:len(b)+n]
 	}
-	_ = unix.Close(fd)
 	r.buf = b
 	return b, nil
 }
@@ -329,6 +342,11 @@ func (r *procReader) forEachDirent(fn func(name []byte, typ byte)) error {
 		return err
 	}
 	defer unix.Close(fd)
+	return r.forEachDirentFD(fd, fn)
+}
+
+// forEachDirentFD lists an open directory from its current position.
+func (r *procReader) forEachDirentFD(fd int, fn func(name []byte, typ byte)) error {
 	for {
 		n, err := unix.Getdents(fd, r.dents)
 		if err != nil {
@@ -440,6 +458,22 @@ func parsePIDFile(b []byte) int32 {
 func (r *procReader) tids(pid int32, out []int32) ([]int32, error) {
 	r.pidPath(pid, "task")
 	err := r.forEachDirent(func(name []byte, _ byte) {
+		if t := parsePid(name); t > 0 {
+			out = append(out, t)
+		}
+	})
+	return out, err
+}
+
+// tidsFD appends the thread ids listed by a held task directory.
+func (r *procReader) tidsFD(fd int, out []int32) ([]int32, error) {
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		if errno, ok := err.(unix.Errno); ok {
+			return out, mapErrno(errno)
+		}
+		return out, err
+	}
+	err := r.forEachDirentFD(fd, func(name []byte, _ byte) {
 		if t := parsePid(name); t > 0 {
 			out = append(out, t)
 		}

@@ -46,7 +46,12 @@ type workerScraper struct {
 	scanPPID map[int32]int32
 	ppidIdx  []pidPair
 	ppidOK   bool
-	logged   map[string]bool
+	// noChildren is set once the kernel is known to lack the children
+	// files (CONFIG_PROC_CHILDREN): every walk then uses the parent-pid index.
+	noChildren bool
+	// pool counts the /proc files held open between scrapes (heldfiles.go).
+	pool   filePool
+	logged map[string]bool
 
 	// ev is the proc connector subscription (nil: sampling only); evExits
 	// is scratch for the exits handed over by ev.sync; bootOff is
@@ -92,17 +97,21 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 		wantFDs:     cfg.Metrics.ProcessUnixFileDescriptorCount.Enabled,
 		wantPSS:     cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled,
 		wantTop:     cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled && cfg.TopProcesses > 0,
+		pool:        filePool{max: heldFilesLimit(cfg.MaxOpenFiles)},
 	}
 	// Only a real procfs reports the fd count as the fd directory's size.
 	var fs unix.Statfs_t
 	if unix.Statfs(cfg.ProcRoot, &fs) != nil || fs.Type != unix.PROC_SUPER_MAGIC {
 		s.r.noFDSize = true
+		// Nor does a held file of a plain directory name one process.
+		s.pool.max = 0
 	}
 	for i, wc := range cfg.Workers {
 		k, err := newWorkerKind(i, wc)
 		if err != nil {
 			return nil, err
 		}
+		k.pool = &s.pool
 		if id, name, ok := k.staticID(); ok {
 			// A fixed id is expected to exist: report it absent until found.
 			k.instances[id] = newWorker(k, id, name, s.now())
@@ -156,6 +165,7 @@ func (s *workerScraper) shutdown(context.Context) error {
 		s.ev.close()
 		s.ev = nil
 	}
+	s.releaseAll()
 	s.tel.shutdown()
 	return nil
 }
@@ -260,7 +270,7 @@ func (s *workerScraper) settleAbsent(w *worker) {
 // returns false when the root is gone.
 func (s *workerScraper) walk(w *worker) bool {
 	var st procStat
-	if err := s.r.readStat(w.rootPid, &st); err != nil || st.starttime != w.rootStart || st.state == 'Z' {
+	if err := s.statOf(w.members[w.rootPid], w.rootPid, &st); err != nil || st.starttime != w.rootStart || st.state == 'Z' {
 		return false
 	}
 	w.gen++
@@ -309,16 +319,17 @@ func (s *workerScraper) walkTree(w *worker, rootSt *procStat) {
 	for len(s.stack) > 0 {
 		pid := s.stack[len(s.stack)-1]
 		s.stack = s.stack[:len(s.stack)-1]
-		if !s.memberStat(w, pid, rootSt, &st) {
+		m := w.members[pid]
+		if !s.memberStat(w, m, pid, rootSt, &st) {
 			continue
 		}
-		if !s.account(w, pid, &st, pid == w.rootPid) {
+		if m = s.account(w, m, pid, &st, pid == w.rootPid); m == nil {
 			continue
 		}
 		if st.state == 'Z' || st.state == 'X' {
 			continue
 		}
-		s.stack = s.childrenOf(pid, &st, s.stack)
+		s.stack = s.childrenOf(m, pid, &st, s.stack)
 	}
 }
 
@@ -327,19 +338,21 @@ func (s *workerScraper) walkCgroup(w *worker, rootSt *procStat) {
 	s.cgPids = s.cgroupProcs(dir, s.cgPids[:0])
 	var st procStat
 	for _, pid := range s.cgPids {
-		if s.memberStat(w, pid, rootSt, &st) {
-			s.account(w, pid, &st, pid == w.rootPid)
+		m := w.members[pid]
+		if s.memberStat(w, m, pid, rootSt, &st) {
+			s.account(w, m, pid, &st, pid == w.rootPid)
 		}
 	}
 }
 
-// memberStat fills st for a member found by either walk (the root's stat was
-// read already) and reports whether it is a process to account: not gone
-// since it was listed, and not a kernel thread.
-func (s *workerScraper) memberStat(w *worker, pid int32, rootSt, st *procStat) bool {
+// memberStat fills st for a process found by either walk (m is its member
+// from the previous scrapes, or nil; the root's stat was read already) and
+// reports whether it is a process to account: not gone since it was listed,
+// and not a kernel thread.
+func (s *workerScraper) memberStat(w *worker, m *member, pid int32, rootSt, st *procStat) bool {
 	if pid == w.rootPid {
 		*st = *rootSt
-	} else if err := s.r.readStat(pid, st); err != nil {
+	} else if err := s.statOf(m, pid, st); err != nil {
 		s.readErr(w, err)
 		return false
 	}
@@ -361,37 +374,48 @@ func (s *workerScraper) readErr(w *worker, err error) {
 // childrenOf appends the children of a process: /proc/<pid>/task/<tid>/children
 // of every thread (a child belongs to the thread that forked it), or, where the
 // kernel lacks that file, the parent-pid index of the whole host.
-func (s *workerScraper) childrenOf(pid int32, st *procStat, out []int32) []int32 {
+func (s *workerScraper) childrenOf(m *member, pid int32, st *procStat, out []int32) []int32 {
+	if s.noChildren {
+		return s.childrenByPPID(pid, out)
+	}
 	if st.numThreads <= 1 {
+		s.tidBuf = append(s.tidBuf[:0], pid)
+	} else {
 		var err error
-		if out, err = s.r.children(pid, pid, out); err != nil {
-			return s.childrenFallback(pid, err, out)
+		if s.tidBuf, err = s.tidsOf(m, pid, s.tidBuf[:0]); err != nil {
+			return out
 		}
-		return out
 	}
-	var err error
-	s.tidBuf, err = s.r.tids(pid, s.tidBuf[:0])
-	if err != nil {
-		return out
-	}
-	for _, tid := range s.tidBuf {
-		var cerr error
-		if out, cerr = s.r.children(pid, tid, out); cerr != nil && tid == pid {
-			return s.childrenFallback(pid, cerr, out)
+	s.pool.syncKids(&m.files, s.tidBuf)
+	for i := range m.files.kids {
+		k := &m.files.kids[i]
+		var err error
+		if out, err = s.childrenOfThread(k, pid, out); err != nil && k.tid == pid {
+			return s.childrenFallback(m, pid, err, out)
 		}
 	}
 	return out
 }
 
-func (s *workerScraper) childrenFallback(pid int32, err error, out []int32) []int32 {
+// childrenFallback tells a process that exited since its stat was read from
+// a kernel without children files: the process is still there.
+func (s *workerScraper) childrenFallback(m *member, pid int32, err error, out []int32) []int32 {
 	if err != errVanished {
 		return out
 	}
 	var st procStat
-	if s.r.readStat(pid, &st) != nil {
+	if s.r.readStat(pid, &st) != nil || st.starttime != m.start {
 		return out // the process itself is gone
 	}
 	s.logOnce("nochildren", "the kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN); finding children by a scan of all processes, whose cost grows with the host", zap.Int32("pid", pid))
+	s.noChildren = true
+	s.pool.release(&m.files)
+	return s.childrenByPPID(pid, out)
+}
+
+// childrenByPPID appends the children of a process from the parent-pid
+// index of the whole host, built once per scrape.
+func (s *workerScraper) childrenByPPID(pid int32, out []int32) []int32 {
 	s.buildPPIDIndex()
 	i, _ := slices.BinarySearchFunc(s.ppidIdx, pid, func(p pidPair, t int32) int { return int(p.ppid) - int(t) })
 	for ; i < len(s.ppidIdx) && s.ppidIdx[i].ppid == pid; i++ {
@@ -429,15 +453,18 @@ func (s *workerScraper) buildPPIDIndex() {
 	})
 }
 
-// account folds one process reading into the worker. It returns false when the
-// process was already visited in this scrape (a pid listed twice during a race).
-func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool) bool {
-	if m := w.members[pid]; m != nil && m.gen == w.gen && m.start == st.starttime {
-		return false
+// account folds one process reading into the worker (m is the pid's member
+// before this reading, or nil) and returns the process's member. It returns
+// nil when the process was already visited in this scrape (a pid listed
+// twice during a race).
+func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat, isRoot bool) *member {
+	if m != nil && m.gen == w.gen && m.start == st.starttime {
+		return nil
 	}
 	s.read++
 	k := w.kind
-	m, isNew := w.observe(pid, st)
+	m, isNew := w.observe(m, pid, st)
+	s.holdStat(m, pid)
 	changed := m.commChanged(st)
 	// The command line is read when a process is first seen, again on the
 	// second sighting and whenever comm changes, because a fork is seen with
@@ -481,14 +508,14 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 				w.exited[m.startRole]++
 			}
 		}
-		return true
+		return m
 	}
 	r := m.role
 	w.count[r]++
 	w.rss[r] += m.rss
 	w.threads[r] += m.threads
 	if s.wantFDs {
-		if n, err := s.r.fdCount(pid); err == nil {
+		if n, err := s.fdCountOf(m, pid); err == nil {
 			w.fds[r] += n
 		} else if err == errPermission {
 			s.perms++
@@ -512,7 +539,7 @@ func (s *workerScraper) account(w *worker, pid int32, st *procStat, isRoot bool)
 	if s.wantTop {
 		w.pushTop(s.cfg.TopProcesses, pid, m)
 	}
-	return true
+	return m
 }
 
 // pushTop keeps the n largest processes by RSS (insertion into a small sorted

@@ -33,6 +33,7 @@ type member struct {
 	zombie    bool
 	comm      [16]byte
 	commLen   int
+	files     heldFiles
 
 	u, s, cu, cs uint64
 	pcu, pcs     uint64 // cu, cs at the previous scrape
@@ -141,10 +142,10 @@ func (w *worker) resetScratch() {
 	w.top = w.top[:0]
 }
 
-// observe records a fresh stat reading of a live tree member; it returns the
-// member and whether it is new (first seen, or its pid was reused).
-func (w *worker) observe(pid int32, st *procStat) (*member, bool) {
-	m := w.members[pid]
+// observe records a fresh stat reading of a live tree member (m is the pid's
+// member so far, or nil); it returns the member and whether it is new (first
+// seen, or its pid was reused).
+func (w *worker) observe(m *member, pid int32, st *procStat) (*member, bool) {
 	if m != nil && m.start != st.starttime {
 		// The pid was reused: the old process left the tree. It is settled in
 		// sweep, once its parent's reading of this scrape is known.
@@ -196,6 +197,7 @@ func (w *worker) setRole(m *member, role int) {
 // leave moves a member that left the tree into its role's accumulators and
 // credits its parent (when the parent is a live member that reaped it).
 func (w *worker) leave(m *member) {
+	w.kind.pool.release(&m.files)
 	cu, cs := m.contribution()
 	w.accU[m.role] += cu
 	w.accS[m.role] += cs

@@ -1,0 +1,150 @@
+package workerprocessreceiver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// openFDs counts this process's open files.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(es) - 1 // the directory being listed
+}
+
+// TestHeldFiles: the files kept open between scrapes are counted exactly,
+// closed when their process leaves, bounded by max_open_files, and give the
+// same readings as opening the files every scrape.
+func TestHeldFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	tr := startRealTree(t, "held")
+	ctx := context.Background()
+	base := openFDs(t)
+
+	s := newTestScraper(t, realConfig())
+	cfgNone := realConfig()
+	cfgNone.MaxOpenFiles = 0
+	none := newTestScraper(t, cfgNone)
+	cfgFew := realConfig()
+	cfgFew.MaxOpenFiles = 5
+	few := newTestScraper(t, cfgFew)
+
+	scrapeAll := func() (held, unheld, bounded map[string][]float64) {
+		read := func(sc *workerScraper) map[string][]float64 {
+			md, err := sc.scrape(ctx)
+			require.NoError(t, err)
+			out := map[string][]float64{}
+			for _, role := range []string{"main", "engine-child", "child"} {
+				attrs := map[string]string{"workerwatch.process.role": role}
+				c, _ := findValue(md, "held", "workerwatch.process.count", attrs)
+				f, _ := findValue(md, "held", "process.unix.file_descriptor.count", attrs)
+				r, _ := findValue(md, "held", "process.memory.usage", attrs)
+				out[role] = []float64{c, f, r}
+			}
+			return out
+		}
+		return read(s), read(none), read(few)
+	}
+	same := func(a, b map[string][]float64) {
+		t.Helper()
+		for role, v := range a {
+			assert.Equal(t, v[0], b[role][0], "%s process count", role)
+			assert.Equal(t, v[1], b[role][1], "%s open files", role)
+			assert.InEpsilon(t, v[2], b[role][2], 0.02, "%s rss", role)
+		}
+	}
+
+	held, unheld, bounded := scrapeAll()
+	assert.Equal(t, 3.0, held["engine-child"][0])
+	same(held, unheld)
+	same(held, bounded)
+	// Every member holds its stat, fd directory and the children file of
+	// each thread (Go processes are multi-threaded: plus the task directory).
+	assert.Greater(t, s.pool.open, 7*3)
+	assert.Equal(t, 0, none.pool.open)
+	assert.Equal(t, 5, few.pool.open)
+	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t), "held files are counted exactly")
+
+	// The second scrape reads through the held files.
+	held, unheld, bounded = scrapeAll()
+	same(held, unheld)
+	same(held, bounded)
+	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t))
+
+	// A child and its grandchild exit: their files are closed.
+	w := s.kinds[0].instances["held"]
+	gone := w.members[int32(tr.pids[1])]
+	require.NotNil(t, gone)
+	require.NotZero(t, gone.files.stat)
+	openBefore := s.pool.open
+	require.NoError(t, syscall.Kill(tr.pids[2], syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(tr.pids[1], syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", tr.pids[1]))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 10*time.Millisecond)
+	held, unheld, bounded = scrapeAll()
+	assert.Equal(t, 2.0, held["engine-child"][0])
+	same(held, unheld)
+	same(held, bounded)
+	assert.Less(t, s.pool.open, openBefore)
+	assert.Zero(t, gone.files.stat)
+	assert.Empty(t, gone.files.kids)
+	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t))
+
+	// Shutdown closes everything.
+	require.NoError(t, s.shutdown(ctx))
+	require.NoError(t, few.shutdown(ctx))
+	assert.Equal(t, 0, s.pool.open)
+	assert.Equal(t, base, openFDs(t))
+}
+
+// TestHeldStatOfReapedProcess: a held stat file of a process that was reaped
+// fails, is closed, and the pid is read by path again (where it is gone, or
+// could be another process now).
+func TestHeldStatOfReapedProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	cmd, _ := spawnHelper("grand", "wprtest-held")
+	pid := int32(cmd.Process.Pid)
+	s := newTestScraper(t, realConfig())
+	m := &member{}
+	var st procStat
+	require.NoError(t, s.statOf(m, pid, &st))
+	s.holdStat(m, pid)
+	require.NotZero(t, m.files.stat)
+	require.Equal(t, 1, s.pool.open)
+	var again procStat
+	require.NoError(t, s.statOf(m, pid, &again))
+	assert.Equal(t, st.starttime, again.starttime)
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait() // reaped: the pid is free
+	assert.ErrorIs(t, s.statOf(m, pid, &again), errVanished)
+	assert.Zero(t, m.files.stat)
+	assert.Equal(t, 0, s.pool.open)
+}
+
+func TestSyncKids(t *testing.T) {
+	p := &filePool{max: 100}
+	f := &heldFiles{}
+	// Slots without files (open failed or the pool was full) just follow the threads.
+	p.syncKids(f, []int32{10, 12, 15})
+	assert.Equal(t, []heldKid{{tid: 10}, {tid: 12}, {tid: 15}}, f.kids)
+	f.kids[1].f = 7 // pretend 12 holds a file: it must be kept in place
+	p.syncKids(f, []int32{9, 12, 20})
+	assert.Equal(t, []heldKid{{tid: 9}, {tid: 12, f: 7}, {tid: 20}}, f.kids)
+	p.syncKids(f, []int32{12})
+	assert.Equal(t, []heldKid{{tid: 12, f: 7}}, f.kids)
+}
