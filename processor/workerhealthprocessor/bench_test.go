@@ -182,7 +182,7 @@ func TestStateSize(t *testing.T) {
 	// Cross-check: drop every run map and see what is freed.
 	h.p.mu.Lock()
 	for _, w := range h.p.tracker.workers {
-		w.runs, w.order = nil, nil // order also points at the runs
+		w.runs, w.order = runTable{}, nil // order also points at the runs
 	}
 	h.p.mu.Unlock()
 	withoutRuns := heapAfterGC()

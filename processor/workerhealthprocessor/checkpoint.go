@@ -92,10 +92,10 @@ func (t *tracker) marshal() ([]byte, error) {
 			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
 			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
 			PrevState: w.state, SchedKnown: w.schedKnown}
-		if len(w.runs) > 0 {
-			cw.Runs = make(map[string]cpRun, len(w.runs))
-			for rid, r := range w.runs {
-				cw.Runs[rid] = cpRun{WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS, Flags: r.flags}
+		if w.runs.len() > 0 {
+			cw.Runs = make(map[string]cpRun, w.runs.len())
+			for r := range w.runs.all() {
+				cw.Runs[string(r.id)] = cpRun{WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS, Flags: r.flags}
 			}
 		}
 		doc.Workers[id] = cw
@@ -142,19 +142,19 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 		// by default after a restart).
 		w.state, w.since = workerstate.Unknown, now
 		if len(cw.Runs) > 0 {
-			w.runs = make(map[string]*run, len(cw.Runs))
 			for rid, r := range cw.Runs {
-				if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker {
+				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {
 					t.overflowRuns++
 					break
 				}
-				rr := &run{wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd, claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone}
-				w.runs[rid] = rr
-				w.order = append(w.order, orderEntry{rid, rr})
+				rr := &run{id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
+					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone}
+				w.runs.put(rr)
+				w.order = append(w.order, rr)
 			}
 			// First seen = the earlier side's claim (0 when never claimed).
-			slices.SortFunc(w.order, func(a, b orderEntry) int {
-				return cmp.Compare(firstSeen(a.r), firstSeen(b.r))
+			slices.SortFunc(w.order, func(a, b *run) int {
+				return cmp.Compare(firstSeen(a), firstSeen(b))
 			})
 		}
 		t.workers[w.id] = w

@@ -14,7 +14,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
 	w.heldW, w.heldS = 0, 0
-	for id, r := range w.runs {
+	for r := range w.runs.all() {
 		wh, sh := r.has(fWorkerHeld), r.has(fSchedHeld)
 		if wh {
 			w.heldW++
@@ -25,11 +25,11 @@ func (t *tracker) drift(w *worker, now int64) {
 		switch {
 		case sh && !wh:
 			if now-max(r.sAt, r.wEnd) >= grace {
-				w.missing = append(w.missing, id)
+				w.missing = append(w.missing, string(r.id))
 			}
 		case wh && !sh && schedulerLive && w.schedKnown:
 			if now-max(r.wAt, r.sEnd) >= grace {
-				w.orphaned = append(w.orphaned, id)
+				w.orphaned = append(w.orphaned, string(r.id))
 			}
 		}
 	}
@@ -57,16 +57,18 @@ func (t *tracker) drift(w *worker, now int64) {
 // other never held) longer than the tombstone TTL ago.
 func (t *tracker) prune(w *worker, now int64) {
 	ttl := int64(t.cfg.Drift.TombstoneTTL)
-	for id, r := range w.runs {
-		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+	// Through order, not the table: removing from the table shifts entries.
+	for _, r := range w.order[w.orderHead:] {
+		if r == nil || r.has(fGone) || r.has(fWorkerHeld) || r.has(fSchedHeld) {
 			continue
 		}
 		if now-r.lastEnd() > ttl {
 			r.flags |= fGone
-			delete(w.runs, id)
+			w.runs.remove(r)
 		}
 	}
 	w.compactOrder()
+	w.runs.shrink()
 }
 
 // reconcile lets go of runs tracked as held by the worker when the worker's
@@ -82,7 +84,7 @@ func (t *tracker) reconcile(w *worker, now, grace int64) {
 		return
 	}
 	held := 0
-	for _, r := range w.runs {
+	for r := range w.runs.all() {
 		if r.has(fWorkerHeld) {
 			held++
 		}
@@ -99,7 +101,7 @@ func (t *tracker) reconcile(w *worker, now, grace int64) {
 	}
 	for excess := held - w.active; excess > 0; excess-- {
 		var oldest *run
-		for _, r := range w.runs {
+		for r := range w.runs.all() {
 			if r.has(fWorkerHeld) && (oldest == nil || r.wAt < oldest.wAt) {
 				oldest = r
 			}

@@ -166,8 +166,10 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		}
 	}
 	dur := histo(mDuration, "Run duration from start to finish, by result.")
-	for _, r := range sortedKeys(t.hists.byResult) {
-		hpoint(dur, t.hists.byResult[r], aResult, r)
+	for i, x := range t.hists.byResult {
+		if x != nil {
+			hpoint(dur, x, aResult, resultNames[i])
+		}
 	}
 	hpoint(histo(mClaimStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
 	stg := histo(mStage, "Duration of a run's stage spans, by stage.")

@@ -18,22 +18,43 @@ func (h *hist) observe(bounds []float64, seconds float64) {
 	h.sum += seconds
 }
 
-// semconvResults are the cicd.pipeline.result values; anything else is
-// "other" so a worker's free-form results cannot explode cardinality.
-var semconvResults = map[string]bool{"success": true, "failure": true, "error": true, "timeout": true, "cancellation": true, "skip": true}
+// resultNames are the cicd.pipeline.result values and "other", sorted (the
+// order of the emitted points). Anything else is "other", so a worker's
+// free-form results cannot explode cardinality.
+var resultNames = [...]string{"cancellation", "error", "failure", "other", "skip", "success", "timeout"}
+
+// resultIndex is a result's slot in resultNames: a switch, not a map lookup,
+// because it runs for every finished run.
+func resultIndex(result string) int {
+	switch result {
+	case "cancellation":
+		return 0
+	case "error":
+		return 1
+	case "failure":
+		return 2
+	case "skip":
+		return 4
+	case "success":
+		return 5
+	case "timeout":
+		return 6
+	}
+	return 3
+}
 
 // histograms are fleet-wide (not per worker): per-worker histograms would
 // multiply series by workers times buckets.
 type histograms struct {
 	bounds       []float64
-	byResult     map[string]*hist
+	byResult     [len(resultNames)]*hist // nil until a run had that result
 	claimStart   hist
 	stages       map[string]*hist
 	stageAllowed map[string]bool
 }
 
 func newHistograms(bounds []float64, stages []string) *histograms {
-	h := &histograms{bounds: bounds, byResult: map[string]*hist{}, stages: map[string]*hist{}, stageAllowed: map[string]bool{}}
+	h := &histograms{bounds: bounds, stages: map[string]*hist{}, stageAllowed: map[string]bool{}}
 	for _, s := range stages {
 		h.stageAllowed[s] = true
 	}
@@ -43,13 +64,11 @@ func newHistograms(bounds []float64, stages []string) *histograms {
 func nsToSeconds(ns int64) float64 { return float64(ns) / 1e9 }
 
 func (h *histograms) duration(result string, ns int64) {
-	if !semconvResults[result] {
-		result = "other"
-	}
-	x := h.byResult[result]
+	i := resultIndex(result)
+	x := h.byResult[i]
 	if x == nil {
 		x = &hist{}
-		h.byResult[result] = x
+		h.byResult[i] = x
 	}
 	x.observe(h.bounds, nsToSeconds(ns))
 }

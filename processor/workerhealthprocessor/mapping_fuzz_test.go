@@ -239,8 +239,8 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 		if id == "" || len(id) > cfg.Limits.MaxAttributeLength || len(w.name) > cfg.Limits.MaxAttributeLength {
 			t.Fatalf("worker id %d bytes, name %d bytes", len(id), len(w.name))
 		}
-		if len(w.runs) > cfg.Limits.MaxRunsPerWorker {
-			t.Fatalf("%d runs", len(w.runs))
+		if w.runs.len() > cfg.Limits.MaxRunsPerWorker {
+			t.Fatalf("%d runs", w.runs.len())
 		}
 		for _, k := range w.kills {
 			if k < 0 {

@@ -125,8 +125,8 @@ func TestOpenFnMapping(t *testing.T) {
 	assert.Equal(t, int64(4), w.claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult["success"].count)
-	assert.Equal(t, uint64(3), h.p.tracker.hists.byResult["error"].count)
+	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult[resultIndex("success")].count)
+	assert.Equal(t, uint64(3), h.p.tracker.hists.byResult[resultIndex("error")].count)
 }
 
 // Malformed records are counted and skipped; the rest of the batch applies
@@ -167,11 +167,11 @@ func TestMalformedRecords(t *testing.T) {
 	h.p.mu.Lock()
 	malformed := h.p.tracker.malformed
 	w := h.p.tracker.workers["w1"]
-	_, okRun := w.runs["ok"]
+	okRun := w.runs.has("ok")
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(6), malformed)
 	assert.True(t, okRun, "the valid record after the malformed ones applied")
-	assert.Len(t, w.runs, 1)
+	assert.Equal(t, 1, w.runs.len())
 	assert.Equal(t, int64(-1), w.rss, "a negative memory sample is ignored")
 }
 
@@ -193,7 +193,7 @@ func TestLimits(t *testing.T) {
 	assert.Len(t, h.p.tracker.workers, 2)
 	assert.Equal(t, int64(2), h.p.tracker.overflowWorkers, "c's record and its heartbeat")
 	assert.Equal(t, int64(1), h.p.tracker.overflowRuns)
-	assert.Contains(t, h.p.tracker.workers["a"].runs, "r5")
+	assert.True(t, h.p.tracker.workers["a"].runs.has("r5"))
 	h.p.mu.Unlock()
 
 	// Workers are forgotten after the TTL.
@@ -223,11 +223,11 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	claim("r4") // evicts r1: the oldest that ended, not "held"
 	h.p.mu.Lock()
-	runs := h.p.tracker.workers["a"].runs
-	assert.Contains(t, runs, "held")
-	assert.NotContains(t, runs, "r1")
-	assert.Contains(t, runs, "r2")
-	assert.Contains(t, runs, "r4")
+	runs := &h.p.tracker.workers["a"].runs
+	assert.True(t, runs.has("held"))
+	assert.False(t, runs.has("r1"))
+	assert.True(t, runs.has("r2"))
+	assert.True(t, runs.has("r4"))
 	h.p.mu.Unlock()
 
 	for i := 0; i < 1000; i++ {
@@ -237,8 +237,8 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	w := h.p.tracker.workers["a"]
-	assert.Contains(t, w.runs, "held")
-	assert.Len(t, w.runs, 4)
+	assert.True(t, w.runs.has("held"))
+	assert.Equal(t, 4, w.runs.len())
 	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
 	assert.Zero(t, h.p.tracker.overflowRuns, "ended runs always made room")
 	h.p.mu.Unlock()

@@ -243,12 +243,12 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 	for _, w := range t.workers {
 		s.Fleet.ByState[w.state]++
 		var wr, sr []string
-		for id, r := range w.runs {
+		for r := range w.runs.all() {
 			if r.has(fWorkerHeld) {
-				wr = append(wr, id)
+				wr = append(wr, string(r.id))
 			}
 			if r.has(fSchedHeld) {
-				sr = append(sr, id)
+				sr = append(sr, string(r.id))
 			}
 		}
 		sort.Strings(wr)

@@ -24,9 +24,11 @@ const (
 // run is one run as both sides see it. Times are unix ns: *At are arrival
 // times on the processor's clock (for grace periods), *TS the records' own.
 type run struct {
-	wAt, sAt   int64 // when each side's claim arrived
-	wEnd, sEnd int64 // when each side's end arrived
-	claimTS    int64 // earliest claim timestamp of either side
+	id         []byte // reused when an evicted run's memory takes a new run
+	hash       uint64 // runHash(id)
+	wAt, sAt   int64  // when each side's claim arrived
+	wEnd, sEnd int64  // when each side's end arrived
+	claimTS    int64  // earliest claim timestamp of either side
 	startTS    int64
 	flags      uint8
 }
@@ -104,12 +106,12 @@ type worker struct {
 	transitions [6]int64 // cumulative by state entered
 	lastClaim   int64    // last claim by the worker itself
 
-	runs map[string]*run
-	// order holds the ids of runs in the order they were first seen, from
-	// orderHead on (ids no longer in runs are skipped and compacted away):
+	runs runTable
+	// order holds the runs in the order they were first seen, from
+	// orderHead on (runs no longer tracked are skipped and compacted away):
 	// at the per-worker cap the oldest ended run is evicted in amortized
 	// O(1), not by a scan of every run for each new one.
-	order     []orderEntry
+	order     []*run
 	orderHead int
 
 	overCapSince int64
@@ -407,32 +409,26 @@ func (t *tracker) applyEvent(e *event, now int64) {
 // run finds or creates the run entry. When the worker is at its cap, ended
 // runs are evicted first; a new run beyond it is counted and dropped.
 func (t *tracker) run(w *worker, id string, now int64) *run {
-	if r, ok := w.runs[id]; ok {
+	h := runHash(id)
+	r := w.runs.get(id, h)
+	if r != nil {
 		return r
 	}
-	if w.runs == nil {
-		w.runs = make(map[string]*run, 4)
-	}
-	var r *run
-	if len(w.runs) >= t.cfg.Limits.MaxRunsPerWorker {
+	if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {
 		if r = t.evictEnded(w); r == nil {
 			t.overflowRuns++
 			return nil
 		}
-		*r = run{} // the evicted run's memory serves the new one
+		// The evicted run's memory, id bytes included, serves the new one.
+		*r = run{id: r.id[:0]}
 	} else {
 		r = &run{}
 	}
-	key := strings.Clone(id)
-	w.runs[key] = r
-	w.order = append(w.order, orderEntry{key, r})
+	r.id = append(r.id, id...)
+	r.hash = h
+	w.runs.put(r)
+	w.order = append(w.order, r)
 	return r
-}
-
-// orderEntry is a run in first-seen order; the pointer spares a map lookup.
-type orderEntry struct {
-	id string
-	r  *run
 }
 
 // evictEnded drops the oldest run that neither side holds any more and
@@ -440,24 +436,24 @@ type orderEntry struct {
 // stepped over, so the cost does not grow with the runs tracked.
 func (t *tracker) evictEnded(w *worker) *run {
 	for i := w.orderHead; i < len(w.order); i++ {
-		e := w.order[i]
-		if e.r.has(fGone) {
+		r := w.order[i]
+		if r.has(fGone) {
 			if i == w.orderHead {
-				w.order[i] = orderEntry{}
+				w.order[i] = nil
 				w.orderHead++
 			}
 			continue
 		}
-		if e.r.has(fWorkerHeld) || e.r.has(fSchedHeld) {
+		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
 			continue
 		}
-		delete(w.runs, e.id)
+		w.runs.remove(r)
 		// Drop order[i], keeping the entries before it in their order.
 		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
-		w.order[w.orderHead] = orderEntry{}
+		w.order[w.orderHead] = nil
 		w.orderHead++
 		w.compactOrder()
-		return e.r
+		return r
 	}
 	return nil
 }
@@ -465,13 +461,13 @@ func (t *tracker) evictEnded(w *worker) *run {
 // compactOrder forgets the entries of runs no longer tracked once order is
 // more than about twice the runs tracked, so it stays bounded by the run cap.
 func (w *worker) compactOrder() {
-	if len(w.order) <= 2*len(w.runs)+8 {
+	if len(w.order) <= 2*w.runs.len()+8 {
 		return
 	}
 	n := 0
-	for _, e := range w.order[w.orderHead:] {
-		if e.r != nil && !e.r.has(fGone) {
-			w.order[n] = e
+	for _, r := range w.order[w.orderHead:] {
+		if r != nil && !r.has(fGone) {
+			w.order[n] = r
 			n++
 		}
 	}

@@ -1,0 +1,152 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"hash/maphash"
+	"iter"
+)
+
+// runTable holds one worker's runs by id: a small open-addressing hash table
+// (linear probing, at most half full, backward-shift deletion) of the runs'
+// 64-bit id hashes.
+//
+// Why not a map[string]*run: when every batch brings new runs (the normal
+// case: a run is seen a few times and then never again), each run record
+// cost three hashes of its id (a lookup that misses, the delete of the ended
+// run evicted at the cap, the insert) and a new allocation for a copy of the
+// id, and left the processor at 1.02-1.19x the spanmetrics connector's cost
+// per span (BenchmarkSpans). Here the id is hashed once per record, the id
+// bytes live in the run (whose memory an evicted run hands on to the new
+// one, so steady state allocates nothing per run), and the table's probes,
+// insert and delete are a few compares on one contiguous slice, where a Go
+// map keyed by the hash still rehashes it and matches control bytes for each
+// of the three operations (measured: the three map operations were a quarter
+// of the processor's time per lifecycle span).
+//
+// Runs are told apart by their id, not their hash alone: two ids with one
+// hash (chance about n^2/2^65 for n runs; the seed is random per process,
+// so ids cannot be chosen to collide) are two slots.
+type runTable struct {
+	slots []runSlot // len is 0 or a power of two
+	n     int
+}
+
+type runSlot struct {
+	h uint64
+	r *run // nil: empty
+}
+
+var runSeed = maphash.MakeSeed()
+
+func runHash(id string) uint64 { return maphash.String(runSeed, id) }
+
+func (t *runTable) len() int { return t.n }
+
+// get returns the run with this id (h is runHash(id)), or nil.
+func (t *runTable) get(id string, h uint64) *run {
+	if t.n == 0 {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.r == nil {
+			return nil
+		}
+		if s.h == h && string(s.r.id) == id {
+			return s.r
+		}
+	}
+}
+
+// put adds a run (its id and hash set) that is not in the table.
+func (t *runTable) put(r *run) {
+	if 2*(t.n+1) > len(t.slots) {
+		t.resize(max(8, 2*len(t.slots)))
+	}
+	t.place(r)
+	t.n++
+}
+
+func (t *runTable) place(r *run) {
+	mask := uint64(len(t.slots) - 1)
+	i := r.hash & mask
+	for t.slots[i].r != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = runSlot{h: r.hash, r: r}
+}
+
+func (t *runTable) resize(size int) {
+	old := t.slots
+	t.slots = make([]runSlot, size)
+	for _, s := range old {
+		if s.r != nil {
+			t.place(s.r)
+		}
+	}
+}
+
+// remove drops a run of the table (a no-op when it is not there).
+func (t *runTable) remove(r *run) {
+	if t.n == 0 {
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := r.hash & mask
+	for t.slots[i].r != r {
+		if t.slots[i].r == nil {
+			return
+		}
+		i = (i + 1) & mask
+	}
+	t.n--
+	// Backward-shift deletion: move up every later entry of the probe run
+	// whose home slot does not lie between the hole and itself, so that no
+	// lookup stops early at the hole and no tombstones pile up.
+	for {
+		t.slots[i] = runSlot{}
+		j := i
+		for {
+			j = (j + 1) & mask
+			if t.slots[j].r == nil {
+				return
+			}
+			home := t.slots[j].h & mask
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				break
+			}
+		}
+		t.slots[i] = t.slots[j]
+		i = j
+	}
+}
+
+// shrink gives back the memory of a table that emptied (after pruning).
+func (t *runTable) shrink() {
+	if len(t.slots) > 8 && 8*t.n < len(t.slots) {
+		size := 8
+		for 2*t.n > size/2 {
+			size *= 2
+		}
+		if t.n == 0 {
+			t.slots = nil
+			return
+		}
+		t.resize(size)
+	}
+}
+
+// all yields every run, in no particular order. The loop body must not add
+// or remove runs (a removal shifts entries).
+func (t *runTable) all() iter.Seq[*run] {
+	return func(yield func(*run) bool) {
+		for _, s := range t.slots {
+			if s.r != nil && !yield(s.r) {
+				return
+			}
+		}
+	}
+}
+
+// has reports whether a run with this id is tracked (tests, checkpoints).
+func (t *runTable) has(id string) bool { return t.get(id, runHash(id)) != nil }
