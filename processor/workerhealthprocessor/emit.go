@@ -131,7 +131,7 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	for _, s := range workerstate.AllStates {
 		point(fw, byState[s], false, aState, string(s))
 	}
-	point(gauge(mFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idleCapacity(), false)
+	point(gauge(mFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idle, false)
 	if t.pendingFresh(now) {
 		point(gauge(mFleetPend, "{run}", "Runs pending at the scheduler (last report)."), t.pending, false)
 	}

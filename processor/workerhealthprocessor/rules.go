@@ -198,8 +198,8 @@ func (t *tracker) move(w *worker, to workerstate.State, reasons []workerstate.Re
 
 // fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
 func (t *tracker) fleet(now int64) {
-	idle := t.idleCapacity()
-	if t.pendingFresh(now) && t.pending > 0 && idle > 0 {
+	t.idle = t.idleCapacity()
+	if t.pendingFresh(now) && t.pending > 0 && t.idle > 0 {
 		t.idleIntervals++
 	} else {
 		t.idleIntervals = 0
@@ -230,7 +230,7 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 		Fleet: workerstate.Fleet{
 			ByState:          map[workerstate.State]int{},
 			Pending:          -1,
-			IdleCapacity:     t.idleCapacity(),
+			IdleCapacity:     t.idle,
 			IdleWhilePending: t.idleWhilePending,
 		},
 	}

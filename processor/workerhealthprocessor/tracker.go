@@ -156,6 +156,9 @@ type tracker struct {
 	pendingAt     int64
 	schedulerSeen int64 // last scheduler record: orphaned drift needs one
 
+	// idle is the fleet's idle capacity at the last evaluation (the metric
+	// and the snapshot of one tick show the same figure).
+	idle             int64
 	idleIntervals    int
 	idleWhilePending bool
 
