@@ -244,7 +244,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 			s.logOnce("process_events_broken", "reading process events failed; counting children shorter than collection_interval as a lower bound (sampling) from now on", zap.Error(err))
 		}
 	}
-	s.tel.record(ctx, time.Since(began), s.read, s.vanished, s.perms, s.scans)
+	s.tel.record(ctx, time.Since(began), s.read, s.vanished, s.perms, s.scans, s.pool.open)
 	if s.scanErr != nil {
 		return s.mb.Emit(), scrapererror.NewPartialScrapeError(fmt.Errorf("scanning %s: %w", s.cfg.ProcRoot, s.scanErr), 0)
 	}

@@ -2,9 +2,11 @@ package workerprocessreceiver // import "github.com/workerwatch/workerwatch/rece
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
@@ -15,6 +17,9 @@ import (
 // path free of metric calls.
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
+	// openFiles mirrors the scraper's held-file count for the gauge's
+	// callback, which runs on the meter's goroutine.
+	openFiles atomic.Int64
 }
 
 func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
@@ -22,10 +27,19 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &telemetry{tb: tb}, nil
+	t := &telemetry{tb: tb}
+	if err := tb.RegisterWorkerProcessOpenFilesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(t.openFiles.Load())
+		return nil
+	}); err != nil {
+		tb.Shutdown()
+		return nil, err
+	}
+	return t, nil
 }
 
-func (t *telemetry) record(ctx context.Context, d time.Duration, read, vanished, perms, scans int64) {
+func (t *telemetry) record(ctx context.Context, d time.Duration, read, vanished, perms, scans int64, openFiles int) {
+	t.openFiles.Store(int64(openFiles))
 	t.tb.WorkerProcessScrapeDuration.Record(ctx, d.Seconds())
 	t.tb.WorkerProcessProcessesRead.Add(ctx, read)
 	t.tb.WorkerProcessProcessesVanished.Add(ctx, vanished)

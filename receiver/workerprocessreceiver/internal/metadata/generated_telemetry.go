@@ -3,10 +3,12 @@
 package metadata
 
 import (
+	"context"
 	"errors"
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/embedded"
 	"go.opentelemetry.io/otel/trace"
 
 	"go.opentelemetry.io/collector/component"
@@ -28,6 +30,7 @@ type TelemetryBuilder struct {
 	registrations                  []metric.Registration
 	WorkerProcessDiscoveryScans    metric.Int64Counter
 	WorkerProcessEventsLost        metric.Int64Counter
+	WorkerProcessOpenFiles         metric.Int64ObservableGauge
 	WorkerProcessPermissionErrors  metric.Int64Counter
 	WorkerProcessProcessesRead     metric.Int64Counter
 	WorkerProcessProcessesVanished metric.Int64Counter
@@ -43,6 +46,31 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterWorkerProcessOpenFilesCallback sets callback for observable WorkerProcessOpenFiles metric.
+func (builder *TelemetryBuilder) RegisterWorkerProcessOpenFilesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.WorkerProcessOpenFiles, obs: o})
+		return nil
+	}, builder.WorkerProcessOpenFiles)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+type observerInt64 struct {
+	embedded.Int64Observer
+	inst metric.Int64Observable
+	obs  metric.Observer
+}
+
+func (oi *observerInt64) Observe(value int64, opts ...metric.ObserveOption) {
+	oi.obs.ObserveInt64(oi.inst, value, opts...)
 }
 
 // Shutdown unregister all registered callbacks for async instruments.
@@ -73,6 +101,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_worker_process_events_lost",
 		metric.WithDescription("Process events (fork/exit) the kernel dropped because the receiver's netlink socket buffer overflowed; the interval falls back to the sampling lower bound for short-lived children. [Development]"),
 		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.WorkerProcessOpenFiles, err = builder.meter.Int64ObservableGauge(
+		"otelcol_worker_process_open_files",
+		metric.WithDescription("/proc files held open between scrapes (bounded by max_open_files; each held stat or children file keeps about 4 KiB of kernel memory). [Development]"),
+		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.WorkerProcessPermissionErrors, err = builder.meter.Int64Counter(

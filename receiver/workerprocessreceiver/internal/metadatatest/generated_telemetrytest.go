@@ -53,6 +53,20 @@ func AssertEqualWorkerProcessEventsLost(t *testing.T, tt *componenttest.Telemetr
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualWorkerProcessOpenFiles(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_worker_process_open_files",
+		Description: "/proc files held open between scrapes (bounded by max_open_files; each held stat or children file keeps about 4 KiB of kernel memory). [Development]",
+		Unit:        "{file}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_worker_process_open_files")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualWorkerProcessPermissionErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_worker_process_permission_errors",
