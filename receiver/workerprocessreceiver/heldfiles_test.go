@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,8 +86,7 @@ func TestHeldFiles(t *testing.T) {
 	require.NotNil(t, gone)
 	require.NotZero(t, gone.files.stat)
 	openBefore := s.pool.open
-	require.NoError(t, syscall.Kill(tr.pids[2], syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(tr.pids[1], syscall.SIGKILL))
+	tr.killChild(t, 0)
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", tr.pids[1]))
 		return os.IsNotExist(err)

@@ -391,7 +391,8 @@ func (p *procEvents) sync(w *worker, out []evExit) ([]evExit, bool) {
 		ew = &evWorker{pids: map[int32]struct{}{}, since: monotonicNs()}
 		p.workers[w] = ew
 	}
-	covered := ew.armed && !ew.missed && !p.broken.Load()
+	missed := ew.missed
+	covered := ew.armed && !missed && !p.broken.Load()
 	out = append(out, ew.exits...)
 	ew.exits = ew.exits[:0]
 	ew.missed = false
@@ -415,7 +416,13 @@ func (p *procEvents) sync(w *worker, out []evExit) ([]evExit, bool) {
 		e.seenGen = ew.gen
 	}
 	for pid := range ew.pids {
-		if e := p.owner[pid]; e.seenGen != ew.gen && e.addedGen != ew.gen {
+		e := p.owner[pid]
+		// After a loss the interval is counted by the sampling bound, which
+		// may already include a child known only from its fork event (its
+		// parent reaped it, its exit event not read yet): such a child must
+		// not also be counted by its exit event in the next interval. It is
+		// forgotten; the bound stays a lower bound.
+		if (e.seenGen != ew.gen && e.addedGen != ew.gen) || (missed && !e.seen) {
 			delete(ew.pids, pid)
 			delete(p.owner, pid)
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,12 +86,37 @@ func TestProcessEventsHandle(t *testing.T) {
 	exits, covered = p.sync(w, nil)
 	assert.True(t, covered)
 	assert.Empty(t, exits)
+
+	// A child known only from its fork event when events are lost: its
+	// interval falls back to the sampling bound, which may count it already
+	// (reaped, its exit not read yet), so its exit event must not count it
+	// again in the next interval.
+	w.gen = 3
+	w.members[100].gen = 3 // the root, walked again
+	_, covered = p.sync(w, nil)
+	require.True(t, covered)
+	p.handle(procMsg(12, 0, procEventFork, 100, 100, 700, 700))
+	require.Contains(t, p.workers[w].pids, int32(700))
+	p.markMissed()
+	w.gen = 4
+	w.members[100].gen = 4
+	_, covered = p.sync(w, nil)
+	assert.False(t, covered)
+	p.handle(procMsg(13, 0, procEventExit, 700, 700, 0, 0))
+	w.gen = 5
+	w.members[100].gen = 5
+	exits, covered = p.sync(w, nil)
+	assert.True(t, covered)
+	assert.Empty(t, exits, "counted by the sampling bound, not again")
+	p.lastSeq[0] = 11 // the test's sequence numbers restart below
+
 	// The reader lags behind a scrape: a child the walk saw (alive, or as a
 	// zombie) before its fork/exit events were read is the scrape's.
 	p.handle(procMsg(12, 0, procEventFork, 100, 100, 400, 400))
-	w.gen = 3
-	w.members[400] = &member{gen: 3, sightings: 1, zombie: true}
-	w.members[401] = &member{gen: 3, sightings: 1}
+	w.gen = 6
+	w.members[100].gen = 6
+	w.members[400] = &member{gen: 6, sightings: 1, zombie: true}
+	w.members[401] = &member{gen: 6, sightings: 1}
 	_, covered = p.sync(w, nil)
 	assert.True(t, covered)
 	p.handle(procMsg(13, 0, procEventFork, 100, 100, 401, 401))
@@ -203,13 +227,18 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	// The reader goroutine may still be behind the last exits: scrape until
 	// the count is reached, then make sure it does not go beyond.
 	var started, exited float64
-	require.Eventually(t, func() bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		md, err = s.scrape(ctx)
 		require.NoError(t, err)
 		started = sumValues(md, "events1", "workerwatch.process.started", nil) - started0
 		exited = sumValues(md, "events1", "workerwatch.process.exited", nil) - exited0
-		return started >= total && exited >= total
-	}, 10*time.Second, 50*time.Millisecond)
+		if started >= total && exited >= total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: started %v, exited %v of %d; events lost %d", started, exited, total, s.ev.lost.Load())
+		}
+	}
 	time.Sleep(200 * time.Millisecond)
 	md, err = s.scrape(ctx)
 	require.NoError(t, err)
@@ -226,8 +255,7 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	// A long-lived engine child (seen and classified by the scrapes) and its
 	// grandchild exit: counted once each, in their own roles.
 	engine0 := sumValues(md, "events1", "workerwatch.process.exited", role("engine-child"))
-	require.NoError(t, syscall.Kill(tr.pids[2], syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(tr.pids[1], syscall.SIGKILL))
+	tr.killChild(t, 0)
 	require.Eventually(t, func() bool {
 		_, err := os.Stat("/proc/" + itoa(tr.pids[1]))
 		return os.IsNotExist(err)
