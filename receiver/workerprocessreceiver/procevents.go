@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -85,10 +86,15 @@ type evWorker struct {
 
 type procEvents struct {
 	f    *os.File
+	rc   syscall.RawConn // of f, for non-blocking reads under mu
 	done chan struct{}
 	stop chan struct{}
 
+	// mu guards the maps below and every read of the socket: a read and
+	// the handling of what it read are one step, so that the reader and
+	// sync (which drains the socket first) never handle events out of order.
 	mu      sync.Mutex
+	buf     []byte // receive buffer, used under mu
 	owner   map[int32]*evEntry
 	workers map[*worker]*evWorker
 	lastSeq map[uint32]uint32 // per CPU, to count lost events
@@ -121,8 +127,15 @@ var openProcEvents = func() (*procEvents, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "netlink-proc-connector")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	p := &procEvents{
 		f:       f,
+		rc:      rc,
+		buf:     make([]byte, 64<<10),
 		done:    make(chan struct{}),
 		stop:    make(chan struct{}),
 		owner:   map[int32]*evEntry{},
@@ -222,12 +235,6 @@ func (p *procEvents) close() {
 
 func (p *procEvents) run() {
 	defer close(p.done)
-	buf := make([]byte, 64<<10)
-	rc, err := p.f.SyscallConn()
-	if err != nil {
-		p.fail(err)
-		return
-	}
 	batch := time.NewTimer(procEventsBatch)
 	defer batch.Stop()
 	for {
@@ -235,37 +242,15 @@ func (p *procEvents) run() {
 		// a busy host wakes the reader at most 1/procEventsBatch times a
 		// second instead of once per event.
 		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			got := false
-			for {
-				n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
-				switch {
-				case err == nil:
-					if n == 0 {
-						return true
-					}
-					got = true
-					p.mu.Lock()
-					p.handle(buf[:n])
-					p.mu.Unlock()
-					continue
-				case err == unix.EAGAIN:
-					return got
-				case err == unix.EINTR:
-					continue
-				case err == unix.ENOBUFS:
-					// The receive buffer overflowed: events were dropped.
-					// The sequence gap that follows counts them; the
-					// interval falls back to the sampling bound.
-					p.mu.Lock()
-					p.markMissed()
-					p.mu.Unlock()
-					got = true
-					continue
-				}
+		err := p.rc.Read(func(fd uintptr) bool {
+			p.mu.Lock()
+			got, err := p.drain(int(fd))
+			p.mu.Unlock()
+			if err != nil {
 				rerr = err
 				return true
 			}
+			return got
 		})
 		if err != nil {
 			if !errors.Is(err, os.ErrClosed) {
@@ -282,6 +267,33 @@ func (p *procEvents) run() {
 		case <-p.stop:
 			return
 		case <-batch.C:
+		}
+	}
+}
+
+// drain reads and handles every message queued on the socket, without
+// blocking; got reports whether there was any. p.mu is held.
+func (p *procEvents) drain(fd int) (got bool, err error) {
+	for {
+		n, _, err := unix.Recvfrom(fd, p.buf, unix.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			if n == 0 {
+				return true, nil
+			}
+			got = true
+			p.handle(p.buf[:n])
+		case err == unix.EAGAIN:
+			return got, nil
+		case err == unix.EINTR:
+		case err == unix.ENOBUFS:
+			// The receive buffer overflowed: events were dropped. The
+			// sequence gap that follows counts them; the interval falls
+			// back to the sampling bound.
+			p.markMissed()
+			got = true
+		default:
+			return got, err
 		}
 	}
 }
@@ -386,6 +398,16 @@ func (p *procEvents) handle(b []byte) {
 func (p *procEvents) sync(w *worker, out []evExit) ([]evExit, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The kernel queues an event on the socket when it happens, so draining
+	// it now handles every fork and exit from before the walk: a reader
+	// running late cannot put an event in the wrong interval (where the
+	// walk, or the sampling bound after a loss, counted it already).
+	if p.rc != nil && !p.broken.Load() {
+		var derr error
+		if err := p.rc.Control(func(fd uintptr) { _, derr = p.drain(int(fd)) }); err == nil && derr != nil {
+			p.markMissed()
+		}
+	}
 	ew := p.workers[w]
 	if ew == nil {
 		ew = &evWorker{pids: map[int32]struct{}{}, since: monotonicNs()}
