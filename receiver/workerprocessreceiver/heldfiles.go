@@ -135,9 +135,14 @@ func (s *workerScraper) statOf(m *member, pid int32, st *procStat) error {
 	return s.r.readStat(pid, st)
 }
 
+// holds reports whether a member's files are worth holding: from its second
+// sighting on. A process seen once (a compiler in a build, a short job)
+// would pay for opening and closing files it is never read through again.
+func holds(m *member) bool { return m.sightings >= 2 }
+
 // holdStat opens a member's stat file for the next scrapes.
 func (s *workerScraper) holdStat(m *member, pid int32) {
-	if m.files.stat == 0 {
+	if m.files.stat == 0 && holds(m) {
 		s.r.pidPath(pid, "stat")
 		m.files.stat = s.pool.hold(s.r, 0)
 	}
@@ -145,7 +150,7 @@ func (s *workerScraper) holdStat(m *member, pid int32) {
 
 // fdCountOf counts a member's open files through its held fd directory.
 func (s *workerScraper) fdCountOf(m *member, pid int32) (int64, error) {
-	if m.files.fdDir == 0 && !s.r.noFDSize {
+	if m.files.fdDir == 0 && !s.r.noFDSize && holds(m) {
 		s.r.pidPath(pid, "fd")
 		m.files.fdDir = s.pool.hold(s.r, unix.O_PATH|unix.O_DIRECTORY)
 	}
@@ -167,7 +172,7 @@ func (s *workerScraper) fdCountOf(m *member, pid int32) (int64, error) {
 // tidsOf lists a multi-threaded member's threads, sorted, through its held
 // task directory.
 func (s *workerScraper) tidsOf(m *member, pid int32, out []int32) ([]int32, error) {
-	if m.files.task == 0 {
+	if m.files.task == 0 && holds(m) {
 		s.r.pidPath(pid, "task")
 		m.files.task = s.pool.hold(s.r, unix.O_DIRECTORY)
 	}
@@ -182,9 +187,10 @@ func (s *workerScraper) tidsOf(m *member, pid int32, out []int32) ([]int32, erro
 }
 
 // childrenOfThread appends the children of one thread through its held
-// children file (k is the member's slot for that thread).
-func (s *workerScraper) childrenOfThread(k *heldKid, pid int32, out []int32) ([]int32, error) {
-	if k.f == 0 {
+// children file (k is the member's slot for that thread; hold: open it if
+// it is not held yet).
+func (s *workerScraper) childrenOfThread(k *heldKid, pid int32, hold bool, out []int32) ([]int32, error) {
+	if k.f == 0 && hold {
 		s.r.childrenPath(pid, k.tid)
 		k.f = s.pool.hold(s.r, 0)
 	}

@@ -67,14 +67,22 @@ func TestHeldFiles(t *testing.T) {
 	assert.Equal(t, 3.0, held["engine-child"][0])
 	same(held, unheld)
 	same(held, bounded)
-	// Every member holds its stat, fd directory and the children file of
-	// each thread (Go processes are multi-threaded: plus the task directory).
+	// Seen once: nothing is held yet.
+	assert.Equal(t, 0, s.pool.open)
+	assert.Equal(t, base, openFDs(t))
+
+	// From the second sighting on every member holds its stat, fd directory
+	// and the children file of each thread (Go processes are multi-threaded:
+	// plus the task directory).
+	held, unheld, bounded = scrapeAll()
+	same(held, unheld)
+	same(held, bounded)
 	assert.Greater(t, s.pool.open, 7*3)
 	assert.Equal(t, 0, none.pool.open)
 	assert.Equal(t, 5, few.pool.open)
 	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t), "held files are counted exactly")
 
-	// The second scrape reads through the held files.
+	// The third scrape reads through the held files.
 	held, unheld, bounded = scrapeAll()
 	same(held, unheld)
 	same(held, bounded)
@@ -117,7 +125,7 @@ func TestHeldStatOfReapedProcess(t *testing.T) {
 	cmd, _ := spawnHelper("grand", "wprtest-held")
 	pid := int32(cmd.Process.Pid)
 	s := newTestScraper(t, realConfig())
-	m := &member{}
+	m := &member{sightings: 2}
 	var st procStat
 	require.NoError(t, s.statOf(m, pid, &st))
 	s.holdStat(m, pid)

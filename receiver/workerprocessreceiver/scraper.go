@@ -390,7 +390,7 @@ func (s *workerScraper) childrenOf(m *member, pid int32, st *procStat, out []int
 	for i := range m.files.kids {
 		k := &m.files.kids[i]
 		var err error
-		if out, err = s.childrenOfThread(k, pid, out); err != nil && k.tid == pid {
+		if out, err = s.childrenOfThread(k, pid, holds(m), out); err != nil && k.tid == pid {
 			return s.childrenFallback(m, pid, err, out)
 		}
 	}
