@@ -17,8 +17,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
