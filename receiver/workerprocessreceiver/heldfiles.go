@@ -157,10 +157,7 @@ func (s *workerScraper) fdCountOf(m *member, pid int32) (int64, error) {
 	if m.files.fdDir != 0 {
 		var st unix.Stat_t
 		if err := unix.Fstat(m.files.fdDir.fd(), &st); err != nil {
-			if errno, ok := err.(unix.Errno); ok {
-				return 0, mapErrno(errno)
-			}
-			return 0, err
+			return 0, mapError(err)
 		}
 		if st.Size > 0 {
 			return st.Size, nil

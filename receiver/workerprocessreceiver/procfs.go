@@ -112,6 +112,14 @@ func (r *procReader) plainPath(path string) {
 	r.path = append(append(r.path[:0], path...), 0)
 }
 
+// mapError is mapErrno for an error from golang.org/x/sys/unix.
+func mapError(err error) error {
+	if errno, ok := err.(unix.Errno); ok {
+		return mapErrno(errno)
+	}
+	return err
+}
+
 func mapErrno(errno unix.Errno) error {
 	switch errno {
 	case unix.ENOENT, unix.ESRCH:
@@ -165,10 +173,7 @@ func (r *procReader) readAll(fd int, at bool) ([]byte, error) {
 				continue
 			}
 			r.buf = b
-			if errno, ok := err.(unix.Errno); ok {
-				return nil, mapErrno(errno)
-			}
-			return nil, err
+			return nil, mapError(err)
 		}
 		if n == 0 {
 			break
@@ -353,10 +358,7 @@ func (r *procReader) forEachDirentFD(fd int, fn func(name []byte, typ byte)) err
 			if err == unix.EINTR {
 				continue
 			}
-			if errno, ok := err.(unix.Errno); ok {
-				return mapErrno(errno)
-			}
-			return err
+			return mapError(err)
 		}
 		if n <= 0 {
 			return nil
@@ -468,10 +470,7 @@ func (r *procReader) tids(pid int32, out []int32) ([]int32, error) {
 // tidsFD appends the thread ids listed by a held task directory.
 func (r *procReader) tidsFD(fd int, out []int32) ([]int32, error) {
 	if _, err := unix.Seek(fd, 0, 0); err != nil {
-		if errno, ok := err.(unix.Errno); ok {
-			return out, mapErrno(errno)
-		}
-		return out, err
+		return out, mapError(err)
 	}
 	err := r.forEachDirentFD(fd, func(name []byte, _ byte) {
 		if t := parsePid(name); t > 0 {
