@@ -10,7 +10,6 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/connector/connectortest"
 	"go.opentelemetry.io/collector/consumer"
@@ -179,7 +178,7 @@ func TestStateSize(t *testing.T) {
 		}
 	}
 	withRuns := heapAfterGC()
-	// Cross-check: drop every run map and see what is freed.
+	// Cross-check: drop every run table and see what is freed.
 	h.p.mu.Lock()
 	for _, w := range h.p.tracker.workers {
 		w.runs, w.order = runTable{}, nil // order also points at the runs
@@ -192,5 +191,4 @@ func TestStateSize(t *testing.T) {
 	require.Less(t, perWorker, 2048.0)
 	require.Less(t, perRun, 256.0)
 	runtime.KeepAlive(h)
-	_ = component.ID{}
 }

@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -374,15 +375,4 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// The kill reasons of docs/conventions.md; anything else is "other" so a
-// misbehaving worker cannot explode the kills metric's cardinality.
-var killReasons = []string{"timeout", "memory_limit", "oom", "cancelled", "shutdown"}
-
-func validKillReason(r string) bool {
-	for _, k := range killReasons {
-		if k == r {
-			return true
-		}
-	}
-	return false
-}
+func validKillReason(r string) bool { return slices.Contains(killReasons, r) }

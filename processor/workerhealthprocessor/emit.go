@@ -2,7 +2,6 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -83,24 +82,20 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		}
 	}
 
-	ids := make([]string, 0, len(t.workers))
-	for id := range t.workers {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-
 	state := gauge(mState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 	trans := counter(mTransitions, "{transition}", "State transitions by the state entered.")
 	active := gauge(mRunsActive, "{run}", "Runs the worker holds, by whose view.")
 	drift := gauge(mDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
 	claims := counter(mClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 	kills := counter(mKills, "{run}", "Runs killed on the worker, by reason.")
-	for _, id := range ids {
-		w := t.workers[id]
-		for _, s := range workerstate.AllStates {
+	byState := make([]int64, len(workerstate.AllStates)) // for the fleet gauge
+	for _, w := range t.byID() {
+		id := w.id
+		for i, s := range workerstate.AllStates {
 			v := int64(0)
 			if s == w.state {
 				v = 1
+				byState[i]++
 			}
 			point(state, v, false, aWorker, id, aState, string(s))
 		}
@@ -123,13 +118,9 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		}
 	}
 
-	byState := map[workerstate.State]int64{}
-	for _, w := range t.workers {
-		byState[w.state]++
-	}
 	fw := gauge(mFleetBySt, "{worker}", "Workers by health state.")
-	for _, s := range workerstate.AllStates {
-		point(fw, byState[s], false, aState, string(s))
+	for i, s := range workerstate.AllStates {
+		point(fw, byState[i], false, aState, string(s))
 	}
 	point(gauge(mFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idle, false)
 	if t.pendingFresh(now) {
@@ -173,19 +164,10 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	}
 	hpoint(histo(mClaimStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
 	stg := histo(mStage, "Duration of a run's stage spans, by stage.")
-	for _, s := range sortedKeys(t.hists.stages) {
+	for _, s := range t.hists.stageNames {
 		hpoint(stg, t.hists.stages[s], aStage, s)
 	}
 	return md
-}
-
-func sortedKeys(m map[string]*hist) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // buildLogs renders one record per transition: the event stream outside

@@ -103,6 +103,9 @@ func (h *harness) codes(id string) []string {
 	return out
 }
 
+// has reports whether a run with this id is tracked.
+func (t *runTable) has(id string) bool { return t.get(id, runHash(id)) != nil }
+
 // rec describes one log record.
 type rec struct {
 	worker, event, run string

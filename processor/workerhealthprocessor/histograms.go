@@ -46,18 +46,26 @@ func resultIndex(result string) int {
 // histograms are fleet-wide (not per worker): per-worker histograms would
 // multiply series by workers times buckets.
 type histograms struct {
-	bounds       []float64
-	byResult     [len(resultNames)]*hist // nil until a run had that result
-	claimStart   hist
-	stages       map[string]*hist
-	stageAllowed map[string]bool
+	bounds     []float64
+	byResult   [len(resultNames)]*hist // nil until a run had that result
+	claimStart hist
+	// stages holds one histogram per configured stage name, made up front so
+	// a stage span costs one lookup (the mapper already only yields
+	// configured names; the lookup also keeps unknown names out).
+	stages map[string]*hist
+	// stageNames are the keys of stages, sorted once: the order of the points.
+	stageNames []string
 }
 
 func newHistograms(bounds []float64, stages []string) *histograms {
-	h := &histograms{bounds: bounds, stages: map[string]*hist{}, stageAllowed: map[string]bool{}}
+	h := &histograms{bounds: bounds, stages: make(map[string]*hist, len(stages))}
 	for _, s := range stages {
-		h.stageAllowed[s] = true
+		if h.stages[s] == nil {
+			h.stages[s] = &hist{}
+			h.stageNames = append(h.stageNames, s)
+		}
 	}
+	sort.Strings(h.stageNames)
 	return h
 }
 
@@ -76,13 +84,7 @@ func (h *histograms) duration(result string, ns int64) {
 func (h *histograms) claimToStart(ns int64) { h.claimStart.observe(h.bounds, nsToSeconds(ns)) }
 
 func (h *histograms) stage(name string, ns int64) {
-	if !h.stageAllowed[name] || ns < 0 {
-		return
+	if x := h.stages[name]; x != nil && ns >= 0 {
+		x.observe(h.bounds, nsToSeconds(ns))
 	}
-	x := h.stages[name]
-	if x == nil {
-		x = &hist{}
-		h.stages[name] = x
-	}
-	x.observe(h.bounds, nsToSeconds(ns))
 }

@@ -51,7 +51,8 @@ func (m *mapper) str(attrs pcommon.Map, key string) (string, bool) {
 	return s, true
 }
 
-// intAttr reads an int attribute (or a numeric string, as some SDKs send).
+// intAttr reads a small non-negative int attribute (or a double, as some SDKs
+// send); -1 when absent or out of range.
 func intAttr(attrs pcommon.Map, key string) int {
 	v, ok := attrs.Get(key)
 	if !ok {
@@ -70,7 +71,7 @@ func intAttr(attrs pcommon.Map, key string) int {
 	return -1
 }
 
-// resourceSource says whose view a resource is, and its worker id when it
+// resource says whose view a resource is, and its worker id when it
 // names one (a worker's resource does; a scheduler's usually does not).
 func (m *mapper) resource(res pcommon.Resource) (src source, id, name string, ok bool) {
 	attrs := res.Attributes()

@@ -263,8 +263,6 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	lp, err := f.CreateLogs(ctx, set, cfg, lSink)
 	require.NoError(t, err)
-	inner := f.(interface{ Type() component.Type })
-	_ = inner
 
 	sub := &subscriber{}
 	h := host{ext: map[component.ID]component.Component{component.MustNewID("worker_health"): sub}}
@@ -307,11 +305,17 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.NoError(t, tp.Shutdown(ctx))
 	require.NoError(t, mp.Shutdown(ctx))
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
-	// The last one stops the timer.
+	// The last one stops the timer and drops the instance: a new pipeline
+	// build with the same config gets a fresh one, which publishes at start
+	// and knows none of the old instance's workers.
 	require.NoError(t, lp.Shutdown(ctx))
-	// A new pipeline build with the same config gets a fresh instance.
 	mp2, err := f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
 	require.NoError(t, err)
+	sub2 := &subscriber{}
+	h.ext[component.MustNewID("worker_health")] = sub2
+	require.NoError(t, mp2.Start(ctx, h))
+	require.NotNil(t, sub2.last())
+	assert.Empty(t, sub2.last().Workers, "a fresh instance")
 	require.NoError(t, mp2.Shutdown(ctx))
 }
 

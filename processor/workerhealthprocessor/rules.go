@@ -2,7 +2,9 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/workerstate"
@@ -240,7 +242,7 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 	for _, st := range workerstate.AllStates {
 		s.Fleet.ByState[st] = 0
 	}
-	for _, w := range t.workers {
+	for _, w := range t.byID() {
 		s.Fleet.ByState[w.state]++
 		var wr, sr []string
 		for r := range w.runs.all() {
@@ -264,8 +266,18 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 			Drift: workerstate.Drift{Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)), OverCapacity: w.overCap},
 		})
 	}
-	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].ID < s.Workers[j].ID })
 	return s
+}
+
+// byID returns the workers sorted by id: the order of the metric points and
+// of the snapshot.
+func (t *tracker) byID() []*worker {
+	ws := make([]*worker, 0, len(t.workers))
+	for _, w := range t.workers {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b *worker) int { return strings.Compare(a.id, b.id) })
+	return ws
 }
 
 // nonNil keeps JSON arrays as [] rather than null for API readers.

@@ -1,7 +1,6 @@
 package workerhealthprocessor
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -309,5 +308,4 @@ func TestTransitionsAreReported(t *testing.T) {
 	assert.Equal(t, "unknown", from.Str())
 	assert.Equal(t, "healthy", to.Str())
 	assert.Equal(t, "worker w1: unknown -> healthy ()", lr.Body().Str())
-	_ = fmt.Sprint()
 }

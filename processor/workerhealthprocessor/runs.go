@@ -147,6 +147,3 @@ func (t *runTable) all() iter.Seq[*run] {
 		}
 	}
 }
-
-// has reports whether a run with this id is tracked (tests, checkpoints).
-func (t *runTable) has(id string) bool { return t.get(id, runHash(id)) != nil }

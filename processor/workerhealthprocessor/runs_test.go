@@ -67,9 +67,11 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 	tr := newTracker(cfg)
 	w := tr.get("w", 1)
 	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
+	runs := make([]*run, len(ids))
 	for i, id := range ids {
 		r := tr.run(w, id, int64(i))
 		require.NotNil(t, r)
+		runs[i] = r
 		if i == 0 {
 			r.flags |= fWorkerHeld // held: never evicted
 		} else {
@@ -77,6 +79,11 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, w.runs.len())
+	// The oldest ended run's memory serves each new run: d takes b's, e
+	// takes c's, f takes d's.
+	assert.Same(t, runs[1], runs[3])
+	assert.Same(t, runs[2], runs[4])
+	assert.Same(t, runs[3], runs[5])
 	for _, id := range []string{"a-long-run-id-0001", "e", "f"} {
 		assert.True(t, w.runs.has(id), id)
 	}

@@ -38,9 +38,23 @@ func (r *run) has(f uint8) bool { return r.flags&f != 0 }
 // lastEnd is when the run last stopped being held by a side.
 func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
 
-// The kill reason index: fixed so per-worker kill counters are an array.
-var killReasonIndex = map[string]int{"timeout": 0, "memory_limit": 1, "oom": 2, "cancelled": 3, "shutdown": 4, "other": 5}
+// The kill reason index: fixed so per-worker kill counters are an array. The
+// reasons of docs/conventions.md, then "other" for anything else, so a
+// misbehaving worker cannot explode the kills metric's cardinality.
 var killReasonNames = [6]string{"timeout", "memory_limit", "oom", "cancelled", "shutdown", "other"}
+
+const killOther = len(killReasonNames) - 1
+
+// killReasons are the reasons a config may name (all but "other").
+var killReasons = killReasonNames[:killOther]
+
+var killReasonIndex = func() map[string]int {
+	m := make(map[string]int, len(killReasonNames))
+	for i, r := range killReasonNames {
+		m[r] = i
+	}
+	return m
+}()
 
 // stateIndex maps states to array slots, in workerstate.AllStates order.
 func stateIndex(s workerstate.State) int {
@@ -53,7 +67,7 @@ func stateIndex(s workerstate.State) int {
 }
 
 // worker is everything kept per worker. Kept small (docs/processor.md gives
-// the measured size): ints rather than time.Time, lazily created maps.
+// the measured size): ints rather than time.Time, a lazily created kill ring.
 type worker struct {
 	id, name string
 
@@ -74,7 +88,6 @@ type worker struct {
 	// generates its own work, or is scheduled elsewhere) has no other view.
 	schedKnown bool
 
-	present   int8
 	capacity  int // reported by the worker, -1 = not reported
 	rss       int64
 	rssAt     int64
@@ -132,7 +145,6 @@ func newWorker(id string, now int64) *worker {
 		id:           strings.Clone(id),
 		firstMention: now,
 		lastMention:  now,
-		present:      -1,
 		capacity:     -1,
 		active:       -1,
 		rss:          -1,
@@ -165,19 +177,21 @@ type tracker struct {
 	// overflow accounting, read and reset by the processor for telemetry
 	overflowWorkers, overflowRuns, expired, malformed int64
 
-	killCounts map[string]bool
+	// killCounts: the kill reasons (by index) that feed the kills rule.
+	killCounts [len(killReasonNames)]bool
 }
 
 func newTracker(cfg *Config) *tracker {
 	t := &tracker{
-		cfg:        cfg,
-		workers:    map[string]*worker{},
-		hists:      newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
-		pending:    -1,
-		killCounts: map[string]bool{},
+		cfg:     cfg,
+		workers: map[string]*worker{},
+		hists:   newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		pending: -1,
 	}
 	for _, r := range cfg.Kills.Reasons {
-		t.killCounts[r] = true
+		if i, ok := killReasonIndex[r]; ok {
+			t.killCounts[i] = true
+		}
 	}
 	return t
 }
@@ -201,6 +215,7 @@ func (t *tracker) get(id string, now int64) *worker {
 	}
 	w := newWorker(id, now)
 	t.workers[w.id] = w
+	t.last = w
 	return w
 }
 
@@ -255,9 +270,6 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if s.present != 0 {
 		w.lastAlive = now
 	}
-	if s.present >= 0 {
-		w.present = s.present
-	}
 	if s.capacity >= 0 {
 		w.capacity = s.capacity
 	}
@@ -295,7 +307,7 @@ func (t *tracker) memorySample(w *worker, rss, now int64) {
 		w.overSamples++
 		w.underSamples = 0
 		if !w.memLatched && (w.overSamples >= m.UnhealthySamples || (m.UnhealthyAfter > 0 && now-w.overSince >= int64(m.UnhealthyAfter))) {
-			w.latchMemory("memory_over_soft_limit", w.overSince)
+			w.latchMemory(codeMemory, w.overSince)
 		}
 		return
 	}
@@ -506,7 +518,7 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	// a recent sample counts: an old one says nothing about now.
 	if t.cfg.Memory.AtRunStart && w.rss >= 0 && now-w.rssAt <= int64(t.cfg.Lost.After) {
 		if lim := t.softLimit(w); lim > 0 && w.rss > lim && !w.memLatched {
-			w.latchMemory("memory_over_soft_limit_at_run_start", now)
+			w.latchMemory(codeMemoryAtStart, now)
 		}
 	}
 }
@@ -536,10 +548,10 @@ func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
 func (t *tracker) kill(w *worker, reason string, now int64) {
 	idx, ok := killReasonIndex[reason]
 	if !ok {
-		idx, reason = 5, "other"
+		idx = killOther
 	}
 	w.kills[idx]++
-	if t.cfg.Kills.Count <= 0 || !t.killCounts[reason] {
+	if t.cfg.Kills.Count <= 0 || !t.killCounts[idx] {
 		return
 	}
 	if w.killRing == nil {
