@@ -134,6 +134,9 @@ func cpuNow() time.Duration {
 }
 
 func reportCPU(b *testing.B, cpu time.Duration, scrapes int, procs float64) {
+	if procs == 0 {
+		b.Fatal("the scrape read no process: the worker was not found, so this would measure nothing")
+	}
 	per := float64(cpu.Microseconds()) / float64(scrapes)
 	b.ReportMetric(per, "cpu-us/scrape")
 	b.ReportMetric(procs, "procs/scrape")
@@ -271,7 +274,7 @@ func benchDirect(b *testing.B, cfg *Config) {
 	reportCPU(b, cpuNow()-c0, b.N, float64(procs))
 }
 
-func hostPids(b *testing.B) []int32 {
+func hostPids(b testing.TB) []int32 {
 	var pids []int32
 	entries, err := os.ReadDir("/proc")
 	require.NoError(b, err)

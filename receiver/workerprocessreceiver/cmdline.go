@@ -3,6 +3,7 @@ package workerprocessreceiver // import "github.com/workerwatch/workerwatch/rece
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -47,7 +48,7 @@ type redactor struct {
 
 func newRedactor(extra []string) (*redactor, error) {
 	r := &redactor{}
-	for i, p := range append(slicesClone(defaultRedactions), extra...) {
+	for i, p := range append(slices.Clone(defaultRedactions), extra...) {
 		re, err := regexp.Compile(p)
 		if err != nil {
 			return nil, fmt.Errorf("top_processes_command_line.redact[%d]: %w", i-len(defaultRedactions), err)
@@ -56,8 +57,6 @@ func newRedactor(extra []string) (*redactor, error) {
 	}
 	return r, nil
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // apply redacts a command line, then bounds it (on a rune boundary) and makes
 // it valid UTF-8 (exporters require it of string attributes).

@@ -154,13 +154,9 @@ func (s *workerScraper) scanMatches(kinds []*workerKind, now time.Time) {
 	s.scans++
 	clear(s.scanPPID)
 	cands := make([][]candidate, len(kinds))
-	var pids []int32
 	s.r.plainPath(s.cfg.ProcRoot)
-	if err := s.r.forEachDirent(func(name []byte, _ byte) {
-		if p := parsePid(name); p > 0 {
-			pids = append(pids, p)
-		}
-	}); err != nil {
+	pids, err := s.r.dirPids(nil)
+	if err != nil {
 		s.scanErr = err
 		return
 	}
@@ -251,7 +247,9 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 		}
 		id, ok := k.idT.render(&vals)
 		if !ok {
-			s.logOnce(k.key+"/unnamed/"+r.cmdline, "worker root skipped: its id template has no value for it (unset environment variable or empty capture)",
+			// Once per worker entry, not per root: a key per command line
+			// would keep every unnamed root's command line for good.
+			s.logOnce(k.key+"/unnamed", "worker root skipped: its id template has no value for it (unset environment variable or empty capture)",
 				zap.String("worker", k.key), zap.Int32("pid", r.pid))
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,10 +41,8 @@ func copyFixture(t *testing.T) string {
 
 func writeStat(t *testing.T, root string, pid int, line string) {
 	t.Helper()
-	require.NoError(t, os.WriteFile(filepath.Join(root, "proc", itoa(pid), "stat"), []byte(line+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "proc", strconv.Itoa(pid), "stat"), []byte(line+"\n"), 0o644))
 }
-
-func itoa(n int) string { return string(appendInt(nil, int64(n))) }
 
 func TestFixtureScrapes(t *testing.T) {
 	root := copyFixture(t)

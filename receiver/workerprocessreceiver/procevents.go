@@ -171,12 +171,8 @@ func (p *procEvents) control(op uint32) error {
 	ne.PutUint32(b[20:], cnValProc)
 	ne.PutUint16(b[32:], 4) // cn_msg.len
 	ne.PutUint32(b[36:], op)
-	rc, err := p.f.SyscallConn()
-	if err != nil {
-		return err
-	}
 	var serr error
-	if err := rc.Write(func(fd uintptr) bool {
+	if err := p.rc.Write(func(fd uintptr) bool {
 		serr = unix.Sendto(int(fd), b[:], 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		return serr != unix.EAGAIN
 	}); err != nil {
@@ -474,7 +470,7 @@ func bootOffsetNs() uint64 {
 	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) != nil || unix.ClockGettime(unix.CLOCK_MONOTONIC, &m) != nil {
 		return 0
 	}
-	return uint64(sat(uint64(b.Nano()), uint64(m.Nano())))
+	return sat(uint64(b.Nano()), uint64(m.Nano()))
 }
 
 // monotonicNs is CLOCK_MONOTONIC, the clock of the events' timestamps.

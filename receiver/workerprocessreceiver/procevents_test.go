@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -164,14 +165,22 @@ func TestProcessEventsUnavailable(t *testing.T) {
 	require.ErrorContains(t, err, "CAP_NET_ADMIN")
 	require.NoError(t, s2.shutdown(context.Background()))
 
-	// A fixture proc_root never uses the connector: auto is sampling, and
-	// netlink is refused.
+	// A fixture proc_root never uses the connector, even where the
+	// subscription would succeed: auto is sampling, and netlink is refused.
+	openProcEvents = func() (*procEvents, error) { return &procEvents{}, nil }
 	cfg = fixtureConfig(copyFixture(t))
-	cfg.ProcessEvents = "netlink"
+	cfg.ProcessEvents = "auto"
 	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
-	require.ErrorContains(t, s3.start(context.Background(), componenttest.NewNopHost()), "needs proc_root")
+	require.NoError(t, s3.start(context.Background(), componenttest.NewNopHost()))
+	assert.Nil(t, s3.ev, "auto on a fixture proc_root")
+	s3.ev = nil // the stub cannot be closed
 	require.NoError(t, s3.shutdown(context.Background()))
+	cfg.ProcessEvents = "netlink"
+	s4, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, s4.start(context.Background(), componenttest.NewNopHost()), "needs proc_root")
+	require.NoError(t, s4.shutdown(context.Background()))
 }
 
 // startEventsScraper returns a scraper subscribed to the proc connector, or
@@ -257,7 +266,7 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	engine0 := sumValues(md, "events1", "workerwatch.process.exited", role("engine-child"))
 	tr.killChild(t, 0)
 	require.Eventually(t, func() bool {
-		_, err := os.Stat("/proc/" + itoa(tr.pids[1]))
+		_, err := os.Stat("/proc/" + strconv.Itoa(tr.pids[1]))
 		return os.IsNotExist(err)
 	}, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
@@ -269,4 +278,32 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	assert.Equal(t, float64(total)+2, sumValues(md, "events1", "workerwatch.process.exited", nil)-exited0)
 	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", nil)-started0)
 	assert.Zero(t, s.ev.lost.Load())
+}
+
+// Roots whose id template has no value are skipped and logged once per
+// worker entry, however many there are.
+func TestUnnamedRootsLoggedOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	startRealTree(t, "unnamed1")
+	startRealTree(t, "unnamed2")
+	core, logs := observer.New(zapcore.DebugLevel)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zap.New(core)
+	cfg := realConfig()
+	cfg.ProcessEvents = processEventsOff
+	cfg.Workers[0].ID = "{env:WORKERWATCH_TEST_UNSET_VARIABLE}"
+	cfg.Workers[0].Name = ""
+	require.NoError(t, cfg.Validate())
+	s, err := newWorkerScraper(set, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.shutdown(context.Background())) })
+	for i := 0; i < 3; i++ {
+		s.kinds[0].needScan = true // scan every time, as while nothing matches
+		_, err := s.scrape(context.Background())
+		require.NoError(t, err)
+	}
+	assert.Len(t, logs.FilterMessageSnippet("id template has no value").All(), 1)
+	assert.Empty(t, s.kinds[0].instances)
 }

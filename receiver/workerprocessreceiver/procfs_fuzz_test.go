@@ -12,6 +12,7 @@ package workerprocessreceiver
 import (
 	"math"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -110,7 +111,7 @@ func FuzzParsePidList(f *testing.F) {
 	})
 }
 
-func pidString(p int32) string { return string(appendInt(nil, int64(p))) }
+func pidString(p int32) string { return strconv.Itoa(int(p)) }
 
 // FuzzKeyValueFiles covers /proc/<pid>/status, smaps_rollup and
 // memory.events: the key to look up is fuzzed too.

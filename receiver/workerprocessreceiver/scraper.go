@@ -215,7 +215,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 	for _, k := range s.kinds {
 		for id, w := range k.instances {
 			if w.rootPid == 0 {
-				s.settleAbsent(w)
+				w.settleAbsent()
 				if w.absentSince.IsZero() {
 					w.absentSince = now
 				}
@@ -257,7 +257,7 @@ func (w *worker) walkedAt(now time.Time) bool { return w.lastWalk.Equal(now) }
 
 // settleAbsent moves every member of a worker without a root out of its
 // tree, keeping their CPU in the accumulators (so a restart continues them).
-func (s *workerScraper) settleAbsent(w *worker) {
+func (w *worker) settleAbsent() {
 	if len(w.members) == 0 {
 		return
 	}
@@ -282,7 +282,7 @@ func (s *workerScraper) walk(w *worker) bool {
 		s.walkTree(w, &st)
 	}
 	w.sweep()
-	s.finish(w)
+	w.finish()
 	exact := false
 	if s.ev != nil {
 		s.evExits, exact = s.ev.sync(w, s.evExits[:0])
@@ -323,7 +323,7 @@ func (s *workerScraper) walkTree(w *worker, rootSt *procStat) {
 		if !s.memberStat(w, m, pid, rootSt, &st) {
 			continue
 		}
-		if m = s.account(w, m, pid, &st, pid == w.rootPid); m == nil {
+		if m = s.account(w, m, pid, &st); m == nil {
 			continue
 		}
 		if st.state == 'Z' || st.state == 'X' {
@@ -340,7 +340,7 @@ func (s *workerScraper) walkCgroup(w *worker, rootSt *procStat) {
 	for _, pid := range s.cgPids {
 		m := w.members[pid]
 		if s.memberStat(w, m, pid, rootSt, &st) {
-			s.account(w, m, pid, &st, pid == w.rootPid)
+			s.account(w, m, pid, &st)
 		}
 	}
 }
@@ -431,13 +431,8 @@ func (s *workerScraper) buildPPIDIndex() {
 	}
 	s.ppidOK = true
 	s.scans++
-	s.tidBuf = s.tidBuf[:0]
 	s.r.plainPath(s.cfg.ProcRoot)
-	_ = s.r.forEachDirent(func(name []byte, _ byte) {
-		if p := parsePid(name); p > 0 {
-			s.tidBuf = append(s.tidBuf, p)
-		}
-	})
+	s.tidBuf, _ = s.r.dirPids(s.tidBuf[:0])
 	s.ppidIdx = s.ppidIdx[:0]
 	var st procStat
 	for _, p := range s.tidBuf {
@@ -457,7 +452,7 @@ func (s *workerScraper) buildPPIDIndex() {
 // before this reading, or nil) and returns the process's member. It returns
 // nil when the process was already visited in this scrape (a pid listed
 // twice during a race).
-func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat, isRoot bool) *member {
+func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat) *member {
 	if m != nil && m.gen == w.gen && m.start == st.starttime {
 		return nil
 	}
@@ -470,30 +465,27 @@ func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat, i
 	// second sighting and whenever comm changes, because a fork is seen with
 	// its parent's command line until it execs.
 	reread := isNew || changed || m.sightings == 2
-	cmd, cmdErr, cmdRead := "", error(nil), false
+	isRoot := pid == w.rootPid
+	var cmd string
+	var cmdErr error
+	// The root's role is fixed: its command line is only read for export.
+	if reread && (!isRoot || s.redact != nil) {
+		cmd, cmdErr = s.r.cmdline(pid)
+	}
 	switch {
 	case isRoot:
 		w.setRole(m, 0)
-	case reread:
+	case reread && (cmdErr == nil || isNew):
 		// Classify by command line.
-		cmd, cmdErr = s.r.cmdline(pid)
-		cmdRead = true
-		if cmdErr == nil || isNew {
-			role := k.classify(st.commString(), cmd)
-			if isNew {
-				m.role = role
-			} else {
-				w.setRole(m, role)
-			}
+		role := k.classify(st.commString(), cmd)
+		if isNew {
+			m.role = role
+		} else {
+			w.setRole(m, role)
 		}
 	}
-	if s.redact != nil && reread {
-		if !cmdRead {
-			cmd, cmdErr = s.r.cmdline(pid)
-		}
-		if cmdErr == nil {
-			m.cmdline = s.redact.apply(cmd)
-		}
+	if s.redact != nil && reread && cmdErr == nil {
+		m.cmdline = s.redact.apply(cmd)
 	}
 	if isNew {
 		m.startRole = m.role
@@ -561,7 +553,7 @@ func (w *worker) pushTop(n int, pid int32, m *member) {
 }
 
 // finish sums CPU per role after the sweep.
-func (s *workerScraper) finish(w *worker) {
+func (w *worker) finish() {
 	copy(w.cpuU, w.accU)
 	copy(w.cpuS, w.accS)
 	for _, m := range w.members {

@@ -1,0 +1,179 @@
+package workerprocessreceiver
+
+// What one process read costs, per file and per way of reading it: the
+// figures behind procfs.go (why not prometheus/procfs) and heldfiles.go (why
+// files are held open).
+//
+//	go test -run '^$' -bench BenchmarkReadProcess -benchmem ./receiver/workerprocessreceiver/
+//	WORKERWATCH_KMEM=1 go test -run TestHeldFileKernelMemory -v ./receiver/workerprocessreceiver/
+//
+// Each op reads one process (the host's processes in turn), so ns/op and
+// allocs/op are per process.
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/procfs"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// readablePids returns up to n live processes of the host whose stat,
+// children and fd directory this user can open.
+func readablePids(t testing.TB, n int) []int32 {
+	t.Helper()
+	r := newProcReader("/proc")
+	var out []int32
+	for _, p := range hostPids(t) {
+		var st procStat
+		if r.readStat(p, &st) != nil || st.flags&pfKthread != 0 {
+			continue
+		}
+		if _, err := r.children(p, p, nil); err != nil {
+			continue
+		}
+		if _, err := r.fdCount(p); err != nil {
+			continue
+		}
+		if out = append(out, p); len(out) == n {
+			break
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// holdAll opens the file named by rest for each pid, with flags; the files
+// are closed when the benchmark ends.
+func holdAll(b *testing.B, pids []int32, flags int, rest func(int32) string) []int {
+	fds := make([]int, 0, len(pids))
+	for _, p := range pids {
+		fd, err := unix.Open(rest(p), flags|unix.O_CLOEXEC, 0)
+		require.NoError(b, err)
+		fds = append(fds, fd)
+	}
+	b.Cleanup(func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	})
+	return fds
+}
+
+func BenchmarkReadProcess(b *testing.B) {
+	pids := readablePids(b, 500)
+	r := newProcReader("/proc")
+	statPath := func(p int32) string { return "/proc/" + strconv.Itoa(int(p)) + "/stat" }
+	childrenPath := func(p int32) string {
+		return "/proc/" + strconv.Itoa(int(p)) + "/task/" + strconv.Itoa(int(p)) + "/children"
+	}
+	fdPath := func(p int32) string { return "/proc/" + strconv.Itoa(int(p)) + "/fd" }
+	var st procStat
+
+	b.Run("stat/prometheus-procfs", func(b *testing.B) {
+		fs, err := procfs.NewFS("/proc")
+		require.NoError(b, err)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if p, err := fs.Proc(int(pids[i%len(pids)])); err == nil {
+				_, _ = p.Stat()
+			}
+		}
+	})
+	b.Run("stat/open-read", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_ = r.readStat(pids[i%len(pids)], &st)
+		}
+	})
+	b.Run("stat/held", func(b *testing.B) {
+		fds := holdAll(b, pids, unix.O_RDONLY, statPath)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if buf, err := r.readAll(fds[i%len(fds)], true); err == nil {
+				parseStat(buf, &st)
+			}
+		}
+	})
+	b.Run("children/open-read", func(b *testing.B) {
+		out := make([]int32, 0, 64)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			p := pids[i%len(pids)]
+			out, _ = r.children(p, p, out[:0])
+		}
+	})
+	b.Run("children/held", func(b *testing.B) {
+		fds := holdAll(b, pids, unix.O_RDONLY, childrenPath)
+		out := make([]int32, 0, 64)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if buf, err := r.readAll(fds[i%len(fds)], true); err == nil {
+				out = parsePidList(buf, out[:0])
+			}
+		}
+	})
+	b.Run("fdcount/fstatat", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = r.fdCount(pids[i%len(pids)])
+		}
+	})
+	b.Run("fdcount/held-fstat", func(b *testing.B) {
+		fds := holdAll(b, pids, unix.O_PATH|unix.O_DIRECTORY, fdPath)
+		var s unix.Stat_t
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_ = unix.Fstat(fds[i%len(fds)], &s)
+		}
+	})
+}
+
+// TestHeldFileKernelMemory measures the kernel memory a held, once-read
+// stat file keeps (its seq_file buffer): the figure the README gives for
+// max_open_files. Opt-in: it reads a host-wide counter (SUnreclaim of
+// /proc/meminfo), which anything else running moves too.
+func TestHeldFileKernelMemory(t *testing.T) {
+	if os.Getenv("WORKERWATCH_KMEM") == "" {
+		t.Skip("a measurement: WORKERWATCH_KMEM=1")
+	}
+	sunreclaim := func() int64 {
+		b, err := os.ReadFile("/proc/meminfo")
+		require.NoError(t, err)
+		v, ok := fieldKB(b, "SUnreclaim:")
+		require.True(t, ok)
+		return v
+	}
+	pids := readablePids(t, 1000)
+	// About 2,000 files (a process's stat opened several times is several
+	// files), for a figure well above the noise.
+	perPid := (2000 + len(pids) - 1) / len(pids)
+	r := newProcReader("/proc")
+	pool := &filePool{max: perPid * len(pids)}
+	files := make([]heldFD, 0, perPid*len(pids))
+	defer func() {
+		for i := range files {
+			pool.close(&files[i])
+		}
+	}()
+	before := sunreclaim()
+	for k := 0; k < perPid; k++ {
+		for _, p := range pids {
+			r.pidPath(p, "stat")
+			f := pool.hold(r, 0)
+			require.NotZero(t, f)
+			_, err := r.readAll(f.fd(), true) // the buffer is allocated by the first read
+			require.NoError(t, err)
+			files = append(files, f)
+		}
+	}
+	after := sunreclaim()
+	perFile := float64(after-before) / float64(len(files))
+	t.Logf("RESULT %d held stat files: SUnreclaim +%d KiB, %.0f B per file", len(files), (after-before)>>10, perFile)
+	require.Greater(t, perFile, 0.0, "held files keep kernel memory")
+}
