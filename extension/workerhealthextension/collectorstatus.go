@@ -23,26 +23,24 @@ type collectorStatus struct {
 
 	mu sync.Mutex
 	// components by instance: the service hands out one *InstanceID per
-	// component instance for the life of the collector.
-	components map[*componentstatus.InstanceID]*componentState
+	// component instance for the life of the collector, and an InstanceID
+	// never changes, so its id, kind and pipelines are spelled out once.
+	components map[*componentstatus.InstanceID]*componentReport
+	// reports is components sorted by kind, then id: rebuilt (a new slice)
+	// on every event, so a probe shares it without copying or sorting.
+	reports []componentReport
 	// pipelinesReady is set by PipelineWatcher.Ready (every pipeline built
 	// and every receiver started) and cleared by NotReady (shutting down).
 	pipelinesReady bool
 	shuttingDown   bool
 }
 
-type componentState struct {
-	event *componentstatus.Event
-	// errorSince is when the current error episode began. Repeated error
-	// events (an exporter retrying) must not restart the recovery clock.
-	errorSince time.Time
-}
-
 func newCollectorStatus(recovery time.Duration) *collectorStatus {
 	return &collectorStatus{
 		recovery:   recovery,
 		now:        time.Now,
-		components: map[*componentstatus.InstanceID]*componentState{},
+		components: map[*componentstatus.InstanceID]*componentReport{},
+		reports:    []componentReport{},
 	}
 }
 
@@ -52,19 +50,50 @@ func (c *collectorStatus) record(source *componentstatus.InstanceID, ev *compone
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := c.components[source]
-	if cs == nil {
-		cs = &componentState{}
-		c.components[source] = cs
+	cr := c.components[source]
+	if cr == nil {
+		cr = newComponentReport(source)
+		c.components[source] = cr
 	}
+	cr.Status = statusName(ev.Status())
+	cr.Since = ev.Timestamp()
+	cr.Error = ""
+	if err := ev.Err(); err != nil {
+		cr.Error = err.Error()
+	}
+	// ErrorSince is when the current error episode began. Repeated error
+	// events (an exporter retrying) must not restart the recovery clock. A
+	// new episode gets a new pointer: the reports already handed to probes
+	// share the old one.
 	isErr := componentstatus.StatusIsError(ev.Status())
 	switch {
-	case isErr && cs.errorSince.IsZero():
-		cs.errorSince = ev.Timestamp()
+	case isErr && cr.ErrorSince == nil:
+		t := ev.Timestamp()
+		cr.ErrorSince = &t
 	case !isErr:
-		cs.errorSince = time.Time{}
+		cr.ErrorSince = nil
 	}
-	cs.event = ev
+	reports := make([]componentReport, 0, len(c.components))
+	for _, r := range c.components {
+		reports = append(reports, *r)
+	}
+	slices.SortFunc(reports, func(a, b componentReport) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
+	})
+	c.reports = reports
+}
+
+func newComponentReport(id *componentstatus.InstanceID) *componentReport {
+	cr := &componentReport{
+		ID:   id.ComponentID().String(),
+		Kind: strings.ToLower(id.Kind().String()),
+	}
+	id.AllPipelineIDs(func(p pipeline.ID) bool {
+		cr.Pipelines = append(cr.Pipelines, p.String())
+		return true
+	})
+	slices.Sort(cr.Pipelines)
+	return cr
 }
 
 func (c *collectorStatus) setPipelinesReady(ready bool) {
@@ -101,10 +130,10 @@ type componentReport struct {
 func (c *collectorStatus) live() (bool, probeResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	res := c.reportLocked()
-	for _, cr := range res.Components {
+	res := probeResult{PipelinesReady: c.pipelinesReady, Components: c.reports}
+	for _, cr := range c.reports {
 		if cr.Status == statusFatal {
-			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
+			res.Reasons = append(res.Reasons, fatalReason(cr))
 		}
 	}
 	return finish(res)
@@ -115,7 +144,7 @@ func (c *collectorStatus) live() (bool, probeResult) {
 func (c *collectorStatus) ready() (bool, probeResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	res := c.reportLocked()
+	res := probeResult{PipelinesReady: c.pipelinesReady, Components: c.reports}
 	switch {
 	case c.shuttingDown:
 		res.Reasons = append(res.Reasons, "the collector is shutting down")
@@ -123,10 +152,10 @@ func (c *collectorStatus) ready() (bool, probeResult) {
 		res.Reasons = append(res.Reasons, "pipelines are not started yet")
 	}
 	now := c.now()
-	for _, cr := range res.Components {
+	for _, cr := range c.reports {
 		switch {
 		case cr.Status == statusFatal:
-			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" failed fatally: "+cr.Error)
+			res.Reasons = append(res.Reasons, fatalReason(cr))
 		case cr.ErrorSince != nil && now.Sub(*cr.ErrorSince) >= c.recovery:
 			res.Reasons = append(res.Reasons, cr.Kind+" "+cr.ID+" in "+cr.Status+
 				" for "+now.Sub(*cr.ErrorSince).Truncate(time.Second).String()+
@@ -134,6 +163,10 @@ func (c *collectorStatus) ready() (bool, probeResult) {
 		}
 	}
 	return finish(res)
+}
+
+func fatalReason(cr componentReport) string {
+	return cr.Kind + " " + cr.ID + " failed fatally: " + cr.Error
 }
 
 func finish(res probeResult) (bool, probeResult) {
@@ -144,35 +177,6 @@ func finish(res probeResult) (bool, probeResult) {
 	}
 	res.Status = "fail"
 	return false, res
-}
-
-func (c *collectorStatus) reportLocked() probeResult {
-	res := probeResult{PipelinesReady: c.pipelinesReady, Components: make([]componentReport, 0, len(c.components))}
-	for id, cs := range c.components {
-		cr := componentReport{
-			ID:     id.ComponentID().String(),
-			Kind:   strings.ToLower(id.Kind().String()),
-			Status: statusName(cs.event.Status()),
-			Since:  cs.event.Timestamp(),
-		}
-		id.AllPipelineIDs(func(p pipeline.ID) bool {
-			cr.Pipelines = append(cr.Pipelines, p.String())
-			return true
-		})
-		slices.Sort(cr.Pipelines)
-		if !cs.errorSince.IsZero() {
-			t := cs.errorSince
-			cr.ErrorSince = &t
-		}
-		if err := cs.event.Err(); err != nil {
-			cr.Error = err.Error()
-		}
-		res.Components = append(res.Components, cr)
-	}
-	slices.SortFunc(res.Components, func(a, b componentReport) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ID, b.ID))
-	})
-	return res
 }
 
 const statusFatal = "fatal_error"

@@ -107,7 +107,6 @@ func TestWorkerIDsNeedingEscapes(t *testing.T) {
 	assert.NotContains(t, body, "<script>")
 	assert.Contains(t, body, `\u003cscript\u003ealert(1)\u003c/script\u003e`)
 
-	// A malformed escape is the client's error.
 	// A malformed escape is the client's error (Go's client refuses to
 	// send one, so write the request by hand).
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))

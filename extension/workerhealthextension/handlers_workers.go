@@ -2,10 +2,10 @@ package workerhealthextension // import "github.com/workerwatch/workerwatch/exte
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,15 +38,14 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 	return code
 }
 
-// listHead is everything in the list body but the workers, which are
-// streamed from their pre-encoded JSON after it.
+// listHead is the list body but the count (the number of workers in this
+// response, after ?state=) and the workers, which are streamed from their
+// pre-encoded JSON after it. It is encoded once per view (view.listHead).
 type listHead struct {
 	// Time is the newest snapshot's evaluation time; null before any.
 	Time    *time.Time        `json:"time"`
 	Sources []sourceInfo      `json:"sources"`
 	Fleet   workerstate.Fleet `json:"fleet"`
-	// Count is the number of workers in this response (after ?state=).
-	Count int `json:"count"`
 }
 
 // handleWorkers lists the fleet sorted by id, optionally filtered by state.
@@ -58,17 +57,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
 	v := wh.store.load()
-	head := listHead{Sources: v.sources, Fleet: v.fleet}
-	if !v.time.IsZero() {
-		head.Time = &v.time
-	}
-	for _, e := range v.byIDOrder {
-		if keep.has(e.w.State) {
-			head.Count++
-		}
-	}
-	hb, err := json.Marshal(head)
-	if err != nil {
+	if v.listHead == nil {
 		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
 	}
 	w.Header()["Content-Type"] = hdrJSON
@@ -77,8 +66,10 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		return http.StatusOK
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	// Splice "workers" into the head object: drop its closing brace.
-	_, _ = bw.Write(hb[:len(hb)-1])
+	// Splice "count" and "workers" into the head object, left open for them.
+	_, _ = bw.Write(v.listHead)
+	_, _ = bw.WriteString(`,"count":`)
+	_, _ = bw.WriteString(strconv.Itoa(v.count(keep)))
 	_, _ = bw.WriteString(`,"workers":[`)
 	first := true
 	for _, e := range v.byIDOrder {

@@ -25,15 +25,15 @@ var (
 	pageScript string
 )
 
-// page renders the status page. The Content-Security-Policy allows only this
-// exact script (by hash) and requests to this origin: even if a worker id got
-// past escaping, the browser would refuse to run it.
 // pageMaxRows bounds the rows the page shows (worst first): past that a
 // table is not read by anyone, and a 10,000-row page costs the collector
 // half a second to render and the browser far more to lay out every refresh.
 // The JSON list has no such limit.
 const pageMaxRows = 1000
 
+// page renders the status page. The Content-Security-Policy allows only this
+// exact script (by hash) and requests to this origin: even if a worker id got
+// past escaping, the browser would refuse to run it.
 type page struct {
 	tmpl    *template.Template
 	refresh time.Duration
@@ -129,13 +129,13 @@ func (p *page) data(v *view, keep stateFilter) pageData {
 		d.Total += n
 		d.Counts = append(d.Counts, pageCount{State: st, N: n, Active: keep != nil && keep[st]})
 	}
-	d.Rows = make([]pageRow, 0, min(len(v.worstFirst), pageMaxRows))
+	d.Matching = v.count(keep)
+	d.Rows = make([]pageRow, 0, min(d.Matching, pageMaxRows))
 	for _, e := range v.worstFirst {
-		if !keep.has(e.w.State) {
-			continue
+		if len(d.Rows) == pageMaxRows {
+			break
 		}
-		d.Matching++
-		if len(d.Rows) < pageMaxRows {
+		if keep.has(e.w.State) {
 			d.Rows = append(d.Rows, newPageRow(e.w, now))
 		}
 	}

@@ -79,9 +79,18 @@ func TestLivezReadyz(t *testing.T) {
 	assert.Contains(t, res.Reasons[0], "exporter otlp in recoverable_error for 1m1s")
 	assert.Contains(t, res.Reasons[0], "backend unreachable")
 
-	// Recovery makes it ready again at once.
+	_, res = probe("/readyz")
+	require.NotNil(t, res.Components[0].ErrorSince)
+	assert.True(t, t0.Add(time.Second).Equal(*res.Components[0].ErrorSince), "the first error event starts the episode")
+	assert.Equal(t, "backend unreachable", res.Components[0].Error)
+
+	// Recovery makes it ready again at once, and ends the episode.
 	wh.Changed(exporter, event(componentstatus.StatusOK, now, nil))
 	expect(200, 200, "recovered")
+	_, res = probe("/readyz")
+	assert.Equal(t, "ok", res.Components[0].Status)
+	assert.Nil(t, res.Components[0].ErrorSince)
+	assert.Empty(t, res.Components[0].Error)
 
 	// A permanent error also counts after recovery_duration.
 	wh.Changed(receiver, event(componentstatus.StatusPermanentError, now, errors.New("cannot read /proc")))
@@ -122,4 +131,8 @@ func TestReadyzShutdownAndZeroRecovery(t *testing.T) {
 
 	// Nil events from a misbehaving caller are ignored.
 	wh.Changed(nil, nil)
+	wh.Changed(id, nil)
+	code, body = get(t, base+"/livez")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"status":"ok"`)
 }

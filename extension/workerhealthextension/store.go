@@ -18,9 +18,11 @@ import (
 // when the snapshot arrives so a scheduler polling thousands of times a
 // second costs a map lookup and a write, not an encoding.
 type entry struct {
-	w      *workerstate.Worker
-	json   []byte
-	source component.ID
+	w    *workerstate.Worker
+	json []byte
+	// at is the time of the snapshot the worker came in: on a tie between
+	// two processors, the fresher one wins.
+	at time.Time
 }
 
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
@@ -52,6 +54,23 @@ type view struct {
 	// worstFirst is every worker sorted by severity, then id (the page order).
 	worstFirst []*entry
 	fleet      workerstate.Fleet
+	// listHead is the list body's JSON up to its count (time, sources and
+	// fleet, without the closing brace), encoded once here rather than on
+	// every GET /health/workers; nil if it cannot be encoded.
+	listHead []byte
+}
+
+// count is how many workers keep selects. fleet.ByState counts every worker
+// of the view, so no request walks the workers to count them.
+func (v *view) count(keep stateFilter) int {
+	if keep == nil {
+		return len(v.byIDOrder)
+	}
+	n := 0
+	for st := range keep {
+		n += v.fleet.ByState[st]
+	}
+	return n
 }
 
 // store keeps the latest snapshot of each publishing processor and the merged
@@ -105,7 +124,7 @@ func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
 			// with that evidence zeroed rather than drop it from the API.
 			b, _ = json.Marshal(withEmptyLists(withFiniteEvidence(w)))
 		}
-		e := &entry{w: w, json: b, source: snap.Source}
+		e := &entry{w: w, json: b, at: snap.Time}
 		if prev, dup := idx.byID[w.ID]; dup {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by
@@ -165,14 +184,27 @@ func buildView(srcs []*sourceIndex) *view {
 	for _, e := range v.byIDOrder {
 		v.fleet.ByState[e.w.State]++
 	}
+	// byIDOrder is in id order, so a stable sort by severity alone keeps
+	// the id order within a state.
 	v.worstFirst = slices.Clone(v.byIDOrder)
 	slices.SortStableFunc(v.worstFirst, func(a, b *entry) int {
-		if c := cmp.Compare(workerstate.Severity(b.w.State), workerstate.Severity(a.w.State)); c != 0 {
-			return c
-		}
-		return byID(a, b)
+		return cmp.Compare(workerstate.Severity(b.w.State), workerstate.Severity(a.w.State))
 	})
+	v.listHead = encodeListHead(v)
 	return v
+}
+
+// encodeListHead is the list body up to "count", left open for it.
+func encodeListHead(v *view) []byte {
+	head := listHead{Sources: v.sources, Fleet: v.fleet}
+	if !v.time.IsZero() {
+		head.Time = &v.time
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil
+	}
+	return b[:len(b)-1]
 }
 
 // mergeSources unions several processors' workers. The same id from two
@@ -185,16 +217,12 @@ func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
 		n += len(si.order)
 	}
 	ids := make(map[string]*entry, n)
-	times := make(map[component.ID]time.Time, len(srcs))
-	for _, si := range srcs {
-		times[si.snap.Source] = si.snap.Time
-	}
 	for _, si := range srcs {
 		for _, e := range si.order {
 			prev, dup := ids[e.w.ID]
 			if dup {
 				ps, es := workerstate.Severity(prev.w.State), workerstate.Severity(e.w.State)
-				if ps > es || (ps == es && !times[e.source].After(times[prev.source])) {
+				if ps > es || (ps == es && !e.at.After(prev.at)) {
 					continue
 				}
 			}

@@ -33,17 +33,24 @@ func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 func TestStoreMergesSources(t *testing.T) {
 	s := newStore()
 	other := component.MustNewIDWithName("worker_health", "gpu")
-	a := snapshot(testSource, t0, worker("a", workerstate.Healthy), worker("shared", workerstate.Healthy))
+	// The worse judgement of "shared" is in the older snapshot, so only the
+	// severity rule (not "fresher wins" or "last wins") keeps it. "tie" has
+	// one state in both; the fresher snapshot's copy (named "b") wins.
+	tieA, tieB := worker("tie", workerstate.Lost), worker("tie", workerstate.Lost)
+	tieA.Name, tieB.Name = "a", "b"
+	a := snapshot(testSource, t0, worker("a", workerstate.Healthy), worker("shared", workerstate.Stalled), tieA)
 	a.Fleet = workerstate.Fleet{Pending: 3, IdleCapacity: 4}
-	b := snapshot(other, t0.Add(time.Second), worker("b", workerstate.Degraded), worker("shared", workerstate.Stalled))
+	b := snapshot(other, t0.Add(time.Second), worker("b", workerstate.Degraded), worker("shared", workerstate.Healthy), tieB)
 	b.Fleet = workerstate.Fleet{Pending: -1, IdleCapacity: 1, IdleWhilePending: true}
 	s.publish(a)
 	s.publish(b)
 
 	v := s.load()
-	assert.Equal(t, []string{"a", "b", "shared"}, entryIDs(v.byIDOrder))
+	assert.Equal(t, []string{"a", "b", "shared", "tie"}, entryIDs(v.byIDOrder))
 	// The worse judgement of a worker listed by two processors wins.
 	assert.Equal(t, workerstate.Stalled, v.byID["shared"].w.State)
+	// On equal states the fresher snapshot wins, whichever source sorts first.
+	assert.Equal(t, "b", v.byID["tie"].w.Name)
 	assert.Equal(t, int64(3), v.fleet.Pending)
 	assert.Equal(t, int64(5), v.fleet.IdleCapacity)
 	assert.True(t, v.fleet.IdleWhilePending)
@@ -53,13 +60,23 @@ func TestStoreMergesSources(t *testing.T) {
 	assert.Equal(t, "worker_health/fleet", v.sources[0].ID)
 
 	// Page order: worst first, then id.
-	assert.Equal(t, []string{"shared", "b", "a"}, entryIDs(v.worstFirst))
+	assert.Equal(t, []string{"tie", "shared", "b", "a"}, entryIDs(v.worstFirst))
+
+	// The same with the fresher source sorting first (merged first) and
+	// published first.
+	tieA.Name, tieB.Name = "older", "fresher"
+	s2 := newStore()
+	s2.publish(snapshot(component.MustNewIDWithName("worker_health", "a"), t0.Add(time.Second), tieB))
+	s2.publish(snapshot(component.MustNewIDWithName("worker_health", "z"), t0, tieA))
+	assert.Equal(t, "fresher", s2.load().byID["tie"].w.Name)
 }
 
 func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 	s := newStore()
-	s.publish(snapshot(testSource, t0, worker("z", workerstate.Healthy), worker("m", workerstate.Healthy),
-		worker("z", workerstate.Lost), worker("m", workerstate.Degraded)))
+	// The worse copy comes first for z and last for m: neither "first wins"
+	// nor "last wins" passes, only "worse wins".
+	s.publish(snapshot(testSource, t0, worker("z", workerstate.Lost), worker("m", workerstate.Healthy),
+		worker("z", workerstate.Healthy), worker("m", workerstate.Degraded)))
 	v := s.load()
 	assert.Equal(t, []string{"m", "z"}, entryIDs(v.byIDOrder))
 	assert.Equal(t, workerstate.Lost, v.byID["z"].w.State)
