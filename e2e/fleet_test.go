@@ -55,14 +55,14 @@ type env struct {
 }
 
 func TestFleetEndToEnd(t *testing.T) {
-	collectorBin := need(t, "otelcol-workerwatch", filepath.Join(binDir, "otelcol-workerwatch"))
+	collectorBin := collectorBinary(t)
 	simBin := need(t, "workersim", filepath.Join(binDir, "workersim"))
 	promBin := need(t, "prometheus", "/usr/bin/prometheus")
 	jaegerBin := need(t, "jaeger", filepath.Join(cacheDir, "bin", "jaeger"))
 
 	tmp := t.TempDir()
 	e := env{pidDir: filepath.Join(tmp, "pids"), logsFile: filepath.Join(tmp, "logs.jsonl")}
-	port := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
+	port := func() string { return loopbackAddr(t) }
 	otlpHTTP, healthAddr, promExp := port(), port(), port()
 	jaegerOTLP, jaegerOTLPHTTP, jaegerQuery, jaegerQueryGRPC, promWeb := port(), port(), port(), port(), port()
 	e.health, e.prom, e.jaeger = "http://"+healthAddr, "http://"+promWeb, "http://"+jaegerQuery
@@ -82,16 +82,7 @@ func TestFleetEndToEnd(t *testing.T) {
 		"E2E_JAEGER_OTLP=" + jaegerOTLP, "E2E_STATE_DIR=" + filepath.Join(tmp, "state"),
 		"E2E_LOGS_FILE=" + e.logsFile,
 	}, collectorBin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "collector.yaml"))
-	eventually(t, 60*time.Second, 250*time.Millisecond, "collector ready", func() error {
-		if collector.exited() {
-			t.Fatalf("collector exited:\n%s", collector.tail())
-		}
-		code, err := getJSON(e.health+"/readyz", nil)
-		if err == nil && code != 200 {
-			err = fmt.Errorf("/readyz %d", code)
-		}
-		return err
-	})
+	waitReady(t, collector, healthAddr)
 
 	// Prometheus scrapes the collector every second and loads the shipped
 	// alert rules (a rule that does not load fails the start).
@@ -289,11 +280,8 @@ scrape_configs:
 	})
 
 	t.Run("no error log lines from the collector", func(t *testing.T) {
-		b, _ := os.ReadFile(collector.log)
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "\terror\t") {
-				t.Errorf("collector logged an error: %.400s", line)
-			}
+		for _, line := range errorLines(collector.log) {
+			t.Errorf("collector logged an error: %.400s", line)
 		}
 	})
 
@@ -415,7 +403,7 @@ func rssWhere(pattern string, ppid int) (int64, error) {
 	re := regexp.MustCompile(pattern)
 	pids := procfs.Children(ppid)
 	if ppid <= 0 {
-		pids = allPids()
+		pids = procfs.Pids()
 	}
 	var sum int64
 	n := 0
@@ -432,18 +420,6 @@ func rssWhere(pattern string, ppid int) (int64, error) {
 		return 0, fmt.Errorf("no process matches %s (parent %d)", pattern, ppid)
 	}
 	return sum, nil
-}
-
-// allPids lists the processes of the host.
-func allPids() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range ents {
-		if pid, err := strconv.Atoi(d.Name()); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // checkRoleMemory compares the role's memory in Prometheus with /proc. A
@@ -565,7 +541,7 @@ func startNodeWorker(t *testing.T, otlpHTTP string) bool {
 // leftovers lists processes still running the simulator binary.
 func leftovers(bin string) string {
 	var out []string
-	for _, pid := range allPids() {
+	for _, pid := range procfs.Pids() {
 		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && exe == bin {
 			out = append(out, fmt.Sprintf("%d %s", pid, strings.Join(procfs.Cmdline(pid), " ")))
 		}

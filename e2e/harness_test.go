@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -194,6 +195,25 @@ func waitListening(t testing.TB, p *proc, addr string, within time.Duration) {
 			return err
 		}
 		return c.Close()
+	})
+}
+
+// readyLine is what the collector logs once every component has started
+// (receivers last): a line a receiver logs at Start is in the log by then.
+const readyLine = "Everything is ready. Begin running and processing data."
+
+// waitLog waits until p's log contains s.
+func waitLog(t testing.TB, p *proc, s string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, 200*time.Millisecond, p.name+" logged "+s, func() error {
+		if p.exited() {
+			t.Fatalf("%s exited:\n%s", p.name, p.tail())
+		}
+		b, err := os.ReadFile(p.log)
+		if err == nil && !strings.Contains(string(b), s) {
+			err = fmt.Errorf("not in %s yet", p.log)
+		}
+		return err
 	})
 }
 

@@ -108,6 +108,9 @@ func TestReliabilityProcessChurn(t *testing.T) {
 	waitListening(t, col, promAddr, 60*time.Second)
 	metricsURL := "http://" + promAddr + "/metrics"
 	// The receiver subscribes at Start and logs once at info when it cannot.
+	// The Prometheus exporter listens before the receivers start: read the
+	// log once every component has started.
+	waitLog(t, col, readyLine, 60*time.Second)
 	logText, _ := os.ReadFile(col.log)
 	events := !strings.Contains(string(logText), "process events unavailable")
 	t.Logf("e2e: process events (proc connector) available: %v", events)

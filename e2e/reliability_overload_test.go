@@ -147,11 +147,11 @@ func TestReliabilityOverload(t *testing.T) {
 		"--allow-export-failures", "--otlp-attributes", `cicd.worker.id="`+worker+`"`)
 	// Refused exports are retried by telemetrygen's SDK until --timeout; what
 	// is still pending after the load's length + 5 s is not waited for.
-	limit15 := time.After(load + 5*time.Second)
+	giveUp := time.After(load + 5*time.Second)
 	for _, g := range []*proc{gen, genSmall} {
 		select {
 		case <-g.done:
-		case <-limit15:
+		case <-giveUp:
 			_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
 			<-g.done
 		}

@@ -6,7 +6,8 @@
 # phase and the median ratio (goal: with/without <= 1.15). Needs `make build`
 # and telemetrygen (scripts/install-test-deps.sh). Environment:
 # WORKERWATCH_OVERHEAD_SECONDS (per phase, default 10),
-# WORKERWATCH_OVERHEAD_RATE (traces/s per telemetrygen worker, default 50).
+# WORKERWATCH_OVERHEAD_RATE (telemetrygen's --rate per worker, 4 workers,
+# default 1000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORKERWATCH_OVERHEAD=1 WORKERWATCH_OVERHEAD_ROUNDS=${1:-5} \

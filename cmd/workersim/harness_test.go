@@ -119,19 +119,17 @@ func (f *fleetProc) Seen() map[int]string {
 	return out
 }
 
-// waitLine waits for a stderr line matching re and returns its submatches.
-func (f *fleetProc) waitLine(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
+// waitLine waits for a stderr line matching re.
+func (f *fleetProc) waitLine(t *testing.T, re *regexp.Regexp, within time.Duration) {
 	t.Helper()
-	var m []string
 	require.Eventuallyf(t, func() bool {
 		for _, l := range f.Lines() {
-			if m = re.FindStringSubmatch(l); m != nil {
+			if re.MatchString(l) {
 				return true
 			}
 		}
 		return false
 	}, within, 50*time.Millisecond, "no stderr line matching %s", re)
-	return m
 }
 
 var startRe = regexp.MustCompile(`^workersim: worker (\S+) pid=(\d+) fault=(\S+) started`)

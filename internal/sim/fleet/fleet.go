@@ -40,7 +40,6 @@ type proc struct {
 	kind     string // "scheduler" or "worker"
 	id       string
 	fault    cli.Fault
-	cmd      *exec.Cmd
 	restarts int
 }
 
@@ -139,7 +138,6 @@ func (f *Fleet) start(p *proc, args, env []string, files []*os.File) (int, error
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s %s: %w", p.kind, p.id, err)
 	}
-	p.cmd = cmd
 	pid := cmd.Process.Pid
 	f.live[pid] = p
 	go func() { f.exits <- exited{p: p, pid: pid, err: cmd.Wait()} }()

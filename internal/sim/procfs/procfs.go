@@ -49,6 +49,18 @@ func Children(pid int) []int {
 	return out
 }
 
+// Pids lists the processes of the host.
+func Pids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range ents {
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Cmdline returns pid's argv, nil if the process is gone.
 func Cmdline(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")

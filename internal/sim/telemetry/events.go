@@ -17,19 +17,18 @@ const (
 	EventReleased  = "workerwatch.run.released"
 	EventHeartbeat = "workerwatch.worker.heartbeat"
 
-	AttrWorkerID    = "cicd.worker.id"
-	AttrRunID       = "cicd.pipeline.run.id"
-	AttrResult      = "cicd.pipeline.result"
-	AttrErrorType   = "error.type"
-	AttrKillReason  = "workerwatch.kill.reason"
-	AttrCapacity    = "workerwatch.worker.capacity"
-	AttrReleaseWhy  = "workerwatch.release.reason" // simulator-specific, docs/simulator.md
-	MetricCapacity  = "workerwatch.worker.capacity"
-	MetricActive    = "workerwatch.worker.runs.active"
-	MetricPending   = "workerwatch.scheduler.runs.pending"
-	MetricHeld      = "workerwatch.scheduler.runs.held"
-	UnitRuns        = "{run}"
-	SeverityDefault = log.SeverityInfo
+	AttrWorkerID   = "cicd.worker.id"
+	AttrRunID      = "cicd.pipeline.run.id"
+	AttrResult     = "cicd.pipeline.result"
+	AttrErrorType  = "error.type"
+	AttrKillReason = "workerwatch.kill.reason"
+	AttrCapacity   = "workerwatch.worker.capacity"
+	AttrReleaseWhy = "workerwatch.release.reason" // simulator-specific, docs/simulator.md
+	MetricCapacity = "workerwatch.worker.capacity"
+	MetricActive   = "workerwatch.worker.runs.active"
+	MetricPending  = "workerwatch.scheduler.runs.pending"
+	MetricHeld     = "workerwatch.scheduler.runs.held"
+	UnitRuns       = "{run}"
 )
 
 // Emit sends one lifecycle event as a log record with event.name set. ctx
