@@ -1,6 +1,6 @@
 # workerwatch: `make run` to see it work, `make test` to prove it.
-# Everything here needs only Go; `make e2e` also needs prometheus, chromium and
-# a Jaeger build, which scripts/install-test-deps.sh installs (.ci/run calls it).
+# Everything here needs only Go; `make test` also needs chromium (the status
+# page's browser test), and `make e2e` prometheus, node and a Jaeger build, which scripts/install-test-deps.sh installs (.ci/run calls it).
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -46,7 +46,7 @@ fmt-check:
 unit:
 	$(GO) test -race -count=1 ./...
 
-# End-to-end through the real binary with real Prometheus, Jaeger, Chromium
+# End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (scripts/install-test-deps.sh installs them).
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
 e2e: build

@@ -87,7 +87,7 @@ func churnMain() int {
 // then checks it is a lower bound and reports the ratio.
 // Also: no error log line, CPU time monotonic, the collector's CPU reported.
 // WORKERWATCH_CHURN_SECONDS sets each phase's length (default 15; 60 for
-// the full run).
+// the full run); WORKERWATCH_CHURN_PROCESS_EVENTS=off measures sampling alone.
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilityProcessChurn ./e2e/
 func TestReliabilityProcessChurn(t *testing.T) {
@@ -103,8 +103,14 @@ func TestReliabilityProcessChurn(t *testing.T) {
 	const rate = 200
 	tmp := t.TempDir()
 	promAddr := loopbackAddr(t)
-	col := start(t, "rel-churn-collector", []string{"REL_PROM_EXPORTER=" + promAddr}, bin,
-		"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-churn.yaml"))
+	args := []string{"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-churn.yaml")}
+	// WORKERWATCH_CHURN_PROCESS_EVENTS=off measures sampling alone (the
+	// receiver's lower bound) where process events would be available.
+	mode := os.Getenv("WORKERWATCH_CHURN_PROCESS_EVENTS")
+	if mode != "" {
+		args = append(args, "--set=receivers::worker_process::process_events="+mode)
+	}
+	col := start(t, "rel-churn-collector", []string{"REL_PROM_EXPORTER=" + promAddr}, bin, args...)
 	waitListening(t, col, promAddr, 60*time.Second)
 	metricsURL := "http://" + promAddr + "/metrics"
 	// The receiver subscribes at Start and logs once at info when it cannot.
@@ -112,7 +118,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 	// log once every component has started.
 	waitLog(t, col, readyLine, 60*time.Second)
 	logText, _ := os.ReadFile(col.log)
-	events := !strings.Contains(string(logText), "process events unavailable")
+	events := mode != "off" && !strings.Contains(string(logText), "process events unavailable")
 	t.Logf("e2e: process events (proc connector) available: %v", events)
 
 	phase := func(t *testing.T, id, life string, exact bool) {

@@ -10,7 +10,7 @@ echo "   (spawns ~1,000 idle processes and a 50-process worker tree)"
 go test -run '^$' -bench 'BenchmarkScrape' -benchtime 30x ./receiver/workerprocessreceiver/
 
 step "worker_health processor vs the spanmetrics connector, per span"
-go test -run '^$' -bench 'BenchmarkSpans' -benchmem -benchtime 2s ./processor/workerhealthprocessor/
+go test -run '^$' -bench 'BenchmarkSpans' -benchmem -benchtime 3000x ./processor/workerhealthprocessor/
 step "worker_health processor state size with 100,000 workers"
 go test -count=1 -run 'TestStateSize' -v ./processor/workerhealthprocessor/ | grep -E 'B per|bytes|---|ok'
 
