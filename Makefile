@@ -1,6 +1,7 @@
 # workerwatch: `make run` to see it work, `make test` to prove it.
 # Everything here needs only Go; `make test` also needs chromium (the status
-# page's browser test), and `make e2e` prometheus, node and a Jaeger build, which scripts/install-test-deps.sh installs (.ci/run calls it).
+# page's browser test), and `make e2e` prometheus, node and a Jaeger build,
+# which scripts/install-test-deps.sh installs (.ci/run calls it).
 
 SHELL      := /bin/bash
 GO         ?= go
