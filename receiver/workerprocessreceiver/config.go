@@ -56,11 +56,11 @@ type Config struct {
 	ProcessEvents string `mapstructure:"process_events"`
 	// MaxOpenFiles bounds the /proc files kept open between scrapes (each
 	// process's stat, children and fd directory; see heldfiles.go), which
-	// makes reading a process about 2.5x cheaper (BenchmarkScrape). Each held stat or children
-	// file keeps one page (4 KiB) of kernel memory. Processes past the bound
-	// are read by opening their files on every scrape. It is also capped at
-	// half the process's open-file limit (RLIMIT_NOFILE). Default 4096; 0
-	// holds none.
+	// makes reading a process about 2.5x cheaper (BenchmarkScrape). Each
+	// held stat or children file keeps one page (4 KiB) of kernel memory.
+	// Processes past the bound are read by opening their files on every
+	// scrape. It is also capped at half the process's open-file limit
+	// (RLIMIT_NOFILE). Default 4096; 0 holds none.
 	MaxOpenFiles int `mapstructure:"max_open_files"`
 	// Workers lists the workers to watch. At least one is required.
 	Workers []WorkerConfig `mapstructure:"workers"`
