@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/sim/procfs"
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // The fleet of the suite: one worker per fault scenario, two healthy ones, and
@@ -115,7 +115,7 @@ scrape_configs:
 		"--run-duration", "30s", "--run-timeout", "60s", "--run-memory", "30MiB", "--run-rate", "1")
 
 	t.Run("leak worker turns unhealthy and its health endpoint answers 503", func(t *testing.T) {
-		w := waitState(t, e, wLeak, boundUnhealthy-time.Since(fleetStart), workerstate.Unhealthy)
+		w := waitState(t, e, wLeak, boundUnhealthy-time.Since(fleetStart), contract.Unhealthy)
 		t.Logf("e2e: %s unhealthy %.1fs after the fleet started (bound %s): %v", wLeak,
 			time.Since(fleetStart).Seconds(), boundUnhealthy, reasonCodes(w))
 		requireCode(t, e, wLeak, 503)
@@ -126,7 +126,7 @@ scrape_configs:
 	})
 
 	t.Run("hang worker turns stalled", func(t *testing.T) {
-		waitState(t, e, wHang, boundStalled, workerstate.Stalled)
+		waitState(t, e, wHang, boundStalled, contract.Stalled)
 		requireCode(t, e, wHang, 503)
 	})
 
@@ -163,7 +163,7 @@ scrape_configs:
 			t.Fatal(err)
 		}
 		killed := time.Now()
-		waitState(t, e, wKilled, boundLost, workerstate.Lost)
+		waitState(t, e, wKilled, boundLost, contract.Lost)
 		t.Logf("e2e: %s lost %.1fs after SIGKILL (bound %s)", wKilled, time.Since(killed).Seconds(), boundLost)
 		requireCode(t, e, wKilled, 503)
 		promAtLeast(t, e, fmt.Sprintf(`workerwatch_worker_present_ratio{cicd_worker_id=%q} == 0`, wKilled), 0)
@@ -204,13 +204,13 @@ scrape_configs:
 		t.Run("the Node.js worker's tree, roles and state show up", func(t *testing.T) {
 			promAtLeast(t, e, fmt.Sprintf(`process_memory_usage_bytes{cicd_worker_id=%q,workerwatch_process_role="runner"}`, wNode), 1)
 			promAtLeast(t, e, fmt.Sprintf(`max_over_time(workerwatch_process_count{cicd_worker_id=%q,workerwatch_process_role="runner"}[5m])`, wNode), 1)
-			waitState(t, e, wNode, 30*time.Second, workerstate.Healthy)
+			waitState(t, e, wNode, 30*time.Second, contract.Healthy)
 			requireCode(t, e, wNode, 200)
 		})
 	}
 
 	t.Run("healthy workers may take work", func(t *testing.T) {
-		waitState(t, e, wHealthy, 30*time.Second, workerstate.Healthy)
+		waitState(t, e, wHealthy, 30*time.Second, contract.Healthy)
 		requireCode(t, e, wHealthy, 200)
 	})
 
@@ -301,8 +301,8 @@ func writeFile(t testing.TB, path, content string) {
 }
 
 // worker asks the health API for one worker.
-func worker(e env, id string) (workerstate.Worker, error) {
-	var w workerstate.Worker
+func worker(e env, id string) (contract.Worker, error) {
+	var w contract.Worker
 	code, err := getJSON(e.health+"/health/workers/"+url.PathEscape(id), &w)
 	if err == nil && code == 404 {
 		err = fmt.Errorf("%s unknown (404)", id)
@@ -310,9 +310,9 @@ func worker(e env, id string) (workerstate.Worker, error) {
 	return w, err
 }
 
-func waitState(t *testing.T, e env, id string, within time.Duration, want workerstate.State) workerstate.Worker {
+func waitState(t *testing.T, e env, id string, within time.Duration, want contract.State) contract.Worker {
 	t.Helper()
-	var w workerstate.Worker
+	var w contract.Worker
 	eventually(t, within, 250*time.Millisecond, id+" "+string(want), func() error {
 		var err error
 		if w, err = worker(e, id); err == nil && w.State != want {
@@ -331,7 +331,7 @@ func requireCode(t *testing.T, e env, id string, want int) {
 	}
 }
 
-func reasonCodes(w workerstate.Worker) []string {
+func reasonCodes(w contract.Worker) []string {
 	var out []string
 	for _, r := range w.Reasons {
 		out = append(out, r.Code)
@@ -339,7 +339,7 @@ func reasonCodes(w workerstate.Worker) []string {
 	return out
 }
 
-func requireReason(t *testing.T, w workerstate.Worker, anyOf ...string) {
+func requireReason(t *testing.T, w contract.Worker, anyOf ...string) {
 	t.Helper()
 	for _, r := range w.Reasons {
 		for _, c := range anyOf {

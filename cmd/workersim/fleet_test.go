@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/workerwatch/workerwatch/internal/sim/procfs"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // TestFleet runs one real fleet with every fault and checks, in order, the

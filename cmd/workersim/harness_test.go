@@ -22,7 +22,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
-	"github.com/workerwatch/workerwatch/internal/sim/procfs"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // fleetProc is a `workersim fleet` started by a test: its stderr lines, and

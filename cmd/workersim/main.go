@@ -13,11 +13,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/fleet"
-	"github.com/workerwatch/workerwatch/internal/sim/runchild"
-	"github.com/workerwatch/workerwatch/internal/sim/scheduler"
-	"github.com/workerwatch/workerwatch/internal/sim/worker"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/fleet"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/runchild"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/scheduler"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/worker"
 )
 
 const usage = `usage: workersim <command> [flags]

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // chromium finds Debian's headless Chromium. Missing is a skip on a laptop
@@ -62,12 +62,12 @@ func runChromium(t *testing.T, bin string, extra ...string) []byte {
 }
 
 // browserFleet is a small fleet with every state and the hostile ids.
-func browserFleet(at time.Time) *workerstate.Snapshot {
+func browserFleet(at time.Time) *contract.Snapshot {
 	s := realisticFleet(100, at)
-	bad := worker(scriptID, workerstate.Unhealthy)
+	bad := worker(scriptID, contract.Unhealthy)
 	bad.Since, bad.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
-	bad.Reasons = []workerstate.Reason{{Code: "kills_in_window", Message: "<img src=x onerror=alert(3)>", Value: 3, Threshold: 2, Since: at}}
-	uni := worker("pool/ünïcødé worker", workerstate.Degraded)
+	bad.Reasons = []contract.Reason{{Code: "kills_in_window", Message: "<img src=x onerror=alert(3)>", Value: 3, Threshold: 2, Since: at}}
+	uni := worker("pool/ünïcødé worker", contract.Degraded)
 	uni.Since, uni.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
 	s.Workers = append(s.Workers, bad, uni)
 	return s
@@ -88,7 +88,7 @@ func TestBrowserLivePage(t *testing.T) {
 		if r.URL.Path == "/" {
 			once.Do(func() {
 				s := browserFleet(now.Add(time.Second))
-				late := worker("arrived-after-load", workerstate.Lost)
+				late := worker("arrived-after-load", contract.Lost)
 				late.Since, late.LastSeen = now, now
 				s.Workers = append(s.Workers, late)
 				wh.Publish(s)
@@ -214,7 +214,7 @@ func hasColor(img image.Image, r, g, b uint8) bool {
 
 func sortedWorstFirst(states []string) bool {
 	for i := 1; i < len(states); i++ {
-		if workerstate.Severity(workerstate.State(states[i-1])) < workerstate.Severity(workerstate.State(states[i])) {
+		if contract.Severity(contract.State(states[i-1])) < contract.Severity(contract.State(states[i])) {
 			return false
 		}
 	}

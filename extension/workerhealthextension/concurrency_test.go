@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // TestConcurrentReadersWhilePublishing is meant for -race: readers of every
@@ -41,8 +41,8 @@ func TestConcurrentReadersWhilePublishing(t *testing.T) {
 				}
 				// Every worker of a generation shares one state, so a reader
 				// can tell a torn view from a consistent one.
-				st := workerstate.AllStates[gen%len(workerstate.AllStates)]
-				ws := make([]workerstate.Worker, 50)
+				st := contract.AllStates[gen%len(contract.AllStates)]
+				ws := make([]contract.Worker, 50)
 				for i := range ws {
 					ws[i] = worker(fmt.Sprintf("p%d-w%02d", p, i), st)
 				}
@@ -102,7 +102,7 @@ func checkConsistent(t *testing.T, path string, code int, body []byte) {
 			return
 		}
 		assert.Equal(t, len(l.Workers), l.Count)
-		states := map[string]workerstate.State{}
+		states := map[string]contract.State{}
 		for _, w := range l.Workers {
 			prefix := w.ID[:2]
 			if s, ok := states[prefix]; ok {
@@ -114,7 +114,7 @@ func checkConsistent(t *testing.T, path string, code int, body []byte) {
 		if code == http.StatusNotFound {
 			return // before the first publish of that source
 		}
-		var w workerstate.Worker
+		var w contract.Worker
 		if assert.NoError(t, json.Unmarshal(body, &w)) {
 			assert.Equal(t, w.State.MayTakeWork(), code == http.StatusOK)
 		}

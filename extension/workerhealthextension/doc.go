@@ -5,7 +5,7 @@
 // for the collector itself, kept apart because merged liveness and readiness
 // probes cause restart storms.
 //
-// It receives state through workerstate.Subscriber (the processor finds it
+// It receives state through contract.Subscriber (the processor finds it
 // with host.GetExtensions()) and never imports the processor.
 package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 

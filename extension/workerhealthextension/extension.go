@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // workerHealth is the extension: the store of published worker state, the
@@ -41,7 +41,7 @@ type workerHealth struct {
 
 var (
 	_ extension.Extension                          = (*workerHealth)(nil)
-	_ workerstate.Subscriber                       = (*workerHealth)(nil)
+	_ contract.Subscriber                          = (*workerHealth)(nil)
 	_ extensioncapabilities.ComponentStatusWatcher = (*workerHealth)(nil)
 	_ extensioncapabilities.PipelineWatcher        = (*workerHealth)(nil)
 )
@@ -119,10 +119,10 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Publish implements workerstate.Subscriber: the processor hands over an
+// Publish implements contract.Subscriber: the processor hands over an
 // immutable snapshot. The index is built here, once per snapshot, so readers
 // never build anything.
-func (wh *workerHealth) Publish(snap *workerstate.Snapshot) {
+func (wh *workerHealth) Publish(snap *contract.Snapshot) {
 	if snap == nil {
 		return
 	}

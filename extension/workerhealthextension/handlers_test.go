@@ -12,34 +12,34 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 type listBody struct {
-	Time    *time.Time           `json:"time"`
-	Sources []sourceInfo         `json:"sources"`
-	Fleet   workerstate.Fleet    `json:"fleet"`
-	Count   int                  `json:"count"`
-	Workers []workerstate.Worker `json:"workers"`
+	Time    *time.Time        `json:"time"`
+	Sources []sourceInfo      `json:"sources"`
+	Fleet   contract.Fleet    `json:"fleet"`
+	Count   int               `json:"count"`
+	Workers []contract.Worker `json:"workers"`
 }
 
 func TestWorkerCodes(t *testing.T) {
 	wh := newTestExt(t)
 	base := startTestExt(t, wh)
-	want := map[workerstate.State]int{
-		workerstate.Healthy:   http.StatusOK,
-		workerstate.Degraded:  http.StatusOK,
-		workerstate.Unhealthy: http.StatusServiceUnavailable,
-		workerstate.Stalled:   http.StatusServiceUnavailable,
-		workerstate.Lost:      http.StatusServiceUnavailable,
-		workerstate.Unknown:   http.StatusServiceUnavailable,
+	want := map[contract.State]int{
+		contract.Healthy:   http.StatusOK,
+		contract.Degraded:  http.StatusOK,
+		contract.Unhealthy: http.StatusServiceUnavailable,
+		contract.Stalled:   http.StatusServiceUnavailable,
+		contract.Lost:      http.StatusServiceUnavailable,
+		contract.Unknown:   http.StatusServiceUnavailable,
 	}
-	var ws []workerstate.Worker
-	for _, st := range workerstate.AllStates {
+	var ws []contract.Worker
+	for _, st := range contract.AllStates {
 		ws = append(ws, worker("w-"+string(st), st))
 	}
 	unhealthy := &ws[2]
-	unhealthy.Reasons = []workerstate.Reason{{Code: "memory_over_soft_limit", Message: "over", Value: 600 << 20, Threshold: 500 << 20, Since: t0}}
+	unhealthy.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "over", Value: 600 << 20, Threshold: 500 << 20, Since: t0}}
 	unhealthy.Runs.Worker = []string{"r1"}
 	unhealthy.Runs.Scheduler = []string{"r1", "r2"}
 	unhealthy.Drift.Missing = []string{"r2"}
@@ -49,7 +49,7 @@ func TestWorkerCodes(t *testing.T) {
 		t.Run(string(st), func(t *testing.T) {
 			got, body := get(t, workerURL(base, "w-"+string(st)))
 			require.Equal(t, code, got, body)
-			var w workerstate.Worker
+			var w contract.Worker
 			require.NoError(t, json.Unmarshal([]byte(body), &w))
 			assert.Equal(t, st, w.State)
 			assert.Equal(t, "w-"+string(st), w.ID)
@@ -76,11 +76,11 @@ func TestWorkerIDsNeedingEscapes(t *testing.T) {
 		"pool/a/worker-1", "with space", "ünïcødé-工人-🚀", "<script>alert(1)</script>",
 		"..", ".", "a//b", "trailing/", "/leading", "100%", "q?x=1#frag", `quote"'`, "plus+sign",
 	}
-	var ws []workerstate.Worker
+	var ws []contract.Worker
 	for i, id := range ids {
-		st := workerstate.Healthy
+		st := contract.Healthy
 		if i%2 == 1 {
-			st = workerstate.Unhealthy
+			st = contract.Unhealthy
 		}
 		ws = append(ws, worker(id, st))
 	}
@@ -89,11 +89,11 @@ func TestWorkerIDsNeedingEscapes(t *testing.T) {
 		t.Run(w.ID, func(t *testing.T) {
 			code, body := get(t, workerURL(base, w.ID))
 			want := http.StatusOK
-			if w.State != workerstate.Healthy {
+			if w.State != contract.Healthy {
 				want = http.StatusServiceUnavailable
 			}
 			require.Equal(t, want, code, body)
-			var got workerstate.Worker
+			var got contract.Worker
 			require.NoError(t, json.Unmarshal([]byte(body), &got))
 			assert.Equal(t, w.ID, got.ID)
 		})
@@ -133,12 +133,12 @@ func TestWorkersList(t *testing.T) {
 	assert.Empty(t, empty.Workers)
 	assert.NotNil(t, empty.Workers, "workers is [] not null")
 	assert.Equal(t, int64(-1), empty.Fleet.Pending)
-	assert.Len(t, empty.Fleet.ByState, len(workerstate.AllStates))
+	assert.Len(t, empty.Fleet.ByState, len(contract.AllStates))
 
 	// Published out of order: served sorted by id.
 	wh.Publish(snapshot(testSource, t0,
-		worker("c", workerstate.Unhealthy), worker("a", workerstate.Healthy),
-		worker("b", workerstate.Stalled), worker("d", workerstate.Unhealthy)))
+		worker("c", contract.Unhealthy), worker("a", contract.Healthy),
+		worker("b", contract.Stalled), worker("d", contract.Unhealthy)))
 
 	var all listBody
 	code, body = get(t, base+"/health/workers")
@@ -146,8 +146,8 @@ func TestWorkersList(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &all))
 	assert.Equal(t, []string{"a", "b", "c", "d"}, ids(all.Workers))
 	assert.Equal(t, 4, all.Count)
-	assert.Equal(t, 2, all.Fleet.ByState[workerstate.Unhealthy])
-	assert.Equal(t, 0, all.Fleet.ByState[workerstate.Lost])
+	assert.Equal(t, 2, all.Fleet.ByState[contract.Unhealthy])
+	assert.Equal(t, 0, all.Fleet.ByState[contract.Lost])
 	require.NotNil(t, all.Time)
 	assert.True(t, t0.Equal(*all.Time))
 	assert.Equal(t, []sourceInfo{{ID: testSource.String(), Time: t0, Workers: 4}}, all.Sources)
@@ -171,7 +171,7 @@ func TestWorkersList(t *testing.T) {
 			assert.Equal(t, tc.want, ids(got.Workers))
 			assert.Equal(t, len(tc.want), got.Count)
 			// Fleet counts describe the fleet, not the filtered page.
-			assert.Equal(t, 2, got.Fleet.ByState[workerstate.Unhealthy])
+			assert.Equal(t, 2, got.Fleet.ByState[contract.Unhealthy])
 		})
 	}
 
@@ -187,7 +187,7 @@ func TestWorkersList(t *testing.T) {
 func TestMethodsAndUnknownPaths(t *testing.T) {
 	wh := newTestExt(t)
 	base := startTestExt(t, wh)
-	wh.Publish(snapshot(testSource, t0, worker("a", workerstate.Healthy)))
+	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy)))
 
 	resp, err := http.Post(base+"/health/workers/a", "application/json", strings.NewReader("{}"))
 	require.NoError(t, err)
@@ -208,7 +208,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code)
 }
 
-func ids(ws []workerstate.Worker) []string {
+func ids(ws []contract.Worker) []string {
 	out := make([]string, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, w.ID)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // handleWorker answers the scheduler's question about one worker: 200 may
@@ -43,9 +43,9 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 // pre-encoded JSON after it. It is encoded once per view (view.listHead).
 type listHead struct {
 	// Time is the newest snapshot's evaluation time; null before any.
-	Time    *time.Time        `json:"time"`
-	Sources []sourceInfo      `json:"sources"`
-	Fleet   workerstate.Fleet `json:"fleet"`
+	Time    *time.Time     `json:"time"`
+	Sources []sourceInfo   `json:"sources"`
+	Fleet   contract.Fleet `json:"fleet"`
 }
 
 // handleWorkers lists the fleet sorted by id, optionally filtered by state.
@@ -88,9 +88,9 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 }
 
 // stateFilter is the set of states ?state= asks for; nil keeps all.
-type stateFilter map[workerstate.State]bool
+type stateFilter map[contract.State]bool
 
-func (f stateFilter) has(s workerstate.State) bool { return f == nil || f[s] }
+func (f stateFilter) has(s contract.State) bool { return f == nil || f[s] }
 
 // parseStateFilter accepts ?state=a&state=b and ?state=a,b; an unknown
 // state is a client error (a typo must not silently return nothing).
@@ -102,7 +102,7 @@ func parseStateFilter(values []string) (stateFilter, error) {
 			if s == "" {
 				continue
 			}
-			st := workerstate.State(s)
+			st := contract.State(s)
 			if !st.Valid() {
 				return nil, fmt.Errorf("state: unknown state %q; use one or more of %s", s, stateList())
 			}
@@ -116,8 +116,8 @@ func parseStateFilter(values []string) (stateFilter, error) {
 }
 
 func stateList() string {
-	names := make([]string, len(workerstate.AllStates))
-	for i, s := range workerstate.AllStates {
+	names := make([]string, len(contract.AllStates))
+	for i, s := range contract.AllStates {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")

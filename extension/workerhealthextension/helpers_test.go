@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 var (
@@ -60,30 +60,30 @@ func get(t testing.TB, rawURL string) (int, string) {
 func workerURL(base, id string) string { return base + "/health/workers/" + url.PathEscape(id) }
 
 // worker is a minimal worker in state st.
-func worker(id string, st workerstate.State) workerstate.Worker {
-	return workerstate.Worker{
+func worker(id string, st contract.State) contract.Worker {
+	return contract.Worker{
 		ID:       id,
 		State:    st,
-		Reasons:  []workerstate.Reason{},
+		Reasons:  []contract.Reason{},
 		Since:    t0.Add(-5 * time.Minute),
 		LastSeen: t0.Add(-2 * time.Second),
-		Memory:   workerstate.Memory{RSSBytes: 300 << 20, SoftLimitBytes: 500 << 20},
-		Runs:     workerstate.Runs{Worker: []string{}, Scheduler: []string{}, Capacity: 5},
-		Drift:    workerstate.Drift{Missing: []string{}, Orphaned: []string{}},
+		Memory:   contract.Memory{RSSBytes: 300 << 20, SoftLimitBytes: 500 << 20},
+		Runs:     contract.Runs{Worker: []string{}, Scheduler: []string{}, Capacity: 5},
+		Drift:    contract.Drift{Missing: []string{}, Orphaned: []string{}},
 	}
 }
 
-func snapshot(src component.ID, at time.Time, workers ...workerstate.Worker) *workerstate.Snapshot {
-	return &workerstate.Snapshot{Source: src, Time: at, Workers: workers, Fleet: workerstate.Fleet{Pending: -1}}
+func snapshot(src component.ID, at time.Time, workers ...contract.Worker) *contract.Snapshot {
+	return &contract.Snapshot{Source: src, Time: at, Workers: workers, Fleet: contract.Fleet{Pending: -1}}
 }
 
 // realisticFleet is n workers in the proportions a real fleet shows, with
 // reasons, memory, runs and drift that match their states. Ids are sorted.
-func realisticFleet(n int, at time.Time) *workerstate.Snapshot {
-	ws := make([]workerstate.Worker, 0, n)
+func realisticFleet(n int, at time.Time) *contract.Snapshot {
+	ws := make([]contract.Worker, 0, n)
 	for i := range n {
 		id := fmt.Sprintf("openfn-worker-%05d", i)
-		w := worker(id, workerstate.Healthy)
+		w := worker(id, contract.Healthy)
 		w.Name = fmt.Sprintf("ws-worker-%d.pool-%c", i, 'a'+rune(i%3))
 		w.Since = at.Add(-time.Duration(i%97+3) * time.Minute)
 		w.LastSeen = at.Add(-time.Duration(i%9+1) * time.Second)
@@ -96,36 +96,36 @@ func realisticFleet(n int, at time.Time) *workerstate.Snapshot {
 		switch p := i * 37 % 100; { // a permutation of 0..99: small fleets get every state too
 		case p < 85:
 		case p < 91:
-			w.State = workerstate.Degraded
+			w.State = contract.Degraded
 			w.Memory.RSSBytes = 430 << 20
-			w.Reasons = []workerstate.Reason{{Code: "memory_near_soft_limit", Message: "tree memory above 80% of the soft limit",
+			w.Reasons = []contract.Reason{{Code: "memory_near_soft_limit", Message: "tree memory above 80% of the soft limit",
 				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes) * 0.8, Since: at.Add(-3 * time.Minute)}}
 		case p < 95:
-			w.State = workerstate.Unhealthy
+			w.State = contract.Unhealthy
 			w.Memory.RSSBytes = 612 << 20
 			w.Memory.OverSamples = 4
-			w.Reasons = []workerstate.Reason{{Code: "memory_over_soft_limit", Message: "tree memory over the soft limit for 4 samples",
+			w.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "tree memory over the soft limit for 4 samples",
 				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes), Since: at.Add(-2 * time.Minute)}}
 		case p < 97:
-			w.State = workerstate.Stalled
+			w.State = contract.Stalled
 			w.Runs.Worker = []string{}
 			w.Drift.Missing = []string{fmt.Sprintf("run-%d-lost", i)}
 			w.Runs.Scheduler = w.Drift.Missing
-			w.Reasons = []workerstate.Reason{{Code: "no_claim", Message: "work pending, nothing claimed for 10m",
+			w.Reasons = []contract.Reason{{Code: "no_claim", Message: "work pending, nothing claimed for 10m",
 				Value: 600, Threshold: 300, Since: at.Add(-10 * time.Minute)}}
 		case p < 98:
-			w.State = workerstate.Lost
+			w.State = contract.Lost
 			w.LastSeen = at.Add(-7 * time.Minute)
-			w.Reasons = []workerstate.Reason{{Code: "no_telemetry", Message: "no telemetry and no process for 5m",
+			w.Reasons = []contract.Reason{{Code: "no_telemetry", Message: "no telemetry and no process for 5m",
 				Value: 420, Threshold: 300, Since: at.Add(-7 * time.Minute)}}
 		default:
-			w.State = workerstate.Unknown
+			w.State = contract.Unknown
 			w.LastSeen = time.Time{}
 		}
 		ws = append(ws, w)
 	}
 	s := snapshot(testSource, at, ws...)
-	s.Fleet = workerstate.Fleet{Pending: 12, IdleCapacity: int64(n)}
+	s.Fleet = contract.Fleet{Pending: 12, IdleCapacity: int64(n)}
 	return s
 }
 

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func TestShutdownWithoutStart(t *testing.T) {
@@ -28,7 +28,7 @@ func TestStartShutdownStartAgain(t *testing.T) {
 	host := componenttest.NewNopHost()
 	// State published before Start is served once it starts, and survives a
 	// restart of the server (the processor does not republish for us).
-	wh.Publish(snapshot(testSource, t0, worker("a", workerstate.Healthy)))
+	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy)))
 
 	for i := range 3 {
 		require.NoError(t, wh.Start(context.Background(), host), "start #%d", i+1)
@@ -61,7 +61,7 @@ func TestFactoryCreatesSubscriber(t *testing.T) {
 	ext, err := f.Create(context.Background(), settingsForTest(), f.CreateDefaultConfig())
 	require.NoError(t, err)
 	// The processor finds the extension by this interface.
-	_, ok := ext.(workerstate.Subscriber)
+	_, ok := ext.(contract.Subscriber)
 	assert.True(t, ok)
 }
 

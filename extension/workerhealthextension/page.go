@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // The page is a template and a small script, embedded: no JavaScript build
@@ -85,14 +85,14 @@ type pageData struct {
 }
 
 type pageCount struct {
-	State  workerstate.State
+	State  contract.State
 	N      int
 	Active bool
 }
 
 type pageRow struct {
 	ID, PathID, Name string
-	State            workerstate.State
+	State            contract.State
 	Since            string
 	Reasons          []pageReason
 	MemPct           int
@@ -124,7 +124,7 @@ func (p *page) data(v *view, keep stateFilter) pageData {
 		n := len(v.sources)
 		d.Updated = "evaluated " + ago(v.time, now) + " · " + strconv.Itoa(n) + plural(n, " source", " sources")
 	}
-	for _, st := range workerstate.AllStates {
+	for _, st := range contract.AllStates {
 		n := v.fleet.ByState[st]
 		d.Total += n
 		d.Counts = append(d.Counts, pageCount{State: st, N: n, Active: keep != nil && keep[st]})
@@ -146,7 +146,7 @@ func (p *page) data(v *view, keep stateFilter) pageData {
 // The formatting below is mirrored by assets/page.js, which re-renders the
 // rows from JSON; keep the two in step.
 
-func newPageRow(w *workerstate.Worker, now time.Time) pageRow {
+func newPageRow(w *contract.Worker, now time.Time) pageRow {
 	row := pageRow{
 		ID:       w.ID,
 		PathID:   url.PathEscape(w.ID),
@@ -164,7 +164,7 @@ func newPageRow(w *workerstate.Worker, now time.Time) pageRow {
 	return row
 }
 
-func fleetText(f workerstate.Fleet) string {
+func fleetText(f contract.Fleet) string {
 	p := "not reported"
 	if f.Pending >= 0 {
 		p = strconv.FormatInt(f.Pending, 10)
@@ -221,7 +221,7 @@ func since(t, now time.Time) string {
 	return dur(now.Sub(t))
 }
 
-func evidence(r workerstate.Reason) string {
+func evidence(r contract.Reason) string {
 	if r.Value == 0 && r.Threshold == 0 {
 		return ""
 	}
@@ -232,7 +232,7 @@ func evidence(r workerstate.Reason) string {
 	return f(r.Value) + " / " + f(r.Threshold)
 }
 
-func memoryText(m workerstate.Memory) (pct int, class, text string) {
+func memoryText(m contract.Memory) (pct int, class, text string) {
 	if m.SoftLimitBytes <= 0 {
 		return 0, "none", formatBytes(float64(m.RSSBytes)) + " (no soft limit)"
 	}
@@ -249,7 +249,7 @@ func memoryText(m workerstate.Memory) (pct int, class, text string) {
 	return min(100, p), class, formatBytes(float64(m.RSSBytes)) + " / " + formatBytes(float64(m.SoftLimitBytes)) + " (" + strconv.Itoa(p) + "%)"
 }
 
-func runsText(r workerstate.Runs) string {
+func runsText(r contract.Runs) string {
 	s := "worker " + strconv.Itoa(len(r.Worker)) + " · scheduler " + strconv.Itoa(len(r.Scheduler))
 	if r.Capacity > 0 {
 		s += " · cap " + strconv.Itoa(r.Capacity)
@@ -257,7 +257,7 @@ func runsText(r workerstate.Runs) string {
 	return s
 }
 
-func driftText(d workerstate.Drift) (text, title string, bad bool) {
+func driftText(d contract.Drift) (text, title string, bad bool) {
 	var parts, titles []string
 	if len(d.Missing) > 0 {
 		parts = append(parts, "missing "+strconv.Itoa(len(d.Missing)))

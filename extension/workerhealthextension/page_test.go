@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 const scriptID = "<script>alert(1)</script>"
@@ -27,13 +27,13 @@ func TestPageServerRendered(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, "No workers yet")
 
-	bad := worker(scriptID, workerstate.Unhealthy)
+	bad := worker(scriptID, contract.Unhealthy)
 	bad.Name = `"><img src=x onerror=alert(2)>`
-	bad.Reasons = []workerstate.Reason{{Code: "memory_over_soft_limit", Message: "<b>over</b>", Value: 612 << 20, Threshold: 500 << 20}}
+	bad.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "<b>over</b>", Value: 612 << 20, Threshold: 500 << 20}}
 	bad.Memory.RSSBytes = 612 << 20
 	bad.Drift.Missing = []string{"run-<7>"}
 	wh.Publish(snapshot(testSource, t0.Add(-3*time.Second),
-		worker("a/b c", workerstate.Healthy), bad, worker("ünï", workerstate.Degraded), worker("z", workerstate.Lost)))
+		worker("a/b c", contract.Healthy), bad, worker("ünï", contract.Degraded), worker("z", contract.Lost)))
 
 	resp, err := http.Get(base + "/")
 	require.NoError(t, err)
@@ -80,15 +80,15 @@ func TestFormatting(t *testing.T) {
 	assert.Equal(t, "1h 5m", dur(65*time.Minute))
 	assert.Equal(t, "2d 3h", dur(51*time.Hour))
 	assert.Equal(t, "never", ago(time.Time{}, t0))
-	pct, cls, txt := memoryText(workerstate.Memory{RSSBytes: 100 << 20})
+	pct, cls, txt := memoryText(contract.Memory{RSSBytes: 100 << 20})
 	assert.Equal(t, 0, pct)
 	assert.Equal(t, "none", cls)
 	assert.Equal(t, "100 MiB (no soft limit)", txt)
-	pct, cls, _ = memoryText(workerstate.Memory{RSSBytes: 450 << 20, SoftLimitBytes: 500 << 20})
+	pct, cls, _ = memoryText(contract.Memory{RSSBytes: 450 << 20, SoftLimitBytes: 500 << 20})
 	assert.Equal(t, 90, pct)
 	assert.Equal(t, "warn", cls)
-	assert.Equal(t, "worker 1 · scheduler 2 · cap 5", runsText(workerstate.Runs{Worker: []string{"a"}, Scheduler: []string{"a", "b"}, Capacity: 5}))
-	d, _, bad := driftText(workerstate.Drift{Orphaned: []string{"x"}, OverCapacity: 2})
+	assert.Equal(t, "worker 1 · scheduler 2 · cap 5", runsText(contract.Runs{Worker: []string{"a"}, Scheduler: []string{"a", "b"}, Capacity: 5}))
+	d, _, bad := driftText(contract.Drift{Orphaned: []string{"x"}, OverCapacity: 2})
 	assert.Equal(t, "orphaned 1 · over capacity 2", d)
 	assert.True(t, bad)
 }
@@ -208,7 +208,7 @@ func TestPageRowLimit(t *testing.T) {
 	// healthy ones only after them (the 50 cut are all healthy).
 	v := wh.store.load()
 	states := column(tableRows(t, doc), 1, true)
-	notHealthy := v.count(nil) - v.fleet.ByState[workerstate.Healthy]
+	notHealthy := v.count(nil) - v.fleet.ByState[contract.Healthy]
 	require.Less(t, notHealthy, pageMaxRows)
 	for i, st := range states {
 		assert.Equal(t, i >= notHealthy, st == "healthy", "row %d: %s", i, st)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func FuzzRouter(f *testing.F) {
@@ -59,10 +59,10 @@ func FuzzRouter(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method, target, id string) {
 		// The fuzzed id is published next to fixed ones, in a state that
 		// depends on its length so both 200 and 503 are exercised.
-		states := workerstate.AllStates
+		states := contract.AllStates
 		wh.Publish(snapshot(testSource, t0.Add(time.Duration(gen.Add(1))*time.Millisecond),
-			worker("worker-1", workerstate.Healthy),
-			worker("a/b c", workerstate.Unhealthy),
+			worker("worker-1", contract.Healthy),
+			worker("a/b c", contract.Unhealthy),
 			worker(id, states[len(id)%len(states)])))
 		v := wh.store.load()
 

@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // The defaults, as the server actually runs with them.
@@ -94,7 +94,7 @@ func TestBearerTokenAuth(t *testing.T) {
 	wh := newTestExt(t, func(c *Config) {
 		c.Auth = configoptional.Some(confighttp.AuthConfig{Config: configauth.Config{AuthenticatorID: authID}})
 	})
-	wh.Publish(snapshot(testSource, t0, worker("worker-1", workerstate.Healthy)))
+	wh.Publish(snapshot(testSource, t0, worker("worker-1", contract.Healthy)))
 	require.NoError(t, wh.Start(context.Background(), host))
 	t.Cleanup(func() { require.NoError(t, wh.Shutdown(context.Background())) })
 	base := "http://" + wh.boundAddr().String()

@@ -11,14 +11,14 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // entry is one worker as served: the judgement plus its JSON, encoded once
 // when the snapshot arrives so a scheduler polling thousands of times a
 // second costs a map lookup and a write, not an encoding.
 type entry struct {
-	w    *workerstate.Worker
+	w    *contract.Worker
 	json []byte
 	// at is the time of the snapshot the worker came in: on a tie between
 	// two processors, the fresher one wins.
@@ -27,7 +27,7 @@ type entry struct {
 
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
 type sourceIndex struct {
-	snap *workerstate.Snapshot
+	snap *contract.Snapshot
 	byID map[string]*entry
 	// order is snap.Workers' entries sorted by id.
 	order []*entry
@@ -53,7 +53,7 @@ type view struct {
 	byIDOrder []*entry
 	// worstFirst is every worker sorted by severity, then id (the page order).
 	worstFirst []*entry
-	fleet      workerstate.Fleet
+	fleet      contract.Fleet
 	// listHead is the list body's JSON up to its count (time, sources and
 	// fleet, without the closing brace), encoded once here rather than on
 	// every GET /health/workers; nil if it cannot be encoded.
@@ -94,7 +94,7 @@ func (s *store) load() *view { return s.current.Load() }
 // publish indexes snap and swaps in a new merged view. Encoding happens
 // before taking the lock so concurrent publishers from different processors
 // do not wait on each other's encoding.
-func (s *store) publish(snap *workerstate.Snapshot) {
+func (s *store) publish(snap *contract.Snapshot) {
 	idx := indexSnapshot(snap)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,7 +110,7 @@ func (s *store) publish(snap *workerstate.Snapshot) {
 	s.current.Store(buildView(srcs))
 }
 
-func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
+func indexSnapshot(snap *contract.Snapshot) *sourceIndex {
 	idx := &sourceIndex{
 		snap:  snap,
 		byID:  make(map[string]*entry, len(snap.Workers)),
@@ -129,7 +129,7 @@ func indexSnapshot(snap *workerstate.Snapshot) *sourceIndex {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by
 			// the more optimistic copy).
-			if workerstate.Severity(prev.w.State) >= workerstate.Severity(w.State) {
+			if contract.Severity(prev.w.State) >= contract.Severity(w.State) {
 				continue
 			}
 			idx.order = slices.DeleteFunc(idx.order, func(x *entry) bool { return x == prev })
@@ -150,12 +150,12 @@ func buildView(srcs []*sourceIndex) *view {
 	slices.SortFunc(srcs, func(a, b *sourceIndex) int { return cmp.Compare(a.snap.Source.String(), b.snap.Source.String()) })
 	v := &view{
 		sources: make([]sourceInfo, 0, len(srcs)),
-		fleet: workerstate.Fleet{
-			ByState: make(map[workerstate.State]int, len(workerstate.AllStates)),
+		fleet: contract.Fleet{
+			ByState: make(map[contract.State]int, len(contract.AllStates)),
 			Pending: -1,
 		},
 	}
-	for _, st := range workerstate.AllStates {
+	for _, st := range contract.AllStates {
 		v.fleet.ByState[st] = 0
 	}
 	for _, si := range srcs {
@@ -188,7 +188,7 @@ func buildView(srcs []*sourceIndex) *view {
 	// the id order within a state.
 	v.worstFirst = slices.Clone(v.byIDOrder)
 	slices.SortStableFunc(v.worstFirst, func(a, b *entry) int {
-		return cmp.Compare(workerstate.Severity(b.w.State), workerstate.Severity(a.w.State))
+		return cmp.Compare(contract.Severity(b.w.State), contract.Severity(a.w.State))
 	})
 	v.listHead = encodeListHead(v)
 	return v
@@ -221,7 +221,7 @@ func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
 		for _, e := range si.order {
 			prev, dup := ids[e.w.ID]
 			if dup {
-				ps, es := workerstate.Severity(prev.w.State), workerstate.Severity(e.w.State)
+				ps, es := contract.Severity(prev.w.State), contract.Severity(e.w.State)
 				if ps > es || (ps == es && !e.at.After(prev.at)) {
 					continue
 				}
@@ -241,7 +241,7 @@ func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
 // always see [] and never null (the processor may leave them nil).
-func withEmptyLists(w *workerstate.Worker) *workerstate.Worker {
+func withEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
 		w.Drift.Missing != nil && w.Drift.Orphaned != nil {
 		return w
@@ -263,7 +263,7 @@ func nonNil[T any](s []T) []T {
 }
 
 // withFiniteEvidence returns a copy of w whose reason values JSON can encode.
-func withFiniteEvidence(w *workerstate.Worker) *workerstate.Worker {
+func withFiniteEvidence(w *contract.Worker) *contract.Worker {
 	c := *w
 	c.Reasons = slices.Clone(w.Reasons)
 	for i := range c.Reasons {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func TestStoreEmpty(t *testing.T) {
@@ -23,11 +23,11 @@ func TestStoreEmpty(t *testing.T) {
 
 func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 	s := newStore()
-	s.publish(snapshot(testSource, t0, worker("a", workerstate.Unhealthy)))
-	s.publish(snapshot(testSource, t0.Add(-time.Second), worker("a", workerstate.Healthy)))
-	assert.Equal(t, workerstate.Unhealthy, s.load().byID["a"].w.State)
-	s.publish(snapshot(testSource, t0.Add(time.Second), worker("a", workerstate.Healthy)))
-	assert.Equal(t, workerstate.Healthy, s.load().byID["a"].w.State)
+	s.publish(snapshot(testSource, t0, worker("a", contract.Unhealthy)))
+	s.publish(snapshot(testSource, t0.Add(-time.Second), worker("a", contract.Healthy)))
+	assert.Equal(t, contract.Unhealthy, s.load().byID["a"].w.State)
+	s.publish(snapshot(testSource, t0.Add(time.Second), worker("a", contract.Healthy)))
+	assert.Equal(t, contract.Healthy, s.load().byID["a"].w.State)
 }
 
 func TestStoreMergesSources(t *testing.T) {
@@ -36,25 +36,25 @@ func TestStoreMergesSources(t *testing.T) {
 	// The worse judgement of "shared" is in the older snapshot, so only the
 	// severity rule (not "fresher wins" or "last wins") keeps it. "tie" has
 	// one state in both; the fresher snapshot's copy (named "b") wins.
-	tieA, tieB := worker("tie", workerstate.Lost), worker("tie", workerstate.Lost)
+	tieA, tieB := worker("tie", contract.Lost), worker("tie", contract.Lost)
 	tieA.Name, tieB.Name = "a", "b"
-	a := snapshot(testSource, t0, worker("a", workerstate.Healthy), worker("shared", workerstate.Stalled), tieA)
-	a.Fleet = workerstate.Fleet{Pending: 3, IdleCapacity: 4}
-	b := snapshot(other, t0.Add(time.Second), worker("b", workerstate.Degraded), worker("shared", workerstate.Healthy), tieB)
-	b.Fleet = workerstate.Fleet{Pending: -1, IdleCapacity: 1, IdleWhilePending: true}
+	a := snapshot(testSource, t0, worker("a", contract.Healthy), worker("shared", contract.Stalled), tieA)
+	a.Fleet = contract.Fleet{Pending: 3, IdleCapacity: 4}
+	b := snapshot(other, t0.Add(time.Second), worker("b", contract.Degraded), worker("shared", contract.Healthy), tieB)
+	b.Fleet = contract.Fleet{Pending: -1, IdleCapacity: 1, IdleWhilePending: true}
 	s.publish(a)
 	s.publish(b)
 
 	v := s.load()
 	assert.Equal(t, []string{"a", "b", "shared", "tie"}, entryIDs(v.byIDOrder))
 	// The worse judgement of a worker listed by two processors wins.
-	assert.Equal(t, workerstate.Stalled, v.byID["shared"].w.State)
+	assert.Equal(t, contract.Stalled, v.byID["shared"].w.State)
 	// On equal states the fresher snapshot wins, whichever source sorts first.
 	assert.Equal(t, "b", v.byID["tie"].w.Name)
 	assert.Equal(t, int64(3), v.fleet.Pending)
 	assert.Equal(t, int64(5), v.fleet.IdleCapacity)
 	assert.True(t, v.fleet.IdleWhilePending)
-	assert.Equal(t, 1, v.fleet.ByState[workerstate.Stalled])
+	assert.Equal(t, 1, v.fleet.ByState[contract.Stalled])
 	assert.Equal(t, t0.Add(time.Second), v.time)
 	require.Len(t, v.sources, 2)
 	assert.Equal(t, "worker_health/fleet", v.sources[0].ID)
@@ -75,20 +75,20 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 	s := newStore()
 	// The worse copy comes first for z and last for m: neither "first wins"
 	// nor "last wins" passes, only "worse wins".
-	s.publish(snapshot(testSource, t0, worker("z", workerstate.Lost), worker("m", workerstate.Healthy),
-		worker("z", workerstate.Healthy), worker("m", workerstate.Degraded)))
+	s.publish(snapshot(testSource, t0, worker("z", contract.Lost), worker("m", contract.Healthy),
+		worker("z", contract.Healthy), worker("m", contract.Degraded)))
 	v := s.load()
 	assert.Equal(t, []string{"m", "z"}, entryIDs(v.byIDOrder))
-	assert.Equal(t, workerstate.Lost, v.byID["z"].w.State)
-	assert.Equal(t, workerstate.Degraded, v.byID["m"].w.State)
+	assert.Equal(t, contract.Lost, v.byID["z"].w.State)
+	assert.Equal(t, contract.Degraded, v.byID["m"].w.State)
 }
 
 func TestStoreNonFiniteEvidence(t *testing.T) {
 	s := newStore()
-	w := worker("nan", workerstate.Unhealthy)
-	w.Reasons = []workerstate.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
+	w := worker("nan", contract.Unhealthy)
+	w.Reasons = []contract.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
 	s.publish(snapshot(testSource, t0, w))
-	var got workerstate.Worker
+	var got contract.Worker
 	require.NoError(t, json.Unmarshal(s.load().byID["nan"].json, &got))
 	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
 	assert.Zero(t, got.Reasons[0].Value)
@@ -112,7 +112,7 @@ func entryIDs(es []*entry) []string {
 
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	s := newStore()
-	s.publish(snapshot(testSource, t0, workerstate.Worker{ID: "bare", State: workerstate.Unknown}))
+	s.publish(snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
 	body := string(s.load().byID["bare"].json)
 	assert.Contains(t, body, `"reasons":[]`)
 	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0}`)

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadatatest"
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func TestTelemetry(t *testing.T) {
@@ -24,7 +24,7 @@ func TestTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	base := startTestExt(t, wh)
 
-	wh.Publish(snapshot(testSource, t0, worker("a", workerstate.Healthy), worker("b", workerstate.Lost)))
+	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy), worker("b", contract.Lost)))
 	for _, p := range []string{"/health/workers/a", "/health/workers/a", "/health/workers/b", "/health/workers/zz", "/nope"} {
 		get(t, base+p)
 	}

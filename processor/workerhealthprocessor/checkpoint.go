@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // checkpointKey is the one key the processor writes. Version it: a format
@@ -35,27 +35,27 @@ type cpRun struct {
 }
 
 type cpWorker struct {
-	Name          string            `json:"name,omitempty"`
-	FirstMention  int64             `json:"first"`
-	LastMention   int64             `json:"mention"`
-	LastAlive     int64             `json:"alive"`
-	Capacity      int               `json:"cap"`
-	RSS           int64             `json:"rss"`
-	CgroupMax     int64             `json:"cgmax"`
-	OverSamples   int               `json:"over"`
-	OverSince     int64             `json:"over_since,omitempty"`
-	MemOver       bool              `json:"mem_over,omitempty"`
-	MemLatched    bool              `json:"latched,omitempty"`
-	MemLatchCode  string            `json:"latch_code,omitempty"`
-	MemLatchSince int64             `json:"latch_since,omitempty"`
-	KillRing      []int64           `json:"kill_ring,omitempty"`
-	KillNext      int               `json:"kill_next,omitempty"`
-	Kills         [6]int64          `json:"kills"`
-	Claims        [2]int64          `json:"claims"`
-	LastClaim     int64             `json:"last_claim"`
-	PrevState     workerstate.State `json:"prev_state"`
-	Runs          map[string]cpRun  `json:"runs,omitempty"`
-	SchedKnown    bool              `json:"sched_known,omitempty"`
+	Name          string           `json:"name,omitempty"`
+	FirstMention  int64            `json:"first"`
+	LastMention   int64            `json:"mention"`
+	LastAlive     int64            `json:"alive"`
+	Capacity      int              `json:"cap"`
+	RSS           int64            `json:"rss"`
+	CgroupMax     int64            `json:"cgmax"`
+	OverSamples   int              `json:"over"`
+	OverSince     int64            `json:"over_since,omitempty"`
+	MemOver       bool             `json:"mem_over,omitempty"`
+	MemLatched    bool             `json:"latched,omitempty"`
+	MemLatchCode  string           `json:"latch_code,omitempty"`
+	MemLatchSince int64            `json:"latch_since,omitempty"`
+	KillRing      []int64          `json:"kill_ring,omitempty"`
+	KillNext      int              `json:"kill_next,omitempty"`
+	Kills         [6]int64         `json:"kills"`
+	Claims        [2]int64         `json:"claims"`
+	LastClaim     int64            `json:"last_claim"`
+	PrevState     contract.State   `json:"prev_state"`
+	Runs          map[string]cpRun `json:"runs,omitempty"`
+	SchedKnown    bool             `json:"sched_known,omitempty"`
 }
 
 type checkpointDoc struct {
@@ -140,7 +140,7 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 		w.schedKnown = cw.SchedKnown
 		// The verdict is not restored: unknown until evaluated (never healthy
 		// by default after a restart).
-		w.state, w.since = workerstate.Unknown, now
+		w.state, w.since = contract.Unknown, now
 		if len(cw.Runs) > 0 {
 			for rid, r := range cw.Runs {
 				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {

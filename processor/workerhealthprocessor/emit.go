@@ -8,40 +8,15 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// Emitted names (docs/processor.md). The metrics are built by hand rather
-// than with mdatagen's MetricsBuilder: a state-set gauge has one point per
-// state per worker, and the histograms are cumulative with configurable
-// bounds, neither of which the generated builder expresses.
-const (
-	scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
-
-	mState       = "workerwatch.worker.state"
-	mTransitions = "workerwatch.worker.state.transitions"
-	mRunsActive  = "workerwatch.worker.runs.held"
-	mDrift       = "workerwatch.worker.drift"
-	mClaims      = "workerwatch.worker.claims"
-	mKills       = "workerwatch.worker.kills"
-	mDuration    = "workerwatch.run.duration"
-	mClaimStart  = "workerwatch.run.claim_to_start"
-	mStage       = "workerwatch.run.stage.duration"
-	mFleetBySt   = "workerwatch.fleet.workers"
-	mFleetIdle   = "workerwatch.fleet.capacity.idle"
-	mFleetPend   = "workerwatch.fleet.runs.pending"
-	mFleetIWP    = "workerwatch.fleet.idle_while_pending"
-
-	aWorker    = "cicd.worker.id"
-	aState     = "workerwatch.worker.state"
-	aSource    = "workerwatch.source"
-	aDriftKind = "workerwatch.drift.kind"
-	aKill      = "workerwatch.kill.reason"
-	aResult    = "cicd.pipeline.result"
-	aStage     = "workerwatch.run.stage"
-
-	eventStateChange = "workerwatch.worker.state_change"
-)
+// scopeName is the scope of everything the processor emits. The names are in
+// internal/contract. The metrics are built by hand rather than with
+// mdatagen's MetricsBuilder: a state-set gauge has one point per state per
+// worker, and the histograms are cumulative with configurable bounds, neither
+// of which the generated builder expresses.
+const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 // buildMetrics renders the tracker. Called under the processor's lock; the
 // result is consumed after the lock is released.
@@ -82,55 +57,55 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		}
 	}
 
-	state := gauge(mState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
-	trans := counter(mTransitions, "{transition}", "State transitions by the state entered.")
-	active := gauge(mRunsActive, "{run}", "Runs the worker holds, by whose view.")
-	drift := gauge(mDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-	claims := counter(mClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-	kills := counter(mKills, "{run}", "Runs killed on the worker, by reason.")
-	byState := make([]int64, len(workerstate.AllStates)) // for the fleet gauge
+	state := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+	trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
+	active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
+	drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+	claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
+	kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
+	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range t.byID() {
 		id := w.id
-		for i, s := range workerstate.AllStates {
+		for i, s := range contract.AllStates {
 			v := int64(0)
 			if s == w.state {
 				v = 1
 				byState[i]++
 			}
-			point(state, v, false, aWorker, id, aState, string(s))
+			point(state, v, false, contract.AttrWorkerID, id, contract.AttrState, string(s))
 		}
 		for i, n := range w.transitions {
 			if n > 0 {
-				point(trans, n, true, aWorker, id, aState, string(workerstate.AllStates[i]))
+				point(trans, n, true, contract.AttrWorkerID, id, contract.AttrState, string(contract.AllStates[i]))
 			}
 		}
-		point(active, int64(w.heldW), false, aWorker, id, aSource, "worker")
-		point(active, int64(w.heldS), false, aWorker, id, aSource, "scheduler")
-		point(drift, int64(len(w.missing)), false, aWorker, id, aDriftKind, "missing")
-		point(drift, int64(len(w.orphaned)), false, aWorker, id, aDriftKind, "orphaned")
-		point(drift, int64(w.overCap), false, aWorker, id, aDriftKind, "over_capacity")
-		point(claims, w.claims[srcWorker], true, aWorker, id, aSource, "worker")
-		point(claims, w.claims[srcScheduler], true, aWorker, id, aSource, "scheduler")
+		point(active, int64(w.heldW), false, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceWorker)
+		point(active, int64(w.heldS), false, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceScheduler)
+		point(drift, int64(len(w.missing)), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftMissing)
+		point(drift, int64(len(w.orphaned)), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftOrphaned)
+		point(drift, int64(w.overCap), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftOverCapacity)
+		point(claims, w.claims[srcWorker], true, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceWorker)
+		point(claims, w.claims[srcScheduler], true, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceScheduler)
 		for i, n := range w.kills {
 			if n > 0 {
-				point(kills, n, true, aWorker, id, aKill, killReasonNames[i])
+				point(kills, n, true, contract.AttrWorkerID, id, contract.AttrKillReason, killReasonNames[i])
 			}
 		}
 	}
 
-	fw := gauge(mFleetBySt, "{worker}", "Workers by health state.")
-	for i, s := range workerstate.AllStates {
-		point(fw, byState[i], false, aState, string(s))
+	fw := gauge(contract.MetricFleetWorkers, "{worker}", "Workers by health state.")
+	for i, s := range contract.AllStates {
+		point(fw, byState[i], false, contract.AttrState, string(s))
 	}
-	point(gauge(mFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idle, false)
+	point(gauge(contract.MetricFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idle, false)
 	if t.pendingFresh(now) {
-		point(gauge(mFleetPend, "{run}", "Runs pending at the scheduler (last report)."), t.pending, false)
+		point(gauge(contract.MetricFleetPending, "{run}", "Runs pending at the scheduler (last report)."), t.pending, false)
 	}
 	iwp := int64(0)
 	if t.idleWhilePending {
 		iwp = 1
 	}
-	point(gauge(mFleetIWP, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
+	point(gauge(contract.MetricFleetIdlePending, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
 
 	histo := func(name, desc string) pmetric.HistogramDataPointSlice {
 		m := sm.Metrics().AppendEmpty()
@@ -156,16 +131,16 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 			dp.Attributes().PutStr(k, v)
 		}
 	}
-	dur := histo(mDuration, "Run duration from start to finish, by result.")
+	dur := histo(contract.MetricRunDuration, "Run duration from start to finish, by result.")
 	for i, x := range t.hists.byResult {
 		if x != nil {
-			hpoint(dur, x, aResult, resultNames[i])
+			hpoint(dur, x, contract.AttrResult, resultNames[i])
 		}
 	}
-	hpoint(histo(mClaimStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
-	stg := histo(mStage, "Duration of a run's stage spans, by stage.")
+	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
+	stg := histo(contract.MetricStageDuration, "Duration of a run's stage spans, by stage.")
 	for _, s := range t.hists.stageNames {
-		hpoint(stg, t.hists.stages[s], aStage, s)
+		hpoint(stg, t.hists.stages[s], contract.AttrStage, s)
 	}
 	return md
 }
@@ -184,8 +159,8 @@ func buildLogs(trs []transition) plog.Logs {
 		at := pcommon.Timestamp(tr.at)
 		lr.SetTimestamp(at)
 		lr.SetObservedTimestamp(at)
-		lr.SetEventName(eventStateChange)
-		if workerstate.Severity(tr.to) > workerstate.Severity(tr.from) && tr.from != workerstate.Unknown || tr.to == workerstate.Unknown {
+		lr.SetEventName(contract.EventStateChange)
+		if contract.Severity(tr.to) > contract.Severity(tr.from) && tr.from != contract.Unknown || tr.to == contract.Unknown {
 			lr.SetSeverityNumber(plog.SeverityNumberWarn)
 			lr.SetSeverityText("WARN")
 		} else {
@@ -198,15 +173,15 @@ func buildLogs(trs []transition) plog.Logs {
 		}
 		lr.Body().SetStr(fmt.Sprintf("worker %s: %s -> %s (%s)", tr.worker, tr.from, tr.to, strings.Join(codes, ", ")))
 		a := lr.Attributes()
-		a.PutStr("event.name", eventStateChange)
-		a.PutStr(aWorker, tr.worker)
+		a.PutStr(contract.AttrEventName, contract.EventStateChange)
+		a.PutStr(contract.AttrWorkerID, tr.worker)
 		if tr.name != "" {
-			a.PutStr("cicd.worker.name", tr.name)
+			a.PutStr(contract.AttrWorkerName, tr.name)
 		}
-		a.PutStr("workerwatch.worker.state.from", string(tr.from))
-		a.PutStr("workerwatch.worker.state.to", string(tr.to))
-		a.PutBool("workerwatch.worker.may_take_work", tr.to.MayTakeWork())
-		rs := a.PutEmptySlice("workerwatch.worker.reasons")
+		a.PutStr(contract.AttrStateFrom, string(tr.from))
+		a.PutStr(contract.AttrStateTo, string(tr.to))
+		a.PutBool(contract.AttrMayTakeWork, tr.to.MayTakeWork())
+		rs := a.PutEmptySlice(contract.AttrReasons)
 		for _, r := range tr.reasons {
 			m := rs.AppendEmpty().SetEmptyMap()
 			m.PutStr("code", r.Code)

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
@@ -86,7 +86,7 @@ func (h *harness) worker(id string) *worker {
 	return h.p.tracker.workers[id]
 }
 
-func (h *harness) state(id string) workerstate.State {
+func (h *harness) state(id string) contract.State {
 	w := h.worker(id)
 	if w == nil {
 		return ""
@@ -278,18 +278,18 @@ func (c *memClient) Close(context.Context) error                        { return
 // subscriber records published snapshots.
 type subscriber struct {
 	mu    sync.Mutex
-	snaps []*workerstate.Snapshot
+	snaps []*contract.Snapshot
 }
 
 func (s *subscriber) Start(context.Context, component.Host) error { return nil }
 func (s *subscriber) Shutdown(context.Context) error              { return nil }
-func (s *subscriber) Publish(snap *workerstate.Snapshot) {
+func (s *subscriber) Publish(snap *contract.Snapshot) {
 	s.mu.Lock()
 	s.snaps = append(s.snaps, snap)
 	s.mu.Unlock()
 }
 
-func (s *subscriber) last() *workerstate.Snapshot {
+func (s *subscriber) last() *contract.Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.snaps) == 0 {

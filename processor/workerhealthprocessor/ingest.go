@@ -5,6 +5,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // mapper turns pdata into events and samples. It only reads the data (the
@@ -75,7 +77,7 @@ func intAttr(attrs pcommon.Map, key string) int {
 // names one (a worker's resource does; a scheduler's usually does not).
 func (m *mapper) resource(res pcommon.Resource) (src source, id, name string, ok bool) {
 	attrs := res.Attributes()
-	if sn, found := attrs.Get("service.name"); found && sn.Type() == pcommon.ValueTypeStr {
+	if sn, found := attrs.Get(contract.AttrServiceName); found && sn.Type() == pcommon.ValueTypeStr {
 		s := sn.Str()
 		for _, n := range m.schedulers {
 			if n == s {

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
@@ -43,7 +43,7 @@ type healthProcessor struct {
 	// lifeMu serialises start/shutdown and guards the reference count.
 	lifeMu      sync.Mutex
 	refs        int
-	subscribers []workerstate.Subscriber
+	subscribers []contract.Subscriber
 	storage     storage.Client
 	done        chan struct{}
 	wg          sync.WaitGroup
@@ -99,7 +99,7 @@ func (p *healthProcessor) start(ctx context.Context, host component.Host) error 
 	}
 	p.subscribers = p.subscribers[:0]
 	for _, ext := range host.GetExtensions() {
-		if s, ok := ext.(workerstate.Subscriber); ok {
+		if s, ok := ext.(contract.Subscriber); ok {
 			p.subscribers = append(p.subscribers, s)
 		}
 	}
@@ -231,7 +231,7 @@ func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n in
 	}
 }
 
-func (p *healthProcessor) publish(snap *workerstate.Snapshot) {
+func (p *healthProcessor) publish(snap *contract.Snapshot) {
 	snap.Source = p.set.ID
 	for _, s := range p.subscribers {
 		s.Publish(snap)

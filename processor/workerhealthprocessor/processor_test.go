@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
@@ -293,12 +293,12 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	for i := 0; i < ms.Len(); i++ {
 		names[ms.At(i).Name()] = true
 	}
-	for _, n := range []string{mState, mTransitions, mRunsActive, mDrift, mClaims, mFleetBySt, mFleetIdle} {
+	for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims, contract.MetricFleetWorkers, contract.MetricFleetIdle} {
 		assert.True(t, names[n], n)
 	}
 	require.Eventually(t, func() bool {
 		s := sub.last()
-		return len(s.Workers) == 2 && s.Workers[0].State == workerstate.Healthy
+		return len(s.Workers) == 2 && s.Workers[0].State == contract.Healthy
 	}, 5*time.Second, 5*time.Millisecond)
 
 	// Two shutdowns: still running.
@@ -352,7 +352,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 	snap := sub2.last()
 	require.Len(t, snap.Workers, 2)
 	for _, w := range snap.Workers {
-		assert.Equal(t, workerstate.Unknown, w.State, "restored as unknown")
+		assert.Equal(t, contract.Unknown, w.State, "restored as unknown")
 	}
 	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
 
@@ -391,21 +391,21 @@ func TestDerivedMetricsShape(t *testing.T) {
 	for i := 0; i < ms.Len(); i++ {
 		byName[ms.At(i).Name()] = ms.At(i)
 	}
-	st := byName[mState].Gauge().DataPoints()
-	require.Equal(t, len(workerstate.AllStates), st.Len())
+	st := byName[contract.MetricState].Gauge().DataPoints()
+	require.Equal(t, len(contract.AllStates), st.Len())
 	ones := 0
 	for i := 0; i < st.Len(); i++ {
 		ones += int(st.At(i).IntValue())
 	}
 	assert.Equal(t, 1, ones, "exactly one state is current")
-	k := byName[mKills].Sum().DataPoints().At(0)
-	v, _ := k.Attributes().Get(aKill)
+	k := byName[contract.MetricKills].Sum().DataPoints().At(0)
+	v, _ := k.Attributes().Get(contract.AttrKillReason)
 	assert.Equal(t, "oom", v.Str())
-	d := byName[mDuration].Histogram().DataPoints().At(0)
+	d := byName[contract.MetricRunDuration].Histogram().DataPoints().At(0)
 	assert.Equal(t, uint64(1), d.Count())
 	assert.InDelta(t, 3.0, d.Sum(), 1e-9)
-	assert.Equal(t, uint64(1), byName[mStage].Histogram().DataPoints().At(0).Count())
-	assert.Equal(t, uint64(1), byName[mClaimStart].Histogram().DataPoints().At(0).Count())
+	assert.Equal(t, uint64(1), byName[contract.MetricStageDuration].Histogram().DataPoints().At(0).Count())
+	assert.Equal(t, uint64(1), byName[contract.MetricClaimToStart].Histogram().DataPoints().At(0).Count())
 }
 
 // A killed run's span and its killed record travel through different

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // Reason codes (docs/health-rules.md).
@@ -28,8 +28,8 @@ const (
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string
-	from, to     workerstate.State
-	reasons      []workerstate.Reason
+	from, to     contract.State
+	reasons      []contract.Reason
 	at           int64
 }
 
@@ -42,13 +42,13 @@ func ts(ns int64) time.Time {
 
 // judge computes the state the rules give now, with every active reason,
 // worst first.
-func (t *tracker) judge(w *worker, now int64) (workerstate.State, []workerstate.Reason) {
-	var unhealthy, stalled, degraded []workerstate.Reason
+func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason) {
+	var unhealthy, stalled, degraded []contract.Reason
 
 	lostAfter := int64(t.cfg.Lost.After)
 	lastAlive := max(w.lastAlive, w.firstMention)
 	if now-lastAlive >= lostAfter {
-		return workerstate.Lost, []workerstate.Reason{{
+		return contract.Lost, []contract.Reason{{
 			Code:      codeNoTelemetry,
 			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
 			Value:     time.Duration(now - lastAlive).Seconds(),
@@ -67,11 +67,11 @@ func (t *tracker) judge(w *worker, now int64) (workerstate.State, []workerstate.
 		if w.memLatchCode == codeMemoryAtStart {
 			msg = "memory over the soft limit when a run started"
 		}
-		unhealthy = append(unhealthy, workerstate.Reason{Code: w.memLatchCode, Message: msg + "; recovers after " +
+		unhealthy = append(unhealthy, contract.Reason{Code: w.memLatchCode, Message: msg + "; recovers after " +
 			fmt.Sprintf("%d samples under %.0f%% of it", t.cfg.Memory.RecoverySamples, 100*t.cfg.Memory.RecoveryRatio),
 			Value: float64(w.rss), Threshold: float64(lim), Since: ts(w.memLatchSince)})
 	} else if w.memOver {
-		degraded = append(degraded, workerstate.Reason{Code: codeMemory,
+		degraded = append(degraded, contract.Reason{Code: codeMemory,
 			Message: fmt.Sprintf("memory over the soft limit for %d of %d samples", w.overSamples, t.cfg.Memory.UnhealthySamples),
 			Value:   float64(w.rss), Threshold: float64(lim), Since: ts(w.overSince)})
 	}
@@ -80,7 +80,7 @@ func (t *tracker) judge(w *worker, now int64) (workerstate.State, []workerstate.
 		// The ring holds the last k kill times; the oldest is at killNext.
 		oldest := w.killRing[w.killNext]
 		if oldest > 0 && now-oldest <= int64(t.cfg.Kills.Window) {
-			unhealthy = append(unhealthy, workerstate.Reason{Code: codeKills,
+			unhealthy = append(unhealthy, contract.Reason{Code: codeKills,
 				Message: fmt.Sprintf("%d kills within %v", k, t.cfg.Kills.Window),
 				Value:   float64(k), Threshold: float64(k), Since: ts(oldest)})
 		}
@@ -95,54 +95,54 @@ func (t *tracker) judge(w *worker, now int64) (workerstate.State, []workerstate.
 		pending := !t.cfg.Stall.RequirePending || (t.pendingFresh(now) && t.pending > 0)
 		last := max(w.lastClaim, w.firstMention)
 		if free && pending && now-last >= after {
-			stalled = append(stalled, workerstate.Reason{Code: codeNoClaim,
+			stalled = append(stalled, contract.Reason{Code: codeNoClaim,
 				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
 				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stall.After.Seconds(), Since: ts(last)})
 		}
 	}
 
 	if n := len(w.missing); n > 0 {
-		degraded = append(degraded, workerstate.Reason{Code: codeMissing,
+		degraded = append(degraded, contract.Reason{Code: codeMissing,
 			Message: fmt.Sprintf("%d runs the scheduler assigned are not held by the worker", n),
 			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds()})
 	}
 	if n := len(w.orphaned); n > 0 {
-		degraded = append(degraded, workerstate.Reason{Code: codeOrphaned,
+		degraded = append(degraded, contract.Reason{Code: codeOrphaned,
 			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler", n),
 			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds()})
 	}
 	if w.overCap > 0 {
-		degraded = append(degraded, workerstate.Reason{Code: codeOverCapacity,
+		degraded = append(degraded, contract.Reason{Code: codeOverCapacity,
 			Message: fmt.Sprintf("%d runs held with capacity %d", held, capacity),
 			Value:   float64(held), Threshold: float64(capacity), Since: ts(w.overCapSince)})
 	}
 	if w.cpuSat {
-		degraded = append(degraded, workerstate.Reason{Code: codeCPU,
+		degraded = append(degraded, contract.Reason{Code: codeCPU,
 			Message: fmt.Sprintf("main process at %.2f cores for %d samples", w.cpuCores, t.cfg.CPU.Samples),
 			Value:   w.cpuCores, Threshold: t.cfg.CPU.SaturationCores, Since: ts(w.cpuSince)})
 	}
 
-	reasons := make([]workerstate.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
+	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
 	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
 	if !w.fresh {
 		// Restored from a checkpoint, or only named by the scheduler: nothing
 		// of its own seen since this process started, so never "healthy".
 		// Restored evidence (a memory latch, kills) still makes it unhealthy.
 		if len(unhealthy) > 0 {
-			return workerstate.Unhealthy, reasons
+			return contract.Unhealthy, reasons
 		}
-		return workerstate.Unknown, append(reasons, workerstate.Reason{Code: codeNotReported,
+		return contract.Unknown, append(reasons, contract.Reason{Code: codeNotReported,
 			Message: "no telemetry from the worker since the processor started", Since: ts(w.firstMention)})
 	}
 	switch {
 	case len(unhealthy) > 0:
-		return workerstate.Unhealthy, reasons
+		return contract.Unhealthy, reasons
 	case len(stalled) > 0:
-		return workerstate.Stalled, reasons
+		return contract.Stalled, reasons
 	case len(degraded) > 0:
-		return workerstate.Degraded, reasons
+		return contract.Degraded, reasons
 	}
-	return workerstate.Healthy, reasons
+	return contract.Healthy, reasons
 }
 
 func (t *tracker) pendingFresh(now int64) bool {
@@ -169,7 +169,7 @@ func (t *tracker) evaluate(now int64) []transition {
 		switch {
 		case target == cur:
 			w.better = 0
-		case cur == workerstate.Unknown || target == workerstate.Unknown || workerstate.Severity(target) > workerstate.Severity(cur):
+		case cur == contract.Unknown || target == contract.Unknown || contract.Severity(target) > contract.Severity(cur):
 			w.better = 0
 			out = append(out, t.move(w, target, reasons, now))
 			continue
@@ -180,7 +180,7 @@ func (t *tracker) evaluate(now int64) []transition {
 				out = append(out, t.move(w, target, reasons, now))
 				continue
 			}
-			reasons = append(reasons, workerstate.Reason{Code: codeRecovering,
+			reasons = append(reasons, contract.Reason{Code: codeRecovering,
 				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hyst.RecoverEvaluations),
 				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations)})
 		}
@@ -191,7 +191,7 @@ func (t *tracker) evaluate(now int64) []transition {
 	return out
 }
 
-func (t *tracker) move(w *worker, to workerstate.State, reasons []workerstate.Reason, now int64) transition {
+func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, now int64) transition {
 	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
 	w.state, w.since, w.reasons = to, now, reasons
 	w.transitions[stateIndex(to)]++
@@ -225,12 +225,12 @@ func (t *tracker) idleCapacity() int64 {
 }
 
 // snapshot builds the immutable view for the health extension.
-func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
-	s := &workerstate.Snapshot{
+func (t *tracker) snapshot(now int64) *contract.Snapshot {
+	s := &contract.Snapshot{
 		Time:    ts(now),
-		Workers: make([]workerstate.Worker, 0, len(t.workers)),
-		Fleet: workerstate.Fleet{
-			ByState:          map[workerstate.State]int{},
+		Workers: make([]contract.Worker, 0, len(t.workers)),
+		Fleet: contract.Fleet{
+			ByState:          map[contract.State]int{},
 			Pending:          -1,
 			IdleCapacity:     t.idle,
 			IdleWhilePending: t.idleWhilePending,
@@ -239,7 +239,7 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 	if t.pendingFresh(now) {
 		s.Fleet.Pending = t.pending
 	}
-	for _, st := range workerstate.AllStates {
+	for _, st := range contract.AllStates {
 		s.Fleet.ByState[st] = 0
 	}
 	for _, w := range t.byID() {
@@ -255,15 +255,15 @@ func (t *tracker) snapshot(now int64) *workerstate.Snapshot {
 		}
 		sort.Strings(wr)
 		sort.Strings(sr)
-		s.Workers = append(s.Workers, workerstate.Worker{
+		s.Workers = append(s.Workers, contract.Worker{
 			ID: w.id, Name: w.name, State: w.state,
-			Reasons:  append([]workerstate.Reason{}, w.reasons...),
+			Reasons:  append([]contract.Reason{}, w.reasons...),
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
-			Memory: workerstate.Memory{RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
+			Memory: contract.Memory{RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
 				CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.overSamples},
-			Runs:  workerstate.Runs{Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w)},
-			Drift: workerstate.Drift{Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)), OverCapacity: w.overCap},
+			Runs:  contract.Runs{Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w)},
+			Drift: contract.Drift{Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)), OverCapacity: w.overCap},
 		})
 	}
 	return s

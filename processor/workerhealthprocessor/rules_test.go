@@ -7,23 +7,23 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 const (
-	unknown   = workerstate.Unknown
-	healthy   = workerstate.Healthy
-	degraded  = workerstate.Degraded
-	unhealthy = workerstate.Unhealthy
-	stalled   = workerstate.Stalled
-	lost      = workerstate.Lost
+	unknown   = contract.Unknown
+	healthy   = contract.Healthy
+	degraded  = contract.Degraded
+	unhealthy = contract.Unhealthy
+	stalled   = contract.Stalled
+	lost      = contract.Lost
 )
 
 // step: feed input, let time pass, evaluate, check the state and reasons.
 type step struct {
 	do      func(h *harness)
 	advance time.Duration
-	want    workerstate.State
+	want    contract.State
 	code    string // a reason code that must be present ("" = none checked)
 	noCode  string // a reason code that must be absent
 }
@@ -302,7 +302,7 @@ func TestTransitionsAreReported(t *testing.T) {
 	assert.Empty(t, h.eval(), "no transition without a change")
 	ld := buildLogs(trs)
 	lr := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0)
-	assert.Equal(t, eventStateChange, lr.EventName())
+	assert.Equal(t, contract.EventStateChange, lr.EventName())
 	from, _ := lr.Attributes().Get("workerwatch.worker.state.from")
 	to, _ := lr.Attributes().Get("workerwatch.worker.state.to")
 	assert.Equal(t, "unknown", from.Str())

@@ -3,7 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"strings"
 
-	"github.com/workerwatch/workerwatch/internal/workerstate"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // Run flags. One run entry holds both sides' view so drift is a comparison of
@@ -39,9 +39,9 @@ func (r *run) has(f uint8) bool { return r.flags&f != 0 }
 func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
 
 // The kill reason index: fixed so per-worker kill counters are an array. The
-// reasons of docs/conventions.md, then "other" for anything else, so a
-// misbehaving worker cannot explode the kills metric's cardinality.
-var killReasonNames = [6]string{"timeout", "memory_limit", "oom", "cancelled", "shutdown", "other"}
+// reasons of the contract, "other" last for anything else, so a misbehaving
+// worker cannot explode the kills metric's cardinality.
+var killReasonNames = contract.KillReasons
 
 const killOther = len(killReasonNames) - 1
 
@@ -56,14 +56,14 @@ var killReasonIndex = func() map[string]int {
 	return m
 }()
 
-// stateIndex maps states to array slots, in workerstate.AllStates order.
-func stateIndex(s workerstate.State) int {
-	for i, v := range workerstate.AllStates {
+// stateIndex maps states to array slots, in contract.AllStates order.
+func stateIndex(s contract.State) int {
+	for i, v := range contract.AllStates {
 		if v == s {
 			return i
 		}
 	}
-	return len(workerstate.AllStates) - 1
+	return len(contract.AllStates) - 1
 }
 
 // worker is everything kept per worker. Kept small (docs/processor.md gives
@@ -129,9 +129,9 @@ type worker struct {
 
 	overCapSince int64
 
-	state   workerstate.State
+	state   contract.State
 	since   int64
-	reasons []workerstate.Reason
+	reasons []contract.Reason
 	better  int // consecutive evaluations that computed a better state
 
 	// drift of the last evaluation, for metrics and the snapshot.
@@ -149,7 +149,7 @@ func newWorker(id string, now int64) *worker {
 		active:       -1,
 		rss:          -1,
 		cgroupMax:    -1,
-		state:        workerstate.Unknown,
+		state:        contract.Unknown,
 		since:        now,
 	}
 }

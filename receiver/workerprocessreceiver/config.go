@@ -1,6 +1,8 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
+	"github.com/workerwatch/workerwatch/internal/contract"
+
 	"errors"
 	"fmt"
 	"path"
@@ -113,8 +115,6 @@ type RoleConfig struct {
 
 var _ component.Config = (*Config)(nil)
 
-const roleMain = "main"
-
 // Validate checks the configuration; every error names the YAML key.
 func (cfg *Config) Validate() error {
 	var errs []error
@@ -213,16 +213,16 @@ func (w *WorkerConfig) validate(key string) []error {
 			errs = append(errs, fmt.Errorf("%s.name: %w", key, err))
 		}
 	}
-	if w.DefaultRole == roleMain {
-		errs = append(errs, fmt.Errorf("%s.default_role: %q is reserved for the root process", key, roleMain))
+	if w.DefaultRole == contract.RoleMain {
+		errs = append(errs, fmt.Errorf("%s.default_role: %q is reserved for the root process", key, contract.RoleMain))
 	}
 	for j, r := range w.Roles {
 		rk := fmt.Sprintf("%s.roles[%d]", key, j)
 		switch {
 		case r.Name == "":
 			errs = append(errs, fmt.Errorf("%s.name: required", rk))
-		case r.Name == roleMain:
-			errs = append(errs, fmt.Errorf("%s.name: %q is reserved for the root process", rk, roleMain))
+		case r.Name == contract.RoleMain:
+			errs = append(errs, fmt.Errorf("%s.name: %q is reserved for the root process", rk, contract.RoleMain))
 		}
 		if r.Cmdline == "" && r.Executable == "" {
 			errs = append(errs, fmt.Errorf("%s: cmdline or executable is required", rk))

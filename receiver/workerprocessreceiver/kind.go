@@ -1,6 +1,8 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
+	"github.com/workerwatch/workerwatch/internal/contract"
+
 	"fmt"
 	"path"
 	"regexp"
@@ -77,7 +79,7 @@ func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
 	}
 	k.envs = append(k.envs, k.idT.envs...)
 
-	k.roles = append(k.roles, roleMain)
+	k.roles = append(k.roles, contract.RoleMain)
 	for j, r := range cfg.Roles {
 		var re *regexp.Regexp
 		if r.Cmdline != "" {
@@ -91,7 +93,7 @@ func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
 	}
 	def := cfg.DefaultRole
 	if def == "" {
-		def = "child"
+		def = contract.RoleChild
 	}
 	k.defRole = -1
 	for j, r := range k.roles {

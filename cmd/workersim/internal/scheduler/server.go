@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 )
 
 // Handler serves the worker API (package api) on top of a State. emit

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,9 +13,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
 
 // EnvName is the environment variable that carries the worker id (OpenFn's
@@ -100,7 +101,7 @@ func Main(args []string) int {
 		Endpoint:    *endpoint,
 		Interval:    *exportPeriod,
 		Attributes: []attribute.KeyValue{
-			attribute.String(telemetry.AttrWorkerID, *id),
+			attribute.String(contract.AttrWorkerID, *id),
 			// New per process, so a restart is visible as a new instance.
 			attribute.String("service.instance.id", fmt.Sprintf("%s-%d", *id, os.Getpid())),
 		},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 )
 
 // Main runs `workersim fleet`.

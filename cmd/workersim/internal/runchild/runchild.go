@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 )
 
 // rampSteps spreads the touching over a short ramp so a memory watcher sees

@@ -6,6 +6,7 @@ package worker
 
 import (
 	"context"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
@@ -15,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
 
 // ServiceName is every simulated worker's service.name.
@@ -120,8 +121,8 @@ func (w *Worker) claim(ctx context.Context) {
 		w.runs[r.ID] = true
 		w.claimed++
 		w.mu.Unlock()
-		w.tel.Emit(context.Background(), log.SeverityInfo, telemetry.EventClaimed, "run "+r.ID+" claimed",
-			attribute.String(telemetry.AttrRunID, r.ID), attribute.Int(telemetry.AttrCapacity, w.cfg.Capacity))
+		w.tel.Emit(context.Background(), log.SeverityInfo, contract.EventClaimed, "run "+r.ID+" claimed",
+			attribute.String(contract.AttrRunID, r.ID), attribute.Int(contract.AttrCapacity, w.cfg.Capacity))
 		w.wg.Add(1)
 		go w.execute(ctx, r)
 	}
@@ -138,8 +139,8 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		w.tel.Emit(context.Background(), log.SeverityInfo, telemetry.EventHeartbeat, "worker "+w.cfg.ID+" alive",
-			attribute.Int(telemetry.AttrCapacity, w.cfg.Capacity))
+		w.tel.Emit(context.Background(), log.SeverityInfo, contract.EventHeartbeat, "worker "+w.cfg.ID+" alive",
+			attribute.Int(contract.AttrCapacity, w.cfg.Capacity))
 		select {
 		case <-ctx.Done():
 			return
@@ -150,12 +151,12 @@ func (w *Worker) heartbeat(ctx context.Context) {
 
 func (w *Worker) registerMetrics() error {
 	m := w.tel.Meter
-	capG, err := m.Int64ObservableGauge(telemetry.MetricCapacity, metric.WithUnit(telemetry.UnitRuns),
+	capG, err := m.Int64ObservableGauge(contract.MetricCapacity, metric.WithUnit(contract.UnitRuns),
 		metric.WithDescription("Runs the worker may hold at once."))
 	if err != nil {
 		return err
 	}
-	active, err := m.Int64ObservableGauge(telemetry.MetricActive, metric.WithUnit(telemetry.UnitRuns),
+	active, err := m.Int64ObservableGauge(contract.MetricRunsActive, metric.WithUnit(contract.UnitRuns),
 		metric.WithDescription("Runs the worker holds now."))
 	if err != nil {
 		return err

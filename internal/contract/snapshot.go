@@ -1,11 +1,10 @@
-// Package workerstate is the small contract between the worker_health
-// processor, which judges every worker, and the worker_health extension, which
-// serves that judgement over HTTP. Neither imports the other: the processor
-// finds, at Start, every extension of the host that implements Subscriber and
-// publishes immutable Snapshots to it; the extension only reads them.
-//
-// The JSON tags here ARE the health API's schema (docs/http-api.md).
-package workerstate
+package contract
+
+// The health states and the snapshot the worker_health processor publishes to
+// the worker_health extension. The processor finds the extension named in its
+// config (health_extension) and publishes immutable Snapshots to it; the
+// extension only reads them. The JSON tags here ARE the health API's schema
+// (docs/http-api.md).
 
 import (
 	"time"

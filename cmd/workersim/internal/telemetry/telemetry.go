@@ -5,6 +5,8 @@
 package telemetry
 
 import (
+	"github.com/workerwatch/workerwatch/internal/contract"
+
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +28,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 )
 
 // ScopeName is the instrumentation scope of everything the simulator emits.
@@ -63,13 +65,13 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	}
 	who := o.ServiceName
 	for _, a := range o.Attributes {
-		if a.Key == AttrWorkerID {
+		if a.Key == contract.AttrWorkerID {
 			who += " " + a.Value.AsString()
 		}
 	}
 	installErrorHandler(who)
 
-	attrs := append([]attribute.KeyValue{attribute.String("service.name", o.ServiceName)}, o.Attributes...)
+	attrs := append([]attribute.KeyValue{attribute.String(contract.AttrServiceName, o.ServiceName)}, o.Attributes...)
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
 	if err != nil {
 		return nil, fmt.Errorf("resource: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"net"
 	"net/http"
 	"os"
@@ -16,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
 
 // ServiceName is the scheduler's service.name; the worker_health processor
@@ -162,10 +163,10 @@ func loop(ctx context.Context, st *State, rate float64, emit func([]Event), serv
 func emitEvents(ctx context.Context, tel *telemetry.Providers, events []Event) {
 	for _, e := range events {
 		attrs := append([]attribute.KeyValue{
-			attribute.String(telemetry.AttrWorkerID, e.WorkerID),
-			attribute.String(telemetry.AttrRunID, e.RunID),
+			attribute.String(contract.AttrWorkerID, e.WorkerID),
+			attribute.String(contract.AttrRunID, e.RunID),
 		}, e.Attrs...)
-		verb := strings.TrimPrefix(e.Name, "workerwatch.run.")
+		verb := strings.TrimPrefix(e.Name, "workerwatch.run.") // contract.EventClaimed and its siblings
 		// The scheduler's records are not about one worker's resource:
 		// the worker is a record attribute (docs/conventions.md).
 		tel.Emit(context.WithoutCancel(ctx), log.SeverityInfo, e.Name, fmt.Sprintf("run %s %s (worker %s)", e.RunID, verb, e.WorkerID), attrs...)
@@ -173,12 +174,12 @@ func emitEvents(ctx context.Context, tel *telemetry.Providers, events []Event) {
 }
 
 func registerMetrics(m metric.Meter, st *State) error {
-	pending, err := m.Int64ObservableGauge(telemetry.MetricPending, metric.WithUnit(telemetry.UnitRuns),
+	pending, err := m.Int64ObservableGauge(contract.MetricSchedulerPending, metric.WithUnit(contract.UnitRuns),
 		metric.WithDescription("Runs waiting for a worker."))
 	if err != nil {
 		return err
 	}
-	heldG, err := m.Int64ObservableGauge(telemetry.MetricHeld, metric.WithUnit(telemetry.UnitRuns),
+	heldG, err := m.Int64ObservableGauge(contract.MetricSchedulerHeld, metric.WithUnit(contract.UnitRuns),
 		metric.WithDescription("Runs the scheduler believes each worker holds."))
 	if err != nil {
 		return err
@@ -187,7 +188,7 @@ func registerMetrics(m metric.Meter, st *State) error {
 		p, byWorker := st.Counts()
 		o.ObserveInt64(pending, int64(p))
 		for w, n := range byWorker {
-			o.ObserveInt64(heldG, int64(n), metric.WithAttributes(attribute.String(telemetry.AttrWorkerID, w)))
+			o.ObserveInt64(heldG, int64(n), metric.WithAttributes(attribute.String(contract.AttrWorkerID, w)))
 		}
 		return nil
 	}, pending, heldG)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,10 +15,9 @@ import (
 	"go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/procfs"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // Kill reasons (workerwatch.kill.reason).
@@ -51,7 +51,7 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 	defer w.wg.Done()
 	defer w.forget(run.ID)
 	bg := context.WithoutCancel(ctx)
-	runAttr := attribute.String(telemetry.AttrRunID, run.ID)
+	runAttr := attribute.String(contract.AttrRunID, run.ID)
 
 	if w.cfg.Fault == cli.FaultOrphan {
 		// Acknowledge too late: by then the scheduler has rolled the claim
@@ -67,8 +67,8 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 		switch {
 		case errors.Is(err, api.ErrNotHeld) && w.cfg.Fault != cli.FaultOrphan:
 			// A healthy worker gives up a run the scheduler took back.
-			w.tel.Emit(bg, log.SeverityWarn, telemetry.EventReleased, "run "+run.ID+" rolled back by the scheduler",
-				runAttr, attribute.String(telemetry.AttrReleaseWhy, "rolled_back"))
+			w.tel.Emit(bg, log.SeverityWarn, contract.EventReleased, "run "+run.ID+" rolled back by the scheduler",
+				runAttr, attribute.String(contract.AttrReleaseReason, "rolled_back"))
 			return
 		case !errors.Is(err, api.ErrNotHeld):
 			w.warn.Printf("start %s: %v (running it anyway)", run.ID, err)
@@ -76,8 +76,8 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 	}
 
 	rctx, span := w.tel.Tracer.Start(bg, "run", trace.WithAttributes(runAttr,
-		attribute.String(telemetry.AttrWorkerID, w.cfg.ID)))
-	w.tel.Emit(rctx, log.SeverityInfo, telemetry.EventStarted, "run "+run.ID+" started", runAttr)
+		attribute.String(contract.AttrWorkerID, w.cfg.ID)))
+	w.tel.Emit(rctx, log.SeverityInfo, contract.EventStarted, "run "+run.ID+" started", runAttr)
 
 	_, compile := w.tel.Tracer.Start(rctx, "compile")
 	time.Sleep(w.jitter(10*time.Millisecond, 50*time.Millisecond))
@@ -87,19 +87,19 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 	out := w.runChild(ctx, run)
 	endSpan(exe, out)
 
-	span.SetAttributes(attribute.String(telemetry.AttrResult, out.result))
+	span.SetAttributes(attribute.String(contract.AttrResult, out.result))
 	endSpan(span, out)
 
-	attrs := []attribute.KeyValue{runAttr, attribute.String(telemetry.AttrResult, out.result)}
+	attrs := []attribute.KeyValue{runAttr, attribute.String(contract.AttrResult, out.result)}
 	if out.errorType != "" {
-		attrs = append(attrs, attribute.String(telemetry.AttrErrorType, out.errorType))
+		attrs = append(attrs, attribute.String(contract.AttrErrorType, out.errorType))
 	}
 	if out.kill != "" {
 		// killed also counts as finished (docs/conventions.md): one event.
-		attrs = append(attrs, attribute.String(telemetry.AttrKillReason, out.kill))
-		w.tel.Emit(rctx, log.SeverityWarn, telemetry.EventKilled, "run "+run.ID+" killed: "+out.kill, attrs...)
+		attrs = append(attrs, attribute.String(contract.AttrKillReason, out.kill))
+		w.tel.Emit(rctx, log.SeverityWarn, contract.EventKilled, "run "+run.ID+" killed: "+out.kill, attrs...)
 	} else {
-		w.tel.Emit(rctx, log.SeverityInfo, telemetry.EventFinished, "run "+run.ID+" finished: "+out.result, attrs...)
+		w.tel.Emit(rctx, log.SeverityInfo, contract.EventFinished, "run "+run.ID+" finished: "+out.result, attrs...)
 	}
 
 	if out.kill == reasonShutdown {
@@ -119,8 +119,8 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 
 // release hands back a run that never started.
 func (w *Worker) release(ctx context.Context, runID, why string) {
-	w.tel.Emit(ctx, log.SeverityInfo, telemetry.EventReleased, "run "+runID+" released: "+why,
-		attribute.String(telemetry.AttrRunID, runID), attribute.String(telemetry.AttrReleaseWhy, why))
+	w.tel.Emit(ctx, log.SeverityInfo, contract.EventReleased, "run "+runID+" released: "+why,
+		attribute.String(contract.AttrRunID, runID), attribute.String(contract.AttrReleaseReason, why))
 	_ = w.call(ctx, func(c context.Context) error { return w.client.Release(c, w.cfg.ID, runID) })
 }
 
@@ -132,7 +132,7 @@ func (w *Worker) call(ctx context.Context, f func(context.Context) error) error 
 
 func endSpan(s trace.Span, out outcome) {
 	if out.errorType != "" {
-		s.SetAttributes(attribute.String(telemetry.AttrErrorType, out.errorType))
+		s.SetAttributes(attribute.String(contract.AttrErrorType, out.errorType))
 		s.SetStatus(codes.Error, out.errorType)
 	}
 	s.End()

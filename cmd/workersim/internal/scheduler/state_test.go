@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -11,8 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 )
 
 func newState(drop ...string) *State {
@@ -60,14 +60,14 @@ func TestClaimStartComplete(t *testing.T) {
 	runs, drop, ev := s.Claim("w1", 2, now)
 	require.Len(t, runs, 1)
 	assert.False(t, drop)
-	assert.Equal(t, []string{telemetry.EventClaimed + " w1 " + runs[0].ID}, names(ev))
+	assert.Equal(t, []string{contract.EventClaimed + " w1 " + runs[0].ID}, names(ev))
 	assert.False(t, s.Start("w2", runs[0].ID, now), "another worker cannot start it")
 	assert.True(t, s.Start("w1", runs[0].ID, now))
 	_, held := s.Counts()
 	assert.Equal(t, map[string]int{"w1": 1}, held)
 	ok, ev := s.Complete("w1", runs[0].ID, "success", "")
 	assert.True(t, ok)
-	assert.Equal(t, []string{telemetry.EventFinished + " w1 " + runs[0].ID}, names(ev))
+	assert.Equal(t, []string{contract.EventFinished + " w1 " + runs[0].ID}, names(ev))
 	_, held = s.Counts()
 	assert.Equal(t, map[string]int{"w1": 0}, held, "a worker seen once keeps reporting 0")
 }
@@ -82,7 +82,7 @@ func TestUnacknowledgedClaimRollsBackThenOrphanIsRefused(t *testing.T) {
 	assert.Empty(t, s.Expire(now.Add(9*time.Second)))
 	ev := s.Expire(now.Add(11 * time.Second))
 	require.Len(t, ev, 2)
-	assert.Equal(t, telemetry.EventReleased, ev[0].Name)
+	assert.Equal(t, contract.EventReleased, ev[0].Name)
 	assert.Equal(t, "claim_timeout", ev[0].Attrs[0].Value.AsString())
 	// Requeued in their original order.
 	again, _, _ := s.Claim("w2", 2, now)

@@ -16,9 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
-	"github.com/workerwatch/workerwatch/internal/sim/procfs"
-	"github.com/workerwatch/workerwatch/internal/sim/worker"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/worker"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // Config is the whole fleet.

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/workerwatch/workerwatch/internal/sim/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 )
 
 // Run starts the fleet and supervises it until a signal (or the scheduler's

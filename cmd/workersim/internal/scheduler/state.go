@@ -4,6 +4,7 @@ package scheduler
 
 import (
 	"fmt"
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -11,8 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/workerwatch/workerwatch/internal/sim/api"
-	"github.com/workerwatch/workerwatch/internal/sim/telemetry"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 )
 
 // Config is the queue's behaviour.
@@ -116,7 +116,7 @@ func (s *State) Claim(worker string, demand int, now time.Time) (runs []api.Run,
 			h.deadline = now.Add(s.cfg.LostTimeout)
 		}
 		s.held[r.ID] = h
-		events = append(events, Event{Name: telemetry.EventClaimed, WorkerID: worker, RunID: r.ID})
+		events = append(events, Event{Name: contract.EventClaimed, WorkerID: worker, RunID: r.ID})
 	}
 	return runs, drop, events
 }
@@ -151,11 +151,11 @@ func (s *State) Complete(worker, runID, result, errorType string) (bool, []Event
 	if result == "" {
 		result = "success"
 	}
-	attrs := []attribute.KeyValue{attribute.String(telemetry.AttrResult, result)}
+	attrs := []attribute.KeyValue{attribute.String(contract.AttrResult, result)}
 	if errorType != "" {
-		attrs = append(attrs, attribute.String(telemetry.AttrErrorType, errorType))
+		attrs = append(attrs, attribute.String(contract.AttrErrorType, errorType))
 	}
-	return true, []Event{{Name: telemetry.EventFinished, WorkerID: worker, RunID: runID, Attrs: attrs}}
+	return true, []Event{{Name: contract.EventFinished, WorkerID: worker, RunID: runID, Attrs: attrs}}
 }
 
 // Release gives a run back to the front of the queue at the worker's request.
@@ -197,8 +197,8 @@ func (s *State) Expire(now time.Time) []Event {
 func (s *State) rollbackLocked(h *held, reason string) Event {
 	delete(s.held, h.run.ID)
 	s.pending = append([]api.Run{h.run}, s.pending...)
-	return Event{Name: telemetry.EventReleased, WorkerID: h.worker, RunID: h.run.ID,
-		Attrs: []attribute.KeyValue{attribute.String(telemetry.AttrReleaseWhy, reason)}}
+	return Event{Name: contract.EventReleased, WorkerID: h.worker, RunID: h.run.ID,
+		Attrs: []attribute.KeyValue{attribute.String(contract.AttrReleaseReason, reason)}}
 }
 
 // Counts returns the pending length and the runs held per worker seen.
