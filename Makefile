@@ -14,6 +14,11 @@ SIM        := $(BIN)/workersim
 # old collector modules in), so it is built in a scratch module in $(CACHE).
 MDATAGEN_VERSION := v0.155.0
 MDATAGEN   := $(CACHE)/mdatagen-$(MDATAGEN_VERSION)/mdatagen
+# golangci-lint v2 (.golangci.yml), built once in a scratch module in $(CACHE)
+# for the same reason: as a tool of this module it would move the
+# collector's dependencies.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 # Components with a metadata.yaml, whose internal/metadata is generated.
 METADATA   := $(wildcard receiver/*/metadata.yaml processor/*/metadata.yaml extension/*/metadata.yaml)
 # What `make generate` writes; `make check-generate` fails if it changes any.
@@ -21,7 +26,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run test vet fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
+.PHONY: all build run test lint vet fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
 
 all: build
 
@@ -34,7 +39,7 @@ build:
 run: build
 	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
 
-test: vet fmt-check check-generate unit check-configs e2e
+test: vet fmt-check lint check-generate unit check-configs e2e
 
 vet:
 	$(GO) vet ./...
@@ -43,6 +48,16 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# The linters of .golangci.yml (close to contrib's); zero findings.
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	mkdir -p $(dir $@)
+	cd $(dir $@) && { [ -f go.mod ] || $(GO) mod init golangci-lint-tool >/dev/null 2>&1; } && \
+		GOFLAGS=-mod=mod $(GO) get -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
+		$(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 unit:
 	$(GO) test -race -count=1 ./...

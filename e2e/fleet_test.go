@@ -75,7 +75,7 @@ func TestFleetEndToEnd(t *testing.T) {
 		"--set=receivers.otlp.protocols.grpc.endpoint="+jaegerOTLP,
 		"--set=receivers.otlp.protocols.http.endpoint="+jaegerOTLPHTTP,
 		"--set=service.telemetry.metrics.level=none")
-	waitListening(t, jaeger, jaegerOTLP, 60*time.Second)
+	waitListening(t, jaeger, jaegerOTLP)
 
 	collector := start(t, "collector", []string{
 		"E2E_HEALTH=" + healthAddr, "E2E_OTLP_HTTP=" + otlpHTTP, "E2E_PROM_EXPORTER=" + promExp,
@@ -98,7 +98,7 @@ scrape_configs:
 `, filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml"), promExp))
 	prom := start(t, "prometheus", nil, promBin, "--config.file="+promCfg,
 		"--storage.tsdb.path="+filepath.Join(tmp, "prom"), "--web.listen-address="+promWeb)
-	waitListening(t, prom, promWeb, 60*time.Second)
+	waitListening(t, prom, promWeb)
 
 	fleetStart := time.Now()
 	fleet := start(t, "fleet", nil, simBin, "fleet", "--workers", "8", "--faults", faults,
@@ -355,7 +355,7 @@ func requireReason(t *testing.T, w contract.Worker, anyOf ...string) {
 }
 
 // promAtLeast waits until the PromQL query returns a sample >= min.
-func promAtLeast(t *testing.T, e env, q string, min float64) {
+func promAtLeast(t *testing.T, e env, q string, least float64) {
 	t.Helper()
 	eventually(t, 45*time.Second, time.Second, "PromQL "+q, func() error {
 		res, err := promQuery(e.prom, q)
@@ -363,11 +363,11 @@ func promAtLeast(t *testing.T, e env, q string, min float64) {
 			return err
 		}
 		for _, s := range res {
-			if s.float() >= min {
+			if s.float() >= least {
 				return nil
 			}
 		}
-		return fmt.Errorf("%d samples, none >= %g", len(res), min)
+		return fmt.Errorf("%d samples, none >= %g", len(res), least)
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,9 +185,9 @@ func httpGet(u string) (string, error) {
 }
 
 // waitListening waits until addr accepts TCP connections.
-func waitListening(t testing.TB, p *proc, addr string, within time.Duration) {
+func waitListening(t testing.TB, p *proc, addr string) {
 	t.Helper()
-	eventually(t, within, 200*time.Millisecond, p.name+" listening on "+addr, func() error {
+	eventually(t, 60*time.Second, 200*time.Millisecond, p.name+" listening on "+addr, func() error {
 		if p.exited() {
 			t.Fatalf("%s exited early:\n%s", p.name, p.tail())
 		}
@@ -226,7 +227,7 @@ type promSample struct {
 func (s promSample) float() float64 {
 	var f float64
 	if str, ok := s.Value[1].(string); ok {
-		fmt.Sscan(str, &f)
+		f, _ = strconv.ParseFloat(str, 64) // a malformed sample reads as 0
 	}
 	return f
 }

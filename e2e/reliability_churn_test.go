@@ -111,7 +111,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 		args = append(args, "--set=receivers::worker_process::process_events="+mode)
 	}
 	col := start(t, "rel-churn-collector", []string{"REL_PROM_EXPORTER=" + promAddr}, bin, args...)
-	waitListening(t, col, promAddr, 60*time.Second)
+	waitListening(t, col, promAddr)
 	metricsURL := "http://" + promAddr + "/metrics"
 	// The receiver subscribes at Start and logs once at info when it cannot.
 	// The Prometheus exporter listens before the receivers start: read the
@@ -123,8 +123,10 @@ func TestReliabilityProcessChurn(t *testing.T) {
 
 	phase := func(t *testing.T, id, life string, exact bool) {
 		out := filepath.Join(tmp, id+".count")
-		ch := start(t, "rel-churner-"+id, []string{"WW_CHURNER=1", fmt.Sprintf("WW_CHURN_RATE=%d", rate),
-			fmt.Sprintf("WW_CHURN_DURATION=%ds", secs), "WW_CHURN_LIFE=" + life, "WW_CHURN_OUT=" + out},
+		ch := start(t, "rel-churner-"+id, []string{
+			"WW_CHURNER=1", fmt.Sprintf("WW_CHURN_RATE=%d", rate),
+			fmt.Sprintf("WW_CHURN_DURATION=%ds", secs), "WW_CHURN_LIFE=" + life, "WW_CHURN_OUT=" + out,
+		},
 			self, "churn-worker", "--id", id)
 		wid := fmt.Sprintf(`cicd_worker_id=%q`, id)
 		eventually(t, 30*time.Second, 200*time.Millisecond, id+" present", func() error {

@@ -52,13 +52,17 @@ type backend struct {
 
 func startBackend(t testing.TB, name, addr, dir string) *backend {
 	t.Helper()
-	b := &backend{addr: addr,
+	b := &backend{
+		addr:       addr,
 		tracesFile: filepath.Join(dir, name+"-traces.jsonl"),
-		logsFile:   filepath.Join(dir, name+"-logs.jsonl")}
-	b.p = start(t, name, []string{"REL_BACKEND_OTLP=" + addr, "REL_BACKEND_TRACES=" + b.tracesFile,
-		"REL_BACKEND_LOGS=" + b.logsFile}, collectorBinary(t),
+		logsFile:   filepath.Join(dir, name+"-logs.jsonl"),
+	}
+	b.p = start(t, name, []string{
+		"REL_BACKEND_OTLP=" + addr, "REL_BACKEND_TRACES=" + b.tracesFile,
+		"REL_BACKEND_LOGS=" + b.logsFile,
+	}, collectorBinary(t),
 		"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-backend.yaml"))
-	waitListening(t, b.p, addr, 60*time.Second)
+	waitListening(t, b.p, addr)
 	return b
 }
 

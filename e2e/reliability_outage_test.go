@@ -25,9 +25,11 @@ func TestReliabilityOutageAndRestart(t *testing.T) {
 	tmp := t.TempDir()
 	backendAddr := loopbackAddr(t)
 	otlpHTTP, otlpGRPC, health, telemetry := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
-	env := []string{"REL_OTLP_HTTP=" + otlpHTTP, "REL_OTLP_GRPC=" + otlpGRPC, "REL_HEALTH=" + health,
+	env := []string{
+		"REL_OTLP_HTTP=" + otlpHTTP, "REL_OTLP_GRPC=" + otlpGRPC, "REL_HEALTH=" + health,
 		"REL_STATE_DIR=" + filepath.Join(tmp, "state"), "REL_BACKEND=http://" + backendAddr,
-		fmt.Sprintf("REL_TELEMETRY_PORT=%d", telemetry)}
+		fmt.Sprintf("REL_TELEMETRY_PORT=%d", telemetry),
+	}
 	args := []string{"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability.yaml")}
 	// Negative control (docs/reliability.md): WORKERWATCH_REL_PROCESSORS=memory_limiter,worker_health,batch
 	// puts the batch processor back in front of the queue; a SIGKILL then loses what it holds.

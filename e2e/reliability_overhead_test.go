@@ -48,9 +48,11 @@ func TestReliabilityOverhead(t *testing.T) {
 	mk := func(name, processors string) *col {
 		c := &col{name: name, grpc: loopbackAddr(t), telemetry: freePort(t)}
 		health := loopbackAddr(t)
-		c.p = start(t, "rel-overhead-"+name, []string{"REL_OTLP_GRPC=" + c.grpc, "REL_OTLP_HTTP=" + loopbackAddr(t),
+		c.p = start(t, "rel-overhead-"+name, []string{
+			"REL_OTLP_GRPC=" + c.grpc, "REL_OTLP_HTTP=" + loopbackAddr(t),
 			"REL_HEALTH=" + health, "REL_STATE_DIR=" + filepath.Join(tmp, name), "REL_BACKEND=http://" + be.addr,
-			fmt.Sprintf("REL_TELEMETRY_PORT=%d", c.telemetry)},
+			fmt.Sprintf("REL_TELEMETRY_PORT=%d", c.telemetry),
+		},
 			bin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability.yaml"),
 			"--set=service::pipelines::traces::processors=["+processors+"]")
 		waitReady(t, c.p, health)
@@ -63,7 +65,7 @@ func TestReliabilityOverhead(t *testing.T) {
 		before, err := readProcUsage(c.p.cmd.Process.Pid)
 		require.NoError(t, err)
 		g := start(t, fmt.Sprintf("rel-overhead-telemetrygen-%s-%d", c.name, round), nil, tg, "traces",
-			"--otlp-endpoint", c.grpc, "--otlp-insecure", "--workers", "4", "--rate", fmt.Sprint(rate), "--duration", fmt.Sprintf("%ds", secs),
+			"--otlp-endpoint", c.grpc, "--otlp-insecure", "--workers", "4", "--rate", strconv.Itoa(rate), "--duration", fmt.Sprintf("%ds", secs),
 			"--otlp-attributes", `cicd.worker.id="overhead-1"`, "--otlp-attributes", `service.name="overhead"`)
 		select {
 		case <-g.done:

@@ -45,13 +45,15 @@ func TestReliabilityOverload(t *testing.T) {
 	}
 
 	otlpGRPC, otlpHTTP, health, telemetry := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
-	col := start(t, "rel-overload-collector", []string{"REL_OTLP_GRPC=" + otlpGRPC, "REL_OTLP_HTTP=" + otlpHTTP,
+	col := start(t, "rel-overload-collector", []string{
+		"REL_OTLP_GRPC=" + otlpGRPC, "REL_OTLP_HTTP=" + otlpHTTP,
 		"REL_HEALTH=" + health, fmt.Sprintf("REL_TELEMETRY_PORT=%d", telemetry),
 		// The Go runtime's soft limit at 70 % of limit_mib, as docs/reliability.md
 		// recommends: the limiter bounds the heap, GOMEMLIMIT the rest.
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", limitMiB*7/10),
 		// a port nothing listens on: the exporter never delivers
-		fmt.Sprintf("REL_BACKEND=http://127.0.0.1:%d", freePort(t))}, bin, "--config", cfg)
+		fmt.Sprintf("REL_BACKEND=http://127.0.0.1:%d", freePort(t)),
+	}, bin, "--config", cfg)
 	waitReady(t, col, health)
 	pid := col.cmd.Process.Pid
 

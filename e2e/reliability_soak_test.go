@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,15 +41,17 @@ func TestReliabilitySoak(t *testing.T) {
 	tmp := t.TempDir()
 	be := startBackend(t, "rel-soak-backend", loopbackAddr(t), tmp)
 	health, grpc, httpAddr, prom := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	col := start(t, "rel-soak-collector", []string{"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"),
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + be.addr}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
+	col := start(t, "rel-soak-collector", []string{
+		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"),
+		"WORKERWATCH_OTLP_ENDPOINT=http://" + be.addr,
+	}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
 		"--set=extensions::worker_health::endpoint="+health,
 		"--set=receivers::otlp::protocols::grpc::endpoint="+grpc,
 		"--set=receivers::otlp::protocols::http::endpoint="+httpAddr,
 		"--set=exporters::prometheus::endpoint="+prom,
 		"--set=service::telemetry::metrics::level=none")
 	waitReady(t, col, health)
-	start(t, "rel-soak-fleet", nil, sim, "fleet", "--workers", fmt.Sprint(workers), "--seed", "11",
+	start(t, "rel-soak-fleet", nil, sim, "fleet", "--workers", strconv.Itoa(workers), "--seed", "11",
 		"--otlp-endpoint", httpAddr)
 	eventually(t, 120*time.Second, time.Second, "all workers known to the health API", func() error {
 		var fleet struct {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,7 +43,7 @@ func TestFleet(t *testing.T) {
 		"--claim-timeout", "1500ms",
 		"--run-timeout", runTimeout.String(),
 		"--run-memory-limit", memLimit,
-		"--leak-bytes", fmt.Sprint(leakBytes),
+		"--leak-bytes", strconv.Itoa(leakBytes),
 		"--poll-interval", "100ms",
 		"--heartbeat-interval", "500ms",
 		"--export-interval", "500ms",
@@ -284,14 +285,14 @@ func TestFleet(t *testing.T) {
 			}
 			assert.Falsef(t, alive(pid), "pid %d (%s) outlived the fleet", pid, cl)
 		}
-		assert.Greater(t, children, 0, "saw no run-child processes at all")
+		assert.Positive(t, children, "saw no run-child processes at all")
 		assert.Empty(t, survivors(), "processes of the test binary still running")
 		// Only a worker killed by SIGKILL leaves its pid file behind: the
 		// fleet removes the others.
 		left, _ := filepath.Glob(filepath.Join(pidDir, "*.pid"))
 		assert.Empty(t, left)
 		// worker-2 (SIGKILL) was not restarted, nor was worker-7 (never
-		// signalled); the hung worker claimed at most once.
+		// signaled); the hung worker claimed at most once.
 		assert.Len(t, f.starts("worker-2"), 1, "SIGKILLed worker-2 was restarted")
 		assert.Len(t, f.starts("worker-7"), 1)
 		claims, beats := 0, 0

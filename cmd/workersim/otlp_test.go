@@ -66,9 +66,11 @@ func (s *sinks) spans() []span {
 				ss := rs.ScopeSpans().At(j).Spans()
 				for k := 0; k < ss.Len(); k++ {
 					sp := ss.At(k)
-					out = append(out, span{service: svc, worker: w, name: sp.Name(),
+					out = append(out, span{
+						service: svc, worker: w, name: sp.Name(),
 						traceID: sp.TraceID().String(), spanID: sp.SpanID().String(), parent: sp.ParentSpanID().String(),
-						attrs: sp.Attributes().AsRaw()})
+						attrs: sp.Attributes().AsRaw(),
+					})
 				}
 			}
 		}
@@ -91,8 +93,10 @@ func (s *sinks) points() []point {
 					}
 					dps := m.Gauge().DataPoints()
 					for d := 0; d < dps.Len(); d++ {
-						out = append(out, point{service: svc, worker: w, metric: m.Name(),
-							attrs: dps.At(d).Attributes().AsRaw(), value: dps.At(d).IntValue()})
+						out = append(out, point{
+							service: svc, worker: w, metric: m.Name(),
+							attrs: dps.At(d).Attributes().AsRaw(), value: dps.At(d).IntValue(),
+						})
 					}
 				}
 			}

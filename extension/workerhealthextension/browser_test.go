@@ -175,7 +175,7 @@ func (c *cspOverride) WriteHeader(code int) {
 
 // TestBrowserScreenshot renders the page as people see it. With
 // WORKERHEALTH_UPDATE_SCREENSHOT=1 it writes docs/status-page.png for the
-// README; either way it checks the picture has the state colours in it.
+// README; either way it checks the picture has the state colors in it.
 func TestBrowserScreenshot(t *testing.T) {
 	bin := chromium(t)
 	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })

@@ -58,9 +58,11 @@ func TestWorkerCodes(t *testing.T) {
 
 	// The body carries the evidence a scheduler or a person needs.
 	_, body := get(t, workerURL(base, "w-unhealthy"))
-	for _, key := range []string{`"reasons":[{"code":"memory_over_soft_limit"`, `"value":629145600`, `"threshold":524288000`,
+	for _, key := range []string{
+		`"reasons":[{"code":"memory_over_soft_limit"`, `"value":629145600`, `"threshold":524288000`,
 		`"since":`, `"last_seen":`, `"rss_bytes":314572800`, `"soft_limit_bytes":524288000`,
-		`"worker":["r1"]`, `"scheduler":["r1","r2"]`, `"missing":["r2"]`} {
+		`"worker":["r1"]`, `"scheduler":["r1","r2"]`, `"missing":["r2"]`,
+	} {
 		assert.Contains(t, body, key)
 	}
 

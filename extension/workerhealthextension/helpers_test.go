@@ -98,26 +98,34 @@ func realisticFleet(n int, at time.Time) *contract.Snapshot {
 		case p < 91:
 			w.State = contract.Degraded
 			w.Memory.RSSBytes = 430 << 20
-			w.Reasons = []contract.Reason{{Code: "memory_near_soft_limit", Message: "tree memory above 80% of the soft limit",
-				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes) * 0.8, Since: at.Add(-3 * time.Minute)}}
+			w.Reasons = []contract.Reason{{
+				Code: "memory_near_soft_limit", Message: "tree memory above 80% of the soft limit",
+				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes) * 0.8, Since: at.Add(-3 * time.Minute),
+			}}
 		case p < 95:
 			w.State = contract.Unhealthy
 			w.Memory.RSSBytes = 612 << 20
 			w.Memory.OverSamples = 4
-			w.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "tree memory over the soft limit for 4 samples",
-				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes), Since: at.Add(-2 * time.Minute)}}
+			w.Reasons = []contract.Reason{{
+				Code: "memory_over_soft_limit", Message: "tree memory over the soft limit for 4 samples",
+				Value: float64(w.Memory.RSSBytes), Threshold: float64(w.Memory.SoftLimitBytes), Since: at.Add(-2 * time.Minute),
+			}}
 		case p < 97:
 			w.State = contract.Stalled
 			w.Runs.Worker = []string{}
 			w.Drift.Missing = []string{fmt.Sprintf("run-%d-lost", i)}
 			w.Runs.Scheduler = w.Drift.Missing
-			w.Reasons = []contract.Reason{{Code: "no_claim", Message: "work pending, nothing claimed for 10m",
-				Value: 600, Threshold: 300, Since: at.Add(-10 * time.Minute)}}
+			w.Reasons = []contract.Reason{{
+				Code: "no_claim", Message: "work pending, nothing claimed for 10m",
+				Value: 600, Threshold: 300, Since: at.Add(-10 * time.Minute),
+			}}
 		case p < 98:
 			w.State = contract.Lost
 			w.LastSeen = at.Add(-7 * time.Minute)
-			w.Reasons = []contract.Reason{{Code: "no_telemetry", Message: "no telemetry and no process for 5m",
-				Value: 420, Threshold: 300, Since: at.Add(-7 * time.Minute)}}
+			w.Reasons = []contract.Reason{{
+				Code: "no_telemetry", Message: "no telemetry and no process for 5m",
+				Value: 420, Threshold: 300, Since: at.Add(-7 * time.Minute),
+			}}
 		default:
 			w.State = contract.Unknown
 			w.LastSeen = time.Time{}

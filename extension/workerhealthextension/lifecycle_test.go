@@ -82,7 +82,7 @@ func TestServeFailureReported(t *testing.T) {
 	select {
 	case ev := <-host.events:
 		assert.Equal(t, componentstatus.StatusPermanentError, ev.Status())
-		assert.ErrorContains(t, ev.Err(), "listener broke")
+		require.ErrorContains(t, ev.Err(), "listener broke")
 	case <-time.After(5 * time.Second):
 		t.Fatal("no status reported")
 	}

@@ -74,7 +74,7 @@ func (v *view) count(keep stateFilter) int {
 }
 
 // store keeps the latest snapshot of each publishing processor and the merged
-// view. Publishers serialise on mu; readers only load the atomic pointer.
+// view. Publishers serialize on mu; readers only load the atomic pointer.
 type store struct {
 	mu      sync.Mutex
 	sources map[component.ID]*sourceIndex

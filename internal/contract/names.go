@@ -99,7 +99,7 @@ const (
 	KillTimeout     = "timeout"
 	KillMemoryLimit = "memory_limit"
 	KillOOM         = "oom"
-	KillCancelled   = "cancelled"
+	KillCancelled   = "canceled"
 	KillShutdown    = "shutdown"
 	KillOther       = "other"
 )

@@ -87,11 +87,13 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 func (t *tracker) marshal() ([]byte, error) {
 	doc := checkpointDoc{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Workers: make(map[string]cpWorker, len(t.workers))}
 	for id, w := range t.workers {
-		cw := cpWorker{Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
+		cw := cpWorker{
+			Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
 			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, OverSamples: w.overSamples, OverSince: w.overSince,
 			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
 			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
-			PrevState: w.state, SchedKnown: w.schedKnown}
+			PrevState: w.state, SchedKnown: w.schedKnown,
+		}
 		if w.runs.len() > 0 {
 			cw.Runs = make(map[string]cpRun, w.runs.len())
 			for r := range w.runs.all() {
@@ -147,8 +149,10 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 					t.overflowRuns++
 					break
 				}
-				rr := &run{id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone}
+				rr := &run{
+					id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
+					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone,
+				}
 				w.runs.put(rr)
 				w.order = append(w.order, rr)
 			}

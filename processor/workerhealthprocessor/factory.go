@@ -85,8 +85,10 @@ func createDefaultConfig() component.Config {
 			RecoverySamples:  3,
 		},
 		Kills: KillsRule{Count: 3, Window: 10 * time.Minute, Reasons: []string{contract.KillTimeout, contract.KillMemoryLimit, contract.KillOOM}},
-		CPU: CPURule{Enabled: true, NumCPUs: runtime.NumCPU(), SaturationCores: 0.9, Samples: 3,
-			RecoveryCores: 0.7, RecoverySamples: 3},
+		CPU: CPURule{
+			Enabled: true, NumCPUs: runtime.NumCPU(), SaturationCores: 0.9, Samples: 3,
+			RecoveryCores: 0.7, RecoverySamples: 3,
+		},
 		Stall:            StallRule{After: 5 * time.Minute, RequirePending: true},
 		Lost:             LostRule{After: 2 * time.Minute},
 		Drift:            DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute},

@@ -21,11 +21,15 @@ type mapper struct {
 }
 
 func newMapper(cfg *Config) *mapper {
-	m := &mapper{cfg: cfg, kinds: map[string]kind{}, killResult: map[string]bool{}, maxLen: cfg.Limits.MaxAttributeLength,
-		schedulers: cfg.Scheduler.ServiceNames}
+	m := &mapper{
+		cfg: cfg, kinds: map[string]kind{}, killResult: map[string]bool{}, maxLen: cfg.Limits.MaxAttributeLength,
+		schedulers: cfg.Scheduler.ServiceNames,
+	}
 	ev := cfg.Mapping.Events
-	for k, names := range map[kind][]string{evClaimed: ev.Claimed, evStarted: ev.Started, evFinished: ev.Finished,
-		evKilled: ev.Killed, evReleased: ev.Released, evHeartbeat: ev.Heartbeat} {
+	for k, names := range map[kind][]string{
+		evClaimed: ev.Claimed, evStarted: ev.Started, evFinished: ev.Finished,
+		evKilled: ev.Killed, evReleased: ev.Released, evHeartbeat: ev.Heartbeat,
+	} {
 		for _, n := range names {
 			m.kinds[n] = k
 		}
@@ -212,8 +216,10 @@ func (m *mapper) traces(td ptrace.Traces, b *batch) {
 				// The hot path: most spans are neither runs nor stages, and a
 				// string compare is all they cost.
 				if sn == runName && runName != "" {
-					e := event{worker: rid, name: name, kind: evFinished, src: src,
-						ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp())}
+					e := event{
+						worker: rid, name: name, kind: evFinished, src: src,
+						ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp()),
+					}
 					if !m.fillRun(&e, sp.Attributes()) {
 						b.malformed++
 						continue
@@ -223,8 +229,10 @@ func (m *mapper) traces(td ptrace.Traces, b *batch) {
 				}
 				for _, st := range stages {
 					if sn == st {
-						e := event{worker: rid, name: name, kind: evStage, src: src, stage: st,
-							ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp()), capacity: -1}
+						e := event{
+							worker: rid, name: name, kind: evStage, src: src, stage: st,
+							ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp()), capacity: -1,
+						}
 						if e.worker == "" {
 							if id, okID := m.str(sp.Attributes(), m.cfg.Mapping.WorkerIDAttribute); okID && id != "" {
 								e.worker = id
@@ -255,7 +263,7 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 			b.schedulerSeen = true
 		}
 		s := sample{worker: rid, name: name, mem: -1, cgroupMax: -1, cpuMain: -1, present: -1, capacity: -1, active: -1}
-		any := false
+		found := false
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
 			ms := sms.At(j).Metrics()
@@ -264,30 +272,30 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 				switch mt.Name() {
 				case mc.Memory:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.mem, any = int64(v), true
+						s.mem, found = int64(v), true
 					}
 				case mc.Present:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.present, any = 0, true
+						s.present, found = 0, true
 						if v > 0 {
 							s.present = 1
 						}
 					}
 				case mc.CPU:
 					if v, ok := sumPoints(mt, mc.RoleAttribute, mc.MainRole); ok {
-						s.cpuMain, any = v, true
+						s.cpuMain, found = v, true
 					}
 				case mc.CgroupMemoryMax:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.cgroupMax, any = int64(v), true
+						s.cgroupMax, found = int64(v), true
 					}
 				case mc.Capacity:
 					if v, ok := sumPoints(mt, "", ""); ok && v < 1<<20 {
-						s.capacity, any = int(v), true
+						s.capacity, found = int(v), true
 					}
 				case mc.RunsActive:
 					if v, ok := sumPoints(mt, "", ""); ok && v >= 0 && v < 1<<20 {
-						s.active, any = int(v), true
+						s.active, found = int(v), true
 					}
 				case mc.Pending:
 					if src == srcScheduler {
@@ -300,7 +308,7 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 		}
 		switch {
 		case src == srcScheduler:
-		case rid != "" && any:
+		case rid != "" && found:
 			b.samples = append(b.samples, s)
 		case rid != "":
 			b.events = append(b.events, event{worker: rid, name: name, kind: evSeen, capacity: -1})

@@ -60,8 +60,10 @@ type fuzzCase struct {
 
 // The attributes the default mapping reads, in the order typ's bits pick
 // which one gets the odd-typed value.
-var fuzzKeys = []string{"cicd.worker.id", "cicd.pipeline.run.id", "cicd.pipeline.result", "error.type",
-	"workerwatch.kill.reason", "workerwatch.worker.capacity", "event.name"}
+var fuzzKeys = []string{
+	"cicd.worker.id", "cicd.pipeline.run.id", "cicd.pipeline.result", "error.type",
+	"workerwatch.kill.reason", "workerwatch.worker.capacity", "event.name",
+}
 
 func (c fuzzCase) resource(res pcommon.Resource) {
 	a := res.Attributes()
@@ -91,8 +93,10 @@ func (c fuzzCase) attrs(a pcommon.Map) {
 
 // eventNames maps the fuzzer's small selector to a configured event name, so
 // that most inputs exercise a lifecycle kind and not only the skip path.
-var eventNames = []string{"workerwatch.run.claimed", "workerwatch.run.started", "workerwatch.run.finished",
-	"workerwatch.run.killed", "workerwatch.run.released", "workerwatch.worker.heartbeat"}
+var eventNames = []string{
+	"workerwatch.run.claimed", "workerwatch.run.started", "workerwatch.run.finished",
+	"workerwatch.run.killed", "workerwatch.run.released", "workerwatch.worker.heartbeat",
+}
 
 func pickEvent(name string, typ uint8) string {
 	if typ%3 == 0 {
@@ -110,7 +114,7 @@ func addSeeds(f *testing.F) {
 		{"", "", "", "", 0, 0, 0, false},
 		{"x", "worker\x00id", "run\xff\xfe", "\x00", 7, math.MinInt64, math.Inf(1), false},
 		{"workerwatch.run.started", long, long, long, 1, math.MaxInt64, 1e300, false},
-		{"workerwatch.worker.heartbeat", "w-1", "", "", 0x85, 1 << 20, -0.0, false},
+		{"workerwatch.worker.heartbeat", "w-1", "", "", 0x85, 1 << 20, math.Copysign(0, -1), false},
 		{"run", "../../etc/passwd", "%00", "<script>alert(1)</script>", 0xff, 7, 1 << 21, true},
 		{"compile", "w\u202e", strings.Repeat("é", 600), "{{.}}", 0x33, -5, -1e-300, false},
 	} {
@@ -205,13 +209,13 @@ func FuzzMapSpans(f *testing.F) {
 
 func checkBatch(t *testing.T, cfg *Config, b *batch) {
 	t.Helper()
-	max := cfg.Limits.MaxAttributeLength
+	maxLen := cfg.Limits.MaxAttributeLength
 	if len(b.events) > 3 { // one "seen" per resource, one event per record
 		t.Fatalf("%d events from one resource with two records", len(b.events))
 	}
 	for _, e := range b.events {
-		if e.worker == "" || len(e.worker) > max || len(e.run) > max || len(e.name) > max ||
-			len(e.result) > max || len(e.killReason) > max {
+		if e.worker == "" || len(e.worker) > maxLen || len(e.run) > maxLen || len(e.name) > maxLen ||
+			len(e.result) > maxLen || len(e.killReason) > maxLen {
 			t.Fatalf("event out of bounds: worker %d bytes, run %d, name %d, result %d, reason %d",
 				len(e.worker), len(e.run), len(e.name), len(e.result), len(e.killReason))
 		}

@@ -40,12 +40,12 @@ type healthProcessor struct {
 	startTime int64
 	evals     int
 
-	// lifeMu serialises start/shutdown and guards the reference count.
+	// lifeMu serializes start/shutdown and guards the reference count.
 	lifeMu      sync.Mutex
 	refs        int
 	subscribers []contract.Subscriber
 	storage     storage.Client
-	done        chan struct{}
+	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 	onLastStop  func()
 }
@@ -115,7 +115,10 @@ func (p *healthProcessor) start(ctx context.Context, host component.Host) error 
 	p.mu.Unlock()
 	p.publish(snap)
 
-	p.done = make(chan struct{})
+	// The timer's context is canceled by the last Shutdown, so an emit
+	// blocked on a downstream cannot hold the collector's shutdown.
+	tickCtx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
 	ticker := p.clock.NewTicker(p.cfg.EmitInterval)
 	p.wg.Add(1)
 	go func() {
@@ -123,10 +126,10 @@ func (p *healthProcessor) start(ctx context.Context, host component.Host) error 
 		defer ticker.Stop()
 		for {
 			select {
-			case <-p.done:
+			case <-tickCtx.Done():
 				return
 			case <-ticker.Chan():
-				p.tick(context.Background())
+				p.tick(tickCtx)
 			}
 		}
 	}()
@@ -145,7 +148,7 @@ func (p *healthProcessor) shutdown(ctx context.Context) error {
 	if p.refs > 0 {
 		return nil
 	}
-	close(p.done)
+	p.cancel()
 	p.wg.Wait()
 	p.checkpoint(ctx)
 	if p.storage != nil {
@@ -271,5 +274,5 @@ func (p *healthProcessor) processLogs(_ context.Context, ld plog.Logs) (plog.Log
 	return ld, nil
 }
 
-// realClock is the default; tests inject a clockwork.FakeClock.
-var newClock = func() clockwork.Clock { return clockwork.NewRealClock() }
+// newClock gives the processor its clock; tests inject a clockwork.FakeClock.
+var newClock = clockwork.NewRealClock

@@ -2,12 +2,13 @@ package workerhealthprocessor
 
 import (
 	"context"
-	"go.opentelemetry.io/collector/pdata/plog"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
@@ -280,7 +281,7 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.NoError(t, tp.ConsumeTraces(ctx, td))
 	require.Equal(t, 1, tSink.SpanCount(), "passed through")
 	require.NoError(t, mp.ConsumeMetrics(ctx, treeMetrics("w2", 10, -1, 1)))
-	require.Equal(t, 1, len(mSink.AllMetrics()), "passed through")
+	require.Len(t, mSink.AllMetrics(), 1, "passed through")
 
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	clock.Advance(cfg.EmitInterval)
@@ -371,8 +372,10 @@ func TestDerivedMetricsShape(t *testing.T) {
 	h.logs(workerLogs("worker",
 		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},
-		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
-			attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"}},
+		rec{
+			worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
+			attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
+		},
 	))
 	td := ptrace.NewTraces()
 	rs := td.ResourceSpans().AppendEmpty()

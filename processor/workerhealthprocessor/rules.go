@@ -67,22 +67,28 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		if w.memLatchCode == codeMemoryAtStart {
 			msg = "memory over the soft limit when a run started"
 		}
-		unhealthy = append(unhealthy, contract.Reason{Code: w.memLatchCode, Message: msg + "; recovers after " +
-			fmt.Sprintf("%d samples under %.0f%% of it", t.cfg.Memory.RecoverySamples, 100*t.cfg.Memory.RecoveryRatio),
-			Value: float64(w.rss), Threshold: float64(lim), Since: ts(w.memLatchSince)})
+		unhealthy = append(unhealthy, contract.Reason{
+			Code: w.memLatchCode, Message: msg + "; recovers after " +
+				fmt.Sprintf("%d samples under %.0f%% of it", t.cfg.Memory.RecoverySamples, 100*t.cfg.Memory.RecoveryRatio),
+			Value: float64(w.rss), Threshold: float64(lim), Since: ts(w.memLatchSince),
+		})
 	} else if w.memOver {
-		degraded = append(degraded, contract.Reason{Code: codeMemory,
+		degraded = append(degraded, contract.Reason{
+			Code:    codeMemory,
 			Message: fmt.Sprintf("memory over the soft limit for %d of %d samples", w.overSamples, t.cfg.Memory.UnhealthySamples),
-			Value:   float64(w.rss), Threshold: float64(lim), Since: ts(w.overSince)})
+			Value:   float64(w.rss), Threshold: float64(lim), Since: ts(w.overSince),
+		})
 	}
 
 	if k := t.cfg.Kills.Count; k > 0 && w.killRing != nil {
 		// The ring holds the last k kill times; the oldest is at killNext.
 		oldest := w.killRing[w.killNext]
 		if oldest > 0 && now-oldest <= int64(t.cfg.Kills.Window) {
-			unhealthy = append(unhealthy, contract.Reason{Code: codeKills,
+			unhealthy = append(unhealthy, contract.Reason{
+				Code:    codeKills,
 				Message: fmt.Sprintf("%d kills within %v", k, t.cfg.Kills.Window),
-				Value:   float64(k), Threshold: float64(k), Since: ts(oldest)})
+				Value:   float64(k), Threshold: float64(k), Since: ts(oldest),
+			})
 		}
 	}
 
@@ -95,31 +101,41 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		pending := !t.cfg.Stall.RequirePending || (t.pendingFresh(now) && t.pending > 0)
 		last := max(w.lastClaim, w.firstMention)
 		if free && pending && now-last >= after {
-			stalled = append(stalled, contract.Reason{Code: codeNoClaim,
+			stalled = append(stalled, contract.Reason{
+				Code:    codeNoClaim,
 				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
-				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stall.After.Seconds(), Since: ts(last)})
+				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stall.After.Seconds(), Since: ts(last),
+			})
 		}
 	}
 
 	if n := len(w.missing); n > 0 {
-		degraded = append(degraded, contract.Reason{Code: codeMissing,
+		degraded = append(degraded, contract.Reason{
+			Code:    codeMissing,
 			Message: fmt.Sprintf("%d runs the scheduler assigned are not held by the worker", n),
-			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds()})
+			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds(),
+		})
 	}
 	if n := len(w.orphaned); n > 0 {
-		degraded = append(degraded, contract.Reason{Code: codeOrphaned,
+		degraded = append(degraded, contract.Reason{
+			Code:    codeOrphaned,
 			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler", n),
-			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds()})
+			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds(),
+		})
 	}
 	if w.overCap > 0 {
-		degraded = append(degraded, contract.Reason{Code: codeOverCapacity,
+		degraded = append(degraded, contract.Reason{
+			Code:    codeOverCapacity,
 			Message: fmt.Sprintf("%d runs held with capacity %d", held, capacity),
-			Value:   float64(held), Threshold: float64(capacity), Since: ts(w.overCapSince)})
+			Value:   float64(held), Threshold: float64(capacity), Since: ts(w.overCapSince),
+		})
 	}
 	if w.cpuSat {
-		degraded = append(degraded, contract.Reason{Code: codeCPU,
+		degraded = append(degraded, contract.Reason{
+			Code:    codeCPU,
 			Message: fmt.Sprintf("main process at %.2f cores for %d samples", w.cpuCores, t.cfg.CPU.Samples),
-			Value:   w.cpuCores, Threshold: t.cfg.CPU.SaturationCores, Since: ts(w.cpuSince)})
+			Value:   w.cpuCores, Threshold: t.cfg.CPU.SaturationCores, Since: ts(w.cpuSince),
+		})
 	}
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
@@ -131,8 +147,10 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, contract.Reason{Code: codeNotReported,
-			Message: "no telemetry from the worker since the processor started", Since: ts(w.firstMention)})
+		return contract.Unknown, append(reasons, contract.Reason{
+			Code:    codeNotReported,
+			Message: "no telemetry from the worker since the processor started", Since: ts(w.firstMention),
+		})
 	}
 	switch {
 	case len(unhealthy) > 0:
@@ -180,9 +198,11 @@ func (t *tracker) evaluate(now int64) []transition {
 				out = append(out, t.move(w, target, reasons, now))
 				continue
 			}
-			reasons = append(reasons, contract.Reason{Code: codeRecovering,
+			reasons = append(reasons, contract.Reason{
+				Code:    codeRecovering,
 				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hyst.RecoverEvaluations),
-				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations)})
+				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations),
+			})
 		}
 		w.reasons = reasons
 	}
@@ -260,8 +280,10 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Reasons:  append([]contract.Reason{}, w.reasons...),
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
-			Memory: contract.Memory{RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
-				CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.overSamples},
+			Memory: contract.Memory{
+				RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
+				CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.overSamples,
+			},
 			Runs:  contract.Runs{Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w)},
 			Drift: contract.Drift{Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)), OverCapacity: w.overCap},
 		})

@@ -160,7 +160,7 @@ func TestRules(t *testing.T) {
 			cfg:  func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
 			steps: seq(
 				step{do: kill("r1", "memory_limit"), advance: sec, want: healthy},
-				step{do: kill("r2", "cancelled"), advance: sec, want: healthy},
+				step{do: kill("r2", "canceled"), advance: sec, want: healthy},
 				step{do: kill("r3", "oom"), advance: sec, want: healthy},
 				step{do: kill("r4", "timeout"), advance: sec, want: unhealthy, code: codeKills},
 				step{do: hb, advance: 30 * sec, want: unhealthy, code: codeKills},

@@ -69,7 +69,7 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
 	runs := make([]*run, len(ids))
 	for i, id := range ids {
-		r := tr.run(w, id, int64(i))
+		r := tr.run(w, id)
 		require.NotNil(t, r)
 		runs[i] = r
 		if i == 0 {

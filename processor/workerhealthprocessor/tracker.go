@@ -381,7 +381,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		t.hists.stage(e.stage, e.ts-e.startTS)
 		return
 	}
-	r := t.run(w, e.run, now)
+	r := t.run(w, e.run)
 	if r == nil {
 		return
 	}
@@ -423,7 +423,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 
 // run finds or creates the run entry. When the worker is at its cap, ended
 // runs are evicted first; a new run beyond it is counted and dropped.
-func (t *tracker) run(w *worker, id string, now int64) *run {
+func (t *tracker) run(w *worker, id string) *run {
 	h := runHash(id)
 	r := w.runs.get(id, h)
 	if r != nil {

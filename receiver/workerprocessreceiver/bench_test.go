@@ -114,7 +114,7 @@ func setupBenchEnv(b *testing.B) *benchEnv {
 		require.NoError(b, err)
 		e.rootPid = e.root.Process.Pid
 		e.pidFile = filepath.Join(e.dir, "worker.pid")
-		require.NoError(b, os.WriteFile(e.pidFile, []byte(fmt.Sprint(e.rootPid)), 0o644))
+		require.NoError(b, os.WriteFile(e.pidFile, []byte(strconv.Itoa(e.rootPid)), 0o644))
 		r := newProcReader("/proc")
 		e.pids = append(e.pids, int32(e.rootPid))
 		e.pids, _ = r.children(int32(e.rootPid), int32(e.rootPid), e.pids)

@@ -1,14 +1,14 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
-	"github.com/workerwatch/workerwatch/internal/contract"
-
 	"errors"
 	"fmt"
 	"path"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/scraper/scraperhelper"
@@ -218,10 +218,10 @@ func (w *WorkerConfig) validate(key string) []error {
 	}
 	for j, r := range w.Roles {
 		rk := fmt.Sprintf("%s.roles[%d]", key, j)
-		switch {
-		case r.Name == "":
+		switch r.Name {
+		case "":
 			errs = append(errs, fmt.Errorf("%s.name: required", rk))
-		case r.Name == contract.RoleMain:
+		case contract.RoleMain:
 			errs = append(errs, fmt.Errorf("%s.name: %q is reserved for the root process", rk, contract.RoleMain))
 		}
 		if r.Cmdline == "" && r.Executable == "" {

@@ -1,6 +1,7 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
+	"errors"
 	"path"
 	"path/filepath"
 	"time"
@@ -63,7 +64,7 @@ func (s *workerScraper) discoverPIDFile(k *workerKind, now time.Time) {
 	var roots []rootInfo
 	b, err := s.r.readFile(k.cfg.Selector.PIDFile)
 	switch {
-	case err == errPermission:
+	case errors.Is(err, errPermission):
 		s.permissionOnce(k.key+"/pidfile", "cannot read the pid file; make it readable by the collector's user", zap.String("pid_file", k.cfg.Selector.PIDFile))
 	case err == nil:
 		pid := parsePIDFile(b)
@@ -237,7 +238,7 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 			vals.env = map[string]string{}
 			for _, name := range k.envs {
 				v, ok, err := s.r.environ(r.pid, name)
-				if err == errPermission {
+				if errors.Is(err, errPermission) {
 					s.permissionOnce(k.key+"/environ", "cannot read the root's environment for the id template; run the collector as the worker's user or as root", zap.Int32("pid", r.pid))
 				}
 				if ok {

@@ -89,7 +89,7 @@ func (p *filePool) syncKids(f *heldFiles, tids []int32) {
 	if len(f.kids) == len(tids) {
 		same := true
 		for i, k := range f.kids {
-			if k.tid != tids[i] {
+			if k.tid != tids[i] { //nolint:gosec // G602: len(tids) == len(f.kids) is checked above
 				same = false
 				break
 			}
@@ -219,10 +219,10 @@ func (s *workerScraper) releaseAll() {
 // heldFilesLimit caps max_open_files at half of the open-file limit, so that
 // held /proc files never starve the collector's sockets and other files.
 // (Go raises the soft limit to the hard one at start.)
-func heldFilesLimit(max int) int {
+func heldFilesLimit(limit int) int {
 	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(2*max) {
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(2*limit) {
 		return int(rl.Cur / 2)
 	}
-	return max
+	return limit
 }

@@ -137,7 +137,7 @@ func TestHeldStatOfReapedProcess(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait() // reaped: the pid is free
-	assert.ErrorIs(t, s.statOf(m, pid, &again), errVanished)
+	require.ErrorIs(t, s.statOf(m, pid, &again), errVanished)
 	assert.Zero(t, m.files.stat)
 	assert.Equal(t, 0, s.pool.open)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func metricsText(md pmetric.Metrics) string {
 					if dp.ValueType() == pmetric.NumberDataPointValueTypeDouble {
 						v = fmt.Sprintf("%.4f", dp.DoubleValue())
 					} else {
-						v = fmt.Sprintf("%d", dp.IntValue())
+						v = strconv.FormatInt(dp.IntValue(), 10)
 					}
 					lines = append(lines, fmt.Sprintf("%s | %s %s %s | %s = %s", res, m.Name(), m.Unit(), kind, attrs(dp.Attributes()), v))
 				}

@@ -1,13 +1,13 @@
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
-	"github.com/workerwatch/workerwatch/internal/contract"
-
 	"fmt"
 	"path"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 type selectorKind int

@@ -272,17 +272,17 @@ func (p *procEvents) run() {
 func (p *procEvents) drain(fd int) (got bool, err error) {
 	for {
 		n, _, err := unix.Recvfrom(fd, p.buf, unix.MSG_DONTWAIT)
-		switch {
-		case err == nil:
+		switch err {
+		case nil:
 			if n == 0 {
 				return true, nil
 			}
 			got = true
 			p.handle(p.buf[:n])
-		case err == unix.EAGAIN:
+		case unix.EAGAIN:
 			return got, nil
-		case err == unix.EINTR:
-		case err == unix.ENOBUFS:
+		case unix.EINTR:
+		case unix.ENOBUFS:
 			// The receive buffer overflowed: events were dropped. The
 			// sequence gap that follows counts them; the interval falls
 			// back to the sampling bound.

@@ -33,7 +33,7 @@ func TestProcessEventsConfig(t *testing.T) {
 }
 
 // procMsg builds one proc connector message as the kernel sends it.
-func procMsg(seq, cpu, what uint32, data ...uint32) []byte {
+func procMsg(seq, what uint32, data ...uint32) []byte {
 	b := make([]byte, procDataOff+4*len(data))
 	ne := binary.NativeEndian
 	ne.PutUint32(b[0:], uint32(len(b)))
@@ -41,7 +41,7 @@ func procMsg(seq, cpu, what uint32, data ...uint32) []byte {
 	ne.PutUint32(b[20:], cnValProc)
 	ne.PutUint32(b[24:], seq)
 	ne.PutUint32(b[procEvOff:], what)
-	ne.PutUint32(b[procEvOff+4:], cpu)
+	ne.PutUint32(b[procEvOff+4:], 0) // the cpu the event happened on
 	ne.PutUint64(b[procEvOff+8:], monotonicNs())
 	for i, d := range data {
 		ne.PutUint32(b[procDataOff+4*i:], d)
@@ -63,21 +63,21 @@ func TestProcessEventsHandle(t *testing.T) {
 	assert.False(t, covered, "first sync: not armed yet")
 
 	var dgram []byte
-	dgram = append(dgram, procMsg(1, 0, procEventFork, 100, 100, 200, 200)...) // child of the root
-	dgram = append(dgram, procMsg(2, 0, procEventFork, 200, 200, 201, 201)...) // grandchild
-	dgram = append(dgram, procMsg(3, 0, procEventFork, 100, 100, 300, 100)...) // a thread of the root
-	dgram = append(dgram, procMsg(4, 0, procEventFork, 999, 999, 500, 500)...) // not a member's child
-	dgram = append(dgram, procMsg(5, 0, procEventExit, 201, 201, 0, 17)...)
-	dgram = append(dgram, procMsg(6, 0, procEventExit, 300, 100, 0, 17)...) // thread exit
-	dgram = append(dgram, procMsg(7, 0, procEventExit, 500, 500, 0, 17)...)
-	early := procMsg(8, 0, procEventFork, 100, 100, 600, 600) // forked before the first seed, read late
+	dgram = append(dgram, procMsg(1, procEventFork, 100, 100, 200, 200)...) // child of the root
+	dgram = append(dgram, procMsg(2, procEventFork, 200, 200, 201, 201)...) // grandchild
+	dgram = append(dgram, procMsg(3, procEventFork, 100, 100, 300, 100)...) // a thread of the root
+	dgram = append(dgram, procMsg(4, procEventFork, 999, 999, 500, 500)...) // not a member's child
+	dgram = append(dgram, procMsg(5, procEventExit, 201, 201, 0, 17)...)
+	dgram = append(dgram, procMsg(6, procEventExit, 300, 100, 0, 17)...) // thread exit
+	dgram = append(dgram, procMsg(7, procEventExit, 500, 500, 0, 17)...)
+	early := procMsg(8, procEventFork, 100, 100, 600, 600) // forked before the first seed, read late
 	binary.NativeEndian.PutUint64(early[procEvOff+8:], 1)
 	dgram = append(dgram, early...)
 	p.handle(dgram)
 	assert.Len(t, p.workers[w].pids, 2) // 100, 200
 	assert.Zero(t, p.lost.Load())
 
-	p.handle(procMsg(11, 0, procEventExit, 200, 200, 0, 17)) // 9 and 10 lost
+	p.handle(procMsg(11, procEventExit, 200, 200, 0, 17)) // 9 and 10 lost
 	assert.Equal(t, int64(2), p.lost.Load())
 
 	w.gen = 2
@@ -96,14 +96,14 @@ func TestProcessEventsHandle(t *testing.T) {
 	w.members[100].gen = 3 // the root, walked again
 	_, covered = p.sync(w, nil)
 	require.True(t, covered)
-	p.handle(procMsg(12, 0, procEventFork, 100, 100, 700, 700))
+	p.handle(procMsg(12, procEventFork, 100, 100, 700, 700))
 	require.Contains(t, p.workers[w].pids, int32(700))
 	p.markMissed()
 	w.gen = 4
 	w.members[100].gen = 4
 	_, covered = p.sync(w, nil)
 	assert.False(t, covered)
-	p.handle(procMsg(13, 0, procEventExit, 700, 700, 0, 0))
+	p.handle(procMsg(13, procEventExit, 700, 700, 0, 0))
 	w.gen = 5
 	w.members[100].gen = 5
 	exits, covered = p.sync(w, nil)
@@ -113,18 +113,18 @@ func TestProcessEventsHandle(t *testing.T) {
 
 	// The reader lags behind a scrape: a child the walk saw (alive, or as a
 	// zombie) before its fork/exit events were read is the scrape's.
-	p.handle(procMsg(12, 0, procEventFork, 100, 100, 400, 400))
+	p.handle(procMsg(12, procEventFork, 100, 100, 400, 400))
 	w.gen = 6
 	w.members[100].gen = 6
 	w.members[400] = &member{gen: 6, sightings: 1, zombie: true}
 	w.members[401] = &member{gen: 6, sightings: 1}
 	_, covered = p.sync(w, nil)
 	assert.True(t, covered)
-	p.handle(procMsg(13, 0, procEventFork, 100, 100, 401, 401))
-	p.handle(procMsg(14, 0, procEventExit, 400, 400, 0, 0))
-	p.handle(procMsg(15, 0, procEventExit, 401, 401, 0, 0))
+	p.handle(procMsg(13, procEventFork, 100, 100, 401, 401))
+	p.handle(procMsg(14, procEventExit, 400, 400, 0, 0))
+	p.handle(procMsg(15, procEventExit, 401, 401, 0, 0))
 	// The root was seen: its exit is the scrape's to count.
-	p.handle(procMsg(16, 0, procEventExit, 100, 100, 0, 0))
+	p.handle(procMsg(16, procEventExit, 100, 100, 0, 0))
 	exits, _ = p.sync(w, nil)
 	assert.Empty(t, exits)
 	assert.Zero(t, p.lost.Load()-2)

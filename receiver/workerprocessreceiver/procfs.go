@@ -88,23 +88,27 @@ func newProcReader(root string) *procReader {
 
 // pidPath sets r.path to <root>/<pid>/<name> with a trailing NUL.
 func (r *procReader) pidPath(pid int32, name string) {
-	p := append(r.path[:0], r.root...)
+	p := r.path[:0]
+	p = append(p, r.root...)
 	p = append(p, '/')
 	p = strconv.AppendInt(p, int64(pid), 10)
 	p = append(p, '/')
 	p = append(p, name...)
-	r.path = append(p, 0)
+	p = append(p, 0)
+	r.path = p
 }
 
 // childrenPath sets r.path to <root>/<pid>/task/<tid>/children.
 func (r *procReader) childrenPath(pid, tid int32) {
-	p := append(r.path[:0], r.root...)
+	p := r.path[:0]
+	p = append(p, r.root...)
 	p = append(p, '/')
 	p = strconv.AppendInt(p, int64(pid), 10)
 	p = append(p, "/task/"...)
 	p = strconv.AppendInt(p, int64(tid), 10)
 	p = append(p, "/children"...)
-	r.path = append(p, 0)
+	p = append(p, 0)
+	r.path = p
 }
 
 // plainPath sets r.path to an arbitrary path.
@@ -114,7 +118,8 @@ func (r *procReader) plainPath(path string) {
 
 // mapError is mapErrno for an error from golang.org/x/sys/unix.
 func mapError(err error) error {
-	if errno, ok := err.(unix.Errno); ok {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
 		return mapErrno(errno)
 	}
 	return err
@@ -350,7 +355,7 @@ func (r *procReader) forEachDirentFD(fd int, fn func(name []byte, typ byte)) err
 					break
 				}
 			}
-			if !(len(name) == 1 && name[0] == '.') && !(len(name) == 2 && name[0] == '.' && name[1] == '.') {
+			if (len(name) != 1 || name[0] != '.') && (len(name) != 2 || name[0] != '.' || name[1] != '.') {
 				fn(name, d[18])
 			}
 			d = d[reclen:]

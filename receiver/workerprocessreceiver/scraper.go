@@ -2,6 +2,7 @@ package workerprocessreceiver // import "github.com/workerwatch/workerwatch/rece
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -360,7 +361,7 @@ func (s *workerScraper) memberStat(w *worker, m *member, pid int32, rootSt, st *
 }
 
 func (s *workerScraper) readErr(w *worker, err error) {
-	if err == errPermission {
+	if errors.Is(err, errPermission) {
 		s.perms++
 		if !s.logged[w.kind.keyStat] { // the fields would be built for every process
 			s.permissionOnce(w.kind.keyStat, "cannot read /proc/<pid>/stat; check that proc_root is mounted without hidepid", zap.String("proc_root", s.cfg.ProcRoot))
@@ -400,7 +401,7 @@ func (s *workerScraper) childrenOf(m *member, pid int32, st *procStat, out []int
 // childrenFallback tells a process that exited since its stat was read from
 // a kernel without children files: the process is still there.
 func (s *workerScraper) childrenFallback(m *member, pid int32, err error, out []int32) []int32 {
-	if err != errVanished {
+	if !errors.Is(err, errVanished) {
 		return out
 	}
 	var st procStat
@@ -509,7 +510,7 @@ func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat) *
 	if s.wantFDs {
 		if n, err := s.fdCountOf(m, pid); err == nil {
 			w.fds[r] += n
-		} else if err == errPermission {
+		} else if errors.Is(err, errPermission) {
 			s.perms++
 			if !s.logged[k.keyFD] {
 				s.permissionOnce(k.keyFD, "cannot count open files of a worker process (/proc/<pid>/fd); run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE; process.unix.file_descriptor.count leaves such processes out",
@@ -520,7 +521,7 @@ func (s *workerScraper) account(w *worker, m *member, pid int32, st *procStat) *
 	if s.wantPSS && m.rss <= s.cfg.PSSMaxRSS {
 		if v, err := s.r.pss(pid); err == nil {
 			w.pss[r] += v
-		} else if err == errPermission {
+		} else if errors.Is(err, errPermission) {
 			s.perms++
 			if !s.logged[k.keyPSS] {
 				s.permissionOnce(k.keyPSS, "cannot read /proc/<pid>/smaps_rollup for PSS; run the collector as the worker's user, as root, or grant it CAP_SYS_PTRACE",

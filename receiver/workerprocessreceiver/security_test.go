@@ -73,11 +73,11 @@ func TestCommandLineConfigValidation(t *testing.T) {
 
 	cfg := base()
 	cfg.TopProcessesCommandLine.Enabled = true
-	assert.ErrorContains(t, confmap.Validate(cfg), "top_processes_command_line.enabled: needs metrics.workerwatch.process.top.memory.usage.enabled: true")
+	require.ErrorContains(t, confmap.Validate(cfg), "top_processes_command_line.enabled: needs metrics.workerwatch.process.top.memory.usage.enabled: true")
 	cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled = true
 	require.NoError(t, confmap.Validate(cfg))
 	cfg.TopProcessesCommandLine.Redact = []string{"x", "a("}
-	assert.ErrorContains(t, confmap.Validate(cfg), "top_processes_command_line.redact[1]: error parsing regexp")
+	require.ErrorContains(t, confmap.Validate(cfg), "top_processes_command_line.redact[1]: error parsing regexp")
 
 	cfg = base()
 	cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled = true

@@ -32,7 +32,7 @@ func TestInternalTelemetry(t *testing.T) {
 		_, err = s.scrape(context.Background())
 		require.NoError(t, err)
 	}
-	require.Greater(t, s.pool.open, 0)
+	require.Positive(t, s.pool.open)
 	metadatatest.AssertEqualWorkerProcessProcessesRead(t, tt, []metricdata.DataPoint[int64]{{Value: 14}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualWorkerProcessProcessesVanished(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualWorkerProcessOpenFiles(t, tt, []metricdata.DataPoint[int64]{{Value: int64(s.pool.open)}}, metricdatatest.IgnoreTimestamp())

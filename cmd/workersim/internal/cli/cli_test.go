@@ -17,7 +17,7 @@ func TestParseBytes(t *testing.T) {
 	}
 	for _, bad := range []string{"", "MiB", "-1", "12XB", "ten"} {
 		_, err := ParseBytes(bad)
-		assert.Error(t, err, bad)
+		require.Error(t, err, bad)
 	}
 	b := Bytes(20 << 20)
 	assert.Equal(t, "20MiB", b.String())
@@ -28,7 +28,7 @@ func TestParseFaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Fault{FaultLeak, FaultHang, FaultNone, FaultOOM, FaultNone, FaultNone}, got)
 	_, err = ParseFaults("leak,boom", 3)
-	assert.EqualError(t, err, `unknown fault "boom" (known: leak, hang, drop-claims, orphan, timeout, oom, none)`)
+	require.EqualError(t, err, `unknown fault "boom" (known: leak, hang, drop-claims, orphan, timeout, oom, none)`)
 	_, err = ParseFaults("leak,hang", 1)
 	assert.Error(t, err)
 }

@@ -5,6 +5,7 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -211,7 +212,7 @@ func (f *Fleet) pidFile(id string) string { return filepath.Join(f.cfg.PidDir, i
 // writePidFile replaces the file atomically: a reader never sees it empty.
 func writePidFile(path string, pid int) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -222,7 +223,8 @@ func describe(err error) (string, int) {
 	if err == nil {
 		return "code=0", 0
 	}
-	if ee, ok := err.(*exec.ExitError); ok {
+	ee := &exec.ExitError{}
+	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return "signal=" + ws.Signal().String(), -1
 		}

@@ -80,7 +80,7 @@ func Main(args []string) int {
 		return fail("--faults: %v", err)
 	}
 	if *pidDir != "" {
-		if err := os.MkdirAll(*pidDir, 0o755); err != nil {
+		if err := os.MkdirAll(*pidDir, 0o750); err != nil {
 			return fail("--pid-dir: %v", err)
 		}
 	}

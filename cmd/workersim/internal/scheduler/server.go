@@ -58,7 +58,7 @@ func Handler(s *State, emit func([]Event)) http.Handler {
 		emit(events)
 		answer(w, held)
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, s.Status())
 	})
 	return mux

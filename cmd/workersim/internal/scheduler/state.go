@@ -4,18 +4,19 @@ package scheduler
 
 import (
 	"fmt"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 )
 
-// Config is the queue's behaviour.
+// Config is the queue's behavior.
 type Config struct {
 	Seed         uint64
 	RunMemory    int64         // mean bytes per run (jitter +-25%)
@@ -197,8 +198,10 @@ func (s *State) Expire(now time.Time) []Event {
 func (s *State) rollbackLocked(h *held, reason string) Event {
 	delete(s.held, h.run.ID)
 	s.pending = append([]api.Run{h.run}, s.pending...)
-	return Event{Name: contract.EventReleased, WorkerID: h.worker, RunID: h.run.ID,
-		Attrs: []attribute.KeyValue{attribute.String(contract.AttrReleaseReason, reason)}}
+	return Event{
+		Name: contract.EventReleased, WorkerID: h.worker, RunID: h.run.ID,
+		Attrs: []attribute.KeyValue{attribute.String(contract.AttrReleaseReason, reason)},
+	}
 }
 
 // Counts returns the pending length and the runs held per worker seen.

@@ -2,12 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"errors"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,8 +20,10 @@ func newState(drop ...string) *State {
 	for _, w := range drop {
 		d[w] = true
 	}
-	return New(Config{Seed: 3, RunMemory: 1 << 20, RunDuration: time.Second, MaxPending: 5,
-		ClaimTimeout: 10 * time.Second, LostTimeout: 5 * time.Minute, DropClaims: d, DropEvery: 2})
+	return New(Config{
+		Seed: 3, RunMemory: 1 << 20, RunDuration: time.Second, MaxPending: 5,
+		ClaimTimeout: 10 * time.Second, LostTimeout: 5 * time.Minute, DropClaims: d, DropEvery: 2,
+	})
 }
 
 func names(events []Event) []string {
@@ -137,7 +139,7 @@ func TestHTTPDroppedResponse(t *testing.T) {
 	require.Len(t, runs, 1)
 	require.NoError(t, c.Start(ctx, "w1", runs[0].ID))
 	require.NoError(t, c.Complete(ctx, "w1", runs[0].ID, "success", ""))
-	assert.True(t, errors.Is(c.Complete(ctx, "w1", runs[0].ID, "success", ""), api.ErrNotHeld))
+	require.ErrorIs(t, c.Complete(ctx, "w1", runs[0].ID, "success", ""), api.ErrNotHeld)
 
 	_, err = c.Claim(ctx, "w1", 1)
 	require.Error(t, err, "2nd claim's response is dropped")

@@ -5,14 +5,14 @@
 package telemetry
 
 import (
-	"github.com/workerwatch/workerwatch/internal/contract"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"github.com/go-logr/logr/funcr"
 	"go.opentelemetry.io/otel"
@@ -64,11 +64,13 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 		o.Interval = time.Second
 	}
 	who := o.ServiceName
+	var whoSb67 strings.Builder
 	for _, a := range o.Attributes {
 		if a.Key == contract.AttrWorkerID {
-			who += " " + a.Value.AsString()
+			whoSb67.WriteString(" " + a.Value.AsString())
 		}
 	}
+	who += whoSb67.String()
 	installErrorHandler(who)
 
 	attrs := append([]attribute.KeyValue{attribute.String(contract.AttrServiceName, o.ServiceName)}, o.Attributes...)
@@ -108,12 +110,18 @@ func exporters(ctx context.Context, endpoint string) (sdktrace.SpanExporter, sdk
 	isURL := strings.Contains(endpoint, "://")
 	const timeout = 3 * time.Second
 
-	topts := []otlptracehttp.Option{otlptracehttp.WithTimeout(timeout),
-		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second})}
-	mopts := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(timeout),
-		otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second})}
-	lopts := []otlploghttp.Option{otlploghttp.WithTimeout(timeout),
-		otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second})}
+	topts := []otlptracehttp.Option{
+		otlptracehttp.WithTimeout(timeout),
+		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second}),
+	}
+	mopts := []otlpmetrichttp.Option{
+		otlpmetrichttp.WithTimeout(timeout),
+		otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second}),
+	}
+	lopts := []otlploghttp.Option{
+		otlploghttp.WithTimeout(timeout),
+		otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: 3 * time.Second}),
+	}
 	if isURL {
 		topts = append(topts, otlptracehttp.WithEndpointURL(endpoint))
 		mopts = append(mopts, otlpmetrichttp.WithEndpointURL(endpoint))

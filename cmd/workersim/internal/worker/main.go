@@ -3,13 +3,14 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"os"
 	"os/signal"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"go.opentelemetry.io/otel/attribute"
 

@@ -3,12 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"

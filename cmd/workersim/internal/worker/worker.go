@@ -6,11 +6,12 @@ package worker
 
 import (
 	"context"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/log"
@@ -24,7 +25,7 @@ import (
 // ServiceName is every simulated worker's service.name.
 const ServiceName = "workersim-worker"
 
-// Config is one worker's behaviour.
+// Config is one worker's behavior.
 type Config struct {
 	ID        string
 	Exe       string // this binary, re-executed as `run-child`
@@ -139,7 +140,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		w.tel.Emit(context.Background(), log.SeverityInfo, contract.EventHeartbeat, "worker "+w.cfg.ID+" alive",
+		w.tel.Emit(ctx, log.SeverityInfo, contract.EventHeartbeat, "worker "+w.cfg.ID+" alive",
 			attribute.Int(contract.AttrCapacity, w.cfg.Capacity))
 		select {
 		case <-ctx.Done():
