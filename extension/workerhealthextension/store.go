@@ -243,15 +243,25 @@ func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
 // always see [] and never null (the processor may leave them nil).
 func withEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
-		w.Drift.Missing != nil && w.Drift.Orphaned != nil {
+		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
+		w.Runs.Recent != nil && w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
+		w.Sources.Telemetry.IDs != nil && w.Sources.Scheduler.IDs != nil {
 		return w
 	}
 	c := *w
 	c.Reasons = nonNil(c.Reasons)
 	c.Runs.Worker = nonNil(c.Runs.Worker)
 	c.Runs.Scheduler = nonNil(c.Runs.Scheduler)
+	c.Runs.Recent = nonNil(c.Runs.Recent)
+	if c.Runs.Kills == nil {
+		c.Runs.Kills = map[string]int64{}
+	}
 	c.Drift.Missing = nonNil(c.Drift.Missing)
 	c.Drift.Orphaned = nonNil(c.Drift.Orphaned)
+	c.Memory.Roles = nonNil(c.Memory.Roles)
+	c.Sources.Tree.IDs = nonNil(c.Sources.Tree.IDs)
+	c.Sources.Telemetry.IDs = nonNil(c.Sources.Telemetry.IDs)
+	c.Sources.Scheduler.IDs = nonNil(c.Sources.Scheduler.IDs)
 	return &c
 }
 

@@ -115,6 +115,8 @@ func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	s.publish(snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
 	body := string(s.load().byID["bare"].json)
 	assert.Contains(t, body, `"reasons":[]`)
-	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0}`)
+	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0,"recent":[],"kills":{}}`)
+	assert.Contains(t, body, `"roles":[]`)
+	assert.Contains(t, body, `"tree":{"seen":false,"ids":[]}`)
 	assert.Contains(t, body, `"drift":{"missing":[],"orphaned":[],"over_capacity":0}`)
 }

@@ -93,6 +93,66 @@ type Memory struct {
 	CgroupMaxBytes int64 `json:"cgroup_max_bytes,omitempty"`
 	// OverSamples is how many consecutive samples were over the soft limit.
 	OverSamples int `json:"over_samples"`
+	// Roles is the memory of each process role of the tree (RoleMain, the
+	// configured roles, RoleChild) at the last sample, sorted by role, each
+	// against its own soft limit where one is configured.
+	Roles []RoleMemory `json:"roles"`
+}
+
+// RoleMemory is one role's memory against its soft limit.
+type RoleMemory struct {
+	Role string `json:"role"`
+	// RSSBytes is the role's resident memory at the last sample.
+	RSSBytes int64 `json:"rss_bytes"`
+	// SoftLimitBytes is the role's own soft limit (0 = none).
+	SoftLimitBytes int64 `json:"soft_limit_bytes"`
+	// OverSamples is how many consecutive samples the role was over it.
+	OverSamples int `json:"over_samples"`
+}
+
+// CPU is the worker's main process CPU use (cpu.go defines the units).
+type CPU struct {
+	// MainCores is the CPUs' worth of time the main role used over the last
+	// interval (utilization x limit; -1 = never reported).
+	MainCores float64 `json:"main_cores"`
+	// LimitCPUs is the worker's CPU limit (0 = unknown).
+	LimitCPUs float64 `json:"limit_cpus"`
+}
+
+// Sources says which of the three sources name the worker: its process tree
+// (the worker_process receiver), its own telemetry, and the scheduler. A
+// worker only one source knows usually means an identity that does not join
+// (docs/health-rules.md).
+type Sources struct {
+	Tree      Source `json:"tree"`
+	Telemetry Source `json:"telemetry"`
+	Scheduler Source `json:"scheduler"`
+}
+
+// Source is one source's view of a worker's identity.
+type Source struct {
+	// Seen is true once the source named the worker since the processor
+	// started (or in the restored checkpoint).
+	Seen bool `json:"seen"`
+	// LastSeen is the last record of this source about the worker.
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// IDs are the identity attributes and values this source used for the
+	// worker, as "key=value" (e.g. "worker_name=w1"), at most a few.
+	IDs []string `json:"ids"`
+}
+
+// RunRecord is one recently ended run of a worker, newest first.
+type RunRecord struct {
+	ID string `json:"id"`
+	// Result is a cicd.pipeline.result value (Result*), or "" when unknown.
+	Result string `json:"result"`
+	// KillReason is one of KillReasons when the run was killed, else "".
+	KillReason string `json:"kill_reason,omitempty"`
+	// Started and Ended are the worker's own timestamps (zero = unknown).
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// DurationSeconds is Ended - Started (0 when either is unknown).
+	DurationSeconds float64 `json:"duration_seconds"`
 }
 
 // Runs is what each side believes the worker holds.
@@ -103,6 +163,12 @@ type Runs struct {
 	Scheduler []string `json:"scheduler"`
 	// Capacity is the worker's declared capacity (0 = unknown).
 	Capacity int `json:"capacity"`
+	// Recent is the worker's recently ended runs, newest first (bounded).
+	Recent []RunRecord `json:"recent"`
+	// Kills counts the worker's killed runs by kill reason since the
+	// processor started (restored from the checkpoint), reasons with none
+	// left out.
+	Kills map[string]int64 `json:"kills"`
 }
 
 // Drift is the disagreement between the scheduler and the worker, counting
@@ -125,8 +191,10 @@ type Worker struct {
 	Since    time.Time `json:"since"`
 	LastSeen time.Time `json:"last_seen"`
 	Memory   Memory    `json:"memory"`
+	CPU      CPU       `json:"cpu"`
 	Runs     Runs      `json:"runs"`
 	Drift    Drift     `json:"drift"`
+	Sources  Sources   `json:"sources"`
 }
 
 // Fleet is the picture across all workers of one processor.
