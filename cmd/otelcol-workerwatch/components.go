@@ -5,12 +5,15 @@ package main
 import (
 	spanmetricsconnector "github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	fileexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	loadbalancingexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 	prometheusexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
 	bearertokenauthextension "github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	pprofextension "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension"
 	filestorage "github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
+	filterprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/filterprocessor"
 	resourceprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor"
+	transformprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor"
 	hostmetricsreceiver "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver"
 	workerhealthextension "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 	workerhealthprocessor "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
@@ -88,6 +91,7 @@ func components() (otelcol.Factories, error) {
 		prometheusexporter.NewFactory(),
 		prometheusremotewriteexporter.NewFactory(),
 		fileexporter.NewFactory(),
+		loadbalancingexporter.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -99,12 +103,15 @@ func components() (otelcol.Factories, error) {
 		prometheusexporter.NewFactory().Type():            "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter v0.165.1",
 		prometheusremotewriteexporter.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter v0.165.1",
 		fileexporter.NewFactory().Type():                  "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v0.165.1",
+		loadbalancingexporter.NewFactory().Type():         "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter v0.161.0",
 	})
 
 	factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
 		batchprocessor.NewFactory(),
 		memorylimiterprocessor.NewFactory(),
 		resourceprocessor.NewFactory(),
+		transformprocessor.NewFactory(),
+		filterprocessor.NewFactory(),
 		workerhealthprocessor.NewFactory(),
 	)
 	if err != nil {
@@ -114,6 +121,8 @@ func components() (otelcol.Factories, error) {
 		batchprocessor.NewFactory().Type():         "go.opentelemetry.io/collector/processor/batchprocessor v0.165.0",
 		memorylimiterprocessor.NewFactory().Type(): "go.opentelemetry.io/collector/processor/memorylimiterprocessor v0.165.0",
 		resourceprocessor.NewFactory().Type():      "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor v0.165.1",
+		transformprocessor.NewFactory().Type():     "github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor v0.161.0",
+		filterprocessor.NewFactory().Type():        "github.com/open-telemetry/opentelemetry-collector-contrib/processor/filterprocessor v0.161.0",
 		workerhealthprocessor.NewFactory().Type():  "github.com/workerwatch/workerwatch v0.0.0",
 	})
 

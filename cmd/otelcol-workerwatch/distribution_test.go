@@ -113,8 +113,8 @@ func TestBinary(t *testing.T) {
 		// What issue #2 and the project's own issues require in the binary.
 		for _, name := range []string{
 			"otlp", "host_metrics", // receivers
-			"batch", "memory_limiter", "resource", // processors
-			"otlp_grpc", "otlp_http", "debug", "prometheus", "prometheus_remote_write", "file", // exporters
+			"batch", "memory_limiter", "resource", "transform", "filter", // processors
+			"otlp_grpc", "otlp_http", "debug", "prometheus", "prometheus_remote_write", "file", "load_balancing", // exporters
 			"file_storage", "pprof", "bearertokenauth", // extensions
 			"span_metrics",                    // connectors
 			"worker_process", "worker_health", // this project's receiver, processor and extension
