@@ -6,7 +6,9 @@
 #   - Jaeger v2 (e2e trace backend), built from the Go module proxy in a
 #     scratch module OUTSIDE this repository's go.mod, cached in $CACHE/bin
 #   - telemetrygen (load generator for the overhead benchmark), same way
-#   - the Node.js example's npm packages
+#   - the Node.js examples' npm packages
+#   - redis-server (the BullMQ preset's end-to-end scenarios start their own,
+#     one per scenario on a free loopback port; Debian's service is left alone)
 set -euo pipefail
 CACHE=${CACHE:-$HOME/.cache/workerwatch}
 mkdir -p "$CACHE/bin"
@@ -17,6 +19,7 @@ command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v promtool   >/dev/null || need_apt+=(prometheus)
 command -v wrk        >/dev/null || need_apt+=(wrk)
 command -v chromium   >/dev/null || need_apt+=(chromium)
+command -v redis-server >/dev/null || need_apt+=(redis-server)
 # The Node.js worker example (machines of this kind come with Node 20).
 command -v npm        >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -44,7 +47,9 @@ go_tool() {
 go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
 go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
 
-if [ -f examples/node-worker/package-lock.json ]; then
-	(cd examples/node-worker && npm ci --no-audit --no-fund --silent)
-fi
+for ex in examples/node-worker examples/bullmq-worker; do
+	if [ -f "$ex/package-lock.json" ]; then
+		(cd "$ex" && npm ci --no-audit --no-fund --silent)
+	fi
+done
 echo "install-test-deps: ready"

@@ -5,8 +5,10 @@
 // (README.md, "What the worker sends").
 //
 // Environment (README.md has the full table):
-//   WORKER_NAME          required: BullMQ's worker `name` (stored on every job it takes
-//                        as processedBy, sent as bullmq.worker.name)
+//   WORKER_NAME          required: the worker's id, and BullMQ's worker `name` (stored on
+//                        every job it takes as processedBy, sent as bullmq.worker.name)
+//   BULLMQ_NAME          BullMQ's worker name when it differs from WORKER_NAME (to try
+//                        what workerwatch says when the two ids do not meet)
 //   REDIS_URL            default redis://127.0.0.1:6379
 //   QUEUE                default jobs
 //   CONCURRENCY          jobs at once (one child process each), default 2
@@ -29,6 +31,7 @@ if (!WORKER_NAME) {
   process.stderr.write(`${PROG}: WORKER_NAME is required (BullMQ's worker name, e.g. WORKER_NAME=worker-a node worker.js)\n`);
   process.exit(2);
 }
+const BULLMQ_NAME = (process.env.BULLMQ_NAME || '').trim() || WORKER_NAME;
 const QUEUE = process.env.QUEUE || 'jobs';
 const CONCURRENCY = intFromEnv(PROG, 'CONCURRENCY', 2, 1);
 const LOCK_DURATION_MS = intFromEnv(PROG, 'LOCK_DURATION_MS', 30000, 1);
@@ -42,7 +45,7 @@ intFromEnv(PROG, 'JOB_TIMEOUT_MS', 30000, 1); // read by processor.js in the chi
 const connection = redisConnection(PROG, { worker: true });
 
 // Telemetry first: bullmq-otel uses the global providers it registers.
-const sdk = startTelemetry({ serviceName: PROG, instanceId: WORKER_NAME });
+const sdk = startTelemetry({ serviceName: PROG, instanceId: BULLMQ_NAME });
 
 const { logs, SeverityNumber } = require('@opentelemetry/api-logs');
 const { Worker } = require('bullmq');
@@ -52,7 +55,7 @@ const telemetry = new BullMQOtel({ tracerName: 'bullmq', meterName: 'bullmq', en
 const logger = logs.getLogger(PROG);
 
 const worker = new Worker(QUEUE, path.join(__dirname, 'processor.js'), {
-  name: WORKER_NAME,
+  name: BULLMQ_NAME,
   connection,
   concurrency: CONCURRENCY,
   lockDuration: LOCK_DURATION_MS,
@@ -75,7 +78,7 @@ function jobRecord(eventName, job, attrs, severityNumber = SeverityNumber.INFO) 
     attributes: {
       'event.name': eventName,
       'bullmq.queue.name': QUEUE,
-      'bullmq.worker.name': WORKER_NAME,
+      'bullmq.worker.name': BULLMQ_NAME,
       'bullmq.worker.id': worker.id,
       'bullmq.job.id': String(job.id),
       'bullmq.job.name': job.name,
@@ -89,7 +92,7 @@ const hung = new Set();
 worker.on('active', (job) => {
   jobRecord('bullmq.job.active', job, {});
   const d = job.data || {};
-  if (d.hangWorker === WORKER_NAME && d.hangMainMs > 0 && !hung.has(job.id)) {
+  if (d.hangWorker === BULLMQ_NAME && d.hangMainMs > 0 && !hung.has(job.id)) {
     hung.add(job.id);
     // A main-process handler doing synchronous work while the job runs in its
     // child: the event loop cannot renew the job's lock.
@@ -124,7 +127,7 @@ worker.on('error', (err) => process.stderr.write(`${PROG}: ${err && err.message}
 // and a stalled check gives them to another worker.
 async function dropClaims() {
   const dropper = new Worker(QUEUE, null, {
-    name: WORKER_NAME, connection, lockDuration: DROP_LOCK_MS, autorun: false, telemetry,
+    name: BULLMQ_NAME, connection, lockDuration: DROP_LOCK_MS, autorun: false, telemetry,
   });
   let n = 0;
   while (n < DROP_CLAIMS && !closing) {
@@ -142,7 +145,7 @@ async function dropClaims() {
 let closing = false;
 let dropperP = null;
 worker.on('ready', () => {
-  process.stdout.write(`${PROG}: ${WORKER_NAME} ready (pid ${process.pid}, queue ${QUEUE}, concurrency ${CONCURRENCY})\n`);
+  process.stdout.write(`${PROG}: ${BULLMQ_NAME} ready (pid ${process.pid}, queue ${QUEUE}, concurrency ${CONCURRENCY})\n`);
   if (DROP_CLAIMS > 0) dropperP = dropClaims().catch((err) => process.stderr.write(`${PROG}: drop: ${err.message}\n`));
 });
 
