@@ -39,7 +39,8 @@ var badConfigs = []struct {
 	{"bad-receiver-bad-template.yaml", "Error: receivers::worker_process: workers[0].id: unknown placeholder {worker}: use {pid}, {env:NAME}, {cgroup} or a named capture of selector.cmdline"},
 	{"bad-receiver-bad-redact.yaml", "Error: receivers::worker_process: top_processes_command_line.redact[0]: error parsing regexp: missing closing ]: `[^ `"},
 	// worker_health processor
-	{"bad-processor-zero-emit-interval.yaml", "Error: processors::worker_health: emit_interval: must be positive, got 0s"},
+	{"bad-processor-zero-emit-interval.yaml", "Error: processors::worker_health: emit_interval: must be at least 1s, got 0s"},
+	{"bad-processor-short-emit-interval.yaml", "Error: processors::worker_health: emit_interval: must be at least 1s, got 1ms"},
 	{"bad-processor-negative-interval.yaml", "Error: processors::worker_health: lost.after: must be positive, got -5m0s"},
 	{"bad-processor-ratio.yaml", "Error: processors::worker_health: memory.soft_limit_ratio: must be within [0, 1], got 1.5"},
 	{"bad-processor-unknown-event-kind.yaml", "'mapping.events' has invalid keys: assigned"},
@@ -76,6 +77,16 @@ func TestBadConfigsAtStart(t *testing.T) {
 		out, err = runCollector(t, bin, nil, path)
 		require.Error(t, err)
 		assertCleanFailure(t, out, `Error: cannot start pipelines: failed to start "worker_health" processor: storage_id: extension "file_storage/checkpoints" not found`)
+	})
+
+	t.Run("bad-processor-missing-health-extension.yaml", func(t *testing.T) {
+		path := filepath.Join("..", "..", "testdata", "bad-processor-missing-health-extension.yaml")
+		requireLeadingComment(t, path)
+		out, err := runBin(t, bin, "validate", "--config", path)
+		require.NoError(t, err, "validate cannot see extensions' kinds: %s", out)
+		out, err = runCollector(t, bin, nil, path)
+		require.Error(t, err)
+		assertCleanFailure(t, out, `Error: cannot start pipelines: failed to start "worker_health" processor: health_extension: extension "worker_health/api" is not configured (add it under extensions and service::extensions)`)
 	})
 
 	t.Run("bad-extension-port-in-use.yaml", func(t *testing.T) {

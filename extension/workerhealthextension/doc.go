@@ -5,8 +5,8 @@
 // for the collector itself, kept apart because merged liveness and readiness
 // probes cause restart storms.
 //
-// It receives state through contract.Subscriber (the processor finds it
-// with host.GetExtensions()) and never imports the processor.
+// It receives state through contract.Subscriber (the processor names it in
+// its health_extension key) and never imports the processor.
 package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 
-//go:generate /tmp/mdg/mdatagen metadata.yaml
+//go:generate mdatagen metadata.yaml

@@ -53,7 +53,6 @@ type cpWorker struct {
 	Kills         [6]int64         `json:"kills"`
 	Claims        [2]int64         `json:"claims"`
 	LastClaim     int64            `json:"last_claim"`
-	PrevState     contract.State   `json:"prev_state"`
 	Runs          map[string]cpRun `json:"runs,omitempty"`
 	SchedKnown    bool             `json:"sched_known,omitempty"`
 }
@@ -80,7 +79,9 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 	if err != nil {
 		return fmt.Errorf("storage_id: %w", err)
 	}
+	p.cpMu.Lock()
 	p.storage = c
+	p.cpMu.Unlock()
 	return nil
 }
 
@@ -92,7 +93,7 @@ func (t *tracker) marshal() ([]byte, error) {
 			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, OverSamples: w.overSamples, OverSince: w.overSince,
 			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
 			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
-			PrevState: w.state, SchedKnown: w.schedKnown,
+			SchedKnown: w.schedKnown,
 		}
 		if w.runs.len() > 0 {
 			cw.Runs = make(map[string]cpRun, w.runs.len())
@@ -192,7 +193,8 @@ func (p *healthProcessor) restore(ctx context.Context) {
 	p.logger.Info("restored worker state from the checkpoint", zap.Int("workers", n))
 }
 
-func (p *healthProcessor) checkpoint(ctx context.Context) {
+// writeCheckpoint writes the checkpoint; the caller holds cpMu.
+func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if p.storage == nil {
 		return
 	}

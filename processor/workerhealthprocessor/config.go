@@ -15,8 +15,16 @@ import (
 type Config struct {
 	// EmitInterval is how often workers are evaluated and the derived metrics,
 	// transition logs and the snapshot for the health extension are emitted.
-	// Default 10s. Every time-based rule is evaluated at this resolution.
+	// Default 10s, at least MinEmitInterval. Every time-based rule is
+	// evaluated at this resolution.
 	EmitInterval time.Duration `mapstructure:"emit_interval"`
+
+	// HealthExtension is the id of the worker_health extension (the health
+	// API) the state is published to after every evaluation. Default: none
+	// (nothing is published; the derived metrics and logs still flow). An id
+	// that is not configured, or is not a worker_health extension, fails
+	// Start with an error naming this key.
+	HealthExtension *component.ID `mapstructure:"health_extension"`
 
 	// StorageID is the optional id of a storage extension (e.g. file_storage)
 	// used to checkpoint state so a restart neither forgets drift nor reports a
@@ -259,14 +267,22 @@ type LimitsConfig struct {
 
 var _ component.Config = (*Config)(nil)
 
+// MinEmitInterval is the shortest emit_interval. Every evaluation judges
+// every worker, builds the derived metrics, publishes a snapshot to the
+// health API and (checkpoint_every) writes a checkpoint: at limits.max_workers
+// that is milliseconds of CPU (docs/processor.md), while the rules' inputs
+// (scrapes, heartbeats) arrive every few seconds, so a shorter period costs
+// CPU and gains nothing.
+const MinEmitInterval = time.Second
+
 // Validate checks the configuration; every error names its YAML key.
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, a...)))
 	}
-	if c.EmitInterval <= 0 {
-		add("emit_interval", "must be positive, got %v", c.EmitInterval)
+	if c.EmitInterval < MinEmitInterval {
+		add("emit_interval", "must be at least %v, got %v", MinEmitInterval, c.EmitInterval)
 	}
 	if c.CheckpointEvery < 1 {
 		add("checkpoint_every", "must be at least 1, got %d", c.CheckpointEvery)

@@ -18,27 +18,37 @@ import (
 // of which the generated builder expresses.
 const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
-// buildMetrics renders the tracker. Called under the processor's lock; the
-// result is consumed after the lock is released.
+// buildMetrics renders the tracker: one resource per worker, identified by
+// cicd.worker.id as the worker_process receiver identifies its tree, with
+// the worker's series; then one resource without attributes for the
+// fleet-wide figures (workers by state, idle capacity, pending runs, the
+// histograms), which belong to no worker. The worker's name is not on the
+// resource: a name that appears or changes later would start new series
+// (with a Prometheus exporter, a second series per state until the old one
+// expires); the state-change records and the health API carry it.
+//
+// Called under the processor's lock; the result is consumed after the lock
+// is released.
 func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
-	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
-	sm.Scope().SetName(scopeName)
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
+	ws := t.byID()
+	rms := md.ResourceMetrics()
+	rms.EnsureCapacity(len(ws) + 1)
 
-	gauge := func(name, unit, desc string) pmetric.NumberDataPointSlice {
+	var sm pmetric.ScopeMetrics
+	newMetric := func(name, unit, desc string) pmetric.Metric {
 		m := sm.Metrics().AppendEmpty()
 		m.SetName(name)
 		m.SetUnit(unit)
 		m.SetDescription(desc)
-		return m.SetEmptyGauge().DataPoints()
+		return m
+	}
+	gauge := func(name, unit, desc string) pmetric.NumberDataPointSlice {
+		return newMetric(name, unit, desc).SetEmptyGauge().DataPoints()
 	}
 	counter := func(name, unit, desc string) pmetric.NumberDataPointSlice {
-		m := sm.Metrics().AppendEmpty()
-		m.SetName(name)
-		m.SetUnit(unit)
-		m.SetDescription(desc)
-		s := m.SetEmptySum()
+		s := newMetric(name, unit, desc).SetEmptySum()
 		s.SetIsMonotonic(true)
 		s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 		return s.DataPoints()
@@ -56,43 +66,54 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 			a.PutStr(kv[i], kv[i+1])
 		}
 	}
+	scope := func(rm pmetric.ResourceMetrics) {
+		sm = rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(scopeName)
+	}
 
-	state := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
-	trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
-	active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
-	drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-	claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-	kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
-	for _, w := range t.byID() {
-		id := w.id
+	for _, w := range ws {
+		rm := rms.AppendEmpty()
+		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.id)
+		scope(rm)
+		state := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
 			v := int64(0)
 			if s == w.state {
 				v = 1
 				byState[i]++
 			}
-			point(state, v, false, contract.AttrWorkerID, id, contract.AttrState, string(s))
+			point(state, v, false, contract.AttrState, string(s))
 		}
-		for i, n := range w.transitions {
-			if n > 0 {
-				point(trans, n, true, contract.AttrWorkerID, id, contract.AttrState, string(contract.AllStates[i]))
+		if anyPositive(w.transitions[:]) {
+			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
+			for i, n := range w.transitions {
+				if n > 0 {
+					point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
+				}
 			}
 		}
-		point(active, int64(w.heldW), false, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceWorker)
-		point(active, int64(w.heldS), false, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceScheduler)
-		point(drift, int64(len(w.missing)), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftMissing)
-		point(drift, int64(len(w.orphaned)), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftOrphaned)
-		point(drift, int64(w.overCap), false, contract.AttrWorkerID, id, contract.AttrDriftKind, contract.DriftOverCapacity)
-		point(claims, w.claims[srcWorker], true, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceWorker)
-		point(claims, w.claims[srcScheduler], true, contract.AttrWorkerID, id, contract.AttrSource, contract.SourceScheduler)
-		for i, n := range w.kills {
-			if n > 0 {
-				point(kills, n, true, contract.AttrWorkerID, id, contract.AttrKillReason, killReasonNames[i])
+		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
+		point(active, int64(w.heldW), false, contract.AttrSource, contract.SourceWorker)
+		point(active, int64(w.heldS), false, contract.AttrSource, contract.SourceScheduler)
+		drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+		point(drift, int64(len(w.missing)), false, contract.AttrDriftKind, contract.DriftMissing)
+		point(drift, int64(len(w.orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+		point(drift, int64(w.overCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
+		point(claims, w.claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
+		point(claims, w.claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		if anyPositive(w.kills[:]) {
+			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
+			for i, n := range w.kills {
+				if n > 0 {
+					point(kills, n, true, contract.AttrKillReason, killReasonNames[i])
+				}
 			}
 		}
 	}
 
+	scope(rms.AppendEmpty())
 	fw := gauge(contract.MetricFleetWorkers, "{worker}", "Workers by health state.")
 	for i, s := range contract.AllStates {
 		point(fw, byState[i], false, contract.AttrState, string(s))
@@ -145,16 +166,34 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	return md
 }
 
+// anyPositive: a counter with no point is left out rather than sent empty.
+func anyPositive(counts []int64) bool {
+	for _, n := range counts {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // buildLogs renders one record per transition: the event stream outside
 // systems react to (Taskcluster publishes worker-running/-stopped the same way).
 func buildLogs(trs []transition) plog.Logs {
 	ld := plog.NewLogs()
-	if len(trs) == 0 {
-		return ld
-	}
-	sl := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty()
-	sl.Scope().SetName(scopeName)
-	for _, tr := range trs {
+	var sl plog.ScopeLogs
+	for i, tr := range trs {
+		// One resource per worker, as for the metrics (trs is sorted by
+		// worker, and holds at most one transition per worker).
+		if i == 0 || tr.worker != trs[i-1].worker {
+			rl := ld.ResourceLogs().AppendEmpty()
+			ra := rl.Resource().Attributes()
+			ra.PutStr(contract.AttrWorkerID, tr.worker)
+			if tr.name != "" {
+				ra.PutStr(contract.AttrWorkerName, tr.name)
+			}
+			sl = rl.ScopeLogs().AppendEmpty()
+			sl.Scope().SetName(scopeName)
+		}
 		lr := sl.LogRecords().AppendEmpty()
 		at := pcommon.Timestamp(tr.at)
 		lr.SetTimestamp(at)
@@ -174,10 +213,6 @@ func buildLogs(trs []transition) plog.Logs {
 		lr.Body().SetStr(fmt.Sprintf("worker %s: %s -> %s (%s)", tr.worker, tr.from, tr.to, strings.Join(codes, ", ")))
 		a := lr.Attributes()
 		a.PutStr(contract.AttrEventName, contract.EventStateChange)
-		a.PutStr(contract.AttrWorkerID, tr.worker)
-		if tr.name != "" {
-			a.PutStr(contract.AttrWorkerName, tr.name)
-		}
 		a.PutStr(contract.AttrStateFrom, string(tr.from))
 		a.PutStr(contract.AttrStateTo, string(tr.to))
 		a.PutBool(contract.AttrMayTakeWork, tr.to.MayTakeWork())

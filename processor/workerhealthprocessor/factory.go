@@ -19,9 +19,10 @@ var capabilities = consumer.Capabilities{MutatesData: false}
 
 // factory keeps one instance per *Config: the collector creates the
 // component once per pipeline with the same *Config pointer, so every
-// pipeline that lists the id shares state (the memory_limiter pattern). The
-// entry is dropped when the last pipeline shuts down, so a config reload
-// builds a fresh instance.
+// pipeline that lists the id shares one tracker (the memory_limiter
+// pattern). The entry is dropped when the last pipeline shuts down, so a
+// config reload builds a fresh instance (which restores the checkpoint the
+// old one wrote at its shutdown).
 type factory struct {
 	mu        sync.Mutex
 	instances map[*Config]*healthProcessor
@@ -99,7 +100,9 @@ func createDefaultConfig() component.Config {
 	}
 }
 
-// get returns the shared instance for cfg, creating it on first use.
+// get returns the shared instance for cfg, creating it on first use. Its
+// telemetry is the first pipeline's without the pipeline and signal
+// attributes the service injected (telemetry.go).
 func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProcessor, error) {
 	c := cfg.(*Config)
 	f.mu.Lock()
@@ -107,6 +110,7 @@ func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProc
 	if p, ok := f.instances[c]; ok {
 		return p, nil
 	}
+	set.TelemetrySettings = sharedTelemetry(set.TelemetrySettings)
 	p, err := newHealthProcessor(set, c, newClock())
 	if err != nil {
 		return nil, err
@@ -123,14 +127,21 @@ func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProc
 	return p, nil
 }
 
+// lifecycle binds a wrapper's Start and Shutdown to its pipeline.
+func lifecycle(p *healthProcessor, pl *pipeline) []processorhelper.Option {
+	return []processorhelper.Option{
+		processorhelper.WithCapabilities(capabilities),
+		processorhelper.WithStart(func(ctx context.Context, host component.Host) error { return p.start(ctx, host, pl) }),
+		processorhelper.WithShutdown(func(ctx context.Context) error { return p.shutdown(ctx, pl) }),
+	}
+}
+
 func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {
 	p, err := f.get(set, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return processorhelper.NewTraces(ctx, set, cfg, next, p.processTraces,
-		processorhelper.WithCapabilities(capabilities),
-		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+	return processorhelper.NewTraces(ctx, set, cfg, next, p.processTraces, lifecycle(p, &pipeline{})...)
 }
 
 func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
@@ -138,10 +149,7 @@ func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg
 	if err != nil {
 		return nil, err
 	}
-	p.addMetricsConsumer(next)
-	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics,
-		processorhelper.WithCapabilities(capabilities),
-		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics, lifecycle(p, &pipeline{metrics: next})...)
 }
 
 func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
@@ -149,8 +157,5 @@ func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg co
 	if err != nil {
 		return nil, err
 	}
-	p.addLogsConsumer(next)
-	return processorhelper.NewLogs(ctx, set, cfg, next, p.processLogs,
-		processorhelper.WithCapabilities(capabilities),
-		processorhelper.WithStart(p.start), processorhelper.WithShutdown(p.shutdown))
+	return processorhelper.NewLogs(ctx, set, cfg, next, p.processLogs, lifecycle(p, &pipeline{logs: next})...)
 }

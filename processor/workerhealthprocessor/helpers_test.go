@@ -303,3 +303,26 @@ type host struct {
 }
 
 func (h host) GetExtensions() map[component.ID]component.Component { return h.ext }
+
+// metricsByWorker indexes derived metrics by the resource's worker id ("" for
+// the fleet resource) and name.
+func metricsByWorker(md pmetric.Metrics) map[string]map[string]pmetric.Metric {
+	out := map[string]map[string]pmetric.Metric{}
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		id := ""
+		if v, ok := rm.Resource().Attributes().Get(contract.AttrWorkerID); ok {
+			id = v.Str()
+		}
+		if out[id] == nil {
+			out[id] = map[string]pmetric.Metric{}
+		}
+		for j := 0; j < rm.ScopeMetrics().Len(); j++ {
+			ms := rm.ScopeMetrics().At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				out[id][ms.At(k).Name()] = ms.At(k)
+			}
+		}
+	}
+	return out
+}

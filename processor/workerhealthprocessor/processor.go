@@ -2,7 +2,11 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/collector/component"
@@ -20,8 +24,8 @@ import (
 )
 
 // healthProcessor is the one instance behind every pipeline that lists the
-// component id. Each pipeline's processorhelper wrapper calls start/shutdown;
-// they are reference counted so the timer runs while any pipeline does.
+// component id. Each pipeline's processorhelper wrapper has its own
+// *pipeline and calls start/shutdown with it.
 type healthProcessor struct {
 	cfg    *Config
 	set    processor.Settings
@@ -31,24 +35,51 @@ type healthProcessor struct {
 	tel    *metadata.TelemetryBuilder
 	pool   sync.Pool
 
-	// mu guards the tracker and the consumer lists. Never held while calling
-	// a consumer or a subscriber.
+	// mu guards the tracker and the emission targets. Never held while
+	// calling a consumer, the subscriber or the storage.
 	mu        sync.Mutex
 	tracker   *tracker
-	metricsTo []consumer.Metrics
-	logsTo    []consumer.Logs
+	targets   []*pipeline
 	startTime int64
 	evals     int
 
-	// lifeMu serializes start/shutdown and guards the reference count.
-	lifeMu      sync.Mutex
-	refs        int
-	subscribers []contract.Subscriber
-	storage     storage.Client
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	onLastStop  func()
+	// lifeMu serializes start/shutdown and guards what they set up.
+	lifeMu     sync.Mutex
+	refs       int
+	subscriber contract.Subscriber
+	cancel     context.CancelFunc // stops the timer loop
+	loopDone   chan struct{}      // closed when the timer loop returned
+	stopped    bool               // the timer loop was told to stop
+	onLastStop func()
+	// shutdownWait bounds how long Shutdown waits for a timer loop blocked in
+	// a downstream consumer that ignores its canceled context, when
+	// Shutdown's own context has no earlier deadline (the collector passes
+	// one without a deadline).
+	shutdownWait time.Duration
+
+	// cpMu serializes checkpoint writes and guards storage, so the timer
+	// loop's checkpoint and the final one at shutdown never overlap.
+	cpMu    sync.Mutex
+	storage storage.Client
 }
+
+// pipeline is one processorhelper wrapper: the next consumer of its
+// pipeline, which the derived metrics or logs go to. Derived data goes only
+// into pipelines whose wrapper has started and not yet shut down: the
+// collector starts a pipeline's downstream before it and shuts it down after
+// it, so nothing is ever emitted into a component that is not running.
+type pipeline struct {
+	metrics consumer.Metrics // nil unless a metrics pipeline
+	logs    consumer.Logs    // nil unless a logs pipeline
+	started bool             // guarded by lifeMu
+	gone    atomic.Bool      // set at its Shutdown, before the wait for the loop
+}
+
+// defaultShutdownWait: a downstream that ignores a canceled context is a
+// bug in that component; five seconds is long enough for any consumer that
+// is merely slow, and short against the grace periods of systemd (90 s)
+// and Kubernetes (30 s). A variable so tests need not wait that long.
+var defaultShutdownWait = 5 * time.Second
 
 func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clock) (*healthProcessor, error) {
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
@@ -56,13 +87,14 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 		return nil, err
 	}
 	p := &healthProcessor{
-		cfg:     cfg,
-		set:     set,
-		logger:  set.Logger,
-		clock:   clock,
-		mapper:  newMapper(cfg),
-		tel:     tel,
-		tracker: newTracker(cfg),
+		cfg:          cfg,
+		set:          set,
+		logger:       set.Logger,
+		clock:        clock,
+		mapper:       newMapper(cfg),
+		tel:          tel,
+		tracker:      newTracker(cfg),
+		shutdownWait: defaultShutdownWait,
 	}
 	p.pool.New = func() any { b := &batch{}; b.reset(); return b }
 	p.startTime = clock.Now().UnixNano()
@@ -78,87 +110,154 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 	return p, nil
 }
 
-func (p *healthProcessor) addMetricsConsumer(c consumer.Metrics) {
-	p.mu.Lock()
-	p.metricsTo = append(p.metricsTo, c)
-	p.mu.Unlock()
-}
-
-func (p *healthProcessor) addLogsConsumer(c consumer.Logs) {
-	p.mu.Lock()
-	p.logsTo = append(p.logsTo, c)
-	p.mu.Unlock()
-}
-
-func (p *healthProcessor) start(ctx context.Context, host component.Host) error {
+// start is one wrapper's Start. The first one sets up what all share (the
+// health extension, the checkpoint, the timer loop); each one adds its
+// pipeline to the emission targets.
+func (p *healthProcessor) start(ctx context.Context, host component.Host, pl *pipeline) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
-	p.refs++
-	if p.refs > 1 {
+	if pl.started {
 		return nil
 	}
-	p.subscribers = p.subscribers[:0]
-	for _, ext := range host.GetExtensions() {
-		if s, ok := ext.(contract.Subscriber); ok {
-			p.subscribers = append(p.subscribers, s)
+	if p.refs == 0 {
+		if err := p.startShared(ctx, host); err != nil {
+			return err
 		}
 	}
+	p.refs++
+	pl.started = true
+	p.mu.Lock()
+	p.targets = append(p.targets, pl)
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *healthProcessor) startShared(ctx context.Context, host component.Host) error {
+	sub, err := p.findHealthExtension(host)
+	if err != nil {
+		return err
+	}
+	p.subscriber = sub
 	if err := p.openStorage(ctx, host); err != nil {
-		p.refs--
 		return err
 	}
 	p.restore(ctx)
 	// Publish at once: restored workers are "unknown" until evaluated, and a
 	// subscriber should know them from the first request on.
-	p.mu.Lock()
-	snap := p.tracker.snapshot(p.clock.Now().UnixNano())
-	p.mu.Unlock()
-	p.publish(snap)
+	if p.subscriber != nil {
+		p.mu.Lock()
+		snap := p.tracker.snapshot(p.clock.Now().UnixNano())
+		p.mu.Unlock()
+		p.publish(ctx, snap)
+	}
 
-	// The timer's context is canceled by the last Shutdown, so an emit
-	// blocked on a downstream cannot hold the collector's shutdown.
-	tickCtx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
+	p.logger.Info("judging workers", zap.Duration("emit_interval", p.cfg.EmitInterval),
+		zap.String("health_extension", idOrNone(p.cfg.HealthExtension)), zap.String("storage_id", idOrNone(p.cfg.StorageID)))
+	loopCtx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.loopDone, p.stopped = cancel, make(chan struct{}), false
 	ticker := p.clock.NewTicker(p.cfg.EmitInterval)
-	p.wg.Add(1)
 	go func() {
-		defer p.wg.Done()
+		defer close(p.loopDone)
 		defer ticker.Stop()
 		for {
 			select {
-			case <-tickCtx.Done():
+			case <-loopCtx.Done():
 				return
 			case <-ticker.Chan():
-				p.tick(tickCtx)
+				p.tick(loopCtx)
 			}
 		}
 	}()
 	return nil
 }
 
-func (p *healthProcessor) shutdown(ctx context.Context) error {
+func idOrNone(id *component.ID) string {
+	if id == nil {
+		return "none"
+	}
+	return id.String()
+}
+
+// findHealthExtension resolves health_extension. Named, not discovered: a
+// collector may run several extensions that could take snapshots, and a
+// typo must fail Start rather than leave the health API empty.
+func (p *healthProcessor) findHealthExtension(host component.Host) (contract.Subscriber, error) {
+	id := p.cfg.HealthExtension
+	if id == nil {
+		return nil, nil
+	}
+	ext, ok := host.GetExtensions()[*id]
+	if !ok {
+		return nil, fmt.Errorf("health_extension: extension %q is not configured (add it under extensions and service::extensions)", id)
+	}
+	sub, ok := ext.(contract.Subscriber)
+	if !ok {
+		return nil, fmt.Errorf("health_extension: extension %q is not a worker_health extension (it cannot receive worker state)", id)
+	}
+	return sub, nil
+}
+
+// shutdown is one wrapper's Shutdown. The first one stops the timer loop:
+// the collector shuts all pipelines down together, and once it has begun the
+// derived data has nowhere reliable to go. The last one writes the final
+// checkpoint (all receivers are down by then, so it holds everything that
+// arrived) and releases the storage.
+func (p *healthProcessor) shutdown(ctx context.Context, pl *pipeline) error {
 	p.lifeMu.Lock()
 	defer p.lifeMu.Unlock()
-	if p.refs == 0 {
-		// Shutdown without Start (a failed pipeline build): nothing runs.
-		p.lastStop()
+	if !pl.started {
+		// Shutdown without Start (a failed pipeline build): nothing runs
+		// for this wrapper.
+		if p.refs == 0 {
+			p.lastStop()
+		}
 		return nil
 	}
+	pl.started = false
+	pl.gone.Store(true)
+	p.mu.Lock()
+	p.targets = slices.DeleteFunc(p.targets, func(x *pipeline) bool { return x == pl })
+	p.mu.Unlock()
+	p.stopLoop(ctx)
 	p.refs--
 	if p.refs > 0 {
 		return nil
 	}
-	p.cancel()
-	p.wg.Wait()
-	p.checkpoint(ctx)
+	p.cpMu.Lock()
+	p.writeCheckpoint(ctx)
 	if p.storage != nil {
 		if err := p.storage.Close(ctx); err != nil {
 			p.logger.Warn("closing the storage client failed", zap.Error(err))
 		}
 		p.storage = nil
 	}
+	p.cpMu.Unlock()
 	p.lastStop()
 	return nil
+}
+
+// stopLoop cancels the timer loop and waits for it to return, but never
+// longer than ctx allows or shutdownWait: a downstream consumer that blocks
+// and ignores its context must not hold the collector's shutdown. A loop
+// left behind touches nothing once it returns (it checks its context before
+// every consumer, the subscriber and the storage).
+func (p *healthProcessor) stopLoop(ctx context.Context) {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.cancel()
+	began := time.Now()
+	timer := time.NewTimer(p.shutdownWait)
+	defer timer.Stop()
+	select {
+	case <-p.loopDone:
+		return
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	p.logger.Warn("the emission of derived telemetry is blocked in a downstream consumer that ignores cancellation; shutting down without waiting for it",
+		zap.Duration("waited", time.Since(began)))
 }
 
 func (p *healthProcessor) lastStop() {
@@ -168,21 +267,36 @@ func (p *healthProcessor) lastStop() {
 }
 
 // tick evaluates, emits and publishes. Lock, build, unlock, then consume.
+// ctx is the loop's: canceled by the first Shutdown, and checked before
+// every call out (consumer, subscriber, storage), so a loop released late by
+// a blocked consumer does nothing more.
 func (p *healthProcessor) tick(ctx context.Context) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
 	trs := p.tracker.evaluate(now)
+	var mTo []consumer.Metrics
+	var lTo []consumer.Logs
+	var mGone, lGone []*atomic.Bool
+	for _, pl := range p.targets {
+		if pl.metrics != nil {
+			mTo, mGone = append(mTo, pl.metrics), append(mGone, &pl.gone)
+		}
+		if pl.logs != nil && len(trs) > 0 {
+			lTo, lGone = append(lTo, pl.logs), append(lGone, &pl.gone)
+		}
+	}
 	var md pmetric.Metrics
-	if len(p.metricsTo) > 0 {
+	if len(mTo) > 0 {
 		md = p.tracker.buildMetrics(p.startTime, now)
 	}
 	var ld plog.Logs
-	if len(p.logsTo) > 0 && len(trs) > 0 {
+	if len(lTo) > 0 {
 		ld = buildLogs(trs)
 	}
-	snap := p.tracker.snapshot(now)
-	mTo := append([]consumer.Metrics(nil), p.metricsTo...)
-	lTo := append([]consumer.Logs(nil), p.logsTo...)
+	var snap *contract.Snapshot
+	if p.subscriber != nil {
+		snap = p.tracker.snapshot(now)
+	}
 	t := p.tracker
 	overW, overR, expired, malformed := t.overflowWorkers, t.overflowRuns, t.expired, t.malformed
 	t.overflowWorkers, t.overflowRuns, t.expired, t.malformed = 0, 0, 0, 0
@@ -200,31 +314,51 @@ func (p *healthProcessor) tick(ctx context.Context) {
 			zap.String("from", string(tr.from)), zap.String("to", string(tr.to)))
 	}
 	// Each pipeline gets its own copy: a downstream processor may mutate it.
-	for i, c := range mTo {
-		out := md
-		if i < len(mTo)-1 {
-			out = pmetric.NewMetrics()
-			md.CopyTo(out)
-		}
-		if err := c.ConsumeMetrics(ctx, out); err != nil {
-			p.tel.ProcessorWorkerHealthEmitErrors.Add(ctx, 1)
+	if len(mTo) > 0 {
+		points := int64(md.DataPointCount())
+		for i, c := range mTo {
+			if ctx.Err() != nil || mGone[i].Load() {
+				continue
+			}
+			out := md
+			if i < len(mTo)-1 {
+				out = pmetric.NewMetrics()
+				md.CopyTo(out)
+			}
+			if err := c.ConsumeMetrics(ctx, out); err != nil {
+				p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
+				p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
+				continue
+			}
+			p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
 		}
 	}
-	if len(trs) > 0 {
+	if len(lTo) > 0 {
+		records := int64(ld.LogRecordCount())
 		for i, c := range lTo {
+			if ctx.Err() != nil || lGone[i].Load() {
+				continue
+			}
 			out := ld
 			if i < len(lTo)-1 {
 				out = plog.NewLogs()
 				ld.CopyTo(out)
 			}
 			if err := c.ConsumeLogs(ctx, out); err != nil {
-				p.tel.ProcessorWorkerHealthEmitErrors.Add(ctx, 1)
+				p.tel.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), records)
+				p.logger.Debug("the next consumer refused the state-change records", zap.Error(err))
+				continue
 			}
+			p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
 		}
 	}
-	p.publish(snap)
+	p.publish(ctx, snap)
 	if doCheckpoint {
-		p.checkpoint(ctx)
+		p.cpMu.Lock()
+		if ctx.Err() == nil {
+			p.writeCheckpoint(ctx)
+		}
+		p.cpMu.Unlock()
 	}
 }
 
@@ -234,11 +368,14 @@ func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n in
 	}
 }
 
-func (p *healthProcessor) publish(snap *contract.Snapshot) {
-	snap.Source = p.set.ID
-	for _, s := range p.subscribers {
-		s.Publish(snap)
+// publish hands the snapshot to the health extension, unless the loop was
+// stopped (the extension may be shutting down).
+func (p *healthProcessor) publish(ctx context.Context, snap *contract.Snapshot) {
+	if snap == nil || p.subscriber == nil || ctx.Err() != nil {
+		return
 	}
+	snap.Source = p.set.ID
+	p.subscriber.Publish(snap)
 }
 
 // ingest applies one extracted batch under the lock.

@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processortest"
 
@@ -44,7 +43,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 20, c.Capacity.PerWorker["big-worker"])
 			assert.False(t, c.Stall.RequirePending)
 		}},
-		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be positive"},
+		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
 		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
 		{id: "worker_health/bad_kill_reason", wantErr: `kills.reasons: unknown kill reason "exploded"`},
 		{id: "worker_health/bad_cpu", wantErr: "cpu.recovery_cores"},
@@ -246,7 +245,8 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 }
 
 // One instance behind three pipelines: shared state, emission into the
-// metrics and logs pipelines only, Start/Shutdown reference counted.
+// metrics and logs pipelines only, the timer stopped by the first Shutdown,
+// the instance dropped by the last.
 func TestSharedInstanceLifecycle(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	old := newClock
@@ -255,6 +255,8 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 
 	f := NewFactory()
 	cfg := testCfg()
+	healthID := component.MustNewID("worker_health")
+	cfg.HealthExtension = &healthID
 	set := processortest.NewNopSettings(metadata.Type)
 	ctx := context.Background()
 	tSink, mSink, lSink := new(consumertest.TracesSink), new(consumertest.MetricsSink), new(consumertest.LogsSink)
@@ -266,7 +268,7 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.NoError(t, err)
 
 	sub := &subscriber{}
-	h := host{ext: map[component.ID]component.Component{component.MustNewID("worker_health"): sub}}
+	h := host{ext: map[component.ID]component.Component{healthID: sub}}
 	for _, c := range []component.Component{tp, mp, lp} {
 		require.NoError(t, c.Start(ctx, h))
 	}
@@ -288,32 +290,34 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 1 && len(mSink.AllMetrics()) == 2 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 2, lSink.LogRecordCount(), "one transition per worker")
 	assert.Equal(t, 1, tSink.SpanCount(), "nothing emitted into traces")
-	derived := mSink.AllMetrics()[1]
-	names := map[string]bool{}
-	ms := derived.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := 0; i < ms.Len(); i++ {
-		names[ms.At(i).Name()] = true
+	byWorker := metricsByWorker(mSink.AllMetrics()[1])
+	for _, w := range []string{"w1", "w2"} {
+		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims} {
+			assert.Contains(t, byWorker[w], n, "%s on the resource of %s", n, w)
+		}
 	}
-	for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims, contract.MetricFleetWorkers, contract.MetricFleetIdle} {
-		assert.True(t, names[n], n)
+	for _, n := range []string{contract.MetricFleetWorkers, contract.MetricFleetIdle} {
+		assert.Contains(t, byWorker[""], n, "%s on the fleet resource", n)
 	}
 	require.Eventually(t, func() bool {
 		s := sub.last()
 		return len(s.Workers) == 2 && s.Workers[0].State == contract.Healthy
 	}, 5*time.Second, 5*time.Millisecond)
 
-	// Two shutdowns: still running.
+	// The first Shutdown stops the timer: the collector shuts every
+	// pipeline down together, and the traces pipeline's exporter may already
+	// be gone while the metrics pipeline's wrapper still runs.
 	require.NoError(t, tp.Shutdown(ctx))
+	require.NoError(t, clock.BlockUntilContext(ctx, 0))
 	require.NoError(t, mp.Shutdown(ctx))
-	require.NoError(t, clock.BlockUntilContext(ctx, 1))
-	// The last one stops the timer and drops the instance: a new pipeline
-	// build with the same config gets a fresh one, which publishes at start
-	// and knows none of the old instance's workers.
+	// The last one drops the instance: a new pipeline build with the same
+	// config gets a fresh one, which publishes at start and knows none of the
+	// old instance's workers.
 	require.NoError(t, lp.Shutdown(ctx))
 	mp2, err := f.CreateMetrics(ctx, set, cfg, consumertest.NewNop())
 	require.NoError(t, err)
 	sub2 := &subscriber{}
-	h.ext[component.MustNewID("worker_health")] = sub2
+	h.ext[healthID] = sub2
 	require.NoError(t, mp2.Start(ctx, h))
 	require.NotNil(t, sub2.last())
 	assert.Empty(t, sub2.last().Workers, "a fresh instance")
@@ -331,8 +335,11 @@ func TestRestoreAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	h1 := newHarness(t, cfg)
 	sub := &subscriber{}
-	hst := host{ext: map[component.ID]component.Component{storageID: store, component.MustNewID("worker_health"): sub}}
-	require.NoError(t, h1.p.start(ctx, hst))
+	healthID := component.MustNewID("worker_health")
+	cfg.HealthExtension = &healthID
+	hst := host{ext: map[component.ID]component.Component{storageID: store, healthID: sub}}
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
 	// w1: scheduler holds a run the worker does not (missing); w2: memory latch.
 	hb(h1)
 	h1.logs(sl("w1", "workerwatch.run.claimed", "r1"))
@@ -343,13 +350,14 @@ func TestRestoreAfterRestart(t *testing.T) {
 	h1.p.tick(ctx)
 	require.Equal(t, degraded, h1.state("w1"))
 	require.Equal(t, unhealthy, h1.state("w2"))
-	require.NoError(t, h1.p.shutdown(ctx))
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
 
 	h2 := newHarness(t, cfg)
 	h2.clock.Advance(10 * time.Second)
 	sub2 := &subscriber{}
-	hst.ext[component.MustNewID("worker_health")] = sub2
-	require.NoError(t, h2.p.start(ctx, hst))
+	hst.ext[healthID] = sub2
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
 	snap := sub2.last()
 	require.Len(t, snap.Workers, 2)
 	for _, w := range snap.Workers {
@@ -364,7 +372,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 	h2.eval()
 	assert.Equal(t, degraded, h2.state("w1"), "drift survived the restart")
 	assert.Contains(t, h2.codes("w1"), codeMissing)
-	require.NoError(t, h2.p.shutdown(ctx))
+	require.NoError(t, h2.p.shutdown(ctx, pl2))
 }
 
 func TestDerivedMetricsShape(t *testing.T) {
@@ -389,10 +397,10 @@ func TestDerivedMetricsShape(t *testing.T) {
 	h.p.mu.Lock()
 	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
 	h.p.mu.Unlock()
-	byName := map[string]pmetric.Metric{}
-	ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := 0; i < ms.Len(); i++ {
-		byName[ms.At(i).Name()] = ms.At(i)
+	byWorker := metricsByWorker(md)
+	byName := byWorker["w1"]
+	for n, m := range byWorker[""] {
+		byName[n] = m
 	}
 	st := byName[contract.MetricState].Gauge().DataPoints()
 	require.Equal(t, len(contract.AllStates), st.Len())

@@ -14,5 +14,5 @@ var (
 )
 
 const (
-	ExtensionStability = component.StabilityLevelAlpha
+	ExtensionStability = component.StabilityLevelDevelopment
 )

@@ -25,16 +25,19 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                 metric.Meter
-	mu                                    sync.Mutex
-	registrations                         []metric.Registration
-	ProcessorWorkerHealthCheckpointErrors metric.Int64Counter
-	ProcessorWorkerHealthEmitErrors       metric.Int64Counter
-	ProcessorWorkerHealthRecordsMalformed metric.Int64Counter
-	ProcessorWorkerHealthRunsOverflow     metric.Int64Counter
-	ProcessorWorkerHealthWorkersExpired   metric.Int64Counter
-	ProcessorWorkerHealthWorkersOverflow  metric.Int64Counter
-	ProcessorWorkerHealthWorkersTracked   metric.Int64ObservableGauge
+	meter                                    metric.Meter
+	mu                                       sync.Mutex
+	registrations                            []metric.Registration
+	ProcessorWorkerHealthCheckpointErrors    metric.Int64Counter
+	ProcessorWorkerHealthEmittedLogRecords   metric.Int64Counter
+	ProcessorWorkerHealthEmittedMetricPoints metric.Int64Counter
+	ProcessorWorkerHealthRecordsMalformed    metric.Int64Counter
+	ProcessorWorkerHealthRefusedLogRecords   metric.Int64Counter
+	ProcessorWorkerHealthRefusedMetricPoints metric.Int64Counter
+	ProcessorWorkerHealthRunsOverflow        metric.Int64Counter
+	ProcessorWorkerHealthWorkersExpired      metric.Int64Counter
+	ProcessorWorkerHealthWorkersOverflow     metric.Int64Counter
+	ProcessorWorkerHealthWorkersTracked      metric.Int64ObservableGauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -97,16 +100,34 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{error}"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ProcessorWorkerHealthEmitErrors, err = builder.meter.Int64Counter(
-		"otelcol_processor_worker_health_emit_errors",
-		metric.WithDescription("Derived metrics or logs batches that the next consumer refused. [Development]"),
-		metric.WithUnit("{batch}"),
+	builder.ProcessorWorkerHealthEmittedLogRecords, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_emitted_log_records",
+		metric.WithDescription("State-change log records the next consumer accepted, counted once per logs pipeline they went to. [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthEmittedMetricPoints, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_emitted_metric_points",
+		metric.WithDescription("Data points of derived metrics the next consumer accepted, counted once per metrics pipeline they went to. [Development]"),
+		metric.WithUnit("{datapoint}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthRecordsMalformed, err = builder.meter.Int64Counter(
 		"otelcol_processor_worker_health_records_malformed",
 		metric.WithDescription("Lifecycle records and samples skipped because they were malformed (missing ids, wrong types, oversized values). [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthRefusedLogRecords, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_refused_log_records",
+		metric.WithDescription("State-change log records the next consumer refused (returned an error), counted once per logs pipeline. [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthRefusedMetricPoints, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_refused_metric_points",
+		metric.WithDescription("Data points of derived metrics the next consumer refused (returned an error), counted once per metrics pipeline. [Development]"),
+		metric.WithUnit("{datapoint}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthRunsOverflow, err = builder.meter.Int64Counter(

@@ -25,18 +25,30 @@ func TestSetupTelemetry(t *testing.T) {
 		return nil
 	}))
 	tb.ProcessorWorkerHealthCheckpointErrors.Add(context.Background(), 1)
-	tb.ProcessorWorkerHealthEmitErrors.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRecordsMalformed.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRunsOverflow.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersExpired.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersOverflow.Add(context.Background(), 1)
 	AssertEqualProcessorWorkerHealthCheckpointErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
-	AssertEqualProcessorWorkerHealthEmitErrors(t, testTel,
+	AssertEqualProcessorWorkerHealthEmittedLogRecords(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthEmittedMetricPoints(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthRecordsMalformed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthRefusedLogRecords(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthRefusedMetricPoints(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthRunsOverflow(t, testTel,
