@@ -119,3 +119,30 @@ func TestProcessorEdges(t *testing.T) {
 		}
 	})
 }
+
+// The built-in default configuration starts without a deprecation warning
+// (issue 11: the Prometheus exporter's resource_to_telemetry_conversion
+// logged one at every start). Its listeners are moved to free ports.
+func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
+	bin := collectorBinary(t)
+	health := loopbackAddr(t)
+	col := start(t, "default-config-collector", []string{"WORKERWATCH_STATE_DIR=" + t.TempDir()}, bin,
+		"--config", filepath.Join(repoRoot, "config.yaml"),
+		"--set=receivers::otlp::protocols::grpc::endpoint="+loopbackAddr(t),
+		"--set=receivers::otlp::protocols::http::endpoint="+loopbackAddr(t),
+		"--set=extensions::worker_health::endpoint="+health,
+		"--set=exporters::prometheus::endpoint="+loopbackAddr(t),
+		"--set=exporters::otlp_http::endpoint=http://"+loopbackAddr(t),
+		"--set=service::telemetry::metrics::level=none")
+	waitLog(t, col, readyLine, 60*time.Second)
+	waitReady(t, col, health)
+	b, err := os.ReadFile(col.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(strings.ToLower(l), "deprecat") {
+			t.Errorf("a deprecation warning at start: %s", l)
+		}
+	}
+}
