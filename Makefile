@@ -1,7 +1,8 @@
 # workerwatch: `make run` to see it work, `make test` to prove it.
-# Everything here needs only Go; `make test` also needs chromium (the status
-# page's browser test), and `make e2e` prometheus, node and a Jaeger build,
-# which scripts/install-test-deps.sh installs (.ci/run calls it).
+# `make run` needs only Go. `make test` (and `make e2e`, `make check-configs`)
+# first runs scripts/install-test-deps.sh (`make deps`), which installs what
+# the tests need beyond Go (prometheus, chromium, wrk, node, a Jaeger build,
+# telemetrygen, the examples' npm packages) and skips what is there.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -26,7 +27,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run test lint vet fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
+.PHONY: all build run deps test lint vet fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
 
 all: build
 
@@ -39,7 +40,11 @@ build:
 run: build
 	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
 
-test: vet fmt-check lint check-generate unit check-configs e2e
+test: deps vet fmt-check lint check-generate unit check-configs e2e
+
+# What the tests need beyond Go; idempotent, quick when all is there.
+deps:
+	@scripts/install-test-deps.sh
 
 vet:
 	$(GO) vet ./...
@@ -49,9 +54,10 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-# The linters of .golangci.yml (close to contrib's); zero findings.
+# The linters of .golangci.yml (close to contrib's); zero findings. Another
+# run on the machine (another checkout) is waited for, not a failure.
 lint: $(GOLANGCI_LINT)
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 $(GOLANGCI_LINT):
 	mkdir -p $(dir $@)
@@ -63,9 +69,9 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 # End-to-end through the real binary with real Prometheus, Jaeger
-# and the Node.js example (scripts/install-test-deps.sh installs them).
+# and the Node.js example (`make deps` installs them).
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
-e2e: build
+e2e: deps build
 	@mkdir -p $(CACHE)
 	@$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
 		grep -E '^\s*(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
@@ -75,7 +81,7 @@ e2e: build
 # Every collector config shipped is valid for the real binary (with the
 # environment the deploy/ manifests set), and the
 # Prometheus rules load and pass their unit tests.
-check-configs: build
+check-configs: deps build
 	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' | grep -v '/bad-'); do \
 		GATEWAY_ENDPOINT=gateway:4317 TRACES_ENDPOINT=tempo:4317 LOGS_ENDPOINT=http://loki:3100/otlp \
 		K8S_NODE_NAME=node-a POD_NAME=worker-0 WORKERWATCH_API_TOKEN=t0ken WORKERWATCH_HEALTH_ENDPOINT=127.0.0.1:0 \

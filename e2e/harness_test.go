@@ -44,9 +44,9 @@ func need(t testing.TB, name string, candidates ...string) string {
 		return p
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not found (scripts/install-test-deps.sh installs it)", name)
+		t.Fatalf("%s not found (make deps installs it)", name)
 	}
-	t.Skipf("%s not found; run scripts/install-test-deps.sh", name)
+	t.Skipf("%s not found; run make deps", name)
 	return ""
 }
 
