@@ -106,7 +106,8 @@ scrape_configs:
 		// More work than the fleet can do, so work is pending (stalled needs it).
 		"--run-rate", "8", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
 		"--run-timeout", "4s", "--run-memory-limit", "80MiB")
-	nodeStarted := startNodeWorker(t, otlpHTTP)
+	nodeWorker := startNodeWorker(t, otlpHTTP) // nil when its packages are not installed
+	nodeStarted := nodeWorker != nil
 	// A second, one-worker fleet whose runs hold their memory for 30 s, so the
 	// run role's memory is steady long enough to compare with /proc.
 	steadyPids := filepath.Join(tmp, "steady-pids")
@@ -174,8 +175,11 @@ scrape_configs:
 			checkRoleMemory(t, e, id, "main", func() (int64, error) { return rssOfPidFile(e, id) })
 		}
 		if nodeStarted {
-			checkRoleMemory(t, e, wNode, "main", func() (int64, error) { return rssWhere(`(^|/)node( -\S+)* (\S*/)?worker\.js`, 0) })
-			checkRoleMemory(t, e, wNode, "runner", func() (int64, error) { return rssWhere(`/child/runner\.js`, 0) })
+			// The suite's own node worker and its runners only: other node
+			// workers on the machine are not ours.
+			nodePid := nodeWorker.cmd.Process.Pid
+			checkRoleMemory(t, e, wNode, "main", func() (int64, error) { return procfs.RSS(nodePid) })
+			checkRoleMemory(t, e, wNode, "runner", func() (int64, error) { return rssWhere(`/child/runner\.js`, nodePid) })
 		}
 		// The simulator's run role, on the steady fleet's worker.
 		steady := env{pidDir: steadyPids}
@@ -285,11 +289,14 @@ scrape_configs:
 		}
 	})
 
-	// Ctrl-C equivalent: the fleet must leave no process behind.
-	fleet.stop(t)
-	steadyFleet.stop(t)
-	if out := leftovers(simBin); out != "" {
-		t.Errorf("processes left after the fleet stopped:\n%s", out)
+	// Ctrl-C equivalent: the fleets must leave no process behind (theirs
+	// only: counted by process group and descendants, not by binary).
+	for _, f := range []*proc{fleet, steadyFleet} {
+		fam := familyOf(f.cmd.Process.Pid)
+		f.stop(t)
+		if out := fam.left(); out != "" {
+			t.Errorf("processes left after %s stopped:\n%s", f.name, out)
+		}
 	}
 }
 
@@ -397,14 +404,11 @@ func rssOfPidFile(e env, id string) (int64, error) {
 	return procfs.RSS(p)
 }
 
-// rssWhere sums the RSS of every process whose command line matches pattern:
-// the direct children of ppid when ppid > 0, else every process.
+// rssWhere sums the RSS of the direct children of ppid (a process the suite
+// started) whose command line matches pattern.
 func rssWhere(pattern string, ppid int) (int64, error) {
 	re := regexp.MustCompile(pattern)
 	pids := procfs.Children(ppid)
-	if ppid <= 0 {
-		pids = procfs.Pids()
-	}
 	var sum int64
 	n := 0
 	for _, pid := range pids {
@@ -521,30 +525,18 @@ func jaegerRuns(e env, service, id string) error {
 
 // startNodeWorker starts the Node.js example when its packages are installed
 // (scripts/install-test-deps.sh runs npm ci); in CI it must be.
-func startNodeWorker(t *testing.T, otlpHTTP string) bool {
+func startNodeWorker(t *testing.T, otlpHTTP string) *proc {
 	dir := filepath.Join(repoRoot, "examples", "node-worker")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("examples/node-worker/node_modules missing (npm ci)")
 		}
 		t.Logf("e2e: skipping the Node.js worker: run npm ci in %s", dir)
-		return false
+		return nil
 	}
 	node := need(t, "node")
-	start(t, "node-worker", []string{
+	return start(t, "node-worker", []string{
 		"WORKER_NAME=" + wNode, "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlpHTTP,
 		"RUN_DURATION_MS=20000", "RUN_INTERVAL_MS=500", "CAPACITY=2", "RUN_MEMORY_MB=10",
 	}, node, filepath.Join(dir, "worker.js"))
-	return true
-}
-
-// leftovers lists processes still running the simulator binary.
-func leftovers(bin string) string {
-	var out []string
-	for _, pid := range procfs.Pids() {
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && exe == bin {
-			out = append(out, fmt.Sprintf("%d %s", pid, strings.Join(procfs.Cmdline(pid), " ")))
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -96,6 +96,13 @@ func TestMakeRun(t *testing.T) {
 	})
 	t.Logf("e2e: make run: worker-1 unhealthy, worker-2 stalled, worker-3 missing drift %.1fs after start", time.Since(began).Seconds())
 
+	// What make run started (the collector in a session of its own, the
+	// fleet, its workers and their runs), counted now: after Ctrl-C none of
+	// it may be left. Only these: other processes of the same binaries on
+	// the machine (a bystander collector, another suite) are not ours.
+	fam := familyOf(run.cmd.Process.Pid)
+	t.Logf("e2e: make run is %d processes in groups/sessions %v", len(fam.members), fam.groups)
+
 	// Ctrl-C: SIGINT to the whole foreground process group.
 	if err := syscall.Kill(-run.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -106,11 +113,7 @@ func TestMakeRun(t *testing.T) {
 		t.Fatalf("make run did not stop within 30s of Ctrl-C:\n%s", run.tail())
 	}
 	eventually(t, 10*time.Second, 200*time.Millisecond, "no process left after Ctrl-C", func() error {
-		left := leftovers(simBin)
-		if l := leftovers(collectorBin); l != "" {
-			left += "\n" + l
-		}
-		if strings.TrimSpace(left) != "" {
+		if left := fam.left(); left != "" {
 			return fmt.Errorf("still running:\n%s", left)
 		}
 		return nil

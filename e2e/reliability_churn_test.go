@@ -18,11 +18,13 @@ import (
 
 // TestMain lets the test binary double as the churn test's worker: with
 // WW_CHURNER set it forks and reaps children instead of running tests.
+// Otherwise the suite runs beside bystanders it must leave alone
+// (reliability_bystander_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv("WW_CHURNER") != "" {
 		os.Exit(churnMain())
 	}
-	os.Exit(m.Run())
+	os.Exit(withBystanders(m.Run))
 }
 
 // churnMain is the churner worker (`<test binary> churn-worker --id ID`):

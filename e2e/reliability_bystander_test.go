@@ -1,0 +1,327 @@
+//go:build e2e
+
+package e2e
+
+// The suite touches only what it started (issue 14, point 9). Before any test
+// runs, TestMain starts two bystanders that stand for what a developer runs
+// on the same machine: another copy of the collector (the same binary, so a
+// check that matched processes by executable path would take it for a
+// leftover) and a Prometheus (which `pkill -x prometheus` used to kill). They
+// listen on their own ports. After the last test both must still be the same
+// processes, alive and answering; otherwise the suite fails. Processes the
+// tests started are counted by process group, session and descendants
+// (family), never by name or path.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
+)
+
+// statFields returns the fields of /proc/<pid>/stat after the command name:
+// [0] state, [1] ppid, [2] process group, [3] session, [11] utime,
+// [12] stime, [19] start time (clock ticks after boot), [21] rss (pages).
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold one
+	if i < 0 || i+2 > len(s) {
+		return nil, fmt.Errorf("malformed stat of %d", pid)
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 22 {
+		return nil, fmt.Errorf("short stat of %d", pid)
+	}
+	return f, nil
+}
+
+// family is everything a process the suite started became: the process, its
+// descendants (each with its start time, so a reused pid is not mistaken for
+// it) and the process groups and sessions they lead or belong to (what a
+// daemonizing child, reparented away from the tree, still carries).
+type family struct {
+	root    int
+	members map[int]string // pid -> start time
+	groups  map[int]bool   // process group and session ids
+}
+
+// familyOf records root's family as it is now.
+func familyOf(root int) family {
+	f := family{root: root, members: map[int]string{}, groups: map[int]bool{}}
+	todo := []int{root}
+	for len(todo) > 0 {
+		pid := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		st, err := statFields(pid)
+		if err != nil {
+			continue
+		}
+		f.members[pid] = st[19]
+		for _, g := range st[2:4] {
+			if n, err := strconv.Atoi(g); err == nil && n > 1 {
+				f.groups[n] = true
+			}
+		}
+		todo = append(todo, procfs.Children(pid)...)
+	}
+	// The suite's own group and session are not the family's.
+	if st, err := statFields(os.Getpid()); err == nil {
+		for _, g := range st[2:4] {
+			n, _ := strconv.Atoi(g)
+			delete(f.groups, n)
+		}
+	}
+	return f
+}
+
+// left lists the family's processes still running: a recorded member with
+// the same start time, or any process in one of its groups or sessions.
+func (f family) left() string {
+	var out []string
+	for _, pid := range procfs.Pids() {
+		if !procfs.Alive(pid) {
+			continue
+		}
+		st, err := statFields(pid)
+		if err != nil {
+			continue
+		}
+		pg, _ := strconv.Atoi(st[2])
+		sid, _ := strconv.Atoi(st[3])
+		if start, ok := f.members[pid]; (ok && start == st[19]) || f.groups[pg] || f.groups[sid] {
+			out = append(out, fmt.Sprintf("%d (group %d, session %d) %s", pid, pg, sid, strings.Join(procfs.Cmdline(pid), " ")))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// bystander is a process of "the user's" that the suite must not touch.
+type bystander struct {
+	name  string
+	cmd   *exec.Cmd
+	start string // its start time, to tell it from a new process on its pid
+	ready string // a URL that answers 200 while it is healthy
+	done  chan struct{}
+}
+
+// startBystanders starts another copy of the collector and a Prometheus on
+// free ports, each in its own process group (as a user's would be), and
+// waits until they answer. Missing binaries: none is started (the tests that
+// need them skip, or fail in CI). WORKERWATCH_BYSTANDERS=0 turns them off.
+func startBystanders() ([]*bystander, error) {
+	if os.Getenv("WORKERWATCH_BYSTANDERS") == "0" {
+		return nil, nil
+	}
+	dir, err := os.MkdirTemp("", "workerwatch-bystanders-")
+	if err != nil {
+		return nil, err
+	}
+	port := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "127.0.0.1:1"
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	var out []*bystander
+	if col := filepath.Join(binDir, "otelcol-workerwatch"); fileExists(col) {
+		health := port()
+		b, err := startBystander("bystander-collector", "http://"+health+"/readyz",
+			[]string{"WORKERWATCH_STATE_DIR=" + filepath.Join(dir, "state"), "WORKERWATCH_OTLP_ENDPOINT=http://" + port()},
+			col, "--config", filepath.Join(repoRoot, "config.yaml"),
+			"--set=extensions::worker_health::endpoint="+health,
+			"--set=receivers::otlp::protocols::grpc::endpoint="+port(),
+			"--set=receivers::otlp::protocols::http::endpoint="+port(),
+			"--set=exporters::prometheus::endpoint="+port(),
+			"--set=service::telemetry::metrics::level=none")
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+	if prom, err := exec.LookPath("prometheus"); err == nil {
+		web := port()
+		cfg := filepath.Join(dir, "prometheus.yml")
+		if err := os.WriteFile(cfg, []byte("global:\n  scrape_interval: 15s\n"), 0o644); err != nil {
+			return out, err
+		}
+		b, err := startBystander("bystander-prometheus", "http://"+web+"/-/ready", nil, prom,
+			"--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "prom"), "--web.listen-address="+web)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func startBystander(name, ready string, env []string, bin string, args ...string) (*bystander, error) {
+	f, err := os.Create(filepath.Join(logDir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	// Its own group (a user's process is in none of ours); killed with the
+	// suite if the suite itself dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b := &bystander{name: name, cmd: cmd, ready: ready, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(b.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if code, err := getJSON(ready, nil); err == nil && code == 200 {
+			break
+		}
+		select {
+		case <-b.done:
+			return b, fmt.Errorf("%s exited before it was ready (log %s)", name, f.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.stop()
+			return b, fmt.Errorf("%s not ready within 60s (log %s)", name, f.Name())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st, err := statFields(cmd.Process.Pid); err == nil {
+		b.start = st[19]
+	}
+	return b, nil
+}
+
+// untouched reports what is wrong with the bystander, if anything.
+func (b *bystander) untouched() error {
+	select {
+	case <-b.done:
+		return fmt.Errorf("%s (pid %d) is gone: %v", b.name, b.cmd.Process.Pid, b.cmd.ProcessState)
+	default:
+	}
+	st, err := statFields(b.cmd.Process.Pid)
+	if err != nil || st[19] != b.start || st[0] == "T" {
+		return fmt.Errorf("%s (pid %d) is not the process started (or is stopped): %v %v", b.name, b.cmd.Process.Pid, st, err)
+	}
+	if code, err := getJSON(b.ready, nil); err != nil || code != 200 {
+		return fmt.Errorf("%s (pid %d) does not answer %s: %d %v", b.name, b.cmd.Process.Pid, b.ready, code, err)
+	}
+	return nil
+}
+
+func (b *bystander) stop() {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(20 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+}
+
+// withBystanders runs the suite between the bystanders' start and check.
+func withBystanders(run func() int) int {
+	bs, err := startBystanders()
+	bystanders = bs
+	defer func() {
+		for _, b := range bs {
+			b.stop()
+		}
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: bystanders:", err)
+		return 1
+	}
+	for _, b := range bs {
+		fmt.Printf("e2e: bystander %s pid=%d (a process of the user's: the suite must leave it alone)\n", b.name, b.cmd.Process.Pid)
+	}
+	code := run()
+	for _, b := range bs {
+		if err := b.untouched(); err != nil {
+			fmt.Printf("FAIL e2e: the suite touched a process it did not start: %v\n", err)
+			code = 1
+		} else {
+			fmt.Printf("e2e: bystander %s pid=%d still running and answering after the suite\n", b.name, b.cmd.Process.Pid)
+		}
+	}
+	return code
+}
+
+// TestReliabilityInstallerLeavesOthersAlone runs scripts/install-test-deps.sh
+// (what `make test` runs first) with everything installed: it must skip it
+// all, quickly, and leave the bystanders (a Prometheus of the user's among
+// them) running. The old script ran `pkill -x prometheus`.
+func TestReliabilityInstallerLeavesOthersAlone(t *testing.T) {
+	for _, tool := range []string{"prometheus", "promtool", "wrk", "chromium", "node", "npm"} {
+		need(t, tool)
+	}
+	need(t, "jaeger", filepath.Join(cacheDir, "bin", "jaeger"))
+	telemetrygenBinary(t)
+	for _, lock := range mustGlob(t, filepath.Join(repoRoot, "examples", "*", "package-lock.json")) {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(lock), "node_modules")); err != nil {
+			t.Skipf("%s not installed yet: the installer would install it", filepath.Dir(lock))
+		}
+	}
+	before, err := bystanderCheck()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		cmd := exec.Command(filepath.Join(repoRoot, "scripts", "install-test-deps.sh"))
+		cmd.Env = append(os.Environ(), "CACHE="+cacheDir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install-test-deps.sh (run %d): %v\n%s", i+1, err, out)
+		}
+		// Only the last line once everything is there: nothing installed again.
+		if got := strings.TrimSpace(string(out)); got != "install-test-deps: ready" {
+			t.Errorf("install-test-deps.sh (run %d) did more than skip what is installed:\n%s", i+1, out)
+		}
+	}
+	if after, err := bystanderCheck(); err != nil || after != before {
+		t.Errorf("after install-test-deps.sh: %v (before: %d bystanders running, after: %d)", err, before, after)
+	}
+}
+
+// bystanders of this run of the suite, set by TestMain.
+var bystanders []*bystander
+
+func bystanderCheck() (int, error) {
+	for _, b := range bystanders {
+		if err := b.untouched(); err != nil {
+			return 0, err
+		}
+	}
+	return len(bystanders), nil
+}
+
+func mustGlob(t testing.TB, pattern string) []string {
+	t.Helper()
+	m, err := filepath.Glob(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
