@@ -25,6 +25,9 @@ const (
 	// AttrEventName carries a lifecycle event's name when a log record's
 	// EventName field is empty.
 	AttrEventName = "event.name"
+	// AttrSchedulerRuns is on an EventSchedulerSnapshot record: the ids of
+	// every run the scheduler holds for the worker. String array.
+	AttrSchedulerRuns = "workerwatch.scheduler.runs"
 	// AttrReleaseReason is why the simulated scheduler rolled a claim back
 	// (simulator only, docs/simulator.md).
 	AttrReleaseReason = "workerwatch.release.reason"
@@ -92,20 +95,62 @@ const (
 	DriftOverCapacity = "over_capacity"
 )
 
-// Kill reasons (AttrKillReason). KillOther is what any other value is
-// counted as, so a misbehaving sender cannot grow the kills metric's
-// cardinality.
+// Kill reasons (AttrKillReason): why a process of a worker died. KillOther
+// is what any other value is counted as, so a misbehaving sender cannot grow
+// the kills metric's cardinality. Whether a reason says the run or the worker
+// is at fault is the health rules' business (docs/health-rules.md, "Kills").
 const (
-	KillTimeout     = "timeout"
+	// KillTimeout: the run outlived its own time limit and was killed.
+	KillTimeout = "timeout"
+	// KillMemoryLimit: the run outgrew its own memory limit (a heap limit,
+	// OpenFn's OOMError) and was killed.
 	KillMemoryLimit = "memory_limit"
-	KillOOM         = "oom"
-	KillCancelled   = "canceled"
-	KillShutdown    = "shutdown"
-	KillOther       = "other"
+	// KillOOM: the kernel's or the cgroup's OOM killer killed a process of
+	// the worker (MetricCgroupOOMKills, or a worker's record saying so).
+	KillOOM = "oom"
+	// KillCancelled: the run was canceled by a person or the scheduler.
+	KillCancelled = "canceled"
+	// KillShutdown: the worker stopped and killed its runs on the way out.
+	KillShutdown = "shutdown"
+	// KillCrash: a run's process died on its own, not killed by the worker
+	// (OpenFn's reason crash, error ExitError).
+	KillCrash = "crash"
+	// KillWorkerExit: the worker's main process exited (a crash or a
+	// restart), from the tree's MetricExited of the main role.
+	KillWorkerExit = "worker_exit"
+	// KillChildExit: a child process of the worker exited with no run ending
+	// to blame it on, from the tree's MetricExited of the other roles.
+	KillChildExit = "child_exit"
+	KillOther     = "other"
 )
 
 // KillReasons lists every kill reason, KillOther last.
-var KillReasons = [...]string{KillTimeout, KillMemoryLimit, KillOOM, KillCancelled, KillShutdown, KillOther}
+var KillReasons = [...]string{
+	KillTimeout, KillMemoryLimit, KillOOM, KillCancelled, KillShutdown,
+	KillCrash, KillWorkerExit, KillChildExit, KillOther,
+}
+
+// Scheduler views: how a scheduler states which runs it holds for a worker
+// (docs/conventions.md, "What a scheduler sends"). The worker_health
+// processor's scheduler.view takes these values, and the simulator's
+// scheduler speaks each (--view).
+const (
+	// ViewEvents: the scheduler sends each run's claim and its end
+	// (EventClaimed, EventFinished/EventKilled/EventReleased).
+	ViewEvents = "events"
+	// ViewClaimsOnly: the scheduler sends claims (and rollbacks, if any) but
+	// no run end: the worker's own end of a run closes the scheduler's
+	// claim (OpenFn's Lightning).
+	ViewClaimsOnly = "claims_only"
+	// ViewSnapshots: the scheduler periodically states every run it holds,
+	// per worker: an EventSchedulerSnapshot record listing them
+	// (AttrSchedulerRuns), or the MetricSchedulerHeld count. Drift is judged
+	// against the latest one.
+	ViewSnapshots = "snapshots"
+)
+
+// SchedulerViews lists the scheduler views.
+var SchedulerViews = [...]string{ViewEvents, ViewClaimsOnly, ViewSnapshots}
 
 // Run results (AttrResult): the semantic-convention values of
 // cicd.pipeline.result.
@@ -133,6 +178,10 @@ const (
 	EventReleased = "workerwatch.run.released"
 	// EventHeartbeat: the worker is alive.
 	EventHeartbeat = "workerwatch.worker.heartbeat"
+	// EventSchedulerSnapshot: the scheduler states every run it holds for
+	// one worker (AttrWorkerID), listed in AttrSchedulerRuns; an empty list
+	// says it holds none (ViewSnapshots).
+	EventSchedulerSnapshot = "workerwatch.scheduler.snapshot"
 	// EventStateChange is the processor's record of one state transition.
 	EventStateChange = "workerwatch.worker.state_change"
 )

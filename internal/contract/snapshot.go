@@ -81,6 +81,9 @@ type Reason struct {
 	Threshold float64 `json:"threshold"`
 	// Since is when the condition was first seen (this episode).
 	Since time.Time `json:"since"`
+	// Role is the process role a memory reason is about (RoleMain, ...);
+	// empty when it is about the whole tree or not about memory.
+	Role string `json:"role,omitempty"`
 }
 
 // Memory is a worker's memory against its soft limit.
@@ -93,6 +96,9 @@ type Memory struct {
 	CgroupMaxBytes int64 `json:"cgroup_max_bytes,omitempty"`
 	// OverSamples is how many consecutive samples were over the soft limit.
 	OverSamples int `json:"over_samples"`
+	// SampledAt is when the last memory sample of the tree arrived (zero =
+	// never): a lost worker's memory is its last known, not its current.
+	SampledAt time.Time `json:"sampled_at,omitzero"`
 	// Roles is the memory of each process role of the tree (RoleMain, the
 	// configured roles, RoleChild) at the last sample, sorted by role, each
 	// against its own soft limit where one is configured.
@@ -178,6 +184,11 @@ type Drift struct {
 	Missing []string `json:"missing"`
 	// Orphaned: runs the worker executes that the scheduler does not list.
 	Orphaned []string `json:"orphaned"`
+	// MissingCount and OrphanedCount are how many runs are in each kind of
+	// drift: the ids above, plus runs a scheduler that states only a count
+	// (MetricSchedulerHeld) holds beyond the worker's, whose ids are unknown.
+	MissingCount  int `json:"missing_count"`
+	OrphanedCount int `json:"orphaned_count"`
 	// OverCapacity: runs held beyond the worker's capacity.
 	OverCapacity int `json:"over_capacity"`
 }

@@ -25,36 +25,80 @@ const (
 // "unknown" until they send telemetry again (or "lost" when they never do),
 // except that a memory latch or recent kills still make them "unhealthy".
 type cpRun struct {
-	WAt     int64 `json:"wa,omitempty"`
-	SAt     int64 `json:"sa,omitempty"`
-	WEnd    int64 `json:"we,omitempty"`
-	SEnd    int64 `json:"se,omitempty"`
-	ClaimTS int64 `json:"c,omitempty"`
-	StartTS int64 `json:"s,omitempty"`
-	Flags   uint8 `json:"f"`
+	WAt     int64  `json:"wa,omitempty"`
+	SAt     int64  `json:"sa,omitempty"`
+	WEnd    int64  `json:"we,omitempty"`
+	SEnd    int64  `json:"se,omitempty"`
+	ClaimTS int64  `json:"c,omitempty"`
+	StartTS int64  `json:"s,omitempty"`
+	Flags   uint16 `json:"f"`
+	EndTS   int64  `json:"e,omitempty"`
+	Result  uint8  `json:"r,omitempty"`
+	Kill    uint8  `json:"k,omitempty"`
 }
 
 type cpWorker struct {
-	Name          string           `json:"name,omitempty"`
-	FirstMention  int64            `json:"first"`
-	LastMention   int64            `json:"mention"`
-	LastAlive     int64            `json:"alive"`
-	Capacity      int              `json:"cap"`
-	RSS           int64            `json:"rss"`
-	CgroupMax     int64            `json:"cgmax"`
-	OverSamples   int              `json:"over"`
-	OverSince     int64            `json:"over_since,omitempty"`
-	MemOver       bool             `json:"mem_over,omitempty"`
-	MemLatched    bool             `json:"latched,omitempty"`
-	MemLatchCode  string           `json:"latch_code,omitempty"`
-	MemLatchSince int64            `json:"latch_since,omitempty"`
-	KillRing      []int64          `json:"kill_ring,omitempty"`
-	KillNext      int              `json:"kill_next,omitempty"`
-	Kills         [6]int64         `json:"kills"`
-	Claims        [2]int64         `json:"claims"`
-	LastClaim     int64            `json:"last_claim"`
-	Runs          map[string]cpRun `json:"runs,omitempty"`
-	SchedKnown    bool             `json:"sched_known,omitempty"`
+	Name         string           `json:"name,omitempty"`
+	FirstMention int64            `json:"first"`
+	LastMention  int64            `json:"mention"`
+	LastAlive    int64            `json:"alive"`
+	Capacity     int              `json:"cap"`
+	RSS          int64            `json:"rss"`
+	CgroupMax    int64            `json:"cgmax"`
+	Mem          cpEpisode        `json:"mem"`
+	Roles        []cpRole         `json:"roles,omitempty"`
+	KillLog      []killRecJSON    `json:"kill_log,omitempty"`
+	KillSince    int64            `json:"kill_since,omitempty"`
+	Kills        map[string]int64 `json:"kills,omitempty"`
+	Claims       [2]int64         `json:"claims"`
+	LastClaim    int64            `json:"last_claim"`
+	Runs         map[string]cpRun `json:"runs,omitempty"`
+	SchedKnown   bool             `json:"sched_known,omitempty"`
+	// Sources: which sources named the worker (identity.go), by name.
+	Sources map[string]cpOrigin `json:"sources,omitempty"`
+	// Sched: the service name of the scheduler that last named it.
+	Sched string `json:"sched,omitempty"`
+}
+
+// cpOrigin is one source's view of a worker's identity, its id attributes
+// by name (their bit order depends on the config).
+type cpOrigin struct {
+	Last int64    `json:"last"`
+	Keys []string `json:"keys,omitempty"`
+}
+
+// cpEpisode is a memEpisode (memory.go).
+type cpEpisode struct {
+	Over         bool  `json:"over,omitempty"`
+	OverSamples  int   `json:"n,omitempty"`
+	UnderSamples int   `json:"u,omitempty"`
+	OverSince    int64 `json:"since,omitempty"`
+	Persist      bool  `json:"persist,omitempty"`
+	PersistSince int64 `json:"persist_since,omitempty"`
+	AtStart      bool  `json:"at_start,omitempty"`
+	AtStartSince int64 `json:"at_start_since,omitempty"`
+}
+
+func (e *memEpisode) cp() cpEpisode {
+	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
+}
+
+func (c cpEpisode) episode() memEpisode {
+	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
+}
+
+// cpRole is a role's last memory and, for a limited role, its episode.
+type cpRole struct {
+	Role string    `json:"role"`
+	RSS  int64     `json:"rss"`
+	Mem  cpEpisode `json:"mem"`
+}
+
+// killRecJSON is a counted kill by reason name (indexes may change between
+// versions).
+type killRecJSON struct {
+	At     int64  `json:"at"`
+	Reason string `json:"reason"`
 }
 
 type checkpointDoc struct {
@@ -90,15 +134,45 @@ func (t *tracker) marshal() ([]byte, error) {
 	for id, w := range t.workers {
 		cw := cpWorker{
 			Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
-			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, OverSamples: w.overSamples, OverSince: w.overSince,
-			MemOver: w.memOver, MemLatched: w.memLatched, MemLatchCode: w.memLatchCode, MemLatchSince: w.memLatchSince,
-			KillRing: w.killRing, KillNext: w.killNext, Kills: w.kills, Claims: w.claims, LastClaim: w.lastClaim,
+			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
+			KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
 			SchedKnown: w.schedKnown,
+		}
+		for _, r := range w.roles {
+			cr := cpRole{Role: r.role, RSS: r.rss}
+			if r.ep != nil {
+				cr.Mem = r.ep.cp()
+			}
+			cw.Roles = append(cw.Roles, cr)
+		}
+		for _, k := range w.killLog {
+			cw.KillLog = append(cw.KillLog, killRecJSON{At: k.at, Reason: killReasonNames[k.reason]})
+		}
+		for o, seen := range w.origins {
+			if seen.last == 0 {
+				continue
+			}
+			if cw.Sources == nil {
+				cw.Sources = map[string]cpOrigin{}
+			}
+			co := cpOrigin{Last: seen.last}
+			for i, k := range t.idKeys {
+				if seen.keys&(1<<i) != 0 {
+					co.Keys = append(co.Keys, k)
+				}
+			}
+			cw.Sources[originNames[o]] = co
+		}
+		if w.schedKnown {
+			cw.Sched = t.schedOf(w).name
 		}
 		if w.runs.len() > 0 {
 			cw.Runs = make(map[string]cpRun, w.runs.len())
 			for r := range w.runs.all() {
-				cw.Runs[string(r.id)] = cpRun{WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS, Flags: r.flags}
+				cw.Runs[string(r.id)] = cpRun{
+					WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
+					Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
+				}
 			}
 		}
 		doc.Workers[id] = cw
@@ -134,16 +208,47 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 		w := newWorker(id, cw.FirstMention)
 		w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
 		w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
-		w.overSamples, w.overSince, w.memOver = cw.OverSamples, cw.OverSince, cw.MemOver
-		w.memLatched, w.memLatchCode, w.memLatchSince = cw.MemLatched, cw.MemLatchCode, cw.MemLatchSince
-		if len(cw.KillRing) == t.cfg.Kills.Count && cw.KillNext < len(cw.KillRing) {
-			w.killRing, w.killNext = cw.KillRing, cw.KillNext
+		w.mem = cw.Mem.episode()
+		for _, r := range cw.Roles {
+			if rm := t.role(w, r.Role); rm != nil {
+				rm.rss = r.RSS
+				if rm.ep != nil {
+					*rm.ep = r.Mem.episode()
+				}
+			}
 		}
-		w.kills, w.claims, w.lastClaim = cw.Kills, cw.Claims, cw.LastClaim
+		for _, k := range cw.KillLog {
+			if i, ok := killReasonIndex[k.Reason]; ok && t.effects[i] != effectNone && len(w.killLog) < maxKillLog {
+				w.killLog = append(w.killLog, killRec{at: k.At, reason: uint8(i)})
+			}
+		}
+		w.killSince = cw.KillSince
+		for r, n := range cw.Kills {
+			w.kills[killIndex(r)] += n
+		}
+		w.claims, w.lastClaim = cw.Claims, cw.LastClaim
+		for o, name := range originNames {
+			co, ok := cw.Sources[name]
+			if !ok {
+				continue
+			}
+			w.origins[o].last = co.Last
+			for _, k := range co.Keys {
+				if i := slices.Index(t.idKeys, k); i >= 0 {
+					w.origins[o].keys |= 1 << i
+				}
+			}
+		}
+		for i, s := range t.scheds {
+			if s.name == cw.Sched {
+				w.sched = uint8(i)
+			}
+		}
 		w.schedKnown = cw.SchedKnown
 		// The verdict is not restored: unknown until evaluated (never healthy
 		// by default after a restart).
 		w.state, w.since = contract.Unknown, now
+		w.reasons = []contract.Reason{notReported(now)}
 		if len(cw.Runs) > 0 {
 			for rid, r := range cw.Runs {
 				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {
@@ -152,7 +257,8 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 				}
 				rr := &run{
 					id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ fGone,
+					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
+					endTS: r.EndTS, result: r.Result, kill: r.Kill,
 				}
 				w.runs.put(rr)
 				w.order = append(w.order, rr)

@@ -1,12 +1,16 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // Config of the worker_health processor. Every key is documented in
@@ -43,6 +47,8 @@ type Config struct {
 	Metrics MetricsInputConfig `mapstructure:"metrics"`
 	// Capacity is the runs each worker may hold when the worker does not say.
 	Capacity CapacityConfig `mapstructure:"capacity"`
+	// Identity reports workers whose sources never meet.
+	Identity IdentityConfig `mapstructure:"identity"`
 
 	Memory MemoryRule   `mapstructure:"memory"`
 	Kills  KillsRule    `mapstructure:"kills"`
@@ -62,12 +68,42 @@ type Config struct {
 	_ struct{}
 }
 
-// SchedulerConfig identifies the scheduler's records.
+// SchedulerConfig says which records are a scheduler's view and how each
+// scheduler states what it holds (docs/health-rules.md, "Scheduler views").
 type SchedulerConfig struct {
-	// ServiceNames: records whose resource service.name is one of these are the
-	// scheduler's view; all others are the worker's own view.
+	// ServiceNames: records whose resource service.name is one of these are a
+	// scheduler's view, with the view, id attributes and snapshot interval
+	// below; all other records are the workers' own.
 	// Default [workersim-scheduler, scheduler].
 	ServiceNames []string `mapstructure:"service_names"`
+	// View is how those schedulers state which runs they hold: "events"
+	// (claims and ends), "claims_only" (claims, no ends: the worker's own
+	// end closes the claim; OpenFn's Lightning) or "snapshots" (a periodic
+	// statement of every run held per worker). Default "events".
+	View string `mapstructure:"view"`
+	// WorkerIDAttributes name the worker on a scheduler's records, tried in
+	// order (record attribute, then resource attribute). Default: none, which
+	// means mapping.worker_id_attributes.
+	WorkerIDAttributes []string `mapstructure:"worker_id_attributes"`
+	// SnapshotInterval is how often a "snapshots" scheduler states what it
+	// holds. A worker not restated for three intervals loses the runs its
+	// last snapshot listed (counted as healed). Default 30s.
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	// Sources are further schedulers, each with its own settings; a field
+	// left out takes the value above.
+	Sources []SchedulerSource `mapstructure:"sources"`
+}
+
+// SchedulerSource is one scheduler with its own view.
+type SchedulerSource struct {
+	// ServiceName is the resource service.name of its records. Required.
+	ServiceName string `mapstructure:"service_name"`
+	// View: events, claims_only or snapshots. Default: scheduler.view.
+	View string `mapstructure:"view"`
+	// WorkerIDAttributes. Default: scheduler.worker_id_attributes.
+	WorkerIDAttributes []string `mapstructure:"worker_id_attributes"`
+	// SnapshotInterval. Default: scheduler.snapshot_interval.
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
 }
 
 // EventNames lists, per lifecycle kind, the event names (log record
@@ -80,6 +116,10 @@ type EventNames struct {
 	Killed    []string `mapstructure:"killed"`
 	Released  []string `mapstructure:"released"`
 	Heartbeat []string `mapstructure:"heartbeat"`
+	// Snapshot: a scheduler's statement of every run it holds for one
+	// worker (scheduler.view "snapshots"), the runs listed in
+	// mapping.snapshot_runs_attribute.
+	Snapshot []string `mapstructure:"snapshot"`
 }
 
 // MappingConfig maps records to lifecycle events (docs/conventions.md holds the
@@ -88,9 +128,12 @@ type MappingConfig struct {
 	// EventNameAttribute is read when a log record's EventName field is empty.
 	// Default "event.name".
 	EventNameAttribute string `mapstructure:"event_name_attribute"`
-	// WorkerIDAttribute: resource attribute on a worker's records, record
-	// attribute on the scheduler's (either is tried). Default "cicd.worker.id".
-	WorkerIDAttribute string `mapstructure:"worker_id_attribute"`
+	// WorkerIDAttributes name the worker, tried in order: on a worker's
+	// resource (then on the record), on a scheduler's record (then its
+	// resource). cicd.worker.id is always tried last, so the worker_process
+	// receiver's tree, which carries it, joins the worker whatever this says.
+	// Default [cicd.worker.id].
+	WorkerIDAttributes []string `mapstructure:"worker_id_attributes"`
 	// WorkerNameAttribute: optional human name. Default "cicd.worker.name".
 	WorkerNameAttribute string `mapstructure:"worker_name_attribute"`
 	// RunIDAttribute. Default "cicd.pipeline.run.id".
@@ -104,9 +147,14 @@ type MappingConfig struct {
 	// CapacityAttribute: the worker's capacity on claimed/heartbeat records.
 	// Default "workerwatch.worker.capacity".
 	CapacityAttribute string `mapstructure:"capacity_attribute"`
+	// SnapshotRunsAttribute: on a snapshot record, the ids of the runs the
+	// scheduler holds (a string array; a string is read as one id).
+	// Default "workerwatch.scheduler.runs".
+	SnapshotRunsAttribute string `mapstructure:"snapshot_runs_attribute"`
 
 	// Events per kind. Defaults: workerwatch.run.claimed, .started, .finished,
-	// .killed, .released, workerwatch.worker.heartbeat.
+	// .killed, .released, workerwatch.worker.heartbeat,
+	// workerwatch.scheduler.snapshot.
 	Events EventNames `mapstructure:"events"`
 
 	// ResultValues maps raw result values to semconv cicd.pipeline.result
@@ -120,28 +168,71 @@ type MappingConfig struct {
 	// memory_limit}.
 	ErrorTypeKillReasons map[string]string `mapstructure:"error_type_kill_reasons"`
 
+	// FailureReasonAttribute: the failure text on finished/killed records,
+	// matched against KillReasonPatterns. Default "" (none).
+	FailureReasonAttribute string `mapstructure:"failure_reason_attribute"`
+	// KillReasonPatterns: RE2 patterns over the failure text of a
+	// finished/killed record without a kill reason attribute; the first that
+	// matches makes the record a kill with its reason (BullMQ's only kill
+	// evidence is "Unexpected exit code: null signal: SIGABRT"). Default none.
+	KillReasonPatterns []KillReasonPattern `mapstructure:"kill_reason_patterns"`
+
 	// RunSpanName: a span with this name and a run id is a whole run (started
-	// at its start, finished at its end). Default "run". Empty disables spans.
+	// at its start, finished at its end). Default "run". Empty disables it.
 	RunSpanName string `mapstructure:"run_span_name"`
+	// RunSpanNamePrefixes: spans whose name starts with one of these are
+	// whole runs too (BullMQ's "process <queue>"). Default none.
+	RunSpanNamePrefixes []string `mapstructure:"run_span_name_prefixes"`
 	// StageSpanNames: spans with these names are stages of a run; their
 	// durations are recorded per stage. Default [compile, execute].
 	StageSpanNames []string `mapstructure:"stage_span_names"`
+}
+
+// KillReasonPattern maps failure text to a kill reason.
+type KillReasonPattern struct {
+	// Pattern is an RE2 regular expression.
+	Pattern string `mapstructure:"pattern"`
+	// Reason is a kill reason (docs/health-rules.md#kills).
+	Reason string `mapstructure:"reason"`
 }
 
 // MetricsInputConfig names the input metrics.
 type MetricsInputConfig struct {
 	// Memory: per role, summed over roles = the tree. Default "process.memory.usage".
 	Memory string `mapstructure:"memory"`
-	// Present: 1 while the worker's root process exists. Default "workerwatch.worker.present".
+	// Present: 1 while the worker's root process exists. Its presence also
+	// marks a resource as the worker's process tree (docs/health-rules.md,
+	// "Identity"). Default "workerwatch.worker.present".
 	Present string `mapstructure:"present"`
-	// CPU: fraction of ALL CPUs, per role. Default "process.cpu.utilization".
+	// CPU: per role, a fraction of the worker's CPU limit
+	// (internal/contract/cpu.go). Default "process.cpu.utilization".
 	CPU string `mapstructure:"cpu"`
+	// CPULimit: the CPUs the worker may use, turning CPU into cores.
+	// Default "workerwatch.worker.cpu.limit".
+	CPULimit string `mapstructure:"cpu_limit"`
 	// CgroupMemoryMax: the worker's cgroup limit. Default "workerwatch.cgroup.memory.max".
 	CgroupMemoryMax string `mapstructure:"cgroup_memory_max"`
+	// OOMKills: the kernel's OOM kills in the worker's cgroup (cumulative).
+	// Default "workerwatch.cgroup.memory.oom_kills".
+	OOMKills string `mapstructure:"oom_kills"`
+	// Exited: processes that left each role (cumulative): exits of the main
+	// role are the worker's own, exits of the others with no run ending to
+	// blame are unexplained child deaths. Default "workerwatch.process.exited".
+	Exited string `mapstructure:"exited"`
 	// Capacity sent by the worker. Default "workerwatch.worker.capacity".
 	Capacity string `mapstructure:"capacity"`
 	// Pending sent by the scheduler. Default "workerwatch.scheduler.runs.pending".
 	Pending string `mapstructure:"pending"`
+	// PendingAttribute and PendingValues: when set, only the pending
+	// metric's points whose attribute has one of the values are summed
+	// (BullMQ's bullmq.queue.jobs by bullmq.queue.jobs.state: waiting,
+	// prioritized). Default none: every point.
+	PendingAttribute string   `mapstructure:"pending_attribute"`
+	PendingValues    []string `mapstructure:"pending_values"`
+	// SchedulerHeld: a "snapshots" scheduler's count of the runs it holds,
+	// per worker (cicd.worker.id, or the scheduler's id attributes, on each
+	// point). Default "workerwatch.scheduler.runs.held".
+	SchedulerHeld string `mapstructure:"scheduler_held"`
 	// RunsActive: how many runs the worker itself says it holds. Default
 	// "workerwatch.worker.runs.active". When the worker's own count stays
 	// below the runs it is tracked as holding for longer than drift.grace,
@@ -149,10 +240,20 @@ type MetricsInputConfig struct {
 	// or the collector restarted while they ended), and a count the worker
 	// reports is the truth about what it holds. Empty turns this off.
 	RunsActive string `mapstructure:"runs_active"`
-	// RoleAttribute and MainRole select the main process for the CPU rule.
-	// Defaults "workerwatch.process.role" and "main".
+	// RoleAttribute and MainRole select the main process for the CPU rule,
+	// and the roles of memory.roles. Defaults "workerwatch.process.role" and
+	// "main".
 	RoleAttribute string `mapstructure:"role_attribute"`
 	MainRole      string `mapstructure:"main_role"`
+}
+
+// IdentityConfig: telling a worker whose sources never meet.
+type IdentityConfig struct {
+	// JoinWithin: a worker that only one source (its process tree, its own
+	// telemetry, a scheduler) names this long after it was first seen, while
+	// other workers are named by another source, is reported once: a log
+	// line with the ids seen and the workers_unjoined counter. Default 1m.
+	JoinWithin time.Duration `mapstructure:"join_within"`
 }
 
 // CapacityConfig gives capacities the workers do not report themselves.
@@ -183,30 +284,51 @@ type MemoryRule struct {
 	// RecoverySamples consecutive samples, to end the episode. Defaults 0.95, 3.
 	RecoveryRatio   float64 `mapstructure:"recovery_ratio"`
 	RecoverySamples int     `mapstructure:"recovery_samples"`
+	// Roles: soft limits of single process roles (e.g. main: the engine
+	// whose heap leaks while its children are bounded by their own limits),
+	// each judged like the tree's with the persistence, at-run-start and
+	// recovery settings above. Default: none.
+	Roles map[string]RoleMemoryRule `mapstructure:"roles"`
 }
 
-// KillsRule: repeated kills.
+// RoleMemoryRule is one role's soft limit.
+type RoleMemoryRule struct {
+	// SoftLimitBytes of the role's resident memory (required, > 0).
+	SoftLimitBytes int64 `mapstructure:"soft_limit_bytes"`
+}
+
+// KillsRule: kills that say the worker itself is sick.
 type KillsRule struct {
-	// Count kills within Window make the worker unhealthy (0 = off). Defaults 3, 10m.
+	// Count kills whose reason has an effect, within Window, give that
+	// effect's state (0 = off). Defaults 3, 10m.
 	Count  int           `mapstructure:"count"`
 	Window time.Duration `mapstructure:"window"`
-	// Reasons that count. Default [timeout, memory_limit, oom].
-	Reasons []string `mapstructure:"reasons"`
+	// Effects of each kill reason: "none" (counted in the kills metric
+	// only), "degraded" or "unhealthy". A reason left out keeps its default:
+	// a run killed by its own limit (timeout, memory_limit) is the run's
+	// fault, not the worker's, and so are canceled, shutdown and other
+	// (none); the worker's processes killed by the OOM killer (oom), runs'
+	// processes crashing (crash), the worker's main process exiting
+	// (worker_exit) and children exiting with no run to blame (child_exit)
+	// are the worker's (unhealthy).
+	Effects map[string]string `mapstructure:"effects"`
+	// ChildRoles: the roles whose exits are matched against ending runs for
+	// child_exit. Default: none, which means every role but the main one.
+	ChildRoles []string `mapstructure:"child_roles"`
 }
 
-// CPURule: the main process saturating one core.
+// CPURule: the main process saturating what one thread can get (cpu.go).
 type CPURule struct {
 	// Enabled. Default true.
 	Enabled bool `mapstructure:"enabled"`
-	// NumCPUs converts process.cpu.utilization (a fraction of all CPUs) to
-	// cores. Default runtime.NumCPU() of the collector's host.
-	NumCPUs int `mapstructure:"num_cpus"`
 	// SaturationCores: at or above this many cores the main process is
-	// saturated. Default 0.9.
+	// saturated. Below a CPU limit of one core, it is this share of the
+	// limit (the most the main process can get). Default 0.9.
 	SaturationCores float64 `mapstructure:"saturation_cores"`
 	// Samples consecutive saturated samples make the worker degraded. Default 3.
 	Samples int `mapstructure:"samples"`
-	// RecoveryCores and RecoverySamples end it. Defaults 0.7, 3.
+	// RecoveryCores (scaled like SaturationCores) and RecoverySamples end
+	// it. Defaults 0.7, 3.
 	RecoveryCores   float64 `mapstructure:"recovery_cores"`
 	RecoverySamples int     `mapstructure:"recovery_samples"`
 }
@@ -234,6 +356,13 @@ type DriftRule struct {
 	// TombstoneTTL: how long an ended run is remembered so late, duplicated or
 	// reordered events about it do not create false drift. Default 10m.
 	TombstoneTTL time.Duration `mapstructure:"tombstone_ttl"`
+	// HealAfter bounds drift that lost events can leave behind where no
+	// snapshot or count corrects it: a run one side still holds this long
+	// after the other side ended it, or (the scheduler's side) that the
+	// worker never named, is let go and counted as healed. Set it to the
+	// scheduler's own limit for a run that never reports back (OpenFn: the
+	// run timeout plus 40s). Default 10m.
+	HealAfter time.Duration `mapstructure:"heal_after"`
 }
 
 // FleetRule: pending work while healthy capacity sits idle.
@@ -263,6 +392,9 @@ type LimitsConfig struct {
 	// MaxAttributeLength: ids and values longer than this are malformed.
 	// Default 256.
 	MaxAttributeLength int `mapstructure:"max_attribute_length"`
+	// RecentRuns: ended runs per worker the snapshot lists (the newest of
+	// those remembered for drift.tombstone_ttl). Default 10.
+	RecentRuns int `mapstructure:"recent_runs"`
 }
 
 var _ component.Config = (*Config)(nil)
@@ -287,8 +419,39 @@ func (c *Config) Validate() error {
 	if c.CheckpointEvery < 1 {
 		add("checkpoint_every", "must be at least 1, got %d", c.CheckpointEvery)
 	}
-	if c.Mapping.WorkerIDAttribute == "" {
-		add("mapping.worker_id_attribute", "must not be empty")
+	if len(c.Mapping.WorkerIDAttributes) == 0 {
+		add("mapping.worker_id_attributes", "must name at least one attribute")
+	}
+	for _, a := range c.Mapping.WorkerIDAttributes {
+		if a == "" {
+			add("mapping.worker_id_attributes", "must not contain an empty name")
+		}
+	}
+	if keys := c.idKeys(); len(keys) > maxIDKeys {
+		add("mapping.worker_id_attributes", "%d distinct worker id attributes with the schedulers' (%v); at most %d", len(keys), keys, maxIDKeys)
+	}
+	c.validateScheduler(add)
+	for i, kp := range c.Mapping.KillReasonPatterns {
+		if _, err := regexp.Compile(kp.Pattern); err != nil || kp.Pattern == "" {
+			add(fmt.Sprintf("mapping.kill_reason_patterns[%d].pattern", i), "not a regular expression: %q", kp.Pattern)
+		}
+		if !validKillReason(kp.Reason) {
+			add(fmt.Sprintf("mapping.kill_reason_patterns[%d].reason", i), "unknown kill reason %q (one of %v)", kp.Reason, killReasonNames)
+		}
+	}
+	if len(c.Mapping.KillReasonPatterns) > 0 && c.Mapping.FailureReasonAttribute == "" {
+		add("mapping.failure_reason_attribute", "must be set while mapping.kill_reason_patterns are")
+	}
+	for _, p := range c.Mapping.RunSpanNamePrefixes {
+		if p == "" {
+			add("mapping.run_span_name_prefixes", "must not contain an empty prefix (every span would be a run)")
+		}
+	}
+	if (c.Metrics.PendingAttribute == "") != (len(c.Metrics.PendingValues) == 0) {
+		add("metrics.pending_values", "metrics.pending_attribute and metrics.pending_values go together")
+	}
+	if len(c.Mapping.Events.Snapshot) > 0 && c.Mapping.SnapshotRunsAttribute == "" {
+		add("mapping.snapshot_runs_attribute", "must not be empty while mapping.events.snapshot names events")
 	}
 	if c.Mapping.RunIDAttribute == "" {
 		add("mapping.run_id_attribute", "must not be empty")
@@ -317,20 +480,34 @@ func (c *Config) Validate() error {
 	if c.Kills.Count > 0 && c.Kills.Window <= 0 {
 		add("kills.window", "must be positive when kills.count is set, got %v", c.Kills.Window)
 	}
-	for _, r := range c.Kills.Reasons {
-		if !validKillReason(r) {
-			add("kills.reasons", "unknown kill reason %q (one of %v)", r, killReasons)
+	for r, e := range c.Kills.Effects {
+		if !slices.Contains(killReasonNames[:], r) {
+			add("kills.effects", "unknown kill reason %q (one of %v)", r, killReasonNames)
 		}
+		if _, ok := effectIndex(e); !ok {
+			add("kills.effects", "%q: unknown effect %q (one of none, degraded, unhealthy)", r, e)
+		}
+	}
+	for r, rule := range c.Memory.Roles {
+		if r == "" {
+			add("memory.roles", "a role name must not be empty")
+		}
+		if rule.SoftLimitBytes <= 0 {
+			add("memory.roles", "%q: soft_limit_bytes must be positive, got %d", r, rule.SoftLimitBytes)
+		}
+	}
+	if len(c.Memory.Roles) > maxRoleLimits {
+		add("memory.roles", "at most %d roles, got %d", maxRoleLimits, len(c.Memory.Roles))
+	}
+	if c.Identity.JoinWithin <= 0 {
+		add("identity.join_within", "must be positive, got %v", c.Identity.JoinWithin)
 	}
 	for et, r := range c.Mapping.ErrorTypeKillReasons {
 		if !validKillReason(r) {
-			add("mapping.error_type_kill_reasons", "%q maps to unknown kill reason %q (one of %v)", et, r, killReasons)
+			add("mapping.error_type_kill_reasons", "%q maps to unknown kill reason %q (one of %v)", et, r, killReasonNames)
 		}
 	}
 	if c.CPU.Enabled {
-		if c.CPU.NumCPUs < 1 {
-			add("cpu.num_cpus", "must be at least 1, got %d", c.CPU.NumCPUs)
-		}
 		if c.CPU.SaturationCores <= 0 {
 			add("cpu.saturation_cores", "must be positive, got %v", c.CPU.SaturationCores)
 		}
@@ -355,6 +532,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Drift.TombstoneTTL < c.Drift.Grace {
 		add("drift.tombstone_ttl", "must be at least drift.grace (%v), got %v", c.Drift.Grace, c.Drift.TombstoneTTL)
+	}
+	if c.Drift.HealAfter <= c.Drift.Grace {
+		add("drift.heal_after", "must be longer than drift.grace (%v), got %v", c.Drift.Grace, c.Drift.HealAfter)
+	}
+	if c.Limits.RecentRuns < 0 {
+		add("limits.recent_runs", "must not be negative, got %d", c.Limits.RecentRuns)
 	}
 	if c.Fleet.IdleIntervals < 1 {
 		add("fleet.idle_intervals", "must be at least 1, got %d", c.Fleet.IdleIntervals)
@@ -391,4 +574,105 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func validKillReason(r string) bool { return slices.Contains(killReasons, r) }
+func validKillReason(r string) bool { return slices.Contains(killReasonNames[:], r) }
+
+// maxIDKeys bounds the distinct worker id attributes (a worker remembers
+// which it was named by in a bit mask); maxRoleLimits the roles with a
+// memory limit (each is a memory episode per worker).
+const (
+	maxIDKeys     = 8
+	maxRoleLimits = 8
+)
+
+// schedSource is one scheduler with every setting resolved.
+type schedSource struct {
+	name     string
+	view     string
+	keys     []string // worker id attributes, cicd.worker.id last
+	interval time.Duration
+}
+
+// withTreeKey returns keys with contract.AttrWorkerID appended when absent:
+// the receiver's tree always carries it, so it always joins.
+func withTreeKey(keys []string) []string {
+	out := slices.Clone(keys)
+	if !slices.Contains(out, contract.AttrWorkerID) {
+		out = append(out, contract.AttrWorkerID)
+	}
+	return out
+}
+
+// schedulers resolves scheduler.service_names and scheduler.sources.
+func (c *Config) schedulers() []schedSource {
+	sc := &c.Scheduler
+	defKeys := sc.WorkerIDAttributes
+	if len(defKeys) == 0 {
+		defKeys = c.Mapping.WorkerIDAttributes
+	}
+	var out []schedSource
+	for _, n := range sc.ServiceNames {
+		out = append(out, schedSource{name: n, view: sc.View, keys: withTreeKey(defKeys), interval: sc.SnapshotInterval})
+	}
+	for _, s := range sc.Sources {
+		r := schedSource{name: s.ServiceName, view: cmp.Or(s.View, sc.View), keys: defKeys, interval: cmp.Or(s.SnapshotInterval, sc.SnapshotInterval)}
+		if len(s.WorkerIDAttributes) > 0 {
+			r.keys = s.WorkerIDAttributes
+		}
+		r.keys = withTreeKey(r.keys)
+		out = append(out, r)
+	}
+	return out
+}
+
+// idKeys is every distinct worker id attribute of the workers and the
+// schedulers, in a fixed order (a worker's sources record them as bits).
+func (c *Config) idKeys() []string {
+	keys := withTreeKey(c.Mapping.WorkerIDAttributes)
+	for _, s := range c.schedulers() {
+		for _, k := range s.keys {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+func (c *Config) validateScheduler(add func(key, format string, a ...any)) {
+	sc := &c.Scheduler
+	validView := func(key, v string) {
+		if !slices.Contains(contract.SchedulerViews[:], v) {
+			add(key, "unknown view %q (one of %v)", v, contract.SchedulerViews)
+		}
+	}
+	validView("scheduler.view", sc.View)
+	if sc.SnapshotInterval <= 0 {
+		add("scheduler.snapshot_interval", "must be positive, got %v", sc.SnapshotInterval)
+	}
+	seen := map[string]bool{}
+	dup := func(key, n string) {
+		if seen[n] {
+			add(key, "service name %q is listed twice", n)
+		}
+		seen[n] = true
+	}
+	for _, n := range sc.ServiceNames {
+		dup("scheduler.service_names", n)
+	}
+	for i, s := range sc.Sources {
+		key := fmt.Sprintf("scheduler.sources[%d]", i)
+		if s.ServiceName == "" {
+			add(key+".service_name", "must not be empty")
+		}
+		dup(key+".service_name", s.ServiceName)
+		if s.View != "" {
+			validView(key+".view", s.View)
+		}
+		if s.SnapshotInterval < 0 {
+			add(key+".snapshot_interval", "must not be negative, got %v", s.SnapshotInterval)
+		}
+	}
+	if len(seen) > 255 {
+		add("scheduler", "at most 255 scheduler service names, got %d", len(seen))
+	}
+}

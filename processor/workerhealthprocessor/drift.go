@@ -1,6 +1,83 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
-import "sort"
+import (
+	"slices"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// Claim drift (docs/health-rules.md, "Claim drift" and "Scheduler views").
+// Each run is one entry holding both sides' view. How the scheduler's side
+// is known depends on the scheduler's view: events (claims and ends), claims
+// only (the worker's own end closes the scheduler's claim), snapshots (the
+// latest statement of every run held is the truth). Lost events must not
+// leave permanent drift behind: snapshots and the counts both sides report
+// correct it as they come, and drift.heal_after bounds the rest.
+
+// noSched is the view of a worker no scheduler named: events (nothing to
+// close or restate).
+var noSched = schedSource{view: contract.ViewEvents}
+
+// schedOf is the scheduler source that last named the worker.
+func (t *tracker) schedOf(w *worker) *schedSource {
+	if int(w.sched) < len(t.scheds) {
+		return &t.scheds[w.sched]
+	}
+	return &noSched
+}
+
+// Snapshot kinds of a worker: how its "snapshots" scheduler states what it
+// holds.
+const (
+	snapNone  uint8 = iota
+	snapList        // records listing the runs
+	snapCount       // a count only
+)
+
+// release ends one side's hold of a run that was let go without an end
+// event (healed, closed by the other side, or absent from a snapshot).
+func release(r *run, side source, now int64) {
+	if side == srcWorker {
+		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
+		r.wEnd = now
+		return
+	}
+	r.flags = (r.flags | fSchedEnded) &^ fSchedHeld
+	r.sEnd = now
+}
+
+// applySnapshot makes the scheduler's side exactly the runs listed: runs
+// listed are held (claimed now if new), runs not listed are not.
+func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
+	w.snapAt, w.snapKind = now, snapList
+	for _, id := range runs {
+		r := t.run(w, id)
+		if r == nil {
+			continue
+		}
+		r.flags |= fListed
+		if !r.has(fSchedHeld) {
+			r.flags = (r.flags | fSchedHeld) &^ fSchedEnded
+			r.sAt = now
+			w.claims[srcScheduler]++
+		}
+	}
+	for r := range w.runs.all() {
+		if r.has(fListed) {
+			r.flags &^= fListed
+		} else if r.has(fSchedHeld) {
+			release(r, srcScheduler, now)
+		}
+	}
+}
+
+// heldCount records a "snapshots" scheduler's count of the runs it holds.
+func (w *worker) heldCount(n int, now int64) {
+	w.schedCount, w.schedCountAt = n, now
+	if w.snapKind != snapList {
+		w.snapKind = snapCount
+	}
+}
 
 // drift compares both sides' views of a worker's runs. A disagreement counts
 // only once it is older than the grace period, measured from when it BEGAN
@@ -10,9 +87,19 @@ import "sort"
 // workers it has named: without it every run would look orphaned.
 func (t *tracker) drift(w *worker, now int64) {
 	grace := int64(t.cfg.Drift.Grace)
-	t.reconcile(w, now, grace)
+	src := t.schedOf(w)
+	t.heal(w, src, now, grace)
+
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
+	// A scheduler that states only a count names no run: runs it does not
+	// name are not orphans, and its count is its side.
+	counted := src.view == contract.ViewSnapshots && w.snapKind == snapCount && t.countFresh(w, src, now)
+	// Runs can be missing only from a worker that says what it holds: one
+	// whose own telemetry never named it (its tree only, or the scheduler
+	// only) has no view to disagree with.
+	workerView := w.origins[originTelemetry].last > 0
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
+	w.missSince, w.orphSince = 0, 0
 	w.heldW, w.heldS = 0, 0
 	for r := range w.runs.all() {
 		wh, sh := r.has(fWorkerHeld), r.has(fSchedHeld)
@@ -23,24 +110,36 @@ func (t *tracker) drift(w *worker, now int64) {
 			w.heldS++
 		}
 		switch {
-		case sh && !wh:
-			if now-max(r.sAt, r.wEnd) >= grace {
+		case sh && !wh && workerView:
+			if began := max(r.sAt, r.wEnd); now-began >= grace {
 				w.missing = append(w.missing, string(r.id))
+				w.missSince = minSince(w.missSince, began)
 			}
-		case wh && !sh && schedulerLive && w.schedKnown:
-			if now-max(r.wAt, r.sEnd) >= grace {
+		case wh && !sh && schedulerLive && w.schedKnown && !counted:
+			if began := max(r.wAt, r.sEnd); now-began >= grace {
 				w.orphaned = append(w.orphaned, string(r.id))
+				w.orphSince = minSince(w.orphSince, began)
 			}
 		}
 	}
-	sort.Strings(w.missing)
-	sort.Strings(w.orphaned)
+	slices.Sort(w.missing)
+	slices.Sort(w.orphaned)
+	w.missN, w.orphN = len(w.missing), len(w.orphaned)
+	if counted {
+		w.heldS = max(w.heldS, w.schedCount)
+		if workerView {
+			t.countDrift(w, now, grace)
+		}
+	} else {
+		w.countMissSince, w.countOrphSince = 0, 0
+	}
 
 	// Over capacity: the larger of both views beyond the capacity, once it has
-	// lasted the grace period (claims and ends cross in flight).
+	// lasted the grace period (claims and ends cross in flight). Runs already
+	// missing count once, as missing: the scheduler's side without them.
 	w.overCap = 0
 	if c := t.capacityOf(w); c > 0 {
-		if held := max(w.heldW, w.heldS); held > c {
+		if held := w.heldForCapacity(); held > c {
 			if w.overCapSince == 0 {
 				w.overCapSince = now
 			}
@@ -51,6 +150,143 @@ func (t *tracker) drift(w *worker, now int64) {
 		}
 	}
 	w.overCapSince = 0
+}
+
+// heldForCapacity is what over capacity judges: the larger of the worker's
+// runs and the scheduler's without those already missing.
+func (w *worker) heldForCapacity() int { return max(w.heldW, w.heldS-w.missN) }
+
+func minSince(cur, v int64) int64 {
+	if cur == 0 || v < cur {
+		return v
+	}
+	return cur
+}
+
+// countFresh: the worker's held count was restated within three snapshot
+// intervals.
+func (t *tracker) countFresh(w *worker, src *schedSource, now int64) bool {
+	return w.schedCountAt > 0 && now-w.schedCountAt <= 3*int64(src.interval)
+}
+
+// countDrift judges a count-only scheduler's side: more held than the worker
+// holds is missing, fewer is orphaned, each once it lasted the grace period.
+func (t *tracker) countDrift(w *worker, now, grace int64) {
+	judge := func(diff int, since *int64, n *int, first *int64) {
+		if diff <= 0 {
+			*since = 0
+			return
+		}
+		if *since == 0 {
+			// From the count that showed it (restated every interval).
+			*since = w.schedCountAt
+		}
+		if now-*since >= grace && diff > *n {
+			*n = diff
+			*first = minSince(*first, *since)
+		}
+	}
+	judge(w.schedCount-w.heldW, &w.countMissSince, &w.missN, &w.missSince)
+	if w.schedKnown {
+		judge(w.heldW-w.schedCount, &w.countOrphSince, &w.orphN, &w.orphSince)
+	}
+}
+
+// heal lets go of what lost events left behind, counting each run let go:
+//   - the worker's own count of its runs (metrics.runs_active) is the truth
+//     about its side once the disagreement outlasts the grace period;
+//   - a "snapshots" scheduler's side is its latest snapshot (applied as it
+//     comes), or its latest count; a worker it stops restating loses the
+//     runs its last snapshot listed after three snapshot intervals;
+//   - where neither corrects a side, a run it still holds drift.heal_after
+//     after the other side ended it, or (the scheduler's side only) that the
+//     worker never named, is let go.
+func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
+	workerCounted := t.reconcile(w, srcWorker, w.active, w.activeAt, int64(t.cfg.Lost.After), &w.heldOverSince, now, grace)
+	schedCorrected := false
+	if src.view == contract.ViewSnapshots {
+		switch {
+		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.interval):
+			for r := range w.runs.all() {
+				if r.has(fSchedHeld) {
+					release(r, srcScheduler, now)
+					t.healed[srcScheduler]++
+				}
+			}
+			w.snapKind = snapNone
+		case w.snapKind == snapList:
+			schedCorrected = true
+		case w.snapKind == snapCount && t.countFresh(w, src, now):
+			t.reconcile(w, srcScheduler, w.schedCount, w.schedCountAt, 3*int64(src.interval), &w.schedOverSince, now, grace)
+			schedCorrected = true
+		}
+	}
+	after := int64(t.cfg.Drift.HealAfter)
+	for r := range w.runs.all() {
+		switch {
+		case !schedCorrected && r.has(fSchedHeld) && !r.has(fWorkerHeld):
+			// The worker ended it (its end reached us, the scheduler's did
+			// not), or never named it (its claim and end were both lost, or
+			// the run really was lost: a scheduler gives up on it by now).
+			if now-max(r.sAt, r.wEnd) >= after {
+				release(r, srcScheduler, now)
+				t.healed[srcScheduler]++
+			}
+		case !workerCounted && r.has(fWorkerHeld) && r.has(fSchedEnded):
+			if now-max(r.wAt, r.sEnd) >= after {
+				release(r, srcWorker, now)
+				t.healed[srcWorker]++
+			}
+		}
+	}
+}
+
+// reconcile lets go of runs tracked as held by one side when that side's own
+// count of the runs it holds (fresh: reported within fresh) has been lower
+// for longer than the grace period: their end events never arrived (the
+// worker was killed and restarted, the collector was down while they
+// ended). The oldest claims go first; the other side's view is untouched, so
+// runs it still lists become drift, which is the truth. It reports whether a
+// fresh count corrects the side.
+func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, overSince *int64, now, grace int64) bool {
+	if count < 0 || at == 0 || now-at > fresh {
+		*overSince = 0
+		return false
+	}
+	flag := fWorkerHeld
+	claimAt := func(r *run) int64 { return r.wAt }
+	if side == srcScheduler {
+		flag = fSchedHeld
+		claimAt = func(r *run) int64 { return r.sAt }
+	}
+	held := 0
+	for r := range w.runs.all() {
+		if r.has(flag) {
+			held++
+		}
+	}
+	if held <= count {
+		*overSince = 0
+		return true
+	}
+	if *overSince == 0 {
+		*overSince = now
+	}
+	if now-*overSince < grace {
+		return true
+	}
+	for excess := held - count; excess > 0; excess-- {
+		var oldest *run
+		for r := range w.runs.all() {
+			if r.has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
+				oldest = r
+			}
+		}
+		release(oldest, side, now)
+		t.healed[side]++
+	}
+	*overSince = 0
+	return true
 }
 
 // prune forgets runs that both sides ended (or that one side ended and the
@@ -69,45 +305,4 @@ func (t *tracker) prune(w *worker, now int64) {
 	}
 	w.compactOrder()
 	w.runs.shrink()
-}
-
-// reconcile lets go of runs tracked as held by the worker when the worker's
-// own count of active runs (workerwatch.worker.runs.active) has been lower
-// for longer than the grace period: their end events never arrived (the
-// worker was killed and restarted, or the collector restarted while they
-// ended). Without it such phantom runs would hold a worker "over capacity"
-// or "orphaned" forever. The oldest claims go first; the scheduler's view is
-// untouched, so runs it still lists become "missing", which is the truth.
-func (t *tracker) reconcile(w *worker, now, grace int64) {
-	if w.active < 0 || now-w.activeAt > int64(t.cfg.Lost.After) {
-		w.heldOverSince = 0
-		return
-	}
-	held := 0
-	for r := range w.runs.all() {
-		if r.has(fWorkerHeld) {
-			held++
-		}
-	}
-	if held <= w.active {
-		w.heldOverSince = 0
-		return
-	}
-	if w.heldOverSince == 0 {
-		w.heldOverSince = now
-	}
-	if now-w.heldOverSince < grace {
-		return
-	}
-	for excess := held - w.active; excess > 0; excess-- {
-		var oldest *run
-		for r := range w.runs.all() {
-			if r.has(fWorkerHeld) && (oldest == nil || r.wAt < oldest.wAt) {
-				oldest = r
-			}
-		}
-		oldest.flags = (oldest.flags | fWorkerEnded) &^ fWorkerHeld
-		oldest.wEnd = now
-	}
-	w.heldOverSince = 0
 }

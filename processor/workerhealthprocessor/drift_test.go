@@ -41,7 +41,7 @@ func TestDrift(t *testing.T) {
 	}
 	schedAlive := func(h *harness) { h.metrics(pendingMetrics(0)) }
 	active := func(n int64) func(*harness) {
-		return func(h *harness) { h.metrics(activeMetrics("w1", n)) }
+		return func(h *harness) { h.metrics(activeMetrics(n)) }
 	}
 
 	tests := []struct {

@@ -2,7 +2,6 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"time"
 
@@ -44,16 +43,21 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		EmitInterval:    10 * time.Second,
 		CheckpointEvery: 1,
-		Scheduler:       SchedulerConfig{ServiceNames: []string{"workersim-scheduler", "scheduler"}},
+		Scheduler: SchedulerConfig{
+			ServiceNames:     []string{"workersim-scheduler", "scheduler"},
+			View:             contract.ViewEvents,
+			SnapshotInterval: 30 * time.Second,
+		},
 		Mapping: MappingConfig{
-			EventNameAttribute:  contract.AttrEventName,
-			WorkerIDAttribute:   contract.AttrWorkerID,
-			WorkerNameAttribute: contract.AttrWorkerName,
-			RunIDAttribute:      contract.AttrRunID,
-			ResultAttribute:     contract.AttrResult,
-			ErrorTypeAttribute:  contract.AttrErrorType,
-			KillReasonAttribute: contract.AttrKillReason,
-			CapacityAttribute:   contract.AttrCapacity,
+			EventNameAttribute:    contract.AttrEventName,
+			WorkerIDAttributes:    []string{contract.AttrWorkerID},
+			WorkerNameAttribute:   contract.AttrWorkerName,
+			RunIDAttribute:        contract.AttrRunID,
+			ResultAttribute:       contract.AttrResult,
+			ErrorTypeAttribute:    contract.AttrErrorType,
+			KillReasonAttribute:   contract.AttrKillReason,
+			CapacityAttribute:     contract.AttrCapacity,
+			SnapshotRunsAttribute: contract.AttrSchedulerRuns,
 			Events: EventNames{
 				Claimed:   []string{contract.EventClaimed},
 				Started:   []string{contract.EventStarted},
@@ -61,6 +65,7 @@ func createDefaultConfig() component.Config {
 				Killed:    []string{contract.EventKilled},
 				Released:  []string{contract.EventReleased},
 				Heartbeat: []string{contract.EventHeartbeat},
+				Snapshot:  []string{contract.EventSchedulerSnapshot},
 			},
 			ErrorTypeKillReasons: map[string]string{"TimeoutError": contract.KillTimeout, "OOMError": contract.KillMemoryLimit},
 			RunSpanName:          contract.SpanRun,
@@ -70,7 +75,11 @@ func createDefaultConfig() component.Config {
 			Memory:          contract.MetricMemory,
 			Present:         contract.MetricPresent,
 			CPU:             contract.MetricCPUUtilization,
+			CPULimit:        contract.MetricCPULimit,
 			CgroupMemoryMax: contract.MetricCgroupMemoryMax,
+			OOMKills:        contract.MetricCgroupOOMKills,
+			Exited:          contract.MetricExited,
+			SchedulerHeld:   contract.MetricSchedulerHeld,
 			Capacity:        contract.MetricCapacity,
 			RunsActive:      contract.MetricRunsActive,
 			Pending:         contract.MetricSchedulerPending,
@@ -85,17 +94,18 @@ func createDefaultConfig() component.Config {
 			RecoveryRatio:    0.95,
 			RecoverySamples:  3,
 		},
-		Kills: KillsRule{Count: 3, Window: 10 * time.Minute, Reasons: []string{contract.KillTimeout, contract.KillMemoryLimit, contract.KillOOM}},
+		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: defaultKillEffects()},
+		Identity: IdentityConfig{JoinWithin: time.Minute},
 		CPU: CPURule{
-			Enabled: true, NumCPUs: runtime.NumCPU(), SaturationCores: 0.9, Samples: 3,
+			Enabled: true, SaturationCores: 0.9, Samples: 3,
 			RecoveryCores: 0.7, RecoverySamples: 3,
 		},
 		Stall:            StallRule{After: 5 * time.Minute, RequirePending: true},
 		Lost:             LostRule{After: 2 * time.Minute},
-		Drift:            DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute},
+		Drift:            DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
 		Fleet:            FleetRule{IdleIntervals: 3},
 		Hyst:             Hysteresis{RecoverEvaluations: 2},
-		Limits:           LimitsConfig{MaxWorkers: 10000, MaxRunsPerWorker: 256, WorkerTTL: time.Hour, MaxAttributeLength: 256},
+		Limits:           LimitsConfig{MaxWorkers: 10000, MaxRunsPerWorker: 256, WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10},
 		HistogramBuckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
 	}
 }

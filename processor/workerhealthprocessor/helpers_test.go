@@ -29,7 +29,6 @@ func testCfg() *Config {
 	cfg.EmitInterval = time.Second
 	cfg.Memory.SoftLimitBytes = 1000
 	cfg.Memory.UnhealthyAfter = 0
-	cfg.CPU.NumCPUs = 4
 	cfg.Stall.After = 10 * time.Second
 	cfg.Lost.After = 5 * time.Second
 	cfg.Drift.Grace = 3 * time.Second
@@ -77,7 +76,8 @@ func (h *harness) traces(td ptrace.Traces) {
 func (h *harness) eval() []transition {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	return h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	trs, _ := h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	return trs
 }
 
 func (h *harness) worker(id string) *worker {
@@ -194,6 +194,10 @@ func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int6
 		dp.Attributes().PutStr("workerwatch.process.role", role)
 	}
 	if cpuMainFraction >= 0 {
+		// A worker that may use 4 CPUs: utilization is a fraction of them.
+		l := ms.AppendEmpty()
+		l.SetName("workerwatch.worker.cpu.limit")
+		l.SetEmptyGauge().DataPoints().AppendEmpty().SetDoubleValue(4)
 		c := ms.AppendEmpty()
 		c.SetName("process.cpu.utilization")
 		g := c.SetEmptyGauge()
@@ -214,11 +218,11 @@ func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int6
 	return md
 }
 
-// activeMetrics is the worker's own count of the runs it holds.
-func activeMetrics(worker string, n int64) pmetric.Metrics {
+// activeMetrics is w1's own count of the runs it holds.
+func activeMetrics(n int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("cicd.worker.id", worker)
+	rm.Resource().Attributes().PutStr("cicd.worker.id", "w1")
 	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
 	m.SetName("workerwatch.worker.runs.active")
 	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
@@ -325,4 +329,141 @@ func metricsByWorker(md pmetric.Metrics) map[string]map[string]pmetric.Metric {
 		}
 	}
 	return out
+}
+
+// tree is one scrape of a worker's tree as the worker_process receiver
+// sends it; zero values are left out (present is sent unless -1).
+type tree struct {
+	worker   string
+	roles    map[string]int64 // memory per role
+	present  int64            // 1, 0, or -1 = not sent
+	cpuMain  float64          // utilization of the main role (a fraction of cpuLimit); 0 = not sent
+	cpuLimit float64          // 0 = not sent
+	oom      int64            // cumulative oom kills, -1 = not sent
+	exited   map[string]int64 // cumulative exits per role
+}
+
+func (x tree) metrics() pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("cicd.worker.id", x.worker)
+	ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+	perRole := func(name string, vals map[string]int64, sum bool) {
+		if len(vals) == 0 {
+			return
+		}
+		m := ms.AppendEmpty()
+		m.SetName(name)
+		dps := m.SetEmptyGauge().DataPoints()
+		if sum {
+			s := m.SetEmptySum()
+			s.SetIsMonotonic(true)
+			s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+			dps = s.DataPoints()
+		}
+		for role, v := range vals {
+			dp := dps.AppendEmpty()
+			dp.SetIntValue(v)
+			dp.Attributes().PutStr("workerwatch.process.role", role)
+		}
+	}
+	one := func(name string, v float64) {
+		m := ms.AppendEmpty()
+		m.SetName(name)
+		m.SetEmptyGauge().DataPoints().AppendEmpty().SetDoubleValue(v)
+	}
+	perRole("process.memory.usage", x.roles, false)
+	perRole("workerwatch.process.exited", x.exited, true)
+	if x.present >= 0 {
+		one("workerwatch.worker.present", float64(x.present))
+	}
+	if x.cpuLimit > 0 {
+		one("workerwatch.worker.cpu.limit", x.cpuLimit)
+	}
+	if x.cpuMain > 0 {
+		m := ms.AppendEmpty()
+		m.SetName("process.cpu.utilization")
+		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+		dp.SetDoubleValue(x.cpuMain)
+		dp.Attributes().PutStr("workerwatch.process.role", "main")
+	}
+	if x.oom > 0 {
+		m := ms.AppendEmpty()
+		m.SetName("workerwatch.cgroup.memory.oom_kills")
+		m.SetEmptySum().DataPoints().AppendEmpty().SetIntValue(x.oom)
+	}
+	return md
+}
+
+// evalUnjoined runs one evaluation and returns the workers reported as
+// named by one source only.
+func (h *harness) evalUnjoined() []unjoined {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	_, uj := h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	return uj
+}
+
+// snap is the snapshot of one worker now.
+func (h *harness) snap(id string) contract.Worker {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	for _, w := range h.p.tracker.snapshot(h.clock.Now().UnixNano()).Workers {
+		if w.ID == id {
+			return w
+		}
+	}
+	h.t.Fatalf("no worker %s in the snapshot", id)
+	return contract.Worker{}
+}
+
+// reason is w1's reason with this code.
+func (h *harness) reason(code string) contract.Reason {
+	for _, r := range h.worker("w1").reasons {
+		if r.Code == code {
+			return r
+		}
+	}
+	h.t.Fatalf("w1 has no reason %s: %v", code, h.codes("w1"))
+	return contract.Reason{}
+}
+
+// healed reads and resets the runs let go per side.
+func (h *harness) healed() [2]int64 {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	n := h.p.tracker.healed
+	h.p.tracker.healed = [2]int64{}
+	return n
+}
+
+// snapLogs is a scheduler's snapshot of the runs it holds for one worker.
+func snapLogs(service, worker string, runs ...string) plog.Logs {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("service.name", service)
+	lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	lr.SetEventName("workerwatch.scheduler.snapshot")
+	lr.Attributes().PutStr("cicd.worker.id", worker)
+	sl := lr.Attributes().PutEmptySlice("workerwatch.scheduler.runs")
+	for _, r := range runs {
+		sl.AppendEmpty().SetStr(r)
+	}
+	return ld
+}
+
+// heldMetrics is a scheduler's count of the runs it holds, per worker.
+func heldMetrics(service string, counts map[string]int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", service)
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("workerwatch.scheduler.runs.held")
+	dps := m.SetEmptyGauge().DataPoints()
+	for w, n := range counts {
+		dp := dps.AppendEmpty()
+		dp.SetIntValue(n)
+		dp.Attributes().PutStr("cicd.worker.id", w)
+	}
+	return md
 }

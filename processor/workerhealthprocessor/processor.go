@@ -273,7 +273,7 @@ func (p *healthProcessor) lastStop() {
 func (p *healthProcessor) tick(ctx context.Context) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
-	trs := p.tracker.evaluate(now)
+	trs, unjoined := p.tracker.evaluate(now)
 	var mTo []consumer.Metrics
 	var lTo []consumer.Logs
 	var mGone, lGone []*atomic.Bool
@@ -300,6 +300,8 @@ func (p *healthProcessor) tick(ctx context.Context) {
 	t := p.tracker
 	overW, overR, expired, malformed := t.overflowWorkers, t.overflowRuns, t.expired, t.malformed
 	t.overflowWorkers, t.overflowRuns, t.expired, t.malformed = 0, 0, 0, 0
+	healed, unjoinedN := t.healed, t.unjoinedN
+	t.healed, t.unjoinedN = [2]int64{}, 0
 	p.evals++
 	doCheckpoint := p.evals%p.cfg.CheckpointEvery == 0
 	p.mu.Unlock()
@@ -308,6 +310,7 @@ func (p *healthProcessor) tick(ctx context.Context) {
 	p.count(ctx, p.tel.ProcessorWorkerHealthRunsOverflow, overR)
 	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, expired)
 	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
+	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
 
 	for _, tr := range trs {
 		p.logger.Debug("worker state changed", zap.String("worker", tr.worker),

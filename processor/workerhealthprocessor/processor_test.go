@@ -39,21 +39,39 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 2*time.Second, c.EmitInterval)
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
+			assert.Equal(t, []schedSource{
+				{name: "lightning", view: "claims_only", keys: []string{"worker_name", "cicd.worker.id"}, interval: 30 * time.Second},
+				{name: "queue-snapshots", view: "snapshots", keys: []string{"worker_name", "cicd.worker.id"}, interval: 15 * time.Second},
+			}, c.schedulers())
+			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
+			assert.Equal(t, int64(268435456), c.Memory.Roles["main"].SoftLimitBytes)
+			assert.Equal(t, "unhealthy", c.Kills.Effects["memory_limit"])
+			assert.Equal(t, "none", c.Kills.Effects["timeout"], "a reason left out keeps its default")
+			assert.Equal(t, 30*time.Second, c.Drift.HealAfter)
 			assert.Equal(t, int64(536870912), c.Memory.SoftLimitBytes)
 			assert.Equal(t, 20, c.Capacity.PerWorker["big-worker"])
 			assert.False(t, c.Stall.RequirePending)
 		}},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
 		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
-		{id: "worker_health/bad_kill_reason", wantErr: `kills.reasons: unknown kill reason "exploded"`},
+		{id: "worker_health/bad_kill_reason", wantErr: `kills.effects: unknown kill reason "exploded"`},
+		{id: "worker_health/bad_kill_effect", wantErr: `kills.effects: "timeout": unknown effect "furious"`},
+		{id: "worker_health/bad_view", wantErr: `scheduler.sources[0].view: unknown view "telepathy"`},
+		{id: "worker_health/bad_source", wantErr: `scheduler.sources[0].service_name: service name "lightning" is listed twice`},
+		{id: "worker_health/bad_role_limit", wantErr: `memory.roles: "main": soft_limit_bytes must be positive`},
+		{id: "worker_health/bad_heal", wantErr: "drift.heal_after: must be longer than drift.grace"},
+		{id: "worker_health/no_id", wantErr: "mapping.worker_id_attributes: must name at least one attribute"},
 		{id: "worker_health/bad_cpu", wantErr: "cpu.recovery_cores"},
 		{id: "worker_health/bad_ttl", wantErr: "limits.worker_ttl"},
 		{id: "worker_health/bad_limits", wantErr: "limits.max_runs_per_worker"},
 		{id: "worker_health/bad_grace", wantErr: "drift.tombstone_ttl"},
 		{id: "worker_health/openfn", file: "openfn.yaml", check: func(t *testing.T, c *Config) {
-			assert.Equal(t, "worker_name", c.Mapping.WorkerIDAttribute)
+			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
+			assert.Equal(t, []string{"claim"}, c.Mapping.Events.Claimed)
 			assert.Equal(t, []string{"run:start"}, c.Mapping.Events.Started)
-			assert.Equal(t, []string{"kill"}, c.Mapping.KillResults)
+			assert.Equal(t, []string{"kill", "crash"}, c.Mapping.KillResults)
+			assert.Equal(t, "claims_only", c.schedulers()[0].view)
+			assert.Equal(t, int64(512<<20), c.Memory.Roles["main"].SoftLimitBytes)
 		}},
 	}
 	for _, tt := range tests {
@@ -120,13 +138,21 @@ func TestOpenFnMapping(t *testing.T) {
 	require.NotNil(t, w)
 	assert.Equal(t, int64(2), w.kills[killReasonIndex["memory_limit"]])
 	assert.Equal(t, int64(1), w.kills[killReasonIndex["timeout"]])
-	assert.Equal(t, unhealthy, w.state, "3 kills within the window")
+	assert.Equal(t, healthy, w.state, "runs killed by their own limits are the runs' fault")
+	assert.NotContains(t, h.codes("openfn-1"), codeKills)
+	for _, run := range []string{"e", "f", "g"} {
+		send("run:start", run, nil)
+		send("run:complete", run, map[string]any{"reason": "crash", "error_type": "ExitError"})
+	}
+	h.eval()
+	assert.Equal(t, int64(3), w.kills[killReasonIndex["crash"]])
+	assert.Equal(t, unhealthy, w.state, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), codeKills)
-	assert.Equal(t, int64(4), w.claims[srcWorker], "run:start counts as the claim")
+	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult[resultIndex("success")].count)
-	assert.Equal(t, uint64(3), h.p.tracker.hists.byResult[resultIndex("error")].count)
+	assert.Equal(t, uint64(6), h.p.tracker.hists.byResult[resultIndex("error")].count)
 }
 
 // Malformed records are counted and skipped; the rest of the batch applies
@@ -362,6 +388,9 @@ func TestRestoreAfterRestart(t *testing.T) {
 	require.Len(t, snap.Workers, 2)
 	for _, w := range snap.Workers {
 		assert.Equal(t, contract.Unknown, w.State, "restored as unknown")
+		// Before: restored workers had no reason at all.
+		require.Len(t, w.Reasons, 1, "restored as unknown, with a reason")
+		assert.Equal(t, codeNotReported, w.Reasons[0].Code)
 	}
 	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
 

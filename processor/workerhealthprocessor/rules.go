@@ -57,39 +57,14 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	lim := t.softLimit(w)
-	// The duration form of the memory rule also fires between samples.
-	if w.memOver && !w.memLatched && t.cfg.Memory.UnhealthyAfter > 0 && now-w.overSince >= int64(t.cfg.Memory.UnhealthyAfter) {
-		w.latchMemory(codeMemory, w.overSince)
-	}
-	if w.memLatched {
-		msg := fmt.Sprintf("memory over the soft limit for %d samples or %v", t.cfg.Memory.UnhealthySamples, t.cfg.Memory.UnhealthyAfter)
-		if w.memLatchCode == codeMemoryAtStart {
-			msg = "memory over the soft limit when a run started"
-		}
-		unhealthy = append(unhealthy, contract.Reason{
-			Code: w.memLatchCode, Message: msg + "; recovers after " +
-				fmt.Sprintf("%d samples under %.0f%% of it", t.cfg.Memory.RecoverySamples, 100*t.cfg.Memory.RecoveryRatio),
-			Value: float64(w.rss), Threshold: float64(lim), Since: ts(w.memLatchSince),
-		})
-	} else if w.memOver {
-		degraded = append(degraded, contract.Reason{
-			Code:    codeMemory,
-			Message: fmt.Sprintf("memory over the soft limit for %d of %d samples", w.overSamples, t.cfg.Memory.UnhealthySamples),
-			Value:   float64(w.rss), Threshold: float64(lim), Since: ts(w.overSince),
-		})
-	}
+	unhealthy, degraded = t.memoryReasons(w, now, unhealthy, degraded)
 
-	if k := t.cfg.Kills.Count; k > 0 && w.killRing != nil {
-		// The ring holds the last k kill times; the oldest is at killNext.
-		oldest := w.killRing[w.killNext]
-		if oldest > 0 && now-oldest <= int64(t.cfg.Kills.Window) {
-			unhealthy = append(unhealthy, contract.Reason{
-				Code:    codeKills,
-				Message: fmt.Sprintf("%d kills within %v", k, t.cfg.Kills.Window),
-				Value:   float64(k), Threshold: float64(k), Since: ts(oldest),
-			})
-		}
+	t.matchExits(w, now)
+	switch r, effect := t.killsReason(w, now); effect {
+	case effectUnhealthy:
+		unhealthy = append(unhealthy, r)
+	case effectDegraded:
+		degraded = append(degraded, r)
 	}
 
 	t.drift(w, now)
@@ -109,33 +84,32 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}
 	}
 
-	if n := len(w.missing); n > 0 {
+	// Drift reasons count runs; one run in disagreement past the grace
+	// period is enough (threshold 1), since when the oldest began.
+	if w.missN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    codeMissing,
-			Message: fmt.Sprintf("%d runs the scheduler assigned are not held by the worker", n),
-			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds(),
+			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.missN, t.cfg.Drift.Grace),
+			Value:   float64(w.missN), Threshold: 1, Since: ts(w.missSince),
 		})
 	}
-	if n := len(w.orphaned); n > 0 {
+	if w.orphN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    codeOrphaned,
-			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler", n),
-			Value:   float64(n), Threshold: t.cfg.Drift.Grace.Seconds(),
+			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.orphN, t.cfg.Drift.Grace),
+			Value:   float64(w.orphN), Threshold: 1, Since: ts(w.orphSince),
 		})
 	}
 	if w.overCap > 0 {
+		n := w.heldForCapacity()
 		degraded = append(degraded, contract.Reason{
 			Code:    codeOverCapacity,
-			Message: fmt.Sprintf("%d runs held with capacity %d", held, capacity),
-			Value:   float64(held), Threshold: float64(capacity), Since: ts(w.overCapSince),
+			Message: fmt.Sprintf("%d runs held with capacity %d", n, capacity),
+			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
 		})
 	}
 	if w.cpuSat {
-		degraded = append(degraded, contract.Reason{
-			Code:    codeCPU,
-			Message: fmt.Sprintf("main process at %.2f cores for %d samples", w.cpuCores, t.cfg.CPU.Samples),
-			Value:   w.cpuCores, Threshold: t.cfg.CPU.SaturationCores, Since: ts(w.cpuSince),
-		})
+		degraded = append(degraded, t.cpuReason(w))
 	}
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
@@ -147,10 +121,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, contract.Reason{
-			Code:    codeNotReported,
-			Message: "no telemetry from the worker since the processor started", Since: ts(w.firstMention),
-		})
+		return contract.Unknown, append(reasons, notReported(w.firstMention))
 	}
 	switch {
 	case len(unhealthy) > 0:
@@ -163,6 +134,17 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	return contract.Healthy, reasons
 }
 
+// notReported is the reason of a worker that sent nothing of its own since
+// the processor started: restored from a checkpoint, or only named by the
+// scheduler.
+func notReported(since int64) contract.Reason {
+	return contract.Reason{
+		Code:    codeNotReported,
+		Message: "no telemetry from the worker or its process tree since the processor started",
+		Since:   ts(since),
+	}
+}
+
 func (t *tracker) pendingFresh(now int64) bool {
 	return t.pending >= 0 && now-t.pendingAt < int64(t.cfg.Lost.After)
 }
@@ -171,7 +153,7 @@ func (t *tracker) pendingFresh(now int64) bool {
 // and returns the transitions. Worse states apply at once (each rule has its
 // own persistence); better ones only after hysteresis.recover_evaluations
 // consecutive evaluations, so alternating input cannot flap the state.
-func (t *tracker) evaluate(now int64) []transition {
+func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	var out []transition
 	ttl := int64(t.cfg.Limits.WorkerTTL)
 	for id, w := range t.workers {
@@ -208,7 +190,9 @@ func (t *tracker) evaluate(now int64) []transition {
 	}
 	t.fleet(now)
 	sort.Slice(out, func(i, j int) bool { return out[i].worker < out[j].worker })
-	return out
+	uj := t.checkJoin(now)
+	t.unjoinedN += int64(len(uj))
+	return out, uj
 }
 
 func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, now int64) transition {
@@ -242,53 +226,6 @@ func (t *tracker) idleCapacity() int64 {
 		}
 	}
 	return idle
-}
-
-// snapshot builds the immutable view for the health extension.
-func (t *tracker) snapshot(now int64) *contract.Snapshot {
-	s := &contract.Snapshot{
-		Time:    ts(now),
-		Workers: make([]contract.Worker, 0, len(t.workers)),
-		Fleet: contract.Fleet{
-			ByState:          map[contract.State]int{},
-			Pending:          -1,
-			IdleCapacity:     t.idle,
-			IdleWhilePending: t.idleWhilePending,
-		},
-	}
-	if t.pendingFresh(now) {
-		s.Fleet.Pending = t.pending
-	}
-	for _, st := range contract.AllStates {
-		s.Fleet.ByState[st] = 0
-	}
-	for _, w := range t.byID() {
-		s.Fleet.ByState[w.state]++
-		var wr, sr []string
-		for r := range w.runs.all() {
-			if r.has(fWorkerHeld) {
-				wr = append(wr, string(r.id))
-			}
-			if r.has(fSchedHeld) {
-				sr = append(sr, string(r.id))
-			}
-		}
-		sort.Strings(wr)
-		sort.Strings(sr)
-		s.Workers = append(s.Workers, contract.Worker{
-			ID: w.id, Name: w.name, State: w.state,
-			Reasons:  append([]contract.Reason{}, w.reasons...),
-			Since:    ts(w.since),
-			LastSeen: ts(w.lastAlive),
-			Memory: contract.Memory{
-				RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
-				CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.overSamples,
-			},
-			Runs:  contract.Runs{Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w)},
-			Drift: contract.Drift{Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)), OverCapacity: w.overCap},
-		})
-	}
-	return s
 }
 
 // byID returns the workers sorted by id: the order of the metric points and

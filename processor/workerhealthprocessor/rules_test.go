@@ -1,6 +1,9 @@
 package workerhealthprocessor
 
 import (
+	"cmp"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +29,58 @@ type step struct {
 	want    contract.State
 	code    string // a reason code that must be present ("" = none checked)
 	noCode  string // a reason code that must be absent
+	// check runs last, for anything else the step asserts.
+	check func(h *harness)
+	// id is the worker the step checks ("" = w1).
+	id string
+}
+
+// stepCase is one step-table case.
+type stepCase struct {
+	name  string
+	cfg   func(*Config)
+	steps []step
+	// maxTransitions bounds how often the state may change (flapping).
+	maxTransitions int
+}
+
+// runSteps runs step-table cases: each step feeds its input, lets time pass,
+// evaluates and checks.
+func runSteps(t *testing.T, tests []stepCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testCfg()
+			if tt.cfg != nil {
+				tt.cfg(cfg)
+			}
+			h := newHarness(t, cfg)
+			transitions := 0
+			for i, s := range tt.steps {
+				if s.do != nil {
+					s.do(h)
+				}
+				h.advance(s.advance)
+				transitions += len(h.eval())
+				id := cmp.Or(s.id, "w1")
+				if s.want != "" {
+					require.Equal(t, s.want, h.state(id), "step %d: reasons %v", i, h.codes(id))
+				}
+				if s.code != "" {
+					assert.Contains(t, h.codes(id), s.code, "step %d", i)
+				}
+				if s.noCode != "" {
+					assert.NotContains(t, h.codes(id), s.noCode, "step %d", i)
+				}
+				if s.check != nil {
+					s.check(h)
+				}
+			}
+			if tt.maxTransitions > 0 {
+				assert.LessOrEqual(t, transitions, tt.maxTransitions, "the state flapped")
+			}
+		})
+	}
 }
 
 func hb(h *harness) { h.logs(wl("w1", "workerwatch.worker.heartbeat", "", nil)) }
@@ -37,10 +92,17 @@ func cpu(fraction float64) func(*harness) {
 	return func(h *harness) { h.metrics(treeMetrics("w1", 100, fraction, 1)) }
 }
 
+// autoRun numbers runs for steps that need a new run each time.
+var autoRun atomic.Int64
+
 func kill(run, reason string) func(*harness) {
 	return func(h *harness) {
-		h.logs(wl("w1", "workerwatch.run.claimed", run, nil))
-		h.logs(wl("w1", "workerwatch.run.killed", run, map[string]any{"workerwatch.kill.reason": reason, "cicd.pipeline.result": "error"}))
+		id := run
+		if id == "" {
+			id = fmt.Sprintf("auto-%d", autoRun.Add(1))
+		}
+		h.logs(wl("w1", "workerwatch.run.claimed", id, nil))
+		h.logs(wl("w1", "workerwatch.run.killed", id, map[string]any{"workerwatch.kill.reason": reason, "cicd.pipeline.result": "error"}))
 	}
 }
 
@@ -79,13 +141,7 @@ func seq(parts ...any) []step {
 
 func TestRules(t *testing.T) {
 	sec := time.Second
-	tests := []struct {
-		name  string
-		cfg   func(*Config)
-		steps []step
-		// maxTransitions bounds how often the state may change (flapping).
-		maxTransitions int
-	}{
+	tests := []stepCase{
 		{
 			name: "unknown until the first evaluation, then healthy",
 			steps: []step{
@@ -156,17 +212,23 @@ func TestRules(t *testing.T) {
 			),
 		},
 		{
-			name: "K kills within the window: unhealthy; recovers when the window passes",
+			name: "K kills that count within the window: unhealthy; recovers when the window passes",
 			cfg:  func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
 			steps: seq(
-				step{do: kill("r1", "memory_limit"), advance: sec, want: healthy},
+				step{do: kill("r1", "oom"), advance: sec, want: healthy},
 				step{do: kill("r2", "canceled"), advance: sec, want: healthy},
-				step{do: kill("r3", "oom"), advance: sec, want: healthy},
-				step{do: kill("r4", "timeout"), advance: sec, want: unhealthy, code: codeKills},
+				step{do: kill("r3", "crash"), advance: sec, want: healthy},
+				step{do: kill("r4", "timeout"), advance: sec, want: healthy},
+				step{do: kill("r5", "oom"), advance: sec, want: unhealthy, code: codeKills},
 				step{do: hb, advance: 30 * sec, want: unhealthy, code: codeKills},
 				step{do: hb, advance: 30 * sec, want: unhealthy, code: codeRecovering},
 				step{do: hb, advance: sec, want: healthy, noCode: codeKills},
 			),
+		},
+		{
+			name:  "runs killed by their own limits never make the worker unhealthy",
+			cfg:   func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
+			steps: seq(repeat(20, step{do: both(kill("", "timeout"), kill("", "memory_limit")), advance: sec, want: healthy, noCode: codeKills})),
 		},
 		{
 			name: "main process CPU-saturated (one full core of 4) for 3 samples: degraded; recovers",
@@ -244,35 +306,7 @@ func TestRules(t *testing.T) {
 			),
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := testCfg()
-			if tt.cfg != nil {
-				tt.cfg(cfg)
-			}
-			h := newHarness(t, cfg)
-			transitions := 0
-			for i, s := range tt.steps {
-				if s.do != nil {
-					s.do(h)
-				}
-				h.advance(s.advance)
-				transitions += len(h.eval())
-				if s.want != "" {
-					require.Equal(t, s.want, h.state("w1"), "step %d: reasons %v", i, h.codes("w1"))
-				}
-				if s.code != "" {
-					assert.Contains(t, h.codes("w1"), s.code, "step %d", i)
-				}
-				if s.noCode != "" {
-					assert.NotContains(t, h.codes("w1"), s.noCode, "step %d", i)
-				}
-			}
-			if tt.maxTransitions > 0 {
-				assert.LessOrEqual(t, transitions, tt.maxTransitions, "the state flapped")
-			}
-		})
-	}
+	runSteps(t, tests)
 }
 
 // Every reason carries its evidence.

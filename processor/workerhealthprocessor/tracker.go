@@ -10,7 +10,7 @@ import (
 // two bits, and the "ended" bits are the tombstones that make late,
 // duplicated and reordered events harmless.
 const (
-	fWorkerHeld uint8 = 1 << iota
+	fWorkerHeld uint16 = 1 << iota
 	fWorkerEnded
 	fSchedHeld
 	fSchedEnded
@@ -19,6 +19,10 @@ const (
 	fGone
 	// fKilled: the worker reported the run killed (counted once).
 	fKilled
+	// fListed: listed by the snapshot being applied (only during it).
+	fListed
+	// fReleased: the worker's end was a release (not run: not a recent run).
+	fReleased
 )
 
 // run is one run as both sides see it. Times are unix ns: *At are arrival
@@ -30,31 +34,16 @@ type run struct {
 	wEnd, sEnd int64  // when each side's end arrived
 	claimTS    int64  // earliest claim timestamp of either side
 	startTS    int64
-	flags      uint8
+	endTS      int64 // the worker's end record's own timestamp
+	flags      uint16
+	result     uint8 // resultIndex + 1 of how it ended (0 = not ended or unknown)
+	kill       uint8 // kill reason index + 1 (0 = not killed)
 }
 
-func (r *run) has(f uint8) bool { return r.flags&f != 0 }
+func (r *run) has(f uint16) bool { return r.flags&f != 0 }
 
 // lastEnd is when the run last stopped being held by a side.
 func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
-
-// The kill reason index: fixed so per-worker kill counters are an array. The
-// reasons of the contract, "other" last for anything else, so a misbehaving
-// worker cannot explode the kills metric's cardinality.
-var killReasonNames = contract.KillReasons
-
-const killOther = len(killReasonNames) - 1
-
-// killReasons are the reasons a config may name (all but "other").
-var killReasons = killReasonNames[:killOther]
-
-var killReasonIndex = func() map[string]int {
-	m := make(map[string]int, len(killReasonNames))
-	for i, r := range killReasonNames {
-		m[r] = i
-	}
-	return m
-}()
 
 // stateIndex maps states to array slots, in contract.AllStates order.
 func stateIndex(s contract.State) int {
@@ -67,15 +56,20 @@ func stateIndex(s contract.State) int {
 }
 
 // worker is everything kept per worker. Kept small (docs/processor.md gives
-// the measured size): ints rather than time.Time, a lazily created kill ring.
+// the measured size): ints rather than time.Time, lazily made slices.
 type worker struct {
 	id, name string
 
-	// firstMention: first record naming it (either side); lastMention: last
-	// (drives expiry); lastAlive: last of its own telemetry that did not say
-	// the process is gone (drives "lost"); fresh: own telemetry since start.
+	// firstMention: first record naming it (any source); lastMention: last
+	// (drives expiry); lastAlive: last of its own telemetry or of its tree
+	// with a live process (drives "lost"); fresh: own telemetry or tree since
+	// start.
 	firstMention, lastMention, lastAlive int64
 	fresh                                bool
+
+	// origins: which sources named it, when and by which id attributes.
+	origins          [nOrigins]originSeen
+	unjoinedReported bool
 
 	// active: runs the worker itself reports holding (-1 = never reported),
 	// at activeAt; heldOverSince: since when the runs tracked as held by the
@@ -86,38 +80,52 @@ type worker struct {
 	// schedKnown: the scheduler has named this worker at least once. Only
 	// then can its runs be orphaned: a worker no scheduler knows (one that
 	// generates its own work, or is scheduled elsewhere) has no other view.
+	// sched: the scheduler source that last named it.
 	schedKnown bool
+	sched      uint8
+	// A "snapshots" scheduler's statements: snapKind says which form,
+	// snapAt the last list, schedCount/schedCountAt the last count,
+	// schedOverSince since when the runs it named exceed its count.
+	snapKind                             uint8
+	snapAt, schedCountAt, schedOverSince int64
+	schedCount                           int
+	countMissSince, countOrphSince       int64
+	missN, orphN                         int
+	missSince, orphSince                 int64
 
 	capacity  int // reported by the worker, -1 = not reported
 	rss       int64
 	rssAt     int64
 	cgroupMax int64
 
-	// memory episode
-	memOver       bool
-	overSamples   int
-	underSamples  int
-	overSince     int64
-	memLatched    bool
-	memLatchCode  string
-	memLatchSince int64
+	// memory: the tree's episode and each role's (memory.go).
+	mem   memEpisode
+	roles []roleMem
 
-	// cpu episode
+	// cpu episode (cpu.go); cpuCores -1 = never judged, cpuLimit -1 = unknown.
 	cpuCores float64
+	cpuLimit float64
 	cpuOver  int
 	cpuUnder int
 	cpuSat   bool
 	cpuSince int64
 
-	// kills: the last kills.count kill times (a ring), enough to know whether
-	// kills.count fell within kills.window.
-	killRing []int64
-	killNext int
+	// kills (kills.go): the counted kills within kills.window, the episode's
+	// start, the tree's cumulative counters' last values (-1 = none yet),
+	// child exits not yet matched against run ends, run ends not yet
+	// matched, the last tree sample.
+	killLog                              []killRec
+	killSince                            int64
+	oomBase, exitMainBase, exitChildBase int64
+	exitPend                             []exitRec
+	endTimes                             []int64 // a ring of endRing, 0 = spent
+	endNext                              int
+	treeAt                               int64
 
-	kills       [6]int64 // cumulative by reason
-	claims      [2]int64 // cumulative by source
-	transitions [6]int64 // cumulative by state entered
-	lastClaim   int64    // last claim by the worker itself
+	kills       [nKillReasons]int64 // cumulative by reason
+	claims      [2]int64            // cumulative by source
+	transitions [6]int64            // cumulative by state entered
+	lastClaim   int64               // last claim by the worker itself
 
 	runs runTable
 	// order holds the runs in the order they were first seen, from
@@ -142,15 +150,20 @@ type worker struct {
 
 func newWorker(id string, now int64) *worker {
 	return &worker{
-		id:           strings.Clone(id),
-		firstMention: now,
-		lastMention:  now,
-		capacity:     -1,
-		active:       -1,
-		rss:          -1,
-		cgroupMax:    -1,
-		state:        contract.Unknown,
-		since:        now,
+		id:            strings.Clone(id),
+		firstMention:  now,
+		lastMention:   now,
+		capacity:      -1,
+		active:        -1,
+		rss:           -1,
+		cgroupMax:     -1,
+		cpuCores:      -1,
+		cpuLimit:      -1,
+		oomBase:       -1,
+		exitMainBase:  -1,
+		exitChildBase: -1,
+		state:         contract.Unknown,
+		since:         now,
 	}
 }
 
@@ -176,21 +189,40 @@ type tracker struct {
 
 	// overflow accounting, read and reset by the processor for telemetry
 	overflowWorkers, overflowRuns, expired, malformed int64
+	// healed: runs let go by side (drift.go), unjoinedN: workers reported
+	// as named by one source only; read and reset by the processor.
+	healed    [2]int64
+	unjoinedN int64
 
-	// killCounts: the kill reasons (by index) that feed the kills rule.
-	killCounts [len(killReasonNames)]bool
+	// effects: each kill reason's effect (kills.go).
+	effects [nKillReasons]uint8
+	// scheds are the scheduler sources, idKeys the worker id attributes,
+	// roleLimits the roles with a soft limit (all from the config).
+	scheds     []schedSource
+	idKeys     []string
+	roleLimits []roleLimit
+	// originAt: the last record of each source about any worker.
+	originAt [nOrigins]int64
+	// roleNames interns process role names (memory.go).
+	roleNames map[string]string
 }
 
 func newTracker(cfg *Config) *tracker {
 	t := &tracker{
-		cfg:     cfg,
-		workers: map[string]*worker{},
-		hists:   newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
-		pending: -1,
+		cfg:       cfg,
+		workers:   map[string]*worker{},
+		hists:     newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		pending:   -1,
+		roleNames: map[string]string{},
 	}
-	for _, r := range cfg.Kills.Reasons {
+	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
+	effects := defaultKillEffects()
+	for r, e := range cfg.Kills.Effects {
+		effects[r] = e
+	}
+	for r, e := range effects {
 		if i, ok := killReasonIndex[r]; ok {
-			t.killCounts[i] = true
+			t.effects[i], _ = effectIndex(e)
 		}
 	}
 	return t
@@ -217,18 +249,6 @@ func (t *tracker) get(id string, now int64) *worker {
 	t.workers[w.id] = w
 	t.last = w
 	return w
-}
-
-// softLimit is the effective soft limit in bytes (0 = none).
-func (t *tracker) softLimit(w *worker) int64 {
-	lim := t.cfg.Memory.SoftLimitBytes
-	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
-		r := int64(t.cfg.Memory.SoftLimitRatio * float64(w.cgroupMax))
-		if lim == 0 || r < lim {
-			lim = r
-		}
-	}
-	return lim
 }
 
 func (t *tracker) capacityOf(w *worker) int {
@@ -266,7 +286,14 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if s.name != "" && w.name != s.name {
 		w.name = strings.Clone(s.name)
 	}
+	if s.tree {
+		t.seenBy(w, originTree, s.key, now)
+	} else {
+		t.seenBy(w, originTelemetry, s.key, now)
+	}
 	w.fresh = true
+	// A live process is evidence of life as much as the worker's own
+	// telemetry: "lost" needs both silence and no process.
 	if s.present != 0 {
 		w.lastAlive = now
 	}
@@ -279,81 +306,16 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if s.cgroupMax >= 0 {
 		w.cgroupMax = s.cgroupMax
 	}
+	if s.cpuLimit > 0 {
+		w.cpuLimit = s.cpuLimit
+	}
 	if s.mem >= 0 {
-		t.memorySample(w, s.mem, now)
+		t.memorySample(w, s, now)
 	}
 	if s.cpuMain >= 0 && t.cfg.CPU.Enabled {
-		t.cpuSample(w, s.cpuMain*float64(t.cfg.CPU.NumCPUs), now)
+		t.cpuSample(w, s.cpuMain, now)
 	}
-}
-
-// memorySample advances the memory episode: N samples (or a duration) over
-// the soft limit latch "unhealthy"; only RecoverySamples samples under
-// RecoveryRatio of the limit end the episode, so it cannot flap at the edge.
-func (t *tracker) memorySample(w *worker, rss, now int64) {
-	w.rss, w.rssAt = rss, now
-	lim := t.softLimit(w)
-	if lim <= 0 {
-		w.memOver, w.overSamples, w.underSamples = false, 0, 0
-		w.memLatched = false
-		return
-	}
-	m := &t.cfg.Memory
-	if rss > lim {
-		if !w.memOver {
-			w.overSince = now
-		}
-		w.memOver = true
-		w.overSamples++
-		w.underSamples = 0
-		if !w.memLatched && (w.overSamples >= m.UnhealthySamples || (m.UnhealthyAfter > 0 && now-w.overSince >= int64(m.UnhealthyAfter))) {
-			w.latchMemory(codeMemory, w.overSince)
-		}
-		return
-	}
-	w.memOver = false
-	w.overSamples = 0
-	if float64(rss) < m.RecoveryRatio*float64(lim) {
-		w.underSamples++
-		if w.underSamples >= m.RecoverySamples {
-			w.memLatched = false
-		}
-	} else {
-		// Between the recovery threshold and the limit: neither over nor
-		// recovered, the episode (if any) holds.
-		w.underSamples = 0
-	}
-}
-
-func (w *worker) latchMemory(code string, since int64) {
-	w.memLatched = true
-	w.memLatchCode = code
-	w.memLatchSince = since
-	w.underSamples = 0
-}
-
-func (t *tracker) cpuSample(w *worker, cores float64, now int64) {
-	c := &t.cfg.CPU
-	w.cpuCores = cores
-	switch {
-	case cores >= c.SaturationCores:
-		if w.cpuOver == 0 && !w.cpuSat {
-			w.cpuSince = now
-		}
-		w.cpuOver++
-		w.cpuUnder = 0
-		if w.cpuOver >= c.Samples {
-			w.cpuSat = true
-		}
-	case cores < c.RecoveryCores:
-		w.cpuOver = 0
-		w.cpuUnder++
-		if w.cpuUnder >= c.RecoverySamples {
-			w.cpuSat = false
-		}
-	default:
-		w.cpuOver, w.cpuUnder = 0, 0
-	}
+	t.treeKills(w, s, now)
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
@@ -362,9 +324,12 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		return
 	}
 	if e.src == srcScheduler {
+		t.seenBy(w, originScheduler, e.key, now)
 		w.schedKnown = true
+		w.sched = e.sched
 	}
 	if e.src == srcWorker {
+		t.seenBy(w, originTelemetry, e.key, now)
 		w.fresh = true
 		w.lastAlive = now
 		if e.name != "" && w.name != e.name {
@@ -379,6 +344,12 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		return
 	case evStage:
 		t.hists.stage(e.stage, e.ts-e.startTS)
+		return
+	case evSnapshot:
+		t.applySnapshot(w, e.snapRuns, now)
+		return
+	case evHeldCount:
+		w.heldCount(e.held, now)
 		return
 	}
 	r := t.run(w, e.run)
@@ -405,15 +376,29 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		// arrive first through another pipeline, and must not hide it.
 		if e.kind == evKilled && !r.has(fKilled) {
 			r.flags |= fKilled
-			t.kill(w, e.killReason, now)
+			k := killIndex(e.killReason)
+			r.kill = uint8(k + 1)
+			t.kill(w, k, now)
 		}
 		if r.has(fWorkerEnded) {
 			return // duplicate end
 		}
 		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
 		r.wEnd = now
+		if t.schedOf(w).view == contract.ViewClaimsOnly && r.has(fSchedHeld) {
+			// The scheduler sends no end: the worker's closes its claim.
+			release(r, srcScheduler, now)
+		}
 		if e.kind == evReleased {
+			r.flags |= fReleased
 			return
+		}
+		r.endTS = e.ts
+		if e.result != "" {
+			r.result = uint8(resultIndex(e.result) + 1)
+		}
+		if r.has(fStarted) {
+			w.runEnded(now)
 		}
 		if r.startTS > 0 && e.ts >= r.startTS {
 			t.hists.duration(e.result, e.ts-r.startTS)
@@ -514,19 +499,18 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	if r.claimTS > 0 && ts >= r.claimTS {
 		t.hists.claimToStart(ts - r.claimTS)
 	}
-	// Scoot's rule: memory already over the soft limit when a run starts. Only
-	// a recent sample counts: an old one says nothing about now.
-	if t.cfg.Memory.AtRunStart && w.rss >= 0 && now-w.rssAt <= int64(t.cfg.Lost.After) {
-		if lim := t.softLimit(w); lim > 0 && w.rss > lim && !w.memLatched {
-			w.latchMemory(codeMemoryAtStart, now)
-		}
-	}
+	// Scoot's rule: memory already over the soft limit when a run starts.
+	t.memoryAtRunStart(w, now)
 }
 
 func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
 	switch e.kind {
 	case evClaimed, evStarted:
 		if r.has(fSchedEnded) || r.has(fSchedHeld) {
+			return
+		}
+		if r.has(fWorkerEnded) && t.schedOf(w).view == contract.ViewClaimsOnly {
+			// A late claim of a run the worker already ended: closed.
 			return
 		}
 		r.flags |= fSchedHeld
@@ -539,24 +523,6 @@ func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
 		if r.has(fSchedEnded) {
 			return
 		}
-		r.flags = (r.flags | fSchedEnded) &^ fSchedHeld
-		r.sEnd = now
+		release(r, srcScheduler, now)
 	}
-}
-
-// kill counts a kill; reasons in kills.reasons feed the kills rule.
-func (t *tracker) kill(w *worker, reason string, now int64) {
-	idx, ok := killReasonIndex[reason]
-	if !ok {
-		idx = killOther
-	}
-	w.kills[idx]++
-	if t.cfg.Kills.Count <= 0 || !t.killCounts[idx] {
-		return
-	}
-	if w.killRing == nil {
-		w.killRing = make([]int64, t.cfg.Kills.Count)
-	}
-	w.killRing[w.killNext] = now
-	w.killNext = (w.killNext + 1) % len(w.killRing)
 }

@@ -34,10 +34,12 @@ type TelemetryBuilder struct {
 	ProcessorWorkerHealthRecordsMalformed    metric.Int64Counter
 	ProcessorWorkerHealthRefusedLogRecords   metric.Int64Counter
 	ProcessorWorkerHealthRefusedMetricPoints metric.Int64Counter
+	ProcessorWorkerHealthRunsHealed          metric.Int64Counter
 	ProcessorWorkerHealthRunsOverflow        metric.Int64Counter
 	ProcessorWorkerHealthWorkersExpired      metric.Int64Counter
 	ProcessorWorkerHealthWorkersOverflow     metric.Int64Counter
 	ProcessorWorkerHealthWorkersTracked      metric.Int64ObservableGauge
+	ProcessorWorkerHealthWorkersUnjoined     metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -130,6 +132,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{datapoint}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthRunsHealed, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_runs_healed",
+		metric.WithDescription("Runs let go because lost events left them held by one side (by workerwatch.source, the side let go); docs/health-rules.md#claim-drift. [Development]"),
+		metric.WithUnit("{run}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthRunsOverflow, err = builder.meter.Int64Counter(
 		"otelcol_processor_worker_health_runs_overflow",
 		metric.WithDescription("Run events dropped because limits.max_runs_per_worker runs were already tracked for the worker. [Development]"),
@@ -151,6 +159,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ProcessorWorkerHealthWorkersTracked, err = builder.meter.Int64ObservableGauge(
 		"otelcol_processor_worker_health_workers_tracked",
 		metric.WithDescription("Workers currently tracked. [Development]"),
+		metric.WithUnit("{worker}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthWorkersUnjoined, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_workers_unjoined",
+		metric.WithDescription("Workers only one source (tree, telemetry, scheduler) named for identity.join_within while other sources named other workers; each is also logged once with the ids seen. [Development]"),
 		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)

@@ -30,9 +30,11 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorWorkerHealthRecordsMalformed.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthRunsHealed.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRunsOverflow.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersExpired.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersOverflow.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthWorkersUnjoined.Add(context.Background(), 1)
 	AssertEqualProcessorWorkerHealthCheckpointErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -51,6 +53,9 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualProcessorWorkerHealthRefusedMetricPoints(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthRunsHealed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthRunsOverflow(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -61,6 +66,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersTracked(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthWorkersUnjoined(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

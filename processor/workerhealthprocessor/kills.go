@@ -1,0 +1,275 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// Kills blame the right party (docs/health-rules.md, "Kills"). Every kill is
+// counted by reason (workerwatch.worker.kills); only reasons whose effect is
+// not "none" feed the kills rule: kills.count of them within kills.window
+// make the worker degraded or unhealthy. A run killed by its own limit
+// (timeout, memory_limit) is the limit doing its job: by default it does not
+// count. The worker's own processes dying does: the OOM killer (the tree's
+// cgroup oom_kills), runs' processes crashing, the main process exiting,
+// child processes exiting with no run ending to blame.
+
+// Effects of a kill reason, in order of severity.
+const (
+	effectNone uint8 = iota
+	effectDegraded
+	effectUnhealthy
+)
+
+var effectNames = [...]string{"none", "degraded", "unhealthy"}
+
+func effectIndex(e string) (uint8, bool) {
+	i := slices.Index(effectNames[:], e)
+	return uint8(i), i >= 0
+}
+
+// defaultKillEffects is every reason's default effect.
+func defaultKillEffects() map[string]string {
+	m := make(map[string]string, len(killReasonNames))
+	for _, r := range killReasonNames {
+		m[r] = effectNames[effectNone]
+	}
+	for _, r := range []string{contract.KillOOM, contract.KillCrash, contract.KillWorkerExit, contract.KillChildExit} {
+		m[r] = effectNames[effectUnhealthy]
+	}
+	return m
+}
+
+// The kill reason index: fixed so per-worker kill counters are an array. The
+// reasons of the contract, "other" last for anything else, so a misbehaving
+// worker cannot explode the kills metric's cardinality.
+var killReasonNames = contract.KillReasons
+
+const (
+	nKillReasons = len(killReasonNames)
+	killOther    = nKillReasons - 1
+)
+
+var killReasonIndex = func() map[string]int {
+	m := make(map[string]int, nKillReasons)
+	for i, r := range killReasonNames {
+		m[r] = i
+	}
+	return m
+}()
+
+func killIndex(reason string) int {
+	if i, ok := killReasonIndex[reason]; ok {
+		return i
+	}
+	return killOther
+}
+
+// killRec is one counted kill: when it arrived and its reason's index.
+type killRec struct {
+	at     int64
+	reason uint8
+}
+
+// maxKillLog bounds the counted kills kept per worker (those within
+// kills.window); beyond it the oldest go and the rule's value is a floor.
+const maxKillLog = 1024
+
+// kill counts one kill; a reason with an effect is remembered for the rule.
+func (t *tracker) kill(w *worker, idx int, now int64) {
+	w.kills[idx]++
+	if t.cfg.Kills.Count <= 0 || t.effects[idx] == effectNone {
+		return
+	}
+	if len(w.killLog) >= maxKillLog {
+		w.killLog = append(w.killLog[:0], w.killLog[1:]...)
+	}
+	w.killLog = append(w.killLog, killRec{at: now, reason: uint8(idx)})
+}
+
+// killsReason judges the kills rule: the real count of counted kills within
+// the window, and since when the episode runs (the oldest kill in the window
+// when the rule began to fire, fixed until it stops firing).
+func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
+	k := &t.cfg.Kills
+	if k.Count <= 0 || len(w.killLog) == 0 {
+		w.killSince = 0
+		return contract.Reason{}, effectNone
+	}
+	// Forget what slid out of the window.
+	win := int64(k.Window)
+	i := 0
+	for i < len(w.killLog) && now-w.killLog[i].at > win {
+		i++
+	}
+	if i > 0 {
+		w.killLog = append(w.killLog[:0], w.killLog[i:]...)
+	}
+	if len(w.killLog) == 0 {
+		w.killLog, w.killSince = nil, 0
+		return contract.Reason{}, effectNone
+	}
+	var byReason [nKillReasons]int
+	nUnhealthy, nAny := 0, 0
+	var oldestUnhealthy int64
+	for _, kr := range w.killLog {
+		byReason[kr.reason]++
+		nAny++
+		if t.effects[kr.reason] == effectUnhealthy {
+			if nUnhealthy == 0 {
+				oldestUnhealthy = kr.at
+			}
+			nUnhealthy++
+		}
+	}
+	var effect uint8
+	var n int
+	var oldest int64
+	switch {
+	case nUnhealthy >= k.Count:
+		effect, n, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
+	case nAny >= k.Count:
+		effect, n, oldest = effectDegraded, nAny, w.killLog[0].at
+	default:
+		w.killSince = 0
+		return contract.Reason{}, effectNone
+	}
+	if w.killSince == 0 {
+		w.killSince = oldest
+	}
+	var parts []string
+	for i, c := range byReason {
+		if c > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", killReasonNames[i], c))
+		}
+	}
+	return contract.Reason{
+		Code:    codeKills,
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, time.Duration(win), strings.Join(parts, ", ")),
+		Value:   float64(n), Threshold: float64(k.Count), Since: ts(w.killSince),
+	}, effect
+}
+
+// treeKills reads the kills the process tree shows: the cgroup's OOM kills,
+// the main process exiting, child processes exiting. Cumulative counters:
+// the first value is a baseline, a value lower than the last (the receiver
+// restarted) a new one.
+func (t *tracker) treeKills(w *worker, s *sample, now int64) {
+	delta := func(v int64, base *int64) int64 {
+		if v < 0 {
+			return 0
+		}
+		d := int64(0)
+		if *base >= 0 && v > *base {
+			d = v - *base
+		}
+		*base = v
+		return d
+	}
+	for n := delta(s.oomKills, &w.oomBase); n > 0; n-- {
+		t.kill(w, killReasonIndex[contract.KillOOM], now)
+	}
+	mainExits := delta(s.exitMain, &w.exitMainBase)
+	for n := mainExits; n > 0; n-- {
+		t.kill(w, killReasonIndex[contract.KillWorkerExit], now)
+	}
+	childExits := delta(s.exitChild, &w.exitChildBase)
+	if mainExits > 0 {
+		// Children die with their root: the worker's exit explains them.
+		childExits = 0
+	}
+	if childExits > 0 {
+		if len(w.exitPend) >= maxPending {
+			w.exitPend = w.exitPend[1:]
+		}
+		w.exitPend = append(w.exitPend, exitRec{at: now, after: w.treeAt, n: int32(min(childExits, 1<<20))})
+	}
+	if s.tree {
+		w.treeAt = now
+	}
+}
+
+// exitRec is child exits one tree sample saw, not yet matched against the
+// runs that ended: they happened after the previous sample (after) and by
+// this one (at).
+type exitRec struct {
+	at, after int64
+	n         int32
+}
+
+// maxPending bounds the child exits waiting to be matched per worker.
+const maxPending = 256
+
+// endRing is how many recent run ends a worker keeps for matching: a ring,
+// so recording an end never allocates once it exists.
+const endRing = 64
+
+// runEnded remembers that a started run of the worker ended (its child, if
+// any, exits too): a child exit around it is to blame on the run. Only for
+// workers whose tree reports exits: nothing else needs it.
+func (w *worker) runEnded(now int64) {
+	if w.exitChildBase < 0 {
+		return
+	}
+	if w.endTimes == nil {
+		w.endTimes = make([]int64, endRing)
+	}
+	w.endTimes[w.endNext] = now
+	w.endNext = (w.endNext + 1) % endRing
+}
+
+// matchExits blames the child exits older than the grace period on runs that
+// ended from the sample before them until the grace period after them (the
+// run's end event and the tree sample travel apart); the rest are child
+// deaths with no run to blame (child_exit). A run end explains one exit,
+// and only one close to it in time, so runs whose children live on
+// (OpenFn's engine keeps its child processes) do not excuse later deaths.
+func (t *tracker) matchExits(w *worker, now int64) {
+	grace := max(int64(t.cfg.Drift.Grace), int64(time.Second))
+	done := 0
+	for _, ex := range w.exitPend {
+		if now-ex.at < grace {
+			break
+		}
+		done++
+		from := ex.after
+		if from == 0 {
+			from = ex.at - grace
+		}
+		n := int(ex.n)
+		for i := range w.endTimes {
+			if n == 0 {
+				break
+			}
+			// A matched end is spent (0).
+			if e := w.endTimes[i]; e > 0 && e > from-grace && e <= ex.at+grace {
+				w.endTimes[i] = 0
+				n--
+			}
+		}
+		for ; n > 0; n-- {
+			t.kill(w, killReasonIndex[contract.KillChildExit], ex.at)
+		}
+	}
+	if done > 0 {
+		w.exitPend = slices.Delete(w.exitPend, 0, done)
+	}
+	if len(w.exitPend) == 0 {
+		w.exitPend = nil
+	}
+}
+
+// killsSnapshot is the kills by reason, reasons with none left out.
+func killsSnapshot(w *worker) map[string]int64 {
+	m := map[string]int64{}
+	for i, n := range w.kills {
+		if n > 0 {
+			m[killReasonNames[i]] = n
+		}
+	}
+	return m
+}

@@ -1,0 +1,257 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// memEpisode is one soft limit's episode: the whole tree's, or one role's
+// (memory.roles). Two latches, because both conditions can hold at once and
+// each is a reason of its own: memory persistently over the limit
+// (memory.unhealthy_samples / unhealthy_after), and over it when a run
+// started (memory.at_run_start). Only memory.recovery_samples samples under
+// memory.recovery_ratio of the limit end the episode, so it cannot flap at
+// the edge.
+type memEpisode struct {
+	over         bool
+	overSamples  int
+	underSamples int
+	overSince    int64
+	persist      bool
+	persistSince int64
+	atStart      bool
+	atStartSince int64
+}
+
+// sample advances the episode with one sample against the limit lim.
+func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
+	if lim <= 0 {
+		*e = memEpisode{}
+		return
+	}
+	if rss > lim {
+		if !e.over {
+			e.overSince = now
+		}
+		e.over = true
+		e.overSamples++
+		e.underSamples = 0
+		if e.overSamples >= m.UnhealthySamples {
+			e.latchPersist()
+		}
+		e.tick(now, m)
+		return
+	}
+	e.over = false
+	e.overSamples = 0
+	if float64(rss) < m.RecoveryRatio*float64(lim) {
+		e.underSamples++
+		if e.underSamples >= m.RecoverySamples {
+			e.persist, e.atStart = false, false
+		}
+	} else {
+		// Between the recovery threshold and the limit: neither over nor
+		// recovered, the episode (if any) holds.
+		e.underSamples = 0
+	}
+}
+
+// tick applies the duration form of the rule, which also fires between
+// samples.
+func (e *memEpisode) tick(now int64, m *MemoryRule) {
+	if e.over && m.UnhealthyAfter > 0 && now-e.overSince >= int64(m.UnhealthyAfter) {
+		e.latchPersist()
+	}
+}
+
+func (e *memEpisode) latchPersist() {
+	if !e.persist {
+		e.persist, e.persistSince = true, e.overSince
+		e.underSamples = 0
+	}
+}
+
+// runStarted applies Scoot's rule: over the limit when a run starts.
+func (e *memEpisode) runStarted(rss, lim, now int64) {
+	if lim > 0 && rss > lim && !e.atStart {
+		e.atStart, e.atStartSince = true, now
+		e.underSamples = 0
+	}
+}
+
+// roleMem is one process role of a worker's tree: its memory at the last
+// sample and, for a role with a soft limit (limit >= 0: its index in the
+// tracker's roleLimits), its episode (made on first use: most roles have
+// none).
+type roleMem struct {
+	role  string
+	rss   int64
+	ep    *memEpisode
+	limit int8
+}
+
+// roleLimit is one configured role soft limit.
+type roleLimit struct {
+	role  string
+	bytes int64
+}
+
+// roleLimits are the configured role limits, sorted by role.
+func roleLimits(cfg *Config) []roleLimit {
+	out := make([]roleLimit, 0, len(cfg.Memory.Roles))
+	for r, rule := range cfg.Memory.Roles {
+		out = append(out, roleLimit{role: r, bytes: rule.SoftLimitBytes})
+	}
+	slices.SortFunc(out, func(a, b roleLimit) int { return strings.Compare(a.role, b.role) })
+	return out
+}
+
+// softLimit is the effective soft limit of the tree in bytes (0 = none).
+func (t *tracker) softLimit(w *worker) int64 {
+	lim := t.cfg.Memory.SoftLimitBytes
+	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
+		r := int64(t.cfg.Memory.SoftLimitRatio * float64(w.cgroupMax))
+		if lim == 0 || r < lim {
+			lim = r
+		}
+	}
+	return lim
+}
+
+// memorySample advances the tree's episode and each role's.
+func (t *tracker) memorySample(w *worker, s *sample, now int64) {
+	m := &t.cfg.Memory
+	w.rss, w.rssAt = s.mem, now
+	w.mem.sample(s.mem, t.softLimit(w), now, m)
+	if s.nrole == 0 {
+		return
+	}
+	// The roles of this sample; a role missing from it has no process now.
+	for i := range w.roles {
+		w.roles[i].rss = 0
+	}
+	for _, v := range s.roles[:s.nrole] {
+		if r := t.role(w, v.role); r != nil {
+			r.rss += v.rss
+		}
+	}
+	for i := range w.roles {
+		r := &w.roles[i]
+		if r.limit >= 0 {
+			r.ep.sample(r.rss, t.roleLimits[r.limit].bytes, now, m)
+		}
+	}
+}
+
+// internRole returns the tracker's copy of a role name: workers share it
+// (names are few; past maxInterned each worker keeps its own copy).
+func (t *tracker) internRole(name string) string {
+	if s, ok := t.roleNames[name]; ok {
+		return s
+	}
+	s := strings.Clone(name)
+	if len(t.roleNames) < maxInterned {
+		t.roleNames[s] = s
+	}
+	return s
+}
+
+const maxInterned = 256
+
+// maxRoles bounds the roles kept per worker: a sender inventing role names
+// cannot grow a worker's state.
+const maxRoles = 16
+
+// role returns the worker's entry for a role, adding it (sorted) when new;
+// nil when the worker already has maxRoles roles.
+func (t *tracker) role(w *worker, name string) *roleMem {
+	i, found := slices.BinarySearchFunc(w.roles, name, func(r roleMem, n string) int { return strings.Compare(r.role, n) })
+	if !found {
+		if len(w.roles) >= maxRoles {
+			return nil
+		}
+		rm := roleMem{role: t.internRole(name), limit: -1}
+		if j, ok := slices.BinarySearchFunc(t.roleLimits, name, func(r roleLimit, n string) int { return strings.Compare(r.role, n) }); ok {
+			rm.limit, rm.ep = int8(j), &memEpisode{}
+		}
+		w.roles = slices.Insert(w.roles, i, rm)
+	}
+	return &w.roles[i]
+}
+
+// memoryAtRunStart applies the at-run-start rule to the tree and to every
+// limited role, with a recent sample only: an old one says nothing about now.
+func (t *tracker) memoryAtRunStart(w *worker, now int64) {
+	if !t.cfg.Memory.AtRunStart || w.rss < 0 || now-w.rssAt > int64(t.cfg.Lost.After) {
+		return
+	}
+	w.mem.runStarted(w.rss, t.softLimit(w), now)
+	for i := range w.roles {
+		if r := &w.roles[i]; r.limit >= 0 {
+			r.ep.runStarted(r.rss, t.roleLimits[r.limit].bytes, now)
+		}
+	}
+}
+
+// memoryReasons are the reasons of the tree's episode and of every role's:
+// unhealthy for each latch, degraded while over but not yet persistent.
+func (t *tracker) memoryReasons(w *worker, now int64, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
+	m := &t.cfg.Memory
+	add := func(e *memEpisode, rss, lim int64, role string) {
+		e.tick(now, m)
+		what := "memory"
+		if role != "" {
+			what = "memory of role " + role
+		}
+		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", m.RecoverySamples, 100*m.RecoveryRatio)
+		if e.persist {
+			unhealthy = append(unhealthy, contract.Reason{
+				Code:    codeMemory,
+				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, m.UnhealthySamples, m.UnhealthyAfter) + recovers,
+				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.persistSince), Role: role,
+			})
+		}
+		if e.atStart {
+			unhealthy = append(unhealthy, contract.Reason{
+				Code:    codeMemoryAtStart,
+				Message: what + " over the soft limit when a run started" + recovers,
+				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.atStartSince), Role: role,
+			})
+		}
+		if e.over && !e.persist {
+			degraded = append(degraded, contract.Reason{
+				Code:    codeMemory,
+				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, m.UnhealthySamples),
+				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.overSince), Role: role,
+			})
+		}
+	}
+	add(&w.mem, w.rss, t.softLimit(w), "")
+	for i := range w.roles {
+		if r := &w.roles[i]; r.limit >= 0 {
+			add(r.ep, r.rss, t.roleLimits[r.limit].bytes, r.role)
+		}
+	}
+	return unhealthy, degraded
+}
+
+// memorySnapshot is the snapshot's view of the worker's memory.
+func (t *tracker) memorySnapshot(w *worker) contract.Memory {
+	mem := contract.Memory{
+		RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
+		CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.mem.overSamples,
+		SampledAt: ts(w.rssAt),
+		Roles:     make([]contract.RoleMemory, 0, len(w.roles)),
+	}
+	for _, r := range w.roles {
+		rm := contract.RoleMemory{Role: r.role, RSSBytes: r.rss}
+		if r.limit >= 0 {
+			rm.SoftLimitBytes, rm.OverSamples = t.roleLimits[r.limit].bytes, r.ep.overSamples
+		}
+		mem.Roles = append(mem.Roles, rm)
+	}
+	return mem
+}

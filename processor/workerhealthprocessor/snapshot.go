@@ -1,0 +1,90 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// snapshot builds the immutable view for the health extension.
+func (t *tracker) snapshot(now int64) *contract.Snapshot {
+	s := &contract.Snapshot{
+		Time:    ts(now),
+		Workers: make([]contract.Worker, 0, len(t.workers)),
+		Fleet: contract.Fleet{
+			ByState:          map[contract.State]int{},
+			Pending:          -1,
+			IdleCapacity:     t.idle,
+			IdleWhilePending: t.idleWhilePending,
+		},
+	}
+	if t.pendingFresh(now) {
+		s.Fleet.Pending = t.pending
+	}
+	for _, st := range contract.AllStates {
+		s.Fleet.ByState[st] = 0
+	}
+	var ended []*run
+	for _, w := range t.byID() {
+		s.Fleet.ByState[w.state]++
+		var wr, sr []string
+		ended = ended[:0]
+		for r := range w.runs.all() {
+			if r.has(fWorkerHeld) {
+				wr = append(wr, string(r.id))
+			}
+			if r.has(fSchedHeld) {
+				sr = append(sr, string(r.id))
+			}
+			if r.has(fWorkerEnded) && !r.has(fReleased) && r.wEnd > 0 {
+				ended = append(ended, r)
+			}
+		}
+		sort.Strings(wr)
+		sort.Strings(sr)
+		s.Workers = append(s.Workers, contract.Worker{
+			ID: w.id, Name: w.name, State: w.state,
+			Reasons:  append([]contract.Reason{}, w.reasons...),
+			Since:    ts(w.since),
+			LastSeen: ts(w.lastAlive),
+			Memory:   t.memorySnapshot(w),
+			CPU:      cpuSnapshot(w),
+			Runs: contract.Runs{
+				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
+				Recent: t.recentRuns(ended), Kills: killsSnapshot(w),
+			},
+			Drift: contract.Drift{
+				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
+				MissingCount: w.missN, OrphanedCount: w.orphN, OverCapacity: w.overCap,
+			},
+			Sources: t.sourcesSnapshot(w),
+		})
+	}
+	return s
+}
+
+// recentRuns are the newest limits.recent_runs of the ended runs, newest
+// first (by when their end arrived, then id).
+func (t *tracker) recentRuns(ended []*run) []contract.RunRecord {
+	slices.SortFunc(ended, func(a, b *run) int {
+		return cmp.Or(cmp.Compare(b.wEnd, a.wEnd), cmp.Compare(string(b.id), string(a.id)))
+	})
+	n := min(len(ended), t.cfg.Limits.RecentRuns)
+	out := make([]contract.RunRecord, 0, n)
+	for _, r := range ended[:n] {
+		rec := contract.RunRecord{ID: string(r.id), Started: ts(r.startTS), Ended: ts(r.endTS)}
+		if r.result > 0 {
+			rec.Result = resultNames[r.result-1]
+		}
+		if r.kill > 0 {
+			rec.KillReason = killReasonNames[r.kill-1]
+		}
+		if r.startTS > 0 && r.endTS >= r.startTS {
+			rec.DurationSeconds = nsToSeconds(r.endTS - r.startTS)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
