@@ -1,0 +1,44 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestBullMQExample runs the BullMQ example's own tests (node's test runner,
+// examples/bullmq-worker/test/): what its worker and queue side send, against
+// a redis-server and an OTLP sink they start themselves.
+func TestBullMQExample(t *testing.T) {
+	need(t, "redis-server", "/usr/bin/redis-server")
+	exampleNodeTests(t, "bullmq-worker", "bullmq")
+}
+
+// TestOpenFnExample runs the OpenFn example's own tests
+// (examples/openfn-worker/test/): the host of the real engine and the
+// Lightning stand-in, every reason the engine reports, against an OTLP sink.
+func TestOpenFnExample(t *testing.T) {
+	exampleNodeTests(t, "openfn-worker", filepath.Join("@openfn", "engine-multi"))
+}
+
+// exampleNodeTests runs `node --test test/` in examples/<example>, whose
+// node_modules must hold pkg (scripts/install-test-deps.sh runs npm ci).
+func exampleNodeTests(t *testing.T, example, pkg string) {
+	dir := filepath.Join(repoRoot, "examples", example)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("examples/%s/node_modules missing (scripts/install-test-deps.sh runs npm ci)", example)
+		}
+		t.Skipf("examples/%s/node_modules missing: run npm ci there", example)
+	}
+	cmd := exec.Command(need(t, "node"), "--test", "test/")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test in %s: %v\n%s", dir, err, out)
+	}
+	t.Logf("e2e: examples/%s tests passed", example)
+}
