@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
@@ -144,5 +145,122 @@ func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
 		if strings.Contains(strings.ToLower(l), "deprecat") {
 			t.Errorf("a deprecation warning at start: %s", l)
 		}
+	}
+}
+
+// claimsJSON is an OTLP/HTTP JSON logs request: workers w0..w(n-1), each
+// claiming runs r0..r(runs-1).
+func claimsJSON(workers, runs int) string {
+	var rls []string
+	for w := range workers {
+		var recs []string
+		for r := range runs {
+			recs = append(recs, fmt.Sprintf(`{"eventName":"workerwatch.run.claimed","attributes":[{"key":"cicd.pipeline.run.id","value":{"stringValue":"run-%d-%d-with-a-longer-id"}}]}`, w, r))
+		}
+		rls = append(rls, fmt.Sprintf(`{"resource":{"attributes":[{"key":"cicd.worker.id","value":{"stringValue":"worker-%04d"}}]},"scopeLogs":[{"logRecords":[%s]}]}`,
+			w, strings.Join(recs, ",")))
+	}
+	return `{"resourceLogs":[` + strings.Join(rls, ",") + `]}`
+}
+
+func postJSON(u, body string) error {
+	resp, err := httpClient.Post(u, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST %s: %s", u, resp.Status)
+	}
+	return nil
+}
+
+// A corrupt state file never keeps the collector from starting (issue 14.3):
+// the processor's bbolt file under file_storage, truncated, overwritten with
+// random bytes, or emptied, is moved aside, logged once with its path, and
+// the processor starts with no workers. Before: the truncated file faulted
+// inside bbolt (exit 2), random bytes refused to start ("file size too small
+// 4096", no path), the empty file started silently.
+func TestCorruptStateFile(t *testing.T) {
+	bin := collectorBinary(t)
+	for _, tc := range []struct {
+		name    string
+		corrupt func(path string) error
+	}{
+		{"truncated", func(path string) error { return os.Truncate(path, 8192) }},
+		{"random bytes", func(path string) error {
+			b := make([]byte, 4096)
+			if _, err := rand.Read(b); err != nil {
+				return err
+			}
+			return os.WriteFile(path, b, 0o600)
+		}},
+		{"empty", func(path string) error { return os.Truncate(path, 0) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			run := func(name string) (p *proc, health, otlp string) {
+				health, otlp = loopbackAddr(t), loopbackAddr(t)
+				p = start(t, name, []string{"PE_HEALTH=" + health, "PE_OTLP_HTTP=" + otlp, "PE_STATE_DIR=" + state},
+					bin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-state.yaml"))
+				waitReady(t, p, health)
+				return p, health, otlp
+			}
+			first, health, otlp := run("corrupt-state-first-" + strings.ReplaceAll(tc.name, " ", "-"))
+			if err := postJSON("http://"+otlp+"/v1/logs", claimsJSON(300, 5)); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, 200*time.Millisecond, "300 workers on the API", func() error {
+				var list struct {
+					Workers []any `json:"workers"`
+				}
+				if _, err := getJSON("http://"+health+"/health/workers", &list); err != nil {
+					return err
+				}
+				if len(list.Workers) != 300 {
+					return fmt.Errorf("%d workers", len(list.Workers))
+				}
+				return nil
+			})
+			first.stop(t) // the final checkpoint
+			path := filepath.Join(state, "processor_worker_health_")
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("e2e: checkpoint file %d bytes", st.Size())
+			if err := tc.corrupt(path); err != nil {
+				t.Fatal(err)
+			}
+
+			second, health, _ := run("corrupt-state-second-" + strings.ReplaceAll(tc.name, " ", "-"))
+			var list struct {
+				Workers []any `json:"workers"`
+			}
+			if _, err := getJSON("http://"+health+"/health/workers", &list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Workers) != 0 {
+				t.Errorf("%d workers after the corrupt checkpoint, want none", len(list.Workers))
+			}
+			b, _ := os.ReadFile(second.log)
+			var said []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "storage file is corrupt") {
+					said = append(said, l)
+				}
+			}
+			if len(said) != 1 || !strings.Contains(said[0], `"file": "`+path+`"`) {
+				t.Errorf("want one log line naming %s, got %d:\n%s", path, len(said), strings.Join(said, "\n"))
+			}
+			backups, _ := filepath.Glob(path + ".*.backup")
+			if len(backups) != 1 {
+				t.Errorf("want the corrupt file moved aside once, found %v", backups)
+			}
+			second.stop(t)
+			if code := second.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("exit code %d after SIGTERM:\n%s", code, second.tail())
+			}
+		})
 	}
 }

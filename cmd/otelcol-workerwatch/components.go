@@ -10,11 +10,11 @@ import (
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
 	bearertokenauthextension "github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	pprofextension "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension"
-	filestorage "github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	filterprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/filterprocessor"
 	resourceprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor"
 	transformprocessor "github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor"
 	hostmetricsreceiver "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver"
+	filestorage "github.com/workerwatch/workerwatch/extension/filestorage"
 	workerhealthextension "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 	workerhealthprocessor "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 	workerprocessreceiver "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
@@ -64,7 +64,7 @@ func components() (otelcol.Factories, error) {
 		return otelcol.Factories{}, err
 	}
 	factories.ExtensionModules = makeModulesMap(factories.Extensions, map[component.Type]string{
-		filestorage.NewFactory().Type():              "github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage v0.165.1",
+		filestorage.NewFactory().Type():              "github.com/workerwatch/workerwatch v0.0.0",
 		pprofextension.NewFactory().Type():           "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension v0.165.1",
 		bearertokenauthextension.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension v0.165.1",
 		workerhealthextension.NewFactory().Type():    "github.com/workerwatch/workerwatch v0.0.0",

@@ -280,11 +280,13 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		return
 	}
 	data, err := p.storage.Get(ctx, checkpointKey)
-	if err != nil || data == nil {
-		if err != nil {
-			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-			p.logger.Warn("reading the checkpoint failed; starting empty", zap.Error(err))
-		}
+	if err != nil {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+		p.logger.Warn("reading the checkpoint failed; starting empty", zap.Error(err))
+		return
+	}
+	if data == nil {
+		p.logger.Info("no checkpoint in the storage: starting with no workers")
 		return
 	}
 	p.mu.Lock()
