@@ -61,6 +61,7 @@ func startBlackhole(t *testing.T) *blackhole {
 }
 
 func TestProcessorEdges(t *testing.T) {
+	t.Parallel()
 	bin := collectorBinary(t)
 	hole := startBlackhole(t)
 	health, otlpHTTP := loopbackAddr(t), loopbackAddr(t)
@@ -125,6 +126,7 @@ func TestProcessorEdges(t *testing.T) {
 // (issue 11: the Prometheus exporter's resource_to_telemetry_conversion
 // logged one at every start). Its listeners are moved to free ports.
 func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
+	t.Parallel()
 	bin := collectorBinary(t)
 	health := loopbackAddr(t)
 	col := start(t, "default-config-collector", []string{"WORKERWATCH_STATE_DIR=" + t.TempDir()}, bin,
@@ -182,6 +184,7 @@ func postJSON(u, body string) error {
 // inside bbolt (exit 2), random bytes refused to start ("file size too small
 // 4096", no path), the empty file started silently.
 func TestCorruptStateFile(t *testing.T) {
+	t.Parallel()
 	bin := collectorBinary(t)
 	for _, tc := range []struct {
 		name    string
