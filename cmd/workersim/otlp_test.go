@@ -8,7 +8,7 @@ import (
 // Flattened OTLP data, so assertions read like the conventions table.
 
 type logEvent struct {
-	service, worker string // resource service.name, cicd.worker.id
+	service, worker string // resource service.name, cicd.worker.id (worker_name)
 	name            string // event.name
 	attrs           map[string]any
 }
@@ -33,6 +33,8 @@ func resIDs(r pcommon.Resource) (service, worker string) {
 		service = v.Str()
 	}
 	if v, ok := a.Get("cicd.worker.id"); ok {
+		worker = v.Str()
+	} else if v, ok := a.Get("worker_name"); ok { // the openfn dialect
 		worker = v.Str()
 	}
 	return service, worker

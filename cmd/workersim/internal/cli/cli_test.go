@@ -28,7 +28,7 @@ func TestParseFaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Fault{FaultLeak, FaultHang, FaultNone, FaultOOM, FaultNone, FaultNone}, got)
 	_, err = ParseFaults("leak,boom", 3)
-	require.EqualError(t, err, `unknown fault "boom" (known: leak, hang, drop-claims, orphan, timeout, oom, none)`)
+	require.EqualError(t, err, `unknown fault "boom" (known: leak, hang, drop-claims, orphan, timeout, oom, busy, none)`)
 	_, err = ParseFaults("leak,hang", 1)
 	assert.Error(t, err)
 }

@@ -17,10 +17,11 @@ const (
 	FaultOrphan     Fault = "orphan"      // acks too late, runs what the scheduler took back
 	FaultTimeout    Fault = "timeout"     // runs outlive the run timeout and are killed
 	FaultOOM        Fault = "oom"         // runs outgrow the per-run memory limit and are killed
+	FaultBusy       Fault = "busy"        // the main process burns a share of one core
 )
 
 // Faults lists every fault in the order the docs present them.
-var Faults = []Fault{FaultLeak, FaultHang, FaultDropClaims, FaultOrphan, FaultTimeout, FaultOOM, FaultNone}
+var Faults = []Fault{FaultLeak, FaultHang, FaultDropClaims, FaultOrphan, FaultTimeout, FaultOOM, FaultBusy, FaultNone}
 
 // ParseFault checks one fault name.
 func ParseFault(s string) (Fault, error) {

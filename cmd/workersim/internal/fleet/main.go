@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/scheduler"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
 
 // Main runs `workersim fleet`.
@@ -15,7 +17,11 @@ func Main(args []string) int {
 	fs := cli.NewFlagSet(name)
 	var (
 		workers       = fs.Int("workers", 6, "number of worker processes")
-		faults        = fs.String("faults", "", "comma list of faults applied to workers in order (leak, hang, drop-claims, orphan, timeout, oom, none); missing entries are none")
+		faults        = fs.String("faults", "", "comma list of faults applied to workers in order (leak, hang, drop-claims, orphan, timeout, oom, busy, none); missing entries are none")
+		view          = fs.String("scheduler-view", "events", "how the scheduler states what it holds: events, claims_only or snapshots")
+		snapEvery     = fs.Duration("snapshot-interval", 2*time.Second, "snapshots view: how often the scheduler states every run it holds per worker")
+		dialect       = fs.String("dialect", "conventions", "names every process speaks: conventions (workerwatch's) or openfn")
+		busy          = fs.Float64("busy-fraction", 0.5, "busy: share of one core a busy worker's main process burns")
 		seed          = fs.Uint64("seed", 0, "seed for run ids, sizes and jitter (0: from the clock, printed)")
 		endpoint      = fs.String("otlp-endpoint", "127.0.0.1:4318", "OTLP/HTTP endpoint (host:port or URL) for every process; empty disables export")
 		schedAddr     = fs.String("scheduler-addr", "127.0.0.1:0", "scheduler API address (port 0 picks a free one)")
@@ -79,6 +85,18 @@ func Main(args []string) int {
 	if err != nil {
 		return fail("--faults: %v", err)
 	}
+	if _, err := scheduler.ParseView(*view); err != nil {
+		return fail("--scheduler-view: %v", err)
+	}
+	if _, err := telemetry.ParseDialect(*dialect); err != nil {
+		return fail("--dialect: %v", err)
+	}
+	if *snapEvery <= 0 {
+		return fail("--snapshot-interval must be > 0, got %s", *snapEvery)
+	}
+	if !(*busy > 0 && *busy <= 1) {
+		return fail("--busy-fraction must be in (0, 1], got %g", *busy)
+	}
 	if *pidDir != "" {
 		if err := os.MkdirAll(*pidDir, 0o750); err != nil {
 			return fail("--pid-dir: %v", err)
@@ -113,7 +131,8 @@ func Main(args []string) int {
 			"--run-rate", strconv.FormatFloat(*runRate, 'g', -1, 64), "--max-pending", strconv.Itoa(*maxPending),
 			"--claim-timeout", claimTimeout.String(), "--lost-timeout", lostTimeout.String(),
 			"--drop-claims", strings.Join(dropIDs, ","), "--drop-every", strconv.Itoa(*dropEvery),
-			"--export-interval", export,
+			"--export-interval", export, "--view", *view, "--snapshot-interval", snapEvery.String(),
+			"--dialect", *dialect,
 		},
 		WorkerArgs: []string{
 			"--otlp-endpoint", *endpoint, "--capacity", strconv.Itoa(*capacity), "--seed", seedS,
@@ -121,7 +140,8 @@ func Main(args []string) int {
 			"--leak-bytes", strconv.FormatInt(int64(leakBytes), 10), "--leak-max", strconv.FormatInt(int64(leakMax), 10),
 			"--hang-after", strconv.Itoa(*hangAfter), "--ack-delay", ackDelay.String(),
 			"--poll-interval", pollInterval.String(), "--heartbeat-interval", heartbeat.String(),
-			"--export-interval", export,
+			"--export-interval", export, "--dialect", *dialect,
+			"--busy-fraction", strconv.FormatFloat(*busy, 'g', -1, 64),
 		},
 	}
 	return New(cfg, exe).Run()

@@ -18,13 +18,10 @@ import (
 	"go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
-
-// ServiceName is the scheduler's service.name; the worker_health processor
-// treats it as the scheduler's view by default.
-const ServiceName = "workersim-scheduler"
 
 // Main runs `workersim scheduler`.
 func Main(args []string) int {
@@ -44,6 +41,9 @@ func Main(args []string) int {
 		dropClaims   = fs.String("drop-claims", "", "comma list of worker ids whose claim responses are dropped")
 		dropEvery    = fs.Int("drop-every", 2, "drop every Nth non-empty claim response of a --drop-claims worker")
 		interval     = fs.Duration("export-interval", time.Second, "metric export interval and log/span batch timeout")
+		viewName     = fs.String("view", contract.ViewEvents, "how it states what it holds: events, claims_only or snapshots")
+		snapEvery    = fs.Duration("snapshot-interval", 2*time.Second, "snapshots view: how often it states every run it holds per worker")
+		dialectName  = fs.String("dialect", "conventions", "names to speak: conventions (workerwatch's) or openfn")
 	)
 	fs.Var(&runMemory, "run-memory", "mean memory per run (+-25% jitter), e.g. 20MiB")
 	if code, ok := cli.Parse(fs, args); !ok {
@@ -65,6 +65,19 @@ func Main(args []string) int {
 	case *interval <= 0:
 		cli.Failf(name, "--export-interval must be > 0, got %s", *interval)
 		return cli.ExitUsage
+	case *snapEvery <= 0:
+		cli.Failf(name, "--snapshot-interval must be > 0, got %s", *snapEvery)
+		return cli.ExitUsage
+	}
+	view, err := ParseView(*viewName)
+	if err != nil {
+		cli.Failf(name, "--view: %v", err)
+		return cli.ExitUsage
+	}
+	dialect, err := telemetry.ParseDialect(*dialectName)
+	if err != nil {
+		cli.Failf(name, "--dialect: %v", err)
+		return cli.ExitUsage
 	}
 	drops := map[string]bool{}
 	for _, id := range strings.Split(*dropClaims, ",") {
@@ -81,7 +94,7 @@ func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: ServiceName, Endpoint: *endpoint, Interval: *interval})
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: dialect.SchedulerService, Endpoint: *endpoint, Interval: *interval})
 	if err != nil {
 		cli.Failf(name, "%v", err)
 		return cli.ExitError
@@ -94,7 +107,8 @@ func Main(args []string) int {
 		cli.Failf(name, "metrics: %v", err)
 		return cli.ExitError
 	}
-	emit := func(events []Event) { emitEvents(ctx, tel, events) }
+	sp := speaker{tel: tel, view: view, d: dialect}
+	emit := func(events []Event) { sp.events(ctx, events) }
 
 	srv := &http.Server{Handler: Handler(st, emit), ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
@@ -103,7 +117,13 @@ func Main(args []string) int {
 		cli.Logf("scheduler listening on %s", ln.Addr())
 	}
 
-	code := loop(ctx, st, *runRate, emit, serveErr)
+	var snapTick <-chan time.Time
+	if view == contract.ViewSnapshots {
+		t := time.NewTicker(*snapEvery)
+		defer t.Stop()
+		snapTick = t.C
+	}
+	code := loop(ctx, st, *runRate, emit, serveErr, snapTick, func() { sp.snapshot(ctx, st.Status()) })
 
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -134,8 +154,9 @@ func listen(addr string, fd int) (net.Listener, error) {
 	return ln, nil
 }
 
-// loop generates runs at rate and expires claims until ctx ends.
-func loop(ctx context.Context, st *State, rate float64, emit func([]Event), serveErr <-chan error) int {
+// loop generates runs at rate, expires claims and, in the snapshots view,
+// states what it holds, until ctx ends.
+func loop(ctx context.Context, st *State, rate float64, emit func([]Event), serveErr <-chan error, snapTick <-chan time.Time, snapshot func()) int {
 	var gen <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -157,20 +178,66 @@ func loop(ctx context.Context, st *State, rate float64, emit func([]Event), serv
 			st.Enqueue()
 		case now := <-expire.C:
 			emit(st.Expire(now))
+		case <-snapTick:
+			snapshot()
 		}
 	}
 }
 
-func emitEvents(ctx context.Context, tel *telemetry.Providers, events []Event) {
+// ParseView checks a scheduler view name (contract.SchedulerViews).
+func ParseView(v string) (string, error) {
+	for _, x := range contract.SchedulerViews {
+		if v == x {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("unknown view %q (known: events, claims_only, snapshots)", v)
+}
+
+// speaker sends the scheduler's view in its shape (docs/conventions.md,
+// "What a scheduler sends") and dialect.
+type speaker struct {
+	tel  *telemetry.Providers
+	view string
+	d    telemetry.Dialect
+}
+
+// events sends the lifecycle events the view carries: all of them in
+// events, claims and rollbacks in claims_only (no run end), none in
+// snapshots (the snapshot states what is held).
+func (s speaker) events(ctx context.Context, events []Event) {
 	for _, e := range events {
+		name := e.Name
+		switch {
+		case s.view == contract.ViewSnapshots:
+			continue
+		case s.view == contract.ViewClaimsOnly && e.Name == contract.EventFinished:
+			continue
+		case e.Name == contract.EventClaimed:
+			name = s.d.Claimed
+		case e.Name == contract.EventFinished:
+			name = s.d.Finished
+		case e.Name == contract.EventReleased:
+			name = s.d.SchedulerReleased
+		}
 		attrs := append([]attribute.KeyValue{
-			attribute.String(contract.AttrWorkerID, e.WorkerID),
-			attribute.String(contract.AttrRunID, e.RunID),
+			attribute.String(s.d.IDKey, e.WorkerID),
+			attribute.String(s.d.RunKey, e.RunID),
 		}, e.Attrs...)
 		verb := strings.TrimPrefix(e.Name, "workerwatch.run.") // contract.EventClaimed and its siblings
 		// The scheduler's records are not about one worker's resource:
 		// the worker is a record attribute (docs/conventions.md).
-		tel.Emit(context.WithoutCancel(ctx), log.SeverityInfo, e.Name, fmt.Sprintf("run %s %s (worker %s)", e.RunID, verb, e.WorkerID), attrs...)
+		s.tel.Emit(context.WithoutCancel(ctx), log.SeverityInfo, name, fmt.Sprintf("run %s %s (worker %s)", e.RunID, verb, e.WorkerID), attrs...)
+	}
+}
+
+// snapshot states every run held, one record per worker it knows (an empty
+// list for a worker that holds none).
+func (s speaker) snapshot(ctx context.Context, st api.Status) {
+	for w, runs := range st.Held {
+		s.tel.Emit(context.WithoutCancel(ctx), log.SeverityInfo, contract.EventSchedulerSnapshot,
+			fmt.Sprintf("worker %s holds %d runs", w, len(runs)),
+			attribute.String(s.d.IDKey, w), attribute.StringSlice(contract.AttrSchedulerRuns, runs))
 	}
 }
 

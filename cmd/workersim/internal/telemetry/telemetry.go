@@ -41,7 +41,8 @@ type Options struct {
 	// Endpoint is the OTLP/HTTP endpoint, "host:port" (plain HTTP) or a URL.
 	// Empty disables export: the SDK still runs, nothing leaves the process.
 	Endpoint string
-	// Attributes are added to the resource (e.g. cicd.worker.id).
+	// Attributes are added to the resource (e.g. cicd.worker.id); the first
+	// also names the process in its error lines.
 	Attributes []attribute.KeyValue
 	// Interval is the metric export interval and the span/log batch timeout.
 	Interval time.Duration
@@ -63,14 +64,11 @@ func Setup(ctx context.Context, o Options) (*Providers, error) {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
+	// The first attribute names the process (a worker's id) in error lines.
 	who := o.ServiceName
-	var whoSb67 strings.Builder
-	for _, a := range o.Attributes {
-		if a.Key == contract.AttrWorkerID {
-			whoSb67.WriteString(" " + a.Value.AsString())
-		}
+	if len(o.Attributes) > 0 {
+		who += " " + o.Attributes[0].Value.AsString()
 	}
-	who += whoSb67.String()
 	installErrorHandler(who)
 
 	attrs := append([]attribute.KeyValue{attribute.String(contract.AttrServiceName, o.ServiceName)}, o.Attributes...)

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
-
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
@@ -33,7 +31,9 @@ func Main(args []string) int {
 		id           = fs.String("id", "", "worker id (default: $WORKER_NAME)")
 		scheduler    = fs.String("scheduler", "", "scheduler address, host:port or URL (required)")
 		endpoint     = fs.String("otlp-endpoint", "127.0.0.1:4318", "OTLP/HTTP endpoint (host:port or URL); empty disables export")
-		faultName    = fs.String("fault", "none", "fault: leak, hang, drop-claims, orphan, timeout, oom or none")
+		faultName    = fs.String("fault", "none", "fault: leak, hang, drop-claims, orphan, timeout, oom, busy or none")
+		dialectName  = fs.String("dialect", "conventions", "names to speak: conventions (workerwatch's) or openfn")
+		busy         = fs.Float64("busy-fraction", 0.5, "busy fault: share of one core the main process burns")
 		capacity     = fs.Int("capacity", 2, "runs held at once")
 		seed         = fs.Uint64("seed", 1, "seed for jitter")
 		runTimeout   = fs.Duration("run-timeout", 5*time.Second, "kill a run's child (SIGTERM) after this")
@@ -55,6 +55,11 @@ func Main(args []string) int {
 	fault, err := cli.ParseFault(*faultName)
 	if err != nil {
 		cli.Failf(name, "--fault: %v", err)
+		return cli.ExitUsage
+	}
+	dialect, err := telemetry.ParseDialect(*dialectName)
+	if err != nil {
+		cli.Failf(name, "--dialect: %v", err)
 		return cli.ExitUsage
 	}
 	if *id == "" {
@@ -80,6 +85,9 @@ func Main(args []string) int {
 	case *hangAfter < 0:
 		cli.Failf(name, "--hang-after must be >= 0, got %d", *hangAfter)
 		return cli.ExitUsage
+	case !(*busy > 0 && *busy <= 1):
+		cli.Failf(name, "--busy-fraction must be in (0, 1], got %g", *busy)
+		return cli.ExitUsage
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -98,11 +106,11 @@ func Main(args []string) int {
 	defer cancel()
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{
-		ServiceName: ServiceName,
+		ServiceName: dialect.WorkerService,
 		Endpoint:    *endpoint,
 		Interval:    *exportPeriod,
 		Attributes: []attribute.KeyValue{
-			attribute.String(contract.AttrWorkerID, *id),
+			attribute.String(dialect.IDKey, *id),
 			// New per process, so a restart is visible as a new instance.
 			attribute.String("service.instance.id", fmt.Sprintf("%s-%d", *id, os.Getpid())),
 		},
@@ -115,7 +123,7 @@ func Main(args []string) int {
 		ID: *id, Exe: exe, Fault: fault, Capacity: *capacity, Seed: *seed,
 		Heartbeat: *heartbeat, Poll: *poll, RunTimeout: *runTimeout,
 		RunMemoryLimit: int64(memLimit), LeakBytes: int64(leakBytes), LeakMax: int64(leakMax),
-		HangAfter: *hangAfter, AckDelay: *ackDelay,
+		HangAfter: *hangAfter, AckDelay: *ackDelay, Dialect: dialect, BusyFraction: *busy,
 	}, api.NewClient(base), tel)
 
 	var code atomic.Int32 // ExitOK unless SIGUSR1 asks for a restart

@@ -18,6 +18,7 @@ import (
 
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/api"
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
+	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -52,7 +53,8 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 	defer w.wg.Done()
 	defer w.forget(run.ID)
 	bg := context.WithoutCancel(ctx)
-	runAttr := attribute.String(contract.AttrRunID, run.ID)
+	d := &w.cfg.Dialect
+	runAttr := attribute.String(d.RunKey, run.ID)
 
 	if w.cfg.Fault == cli.FaultOrphan {
 		// Acknowledge too late: by then the scheduler has rolled the claim
@@ -68,39 +70,49 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 		switch {
 		case errors.Is(err, api.ErrNotHeld) && w.cfg.Fault != cli.FaultOrphan:
 			// A healthy worker gives up a run the scheduler took back.
-			w.tel.Emit(bg, log.SeverityWarn, contract.EventReleased, "run "+run.ID+" rolled back by the scheduler",
-				runAttr, attribute.String(contract.AttrReleaseReason, "rolled_back"))
+			w.emitRelease(bg, run.ID, "rolled_back")
 			return
 		case !errors.Is(err, api.ErrNotHeld):
 			w.warn.Printf("start %s: %v (running it anyway)", run.ID, err)
 		}
 	}
 
-	rctx, span := w.tel.Tracer.Start(bg, "run", trace.WithAttributes(runAttr,
-		attribute.String(contract.AttrWorkerID, w.cfg.ID)))
-	w.tel.Emit(rctx, log.SeverityInfo, contract.EventStarted, "run "+run.ID+" started", runAttr)
+	rctx, span := w.tel.Tracer.Start(bg, contract.SpanRun, trace.WithAttributes(runAttr,
+		attribute.String(d.IDKey, w.cfg.ID)))
+	w.tel.Emit(rctx, log.SeverityInfo, d.Started, "run "+run.ID+" started", runAttr)
 
-	_, compile := w.tel.Tracer.Start(rctx, "compile")
-	time.Sleep(w.jitter(10*time.Millisecond, 50*time.Millisecond))
-	compile.End()
+	if d.StageSpans[0] != "" {
+		_, compile := w.tel.Tracer.Start(rctx, d.StageSpans[0])
+		time.Sleep(w.jitter(10*time.Millisecond, 50*time.Millisecond))
+		compile.End()
+	}
 
-	_, exe := w.tel.Tracer.Start(rctx, "execute")
+	_, exe := w.tel.Tracer.Start(rctx, d.StageSpans[1])
+	if d.StepStart != "" {
+		w.tel.Emit(rctx, log.SeverityInfo, d.StepStart, "run "+run.ID+" step started", runAttr)
+	}
 	out := w.runChild(ctx, run)
-	endSpan(exe, out)
+	endSpan(exe, out, d)
+	if d.StepComplete != "" {
+		w.tel.Emit(rctx, log.SeverityInfo, d.StepComplete, "run "+run.ID+" step complete", runAttr)
+	}
 
-	span.SetAttributes(attribute.String(contract.AttrResult, out.result))
-	endSpan(span, out)
+	result := d.Result(out.result, out.kill != "")
+	span.SetAttributes(attribute.String(d.ResultKey, result))
+	endSpan(span, out, d)
 
-	attrs := []attribute.KeyValue{runAttr, attribute.String(contract.AttrResult, out.result)}
+	attrs := []attribute.KeyValue{runAttr, attribute.String(d.ResultKey, result)}
 	if out.errorType != "" {
-		attrs = append(attrs, attribute.String(contract.AttrErrorType, out.errorType))
+		attrs = append(attrs, attribute.String(d.ErrorKey, out.errorType))
 	}
 	if out.kill != "" {
 		// killed also counts as finished (docs/conventions.md): one event.
-		attrs = append(attrs, attribute.String(contract.AttrKillReason, out.kill))
-		w.tel.Emit(rctx, log.SeverityWarn, contract.EventKilled, "run "+run.ID+" killed: "+out.kill, attrs...)
+		if d.KillReasonKey != "" {
+			attrs = append(attrs, attribute.String(d.KillReasonKey, out.kill))
+		}
+		w.tel.Emit(rctx, log.SeverityWarn, d.Killed, "run "+run.ID+" killed: "+out.kill, attrs...)
 	} else {
-		w.tel.Emit(rctx, log.SeverityInfo, contract.EventFinished, "run "+run.ID+" finished: "+out.result, attrs...)
+		w.tel.Emit(rctx, log.SeverityInfo, d.Finished, "run "+run.ID+" finished: "+out.result, attrs...)
 	}
 
 	if out.kill == reasonShutdown {
@@ -120,9 +132,20 @@ func (w *Worker) execute(ctx context.Context, run api.Run) {
 
 // release hands back a run that never started.
 func (w *Worker) release(ctx context.Context, runID, why string) {
-	w.tel.Emit(ctx, log.SeverityInfo, contract.EventReleased, "run "+runID+" released: "+why,
-		attribute.String(contract.AttrRunID, runID), attribute.String(contract.AttrReleaseReason, why))
+	w.emitRelease(ctx, runID, why)
 	_ = w.call(ctx, func(c context.Context) error { return w.client.Release(c, w.cfg.ID, runID) })
+}
+
+// emitRelease reports that the worker gave a run up without running it: a
+// release, or in a dialect without one (OpenFn) a run:complete that says
+// cancel.
+func (w *Worker) emitRelease(ctx context.Context, runID, why string) {
+	d := &w.cfg.Dialect
+	attrs := []attribute.KeyValue{attribute.String(d.RunKey, runID), attribute.String(contract.AttrReleaseReason, why)}
+	if d.Released == d.Finished {
+		attrs = append(attrs, attribute.String(d.ResultKey, d.Result(contract.ResultCancellation, false)))
+	}
+	w.tel.Emit(ctx, log.SeverityInfo, d.Released, "run "+runID+" released: "+why, attrs...)
 }
 
 func (w *Worker) call(ctx context.Context, f func(context.Context) error) error {
@@ -131,9 +154,9 @@ func (w *Worker) call(ctx context.Context, f func(context.Context) error) error 
 	return f(c)
 }
 
-func endSpan(s trace.Span, out outcome) {
+func endSpan(s trace.Span, out outcome, d *telemetry.Dialect) {
 	if out.errorType != "" {
-		s.SetAttributes(attribute.String(contract.AttrErrorType, out.errorType))
+		s.SetAttributes(attribute.String(d.ErrorKey, out.errorType))
 		s.SetStatus(codes.Error, out.errorType)
 	}
 	s.End()

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -21,9 +22,6 @@ import (
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/cli"
 	"github.com/workerwatch/workerwatch/cmd/workersim/internal/telemetry"
 )
-
-// ServiceName is every simulated worker's service.name.
-const ServiceName = "workersim-worker"
 
 // Config is one worker's behavior.
 type Config struct {
@@ -41,6 +39,10 @@ type Config struct {
 	LeakMax        int64         // leak: stop growing here so a long demo cannot exhaust the host
 	HangAfter      int           // hang: runs claimed before it stops claiming
 	AckDelay       time.Duration // orphan: delay before acknowledging a start
+	BusyFraction   float64       // busy: share of one core the main process burns
+
+	// Dialect is the names the worker's telemetry speaks.
+	Dialect telemetry.Dialect
 }
 
 // Worker is the running worker.
@@ -80,8 +82,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.registerMetrics(); err != nil {
 		return err
 	}
-	w.wg.Add(1)
-	go w.heartbeat(ctx)
+	if w.cfg.Dialect.Heartbeat != "" {
+		w.wg.Add(1)
+		go w.heartbeat(ctx)
+	}
+	if w.cfg.Fault == cli.FaultBusy {
+		w.wg.Add(1)
+		go w.burn(ctx)
+	}
 
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
@@ -122,8 +130,9 @@ func (w *Worker) claim(ctx context.Context) {
 		w.runs[r.ID] = true
 		w.claimed++
 		w.mu.Unlock()
-		w.tel.Emit(context.Background(), log.SeverityInfo, contract.EventClaimed, "run "+r.ID+" claimed",
-			attribute.String(contract.AttrRunID, r.ID), attribute.Int(contract.AttrCapacity, w.cfg.Capacity))
+		d := &w.cfg.Dialect
+		w.tel.Emit(context.Background(), log.SeverityInfo, d.Claimed, "run "+r.ID+" claimed",
+			attribute.String(d.RunKey, r.ID), attribute.Int(d.CapacityKey, w.cfg.Capacity))
 		w.wg.Add(1)
 		go w.execute(ctx, r)
 	}
@@ -140,8 +149,8 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		w.tel.Emit(ctx, log.SeverityInfo, contract.EventHeartbeat, "worker "+w.cfg.ID+" alive",
-			attribute.Int(contract.AttrCapacity, w.cfg.Capacity))
+		w.tel.Emit(ctx, log.SeverityInfo, w.cfg.Dialect.Heartbeat, "worker "+w.cfg.ID+" alive",
+			attribute.Int(w.cfg.Dialect.CapacityKey, w.cfg.Capacity))
 		select {
 		case <-ctx.Done():
 			return
@@ -172,6 +181,28 @@ func (w *Worker) registerMetrics() error {
 	}, capG, active)
 	return err
 }
+
+// burn makes the main process busy for BusyFraction of every 10 ms (of one
+// core) until ctx ends: a main thread held up by work of its own.
+func (w *Worker) burn(ctx context.Context) {
+	defer w.wg.Done()
+	const period = 10 * time.Millisecond
+	busy := time.Duration(w.cfg.BusyFraction * float64(period))
+	x := uint64(1)
+	for ctx.Err() == nil {
+		start := time.Now()
+		for time.Since(start) < busy {
+			x = x*6364136223846793005 + 1442695040888963407 // work the compiler cannot drop
+		}
+		if rest := period - busy; rest > 0 {
+			time.Sleep(rest)
+		}
+	}
+	burnSink.Store(x)
+}
+
+// burnSink keeps burn's result alive.
+var burnSink atomic.Uint64
 
 // leak makes the main process keep, and touch, LeakBytes more: resident
 // memory that only a restart gives back (OpenFn's growing main heap).
