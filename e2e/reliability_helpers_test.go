@@ -26,6 +26,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // relIDKey is the attribute every span and log record of the outage test
@@ -255,26 +257,13 @@ type procUsage struct {
 	cpu float64 // seconds
 }
 
-const clkTck = 100 // USER_HZ on Linux
-
+// readProcUsage reads a process's stat through the product's /proc reader.
 func readProcUsage(pid int) (procUsage, error) {
-	var u procUsage
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.StatOf(pid)
 	if err != nil {
-		return u, err
+		return procUsage{}, err
 	}
-	s := string(st)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// after "pid (comm) ": state is f[0]; utime is field 14 (f[11]), stime f[12].
-	if len(f) < 22 {
-		return u, fmt.Errorf("short stat of %d", pid)
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	stt, _ := strconv.ParseFloat(f[12], 64)
-	u.cpu = (ut + stt) / clkTck
-	rss, _ := strconv.ParseInt(f[21], 10, 64)
-	u.rss = rss * int64(os.Getpagesize())
-	return u, nil
+	return procUsage{rss: st.RSSBytes(), cpu: st.CPUSeconds()}, nil
 }
 
 func median(xs []float64) float64 {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command workersim is a simulated fleet of job workers for workerwatch's
 // demos, end-to-end tests and benchmarks: a scheduler and N workers as real
 // OS processes that fork real children allocating real memory, and emit OTLP

@@ -235,6 +235,16 @@ const (
 	MetricTopMemory = "workerwatch.process.top.memory.usage"
 )
 
+// ReceiverMetrics lists every metric the worker_process receiver can emit:
+// its metadata.yaml declares exactly these (a receiver test checks both
+// ways, and that a scrape with every metric enabled emits nothing else).
+var ReceiverMetrics = [...]string{
+	MetricMemory, MetricCPUTime, MetricCPUUtilization, MetricThreads, MetricFDs,
+	MetricProcesses, MetricStarted, MetricExited, MetricPresent,
+	MetricCgroupMemoryCurrent, MetricCgroupMemoryMax, MetricCgroupOOMKills,
+	MetricPSS, MetricTopMemory,
+}
+
 // Metrics a worker and a scheduler send (docs/conventions.md).
 const (
 	// MetricCapacity: runs the worker may hold at once. {run}, gauge (worker).

@@ -1,3 +1,5 @@
+//go:build linux
+
 package workerprocessreceiver
 
 // Benchmarks of the cost per scrape against the contrib hostmetrics process
@@ -20,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,6 +35,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 const (
@@ -115,9 +118,9 @@ func setupBenchEnv(b *testing.B) *benchEnv {
 		e.rootPid = e.root.Process.Pid
 		e.pidFile = filepath.Join(e.dir, "worker.pid")
 		require.NoError(b, os.WriteFile(e.pidFile, []byte(strconv.Itoa(e.rootPid)), 0o644))
-		r := newProcReader("/proc")
+		r := procfs.NewReader("/proc")
 		e.pids = append(e.pids, int32(e.rootPid))
-		e.pids, _ = r.children(int32(e.rootPid), int32(e.rootPid), e.pids)
+		e.pids, _ = r.Children(int32(e.rootPid), int32(e.rootPid), e.pids)
 		require.Len(b, e.pids, benchTree)
 		env = e
 	})
@@ -239,16 +242,19 @@ func hostmetricsConfig(b *testing.B, names []string) any {
 }
 
 func benchFloor(b *testing.B, pids []int32) {
-	r := newProcReader("/proc")
+	r := procfs.NewReader("/proc")
+	// The paths are built before the clock starts: the floor is the opens
+	// and reads.
+	paths := make([]string, 0, 2*len(pids))
+	for _, p := range pids {
+		paths = append(paths, "/proc/"+strconv.Itoa(int(p))+"/stat", "/proc/"+strconv.Itoa(int(p))+"/statm")
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	c0 := cpuNow()
 	for i := 0; i < b.N; i++ {
-		for _, p := range pids {
-			r.pidPath(p, "stat")
-			_, _ = r.readPath()
-			r.pidPath(p, "statm")
-			_, _ = r.readPath()
+		for _, p := range paths {
+			_, _ = r.ReadFile(p)
 		}
 	}
 	reportCPU(b, cpuNow()-c0, b.N, float64(len(pids)))
@@ -274,15 +280,16 @@ func benchDirect(b *testing.B, cfg *Config) {
 	reportCPU(b, cpuNow()-c0, b.N, float64(procs))
 }
 
+// hostPids lists the host's processes other than kernel threads.
 func hostPids(b testing.TB) []int32 {
-	var pids []int32
-	entries, err := os.ReadDir("/proc")
+	r := procfs.NewReader("/proc")
+	all, err := r.Pids(nil)
 	require.NoError(b, err)
-	for _, e := range entries {
-		if p := parsePid([]byte(e.Name())); p > 0 {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") I ") {
-				pids = append(pids, p)
-			}
+	var pids []int32
+	var st procfs.Stat
+	for _, p := range all {
+		if r.ReadStat(p, &st) == nil && !st.KernelThread() {
+			pids = append(pids, p)
 		}
 	}
 	return pids

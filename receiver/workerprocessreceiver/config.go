@@ -57,7 +57,7 @@ type Config struct {
 	// Start fails without it) or "off" (sampling only).
 	ProcessEvents string `mapstructure:"process_events"`
 	// MaxOpenFiles bounds the /proc files kept open between scrapes (each
-	// process's stat, children and fd directory; see heldfiles.go), which
+	// process's stat, children and fd directory; see internal/procfs/held.go), which
 	// makes reading a process about 2.5x cheaper (BenchmarkScrape). Each
 	// held stat or children file keeps one page (4 KiB) of kernel memory.
 	// Processes past the bound are read by opening their files on every
@@ -112,6 +112,13 @@ type RoleConfig struct {
 	Cmdline    string `mapstructure:"cmdline"`
 	Executable string `mapstructure:"executable"`
 }
+
+// Values of the process_events key.
+const (
+	processEventsAuto    = "auto"
+	processEventsNetlink = "netlink"
+	processEventsOff     = "off"
+)
 
 var _ component.Config = (*Config)(nil)
 

@@ -1,13 +1,17 @@
+//go:build linux
+
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
 	"errors"
 	"path"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // rootInfo is a worker root found by a selector.
@@ -62,15 +66,14 @@ func (k *workerKind) anyPresent() bool {
 
 func (s *workerScraper) discoverPIDFile(k *workerKind, now time.Time) {
 	var roots []rootInfo
-	b, err := s.r.readFile(k.cfg.Selector.PIDFile)
+	pid, err := s.r.ReadPIDFile(k.cfg.Selector.PIDFile)
 	switch {
-	case errors.Is(err, errPermission):
+	case errors.Is(err, procfs.ErrPermission):
 		s.permissionOnce(k.key+"/pidfile", "cannot read the pid file; make it readable by the collector's user", zap.String("pid_file", k.cfg.Selector.PIDFile))
 	case err == nil:
-		pid := parsePIDFile(b)
-		var st procStat
-		if pid > 0 && s.r.readStat(pid, &st) == nil && st.state != 'Z' {
-			roots = append(roots, rootInfo{pid: pid, start: st.starttime})
+		var st procfs.Stat
+		if pid > 0 && s.r.ReadStat(pid, &st) == nil && st.State != 'Z' {
+			roots = append(roots, rootInfo{pid: pid, start: st.Starttime})
 		}
 	}
 	s.reconcile(k, roots, now)
@@ -88,20 +91,20 @@ func (s *workerScraper) discoverCgroups(k *workerKind, now time.Time) {
 		if err != nil {
 			continue
 		}
-		pids := s.cgroupProcs(dir, s.cgPids[:0])
+		pids := s.r.CgroupProcs(dir, s.cgPids[:0])
 		s.cgPids = pids
 		clear(s.cgSet)
 		for _, p := range pids {
 			s.cgSet[p] = struct{}{}
 		}
 		var best rootInfo
-		var st procStat
+		var st procfs.Stat
 		// Keep a known root that is still alive in the cgroup: the common case
 		// costs one stat read instead of one per member.
 		kept := false
 		for _, w := range k.instances {
 			if w.cgroupRel == rel && w.rootPid != 0 {
-				if _, inside := s.cgSet[w.rootPid]; inside && s.r.readStat(w.rootPid, &st) == nil && st.starttime == w.rootStart && st.state != 'Z' {
+				if _, inside := s.cgSet[w.rootPid]; inside && s.r.ReadStat(w.rootPid, &st) == nil && st.Starttime == w.rootStart && st.State != 'Z' {
 					best = rootInfo{pid: w.rootPid, start: w.rootStart, cgroupRel: rel}
 					kept = true
 				}
@@ -111,14 +114,14 @@ func (s *workerScraper) discoverCgroups(k *workerKind, now time.Time) {
 			if kept {
 				break
 			}
-			if s.r.readStat(p, &st) != nil || st.state == 'Z' {
+			if s.r.ReadStat(p, &st) != nil || st.State == 'Z' {
 				continue
 			}
-			if _, inside := s.cgSet[st.ppid]; inside {
+			if _, inside := s.cgSet[st.PPID]; inside {
 				continue
 			}
-			if best.pid == 0 || st.starttime < best.start || (st.starttime == best.start && p < best.pid) {
-				best = rootInfo{pid: p, start: st.starttime, cgroupRel: rel}
+			if best.pid == 0 || st.Starttime < best.start || (st.Starttime == best.start && p < best.pid) {
+				best = rootInfo{pid: p, start: st.Starttime, cgroupRel: rel}
 			}
 		}
 		if best.pid != 0 {
@@ -128,26 +131,6 @@ func (s *workerScraper) discoverCgroups(k *workerKind, now time.Time) {
 	s.reconcile(k, roots, now)
 }
 
-// cgroupProcs appends the pids of a cgroup and all its descendant cgroups.
-func (s *workerScraper) cgroupProcs(dir string, out []int32) []int32 {
-	b, err := s.r.readFile(dir + "/cgroup.procs")
-	if err != nil {
-		return out
-	}
-	out = parsePidList(b, out)
-	var subdirs []string
-	s.r.plainPath(dir)
-	_ = s.r.forEachDirent(func(name []byte, typ byte) {
-		if typ == unix.DT_DIR {
-			subdirs = append(subdirs, string(name))
-		}
-	})
-	for _, d := range subdirs {
-		out = s.cgroupProcs(dir+"/"+d, out)
-	}
-	return out
-}
-
 // scanMatches walks the whole proc root once for all match selectors that
 // need it. Its cost grows with the host's process count, which is why it runs
 // rarely (see discover).
@@ -155,26 +138,25 @@ func (s *workerScraper) scanMatches(kinds []*workerKind, now time.Time) {
 	s.scans++
 	clear(s.scanPPID)
 	cands := make([][]candidate, len(kinds))
-	s.r.plainPath(s.cfg.ProcRoot)
-	pids, err := s.r.dirPids(nil)
+	pids, err := s.r.Pids(nil)
 	if err != nil {
 		s.scanErr = err
 		return
 	}
-	var st procStat
+	var st procfs.Stat
 	for _, pid := range pids {
-		if s.r.readStat(pid, &st) != nil || st.flags&pfKthread != 0 || st.state == 'Z' {
+		if s.r.ReadStat(pid, &st) != nil || st.KernelThread() || st.State == 'Z' {
 			continue
 		}
-		s.scanPPID[pid] = st.ppid
-		comm := st.commString()
+		s.scanPPID[pid] = st.PPID
+		comm := st.CommString()
 		cmdline, cmdRead := "", false
 		for i, k := range kinds {
 			if k.exe != "" && !exeMatches(k.exe, comm, "") {
 				// comm may differ from argv[0] (scripts, renamed threads):
 				// fall back to argv[0] only when comm did not match.
 				if !cmdRead {
-					cmdline, _ = s.r.cmdline(pid)
+					cmdline, _ = s.r.Cmdline(pid)
 					cmdRead = true
 				}
 				if !exeMatches(k.exe, "", cmdline) {
@@ -183,14 +165,14 @@ func (s *workerScraper) scanMatches(kinds []*workerKind, now time.Time) {
 			}
 			if k.re != nil {
 				if !cmdRead {
-					cmdline, _ = s.r.cmdline(pid)
+					cmdline, _ = s.r.Cmdline(pid)
 					cmdRead = true
 				}
 				if !k.re.MatchString(cmdline) {
 					continue
 				}
 			}
-			cands[i] = append(cands[i], candidate{pid: pid, start: st.starttime, cmdline: cmdline})
+			cands[i] = append(cands[i], candidate{pid: pid, start: st.Starttime, cmdline: cmdline})
 		}
 	}
 	for i, k := range kinds {
@@ -237,8 +219,8 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 		if len(k.envs) > 0 {
 			vals.env = map[string]string{}
 			for _, name := range k.envs {
-				v, ok, err := s.r.environ(r.pid, name)
-				if errors.Is(err, errPermission) {
+				v, ok, err := s.r.Environ(r.pid, name)
+				if errors.Is(err, procfs.ErrPermission) {
 					s.permissionOnce(k.key+"/environ", "cannot read the root's environment for the id template; run the collector as the worker's user or as root", zap.Int32("pid", r.pid))
 				}
 				if ok {
@@ -297,32 +279,22 @@ func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	w.cgroupDir = ""
 	rel := r.cgroupRel
 	if rel == "" {
-		s.r.pidPath(r.pid, "cgroup")
-		if b, err := s.r.readPath(); err == nil {
-			rel = cgroupV2Path(b)
-		}
+		rel, _ = s.r.CgroupPath(r.pid)
 	}
 	// The root cgroup "/" is the whole host: its figures are not the worker's.
 	if rel != "" && rel != "/" && rel != "." {
 		dir := filepath.Join(s.cfg.CgroupRoot, rel)
-		if _, err := s.r.readFile(dir + "/memory.current"); err == nil {
+		if _, err := s.r.ReadFile(dir + "/memory.current"); err == nil {
 			w.cgroupDir = dir
 		}
 	}
-	w.ncpu = s.defaultNCPU
-	s.r.pidPath(r.pid, "status")
-	if b, err := s.r.readPath(); err == nil {
-		if v, ok := statusLine(b, "Cpus_allowed_list"); ok {
-			if n := countCPUList(v); n > 0 {
-				w.ncpu = float64(n)
-			}
-		}
+	w.cpuLimit = float64(runtime.NumCPU())
+	if n, err := s.r.CPUsAllowed(r.pid); err == nil && n > 0 {
+		w.cpuLimit = float64(n)
 	}
 	if w.cgroupDir != "" {
-		if b, err := s.r.readFile(w.cgroupDir + "/cpu.max"); err == nil {
-			if n, ok := parseCPUMax(b); ok && n < w.ncpu {
-				w.ncpu = n
-			}
+		if q, p, ok := s.r.CgroupCPUMax(s.cfg.CgroupRoot, rel); ok && float64(q)/float64(p) < w.cpuLimit {
+			w.cpuLimit = float64(q) / float64(p)
 		}
 	}
 }

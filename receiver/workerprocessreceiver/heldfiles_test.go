@@ -1,3 +1,5 @@
+//go:build linux
+
 package workerprocessreceiver
 
 import (
@@ -68,7 +70,7 @@ func TestHeldFiles(t *testing.T) {
 	same(held, unheld)
 	same(held, bounded)
 	// Seen once: nothing is held yet.
-	assert.Equal(t, 0, s.pool.open)
+	assert.Equal(t, 0, s.files.Open())
 	assert.Equal(t, base, openFDs(t))
 
 	// From the second sighting on every member holds its stat, fd directory
@@ -77,23 +79,23 @@ func TestHeldFiles(t *testing.T) {
 	held, unheld, bounded = scrapeAll()
 	same(held, unheld)
 	same(held, bounded)
-	assert.Greater(t, s.pool.open, 7*3)
-	assert.Equal(t, 0, none.pool.open)
-	assert.Equal(t, 5, few.pool.open)
-	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t), "held files are counted exactly")
+	assert.Greater(t, s.files.Open(), 7*3)
+	assert.Equal(t, 0, none.files.Open())
+	assert.Equal(t, 5, few.files.Open())
+	assert.Equal(t, base+s.files.Open()+few.files.Open(), openFDs(t), "held files are counted exactly")
 
 	// The third scrape reads through the held files.
 	held, unheld, bounded = scrapeAll()
 	same(held, unheld)
 	same(held, bounded)
-	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t))
+	assert.Equal(t, base+s.files.Open()+few.files.Open(), openFDs(t))
 
 	// A child and its grandchild exit: their files are closed.
 	w := s.kinds[0].instances["held"]
 	gone := w.members[int32(tr.pids[1])]
 	require.NotNil(t, gone)
-	require.NotZero(t, gone.files.stat)
-	openBefore := s.pool.open
+	require.True(t, gone.files.HoldsStat())
+	openBefore := s.files.Open()
 	tr.killChild(t, 0)
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", tr.pids[1]))
@@ -103,54 +105,13 @@ func TestHeldFiles(t *testing.T) {
 	assert.Equal(t, 2.0, held["engine-child"][0])
 	same(held, unheld)
 	same(held, bounded)
-	assert.Less(t, s.pool.open, openBefore)
-	assert.Zero(t, gone.files.stat)
-	assert.Empty(t, gone.files.kids)
-	assert.Equal(t, base+s.pool.open+few.pool.open, openFDs(t))
+	assert.Less(t, s.files.Open(), openBefore)
+	assert.True(t, gone.files.Empty(), "the files of a member that left are closed")
+	assert.Equal(t, base+s.files.Open()+few.files.Open(), openFDs(t))
 
 	// Shutdown closes everything.
 	require.NoError(t, s.shutdown(ctx))
 	require.NoError(t, few.shutdown(ctx))
-	assert.Equal(t, 0, s.pool.open)
+	assert.Equal(t, 0, s.files.Open())
 	assert.Equal(t, base, openFDs(t))
-}
-
-// TestHeldStatOfReapedProcess: a held stat file of a process that was reaped
-// fails, is closed, and the pid is read by path again (where it is gone, or
-// could be another process now).
-func TestHeldStatOfReapedProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
-	cmd, _ := spawnHelper("grand", "wprtest-held")
-	pid := int32(cmd.Process.Pid)
-	s := newTestScraper(t, realConfig())
-	m := &member{sightings: 2}
-	var st procStat
-	require.NoError(t, s.statOf(m, pid, &st))
-	s.holdStat(m, pid)
-	require.NotZero(t, m.files.stat)
-	require.Equal(t, 1, s.pool.open)
-	var again procStat
-	require.NoError(t, s.statOf(m, pid, &again))
-	assert.Equal(t, st.starttime, again.starttime)
-
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait() // reaped: the pid is free
-	require.ErrorIs(t, s.statOf(m, pid, &again), errVanished)
-	assert.Zero(t, m.files.stat)
-	assert.Equal(t, 0, s.pool.open)
-}
-
-func TestSyncKids(t *testing.T) {
-	p := &filePool{max: 100}
-	f := &heldFiles{}
-	// Slots without files (open failed or the pool was full) just follow the threads.
-	p.syncKids(f, []int32{10, 12, 15})
-	assert.Equal(t, []heldKid{{tid: 10}, {tid: 12}, {tid: 15}}, f.kids)
-	f.kids[1].f = 7 // pretend 12 holds a file: it must be kept in place
-	p.syncKids(f, []int32{9, 12, 20})
-	assert.Equal(t, []heldKid{{tid: 9}, {tid: 12, f: 7}, {tid: 20}}, f.kids)
-	p.syncKids(f, []int32{12})
-	assert.Equal(t, []heldKid{{tid: 12, f: 7}}, f.kids)
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 type selectorKind int
@@ -25,10 +28,10 @@ type workerKind struct {
 	// Warn-once keys of the per-process permission errors, built once: the
 	// checks run for every process of every scrape.
 	keyStat, keyFD, keyPSS string
-	// pool is the scraper's count of held files (members close theirs on leaving).
-	pool *filePool
-	sel  selectorKind
-	cfg  WorkerConfig
+	// files are the scraper's held files (members close theirs on leaving).
+	files *procfs.HeldFiles
+	sel   selectorKind
+	cfg   WorkerConfig
 
 	re  *regexp.Regexp // selector.cmdline
 	exe string         // selector.executable
@@ -47,7 +50,7 @@ type workerKind struct {
 }
 
 func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
-	k := &workerKind{key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true, pool: &filePool{}}
+	k := &workerKind{key: fmt.Sprintf("workers[%d]", i), cfg: cfg, instances: map[string]*worker{}, needScan: true}
 	k.keyStat, k.keyFD, k.keyPSS = k.key+"/stat", k.key+"/fd", k.key+"/pss"
 	var captures []string
 	switch {

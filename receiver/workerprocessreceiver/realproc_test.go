@@ -1,3 +1,5 @@
+//go:build linux
+
 package workerprocessreceiver
 
 import (
@@ -15,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 // The test binary doubles as the processes of a real worker tree: with
@@ -173,7 +177,7 @@ func (tr *realTree) kill() {
 func vmRSS(t *testing.T, pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(t, err)
-	v, ok := fieldKB(b, "VmRSS:")
+	v, ok := procfs.FieldKB(b, "VmRSS:")
 	require.True(t, ok)
 	return float64(v)
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package workerprocessreceiver
 
 import (
@@ -32,10 +34,10 @@ func TestInternalTelemetry(t *testing.T) {
 		_, err = s.scrape(context.Background())
 		require.NoError(t, err)
 	}
-	require.Positive(t, s.pool.open)
+	require.Positive(t, s.files.Open())
 	metadatatest.AssertEqualWorkerProcessProcessesRead(t, tt, []metricdata.DataPoint[int64]{{Value: 14}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualWorkerProcessProcessesVanished(t, tt, []metricdata.DataPoint[int64]{{Value: 0}}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualWorkerProcessOpenFiles(t, tt, []metricdata.DataPoint[int64]{{Value: int64(s.pool.open)}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualWorkerProcessOpenFiles(t, tt, []metricdata.DataPoint[int64]{{Value: int64(s.files.Open())}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualWorkerProcessDiscoveryScans(t, tt, []metricdata.DataPoint[int64]{{Value: 1}}, metricdatatest.IgnoreTimestamp())
 	got, err := tt.GetMetric("otelcol_worker_process_scrape_duration")
 	require.NoError(t, err)

@@ -1,9 +1,14 @@
+//go:build linux
+
 package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 
 import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/procevents"
 )
 
 // member is one process of a worker's tree, identified by pid + start time so
@@ -33,7 +38,7 @@ type member struct {
 	zombie    bool
 	comm      [16]byte
 	commLen   int
-	files     heldFiles
+	files     procfs.Held // files held open between scrapes
 
 	u, s, cu, cs uint64
 	pcu, pcs     uint64 // cu, cs at the previous scrape
@@ -85,7 +90,9 @@ type worker struct {
 	rootStart uint64
 	cgroupRel string // cgroup selector: the matched cgroup (relative path)
 	cgroupDir string // absolute cgroup v2 dir for cgroup metrics, "" when none
-	ncpu      float64
+	// cpuLimit is the CPUs the worker may use (contract.CPULimit), read at
+	// every walk: 0 when unknown.
+	cpuLimit float64
 
 	members     map[int32]*member
 	gen         uint32
@@ -105,6 +112,8 @@ type worker struct {
 	top             []topEntry
 	departed        []*member // reused pids seen during the walk
 	lastWalk        time.Time
+	// evg is the worker's side of the proc connector (nil without it).
+	evg *procevents.Group
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {
@@ -145,8 +154,8 @@ func (w *worker) resetScratch() {
 // observe records a fresh stat reading of a live tree member (m is the pid's
 // member so far, or nil); it returns the member and whether it is new (first
 // seen, or its pid was reused).
-func (w *worker) observe(m *member, pid int32, st *procStat) (*member, bool) {
-	if m != nil && m.start != st.starttime {
+func (w *worker) observe(m *member, pid int32, st *procfs.Stat) (*member, bool) {
+	if m != nil && m.start != st.Starttime {
 		// The pid was reused: the old process left the tree. It is settled in
 		// sweep, once its parent's reading of this scrape is known.
 		w.departed = append(w.departed, m)
@@ -155,18 +164,18 @@ func (w *worker) observe(m *member, pid int32, st *procStat) (*member, bool) {
 	}
 	isNew := m == nil
 	if isNew {
-		m = &member{start: st.starttime}
+		m = &member{start: st.Starttime}
 		w.members[pid] = m
-		m.pcu, m.pcs, m.pcminflt = st.cutime, st.cstime, st.cminflt
+		m.pcu, m.pcs, m.pcminflt = st.Cutime, st.Cstime, st.Cminflt
 	} else {
 		m.pcu, m.pcs, m.pcminflt = m.cu, m.cs, m.cminflt
 	}
 	m.gen = w.gen
-	m.ppid = st.ppid
-	m.u, m.s, m.cu, m.cs = st.utime, st.stime, st.cutime, st.cstime
-	m.cminflt = st.cminflt
-	m.rss = st.rssPages * pageSize
-	m.threads = st.numThreads
+	m.ppid = st.PPID
+	m.u, m.s, m.cu, m.cs = st.Utime, st.Stime, st.Cutime, st.Cstime
+	m.cminflt = st.Cminflt
+	m.rss = st.RSSBytes()
+	m.threads = st.NumThreads
 	m.creditU, m.creditS, m.reapedSeen = 0, 0, false
 	if m.sightings < 255 {
 		m.sightings++
@@ -176,9 +185,9 @@ func (w *worker) observe(m *member, pid int32, st *procStat) (*member, bool) {
 
 // commChanged reports whether comm differs from the stored one (an exec) and
 // stores the new one.
-func (m *member) commChanged(st *procStat) bool {
-	changed := m.commLen != st.commLen || string(m.comm[:m.commLen]) != string(st.comm[:st.commLen])
-	m.comm, m.commLen = st.comm, st.commLen
+func (m *member) commChanged(st *procfs.Stat) bool {
+	changed := m.commLen != st.CommLen || string(m.comm[:m.commLen]) != string(st.Comm[:st.CommLen])
+	m.comm, m.commLen = st.Comm, st.CommLen
 	return changed
 }
 
@@ -197,7 +206,7 @@ func (w *worker) setRole(m *member, role int) {
 // leave moves a member that left the tree into its role's accumulators and
 // credits its parent (when the parent is a live member that reaped it).
 func (w *worker) leave(m *member) {
-	w.kind.pool.release(&m.files)
+	w.kind.files.Release(&m.files)
 	cu, cs := m.contribution()
 	w.accU[m.role] += cu
 	w.accS[m.role] += cs

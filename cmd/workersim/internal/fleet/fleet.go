@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package fleet is `workersim fleet`: a supervisor that starts one
 // scheduler and N workers as real processes (re-executing this binary),
 // restarts a worker that asks for it, and exits only when every descendant

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package worker is `workersim worker`: a job worker that claims runs from
 // the scheduler, executes each in a forked child process, and reports what
 // it does through OTLP the way docs/conventions.md asks. Its faults make it

@@ -1,11 +1,13 @@
-package workerprocessreceiver
+//go:build linux
+
+package procfs
 
 // What one process read costs, per file and per way of reading it: the
-// figures behind procfs.go (why not prometheus/procfs) and heldfiles.go (why
-// files are held open).
+// figures behind doc.go (why not prometheus/procfs) and held.go (why files
+// are held open).
 //
-//	go test -run '^$' -bench BenchmarkReadProcess -benchmem ./receiver/workerprocessreceiver/
-//	WORKERWATCH_KMEM=1 go test -run TestHeldFileKernelMemory -v ./receiver/workerprocessreceiver/
+//	go test -run '^$' -bench BenchmarkReadProcess -benchmem ./internal/procfs/
+//	WORKERWATCH_KMEM=1 go test -run TestHeldFileKernelMemory -v ./internal/procfs/
 //
 // Each op reads one process (the host's processes in turn), so ns/op and
 // allocs/op are per process.
@@ -15,7 +17,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/prometheus/procfs"
+	promprocfs "github.com/prometheus/procfs"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -24,17 +26,19 @@ import (
 // children and fd directory this user can open.
 func readablePids(t testing.TB, n int) []int32 {
 	t.Helper()
-	r := newProcReader("/proc")
+	r := NewReader("/proc")
+	pids, err := r.Pids(nil)
+	require.NoError(t, err)
 	var out []int32
-	for _, p := range hostPids(t) {
-		var st procStat
-		if r.readStat(p, &st) != nil || st.flags&pfKthread != 0 {
+	for _, p := range pids {
+		var st Stat
+		if r.ReadStat(p, &st) != nil || st.KernelThread() {
 			continue
 		}
-		if _, err := r.children(p, p, nil); err != nil {
+		if _, err := r.Children(p, p, nil); err != nil {
 			continue
 		}
-		if _, err := r.fdCount(p); err != nil {
+		if _, err := r.FDCount(p); err != nil {
 			continue
 		}
 		if out = append(out, p); len(out) == n {
@@ -64,16 +68,16 @@ func holdAll(b *testing.B, pids []int32, flags int, rest func(int32) string) []i
 
 func BenchmarkReadProcess(b *testing.B) {
 	pids := readablePids(b, 500)
-	r := newProcReader("/proc")
+	r := NewReader("/proc")
 	statPath := func(p int32) string { return "/proc/" + strconv.Itoa(int(p)) + "/stat" }
 	childrenPath := func(p int32) string {
 		return "/proc/" + strconv.Itoa(int(p)) + "/task/" + strconv.Itoa(int(p)) + "/children"
 	}
 	fdPath := func(p int32) string { return "/proc/" + strconv.Itoa(int(p)) + "/fd" }
-	var st procStat
+	var st Stat
 
 	b.Run("stat/prometheus-procfs", func(b *testing.B) {
-		fs, err := procfs.NewFS("/proc")
+		fs, err := promprocfs.NewFS("/proc")
 		require.NoError(b, err)
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -85,7 +89,7 @@ func BenchmarkReadProcess(b *testing.B) {
 	b.Run("stat/open-read", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			_ = r.readStat(pids[i%len(pids)], &st)
+			_ = r.ReadStat(pids[i%len(pids)], &st)
 		}
 	})
 	b.Run("stat/held", func(b *testing.B) {
@@ -94,7 +98,7 @@ func BenchmarkReadProcess(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if buf, err := r.readAll(fds[i%len(fds)], true); err == nil {
-				parseStat(buf, &st)
+				ParseStat(buf, &st)
 			}
 		}
 	})
@@ -103,7 +107,7 @@ func BenchmarkReadProcess(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			p := pids[i%len(pids)]
-			out, _ = r.children(p, p, out[:0])
+			out, _ = r.Children(p, p, out[:0])
 		}
 	})
 	b.Run("children/held", func(b *testing.B) {
@@ -113,14 +117,14 @@ func BenchmarkReadProcess(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if buf, err := r.readAll(fds[i%len(fds)], true); err == nil {
-				out = parsePidList(buf, out[:0])
+				out = ParsePidList(buf, out[:0])
 			}
 		}
 	})
 	b.Run("fdcount/fstatat", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			_, _ = r.fdCount(pids[i%len(pids)])
+			_, _ = r.FDCount(pids[i%len(pids)])
 		}
 	})
 	b.Run("fdcount/held-fstat", func(b *testing.B) {
@@ -145,7 +149,7 @@ func TestHeldFileKernelMemory(t *testing.T) {
 	sunreclaim := func() int64 {
 		b, err := os.ReadFile("/proc/meminfo")
 		require.NoError(t, err)
-		v, ok := fieldKB(b, "SUnreclaim:")
+		v, ok := FieldKB(b, "SUnreclaim:")
 		require.True(t, ok)
 		return v
 	}
@@ -153,8 +157,8 @@ func TestHeldFileKernelMemory(t *testing.T) {
 	// About 2,000 files (a process's stat opened several times is several
 	// files), for a figure well above the noise.
 	perPid := (2000 + len(pids) - 1) / len(pids)
-	r := newProcReader("/proc")
-	pool := &filePool{max: perPid * len(pids)}
+	r := NewReader("/proc")
+	pool := &HeldFiles{r: r, max: perPid * len(pids)}
 	files := make([]heldFD, 0, perPid*len(pids))
 	defer func() {
 		for i := range files {
@@ -165,7 +169,7 @@ func TestHeldFileKernelMemory(t *testing.T) {
 	for k := 0; k < perPid; k++ {
 		for _, p := range pids {
 			r.pidPath(p, "stat")
-			f := pool.hold(r, 0)
+			f := pool.hold(0)
 			require.NotZero(t, f)
 			_, err := r.readAll(f.fd(), true) // the buffer is allocated by the first read
 			require.NoError(t, err)

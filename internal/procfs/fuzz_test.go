@@ -1,4 +1,6 @@
-package workerprocessreceiver
+//go:build linux
+
+package procfs
 
 // Fuzz tests of the /proc and cgroup parsers. The kernel writes these files,
 // but a container's proc_root, a fixture tree or a hostile process name (comm
@@ -40,27 +42,27 @@ func FuzzParseStat(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var st procStat
-		ok := parseStat(b, &st)
+		var st Stat
+		ok := ParseStat(b, &st)
 		if !ok {
 			return
 		}
-		if st.commLen < 0 || st.commLen > len(st.comm) {
-			t.Fatalf("commLen %d", st.commLen)
+		if st.CommLen < 0 || st.CommLen > len(st.Comm) {
+			t.Fatalf("commLen %d", st.CommLen)
 		}
-		if st.ppid < 0 || st.numThreads < 0 || st.rssPages < 0 {
-			t.Fatalf("negative value: ppid %d threads %d rss %d", st.ppid, st.numThreads, st.rssPages)
+		if st.PPID < 0 || st.NumThreads < 0 || st.RSSPages < 0 {
+			t.Fatalf("negative value: ppid %d threads %d rss %d", st.PPID, st.NumThreads, st.RSSPages)
 		}
-		if st.rssPages > math.MaxInt64/pageSize {
-			t.Fatalf("rss pages %d overflow bytes", st.rssPages)
+		if st.RSSPages > math.MaxInt64/PageSize {
+			t.Fatalf("rss pages %d overflow bytes", st.RSSPages)
 		}
-		for _, v := range []uint64{st.flags, st.minflt, st.cminflt, st.utime, st.stime, st.cutime, st.cstime, st.starttime} {
+		for _, v := range []uint64{st.Flags, st.Minflt, st.Cminflt, st.Utime, st.Stime, st.Cutime, st.Cstime, st.Starttime} {
 			if v > math.MaxInt64 {
 				t.Fatalf("a negative number became %d", v)
 			}
 		}
 		// The hot path allocates nothing, whatever the input.
-		if n := testing.AllocsPerRun(1, func() { parseStat(b, &st) }); n != 0 {
+		if n := testing.AllocsPerRun(1, func() { ParseStat(b, &st) }); n != 0 {
 			t.Fatalf("parseStat allocated %v times", n)
 		}
 	})
@@ -81,7 +83,7 @@ func FuzzParsePidList(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out := parsePidList(b, nil)
+		out := ParsePidList(b, nil)
 		// A pid needs a digit and a separator: the output is bounded by the input.
 		if len(out) > (len(b)+1)/2 {
 			t.Fatalf("%d pids from %d bytes", len(out), len(b))
@@ -103,11 +105,11 @@ func FuzzParsePidList(f *testing.F) {
 			}
 			j++
 		}
-		if p := parsePIDFile(b); p < 0 || (p > 0 && !strings.Contains(string(b), pidString(p))) {
+		if p := ParsePIDFile(b); p < 0 || (p > 0 && !strings.Contains(string(b), pidString(p))) {
 			t.Fatalf("pid file %q parsed as %d", b, p)
 		}
 		buf := make([]int32, 0, len(b))
-		if n := testing.AllocsPerRun(1, func() { buf = parsePidList(b, buf[:0]) }); n != 0 {
+		if n := testing.AllocsPerRun(1, func() { buf = ParsePidList(b, buf[:0]) }); n != 0 {
 			t.Fatalf("parsePidList allocated %v times", n)
 		}
 	})
@@ -138,7 +140,7 @@ func FuzzKeyValueFiles(f *testing.F) {
 		if n := countCPUList(b); n < 0 || n > maxCPUs {
 			t.Fatalf("cpu count %d", n)
 		}
-		if v, ok := fieldKB(b, key); ok && v < 0 {
+		if v, ok := FieldKB(b, key); ok && v < 0 {
 			t.Fatalf("%s %d", key, v)
 		}
 		if v, ok := spaceField(b, key); ok && v < 0 {
@@ -146,7 +148,7 @@ func FuzzKeyValueFiles(f *testing.F) {
 		}
 		if n := testing.AllocsPerRun(1, func() {
 			statusLine(b, key)
-			fieldKB(b, key)
+			FieldKB(b, key)
 			spaceField(b, key)
 			countCPUList(b)
 		}); n != 0 {
@@ -169,11 +171,11 @@ func FuzzCgroupFiles(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if v, ok := parseCgroupMemory(b); ok && v < 0 {
+		if v, ok := parseCgroupBytes(b); ok && v < 0 {
 			t.Fatalf("memory %d", v)
 		}
-		if n, ok := parseCPUMax(b); ok && !(n > 0) {
-			t.Fatalf("cpu.max %v", n)
+		if q, p, ok := parseCPUMax(b); ok && (q <= 0 || p <= 0) {
+			t.Fatalf("cpu.max %d %d", q, p)
 		}
 		if rel := cgroupV2Path(b); rel != "" {
 			if rel[0] != '/' || path.Clean(rel) != rel || strings.Contains(rel+"/", "/../") {

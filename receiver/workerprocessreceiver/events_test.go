@@ -1,8 +1,9 @@
+//go:build linux
+
 package workerprocessreceiver
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/procevents"
 )
 
 func TestProcessEventsConfig(t *testing.T) {
@@ -32,110 +34,12 @@ func TestProcessEventsConfig(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), `process_events: must be auto, netlink or off, got "yes"`)
 }
 
-// procMsg builds one proc connector message as the kernel sends it.
-func procMsg(seq, what uint32, data ...uint32) []byte {
-	b := make([]byte, procDataOff+4*len(data))
-	ne := binary.NativeEndian
-	ne.PutUint32(b[0:], uint32(len(b)))
-	ne.PutUint32(b[16:], cnIdxProc)
-	ne.PutUint32(b[20:], cnValProc)
-	ne.PutUint32(b[24:], seq)
-	ne.PutUint32(b[procEvOff:], what)
-	ne.PutUint32(b[procEvOff+4:], 0) // the cpu the event happened on
-	ne.PutUint64(b[procEvOff+8:], monotonicNs())
-	for i, d := range data {
-		ne.PutUint32(b[procDataOff+4*i:], d)
-	}
-	return b
-}
-
-// TestProcessEventsHandle feeds synthetic messages: forks of members join
-// (grandchildren too), thread forks/exits are ignored, exits of never-seen
-// members are handed over once, sequence gaps count lost events.
-func TestProcessEventsHandle(t *testing.T) {
-	p := &procEvents{owner: map[int32]*evEntry{}, workers: map[*worker]*evWorker{}, lastSeq: map[uint32]uint32{}}
-	k, err := newWorkerKind(0, WorkerConfig{ID: "w", Selector: SelectorConfig{PIDFile: "x"}})
-	require.NoError(t, err)
-	w := newWorker(k, "w", "", time.Now())
-	w.gen = 1
-	w.members[100] = &member{gen: 1, sightings: 2}
-	_, covered := p.sync(w, nil)
-	assert.False(t, covered, "first sync: not armed yet")
-
-	var dgram []byte
-	dgram = append(dgram, procMsg(1, procEventFork, 100, 100, 200, 200)...) // child of the root
-	dgram = append(dgram, procMsg(2, procEventFork, 200, 200, 201, 201)...) // grandchild
-	dgram = append(dgram, procMsg(3, procEventFork, 100, 100, 300, 100)...) // a thread of the root
-	dgram = append(dgram, procMsg(4, procEventFork, 999, 999, 500, 500)...) // not a member's child
-	dgram = append(dgram, procMsg(5, procEventExit, 201, 201, 0, 17)...)
-	dgram = append(dgram, procMsg(6, procEventExit, 300, 100, 0, 17)...) // thread exit
-	dgram = append(dgram, procMsg(7, procEventExit, 500, 500, 0, 17)...)
-	early := procMsg(8, procEventFork, 100, 100, 600, 600) // forked before the first seed, read late
-	binary.NativeEndian.PutUint64(early[procEvOff+8:], 1)
-	dgram = append(dgram, early...)
-	p.handle(dgram)
-	assert.Len(t, p.workers[w].pids, 2) // 100, 200
-	assert.Zero(t, p.lost.Load())
-
-	p.handle(procMsg(11, procEventExit, 200, 200, 0, 17)) // 9 and 10 lost
-	assert.Equal(t, int64(2), p.lost.Load())
-
-	w.gen = 2
-	exits, covered := p.sync(w, nil)
-	assert.False(t, covered, "events were lost in the interval")
-	assert.ElementsMatch(t, []int32{201, 200}, []int32{exits[0].pid, exits[1].pid})
-	exits, covered = p.sync(w, nil)
-	assert.True(t, covered)
-	assert.Empty(t, exits)
-
-	// A child known only from its fork event when events are lost: its
-	// interval falls back to the sampling bound, which may count it already
-	// (reaped, its exit not read yet), so its exit event must not count it
-	// again in the next interval.
-	w.gen = 3
-	w.members[100].gen = 3 // the root, walked again
-	_, covered = p.sync(w, nil)
-	require.True(t, covered)
-	p.handle(procMsg(12, procEventFork, 100, 100, 700, 700))
-	require.Contains(t, p.workers[w].pids, int32(700))
-	p.markMissed()
-	w.gen = 4
-	w.members[100].gen = 4
-	_, covered = p.sync(w, nil)
-	assert.False(t, covered)
-	p.handle(procMsg(13, procEventExit, 700, 700, 0, 0))
-	w.gen = 5
-	w.members[100].gen = 5
-	exits, covered = p.sync(w, nil)
-	assert.True(t, covered)
-	assert.Empty(t, exits, "counted by the sampling bound, not again")
-	p.lastSeq[0] = 11 // the test's sequence numbers restart below
-
-	// The reader lags behind a scrape: a child the walk saw (alive, or as a
-	// zombie) before its fork/exit events were read is the scrape's.
-	p.handle(procMsg(12, procEventFork, 100, 100, 400, 400))
-	w.gen = 6
-	w.members[100].gen = 6
-	w.members[400] = &member{gen: 6, sightings: 1, zombie: true}
-	w.members[401] = &member{gen: 6, sightings: 1}
-	_, covered = p.sync(w, nil)
-	assert.True(t, covered)
-	p.handle(procMsg(13, procEventFork, 100, 100, 401, 401))
-	p.handle(procMsg(14, procEventExit, 400, 400, 0, 0))
-	p.handle(procMsg(15, procEventExit, 401, 401, 0, 0))
-	// The root was seen: its exit is the scrape's to count.
-	p.handle(procMsg(16, procEventExit, 100, 100, 0, 0))
-	exits, _ = p.sync(w, nil)
-	assert.Empty(t, exits)
-	assert.Zero(t, p.lost.Load()-2)
-}
-
 // TestProcessEventsUnavailable: without the capability, auto logs once at
 // info and falls back to sampling; netlink fails Start with what to grant.
 func TestProcessEventsUnavailable(t *testing.T) {
 	saved := openProcEvents
 	t.Cleanup(func() { openProcEvents = saved })
-	openProcEvents = func() (*procEvents, error) {
+	openProcEvents = func() (*procevents.Conn, error) {
 		return nil, errors.New("joining the proc connector group: operation not permitted")
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
@@ -167,7 +71,7 @@ func TestProcessEventsUnavailable(t *testing.T) {
 
 	// A fixture proc_root never uses the connector, even where the
 	// subscription would succeed: auto is sampling, and netlink is refused.
-	openProcEvents = func() (*procEvents, error) { return &procEvents{}, nil }
+	openProcEvents = func() (*procevents.Conn, error) { return &procevents.Conn{}, nil }
 	cfg = fixtureConfig(copyFixture(t))
 	cfg.ProcessEvents = "auto"
 	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
@@ -245,7 +149,7 @@ func TestProcessEventsExactCounts(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: started %v, exited %v of %d; events lost %d", started, exited, total, s.ev.lost.Load())
+			t.Fatalf("after 10s: started %v, exited %v of %d; events lost %d", started, exited, total, s.ev.Lost())
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -277,7 +181,7 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	assert.Equal(t, engine0+1, sumValues(md, "events1", "workerwatch.process.exited", role("engine-child")))
 	assert.Equal(t, float64(total)+2, sumValues(md, "events1", "workerwatch.process.exited", nil)-exited0)
 	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", nil)-started0)
-	assert.Zero(t, s.ev.lost.Load())
+	assert.Zero(t, s.ev.Lost())
 }
 
 // Roots whose id template has no value are skipped and logged once per

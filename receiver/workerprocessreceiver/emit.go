@@ -1,0 +1,76 @@
+//go:build linux
+
+package workerprocessreceiver // import "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
+
+// What one scrape emits for a worker: one resource (cicd.worker.id) with
+// every role's series.
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/workerwatch/workerwatch/internal/procfs"
+	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
+)
+
+func (s *workerScraper) emit(w *worker, now time.Time) {
+	ts := pcommon.NewTimestampFromTime(now)
+	rb := s.mb.NewResourceBuilder()
+	rb.SetCicdWorkerID(w.id)
+	if w.name != "" {
+		rb.SetCicdWorkerName(w.name)
+	}
+	present := w.rootPid != 0
+	if !present {
+		s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 0)
+		s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
+		return
+	}
+	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
+	elapsed := now.Sub(w.prevTime).Seconds()
+	for r, role := range w.kind.roles {
+		s.mb.RecordProcessMemoryUsageDataPoint(ts, w.rss[r], role)
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuU[r])/procfs.UserHZ, role, metadata.AttributeCPUModeUser)
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuS[r])/procfs.UserHZ, role, metadata.AttributeCPUModeSystem)
+		total := w.cpuU[r] + w.cpuS[r]
+		if w.hasPrev && elapsed > 0 && w.cpuLimit > 0 {
+			util := float64(sat(total, w.prevCPU[r])) / procfs.UserHZ / elapsed / w.cpuLimit
+			s.mb.RecordProcessCPUUtilizationDataPoint(ts, util, role)
+		}
+		w.prevCPU[r] = total
+		s.mb.RecordProcessThreadCountDataPoint(ts, w.threads[r], role)
+		if s.wantFDs {
+			s.mb.RecordProcessUnixFileDescriptorCountDataPoint(ts, w.fds[r], role)
+		}
+		s.mb.RecordWorkerwatchProcessCountDataPoint(ts, w.count[r], role)
+		s.mb.RecordWorkerwatchProcessStartedDataPoint(ts, w.started[r], role)
+		s.mb.RecordWorkerwatchProcessExitedDataPoint(ts, w.exited[r], role)
+		if s.wantPSS {
+			s.mb.RecordWorkerwatchProcessMemoryPssDataPoint(ts, w.pss[r], role)
+		}
+	}
+	for _, e := range w.top {
+		s.mb.RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts, e.rss, int64(e.pid), string(e.comm[:e.n]), w.kind.roles[e.role], e.cmdline)
+	}
+	if w.cgroupDir != "" {
+		s.emitCgroup(w, ts)
+	}
+	w.prevTime = now
+	w.hasPrev = true
+	w.initialized = true
+	s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
+}
+
+// emitCgroup reads the worker's cgroup v2 memory files.
+func (s *workerScraper) emitCgroup(w *worker, ts pcommon.Timestamp) {
+	if v, ok := s.r.CgroupBytes(w.cgroupDir, "memory.current"); ok {
+		s.mb.RecordWorkerwatchCgroupMemoryCurrentDataPoint(ts, v)
+	}
+	if v, ok := s.r.CgroupBytes(w.cgroupDir, "memory.max"); ok {
+		s.mb.RecordWorkerwatchCgroupMemoryMaxDataPoint(ts, v)
+	}
+	if v, ok := s.r.CgroupKey(w.cgroupDir, "memory.events", "oom_kill"); ok {
+		s.mb.RecordWorkerwatchCgroupMemoryOomKillsDataPoint(ts, v)
+	}
+}
