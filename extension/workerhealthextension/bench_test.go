@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // The handler costs behind the performance targets, without sockets:
@@ -15,7 +18,7 @@ import (
 func BenchmarkWorkerHandler(b *testing.B) {
 	wh := newTestExt(b)
 	s := realisticFleet(10_000, time.Now())
-	wh.Publish(s)
+	publish(wh, s)
 	reqs := make([]*http.Request, 0, 1024)
 	for i := 0; i < 1024; i++ {
 		reqs = append(reqs, httptest.NewRequest(http.MethodGet, "/health/workers/"+url.PathEscape(s.Workers[i*9%len(s.Workers)].ID), nil))
@@ -31,7 +34,7 @@ func BenchmarkWorkerHandler(b *testing.B) {
 
 func BenchmarkWorkersList10k(b *testing.B) {
 	wh := newTestExt(b)
-	wh.Publish(realisticFleet(10_000, time.Now()))
+	publish(wh, realisticFleet(10_000, time.Now()))
 	req := httptest.NewRequest(http.MethodGet, "/health/workers", nil)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -42,7 +45,7 @@ func BenchmarkWorkersList10k(b *testing.B) {
 
 func BenchmarkWorkersListFiltered10k(b *testing.B) {
 	wh := newTestExt(b)
-	wh.Publish(realisticFleet(10_000, time.Now()))
+	publish(wh, realisticFleet(10_000, time.Now()))
 	req := httptest.NewRequest(http.MethodGet, "/health/workers?state=unhealthy,stalled", nil)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -53,7 +56,7 @@ func BenchmarkWorkersListFiltered10k(b *testing.B) {
 
 func BenchmarkPage10k(b *testing.B) {
 	wh := newTestExt(b)
-	wh.Publish(realisticFleet(10_000, time.Now()))
+	publish(wh, realisticFleet(10_000, time.Now()))
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -62,17 +65,57 @@ func BenchmarkPage10k(b *testing.B) {
 	}
 }
 
-// BenchmarkPublish10k is what the processor pays per snapshot: encoding every
-// worker once and building the index.
+// BenchmarkPublish10k is what the processor's evaluation tick pays per
+// snapshot (issue 11 point 6: <= 2 ms at 10,000 workers with 1% changing per
+// evaluation): only the Publish call is timed. The background index of each
+// snapshot is waited for outside the timer, so every call finds the drain
+// idle, as it is at a 5 s emit_interval; BenchmarkPublishIndexed10k times it.
 func BenchmarkPublish10k(b *testing.B) {
 	wh := newTestExt(b)
 	s := realisticFleet(10_000, time.Now())
+	publish(wh, s)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s.Time = s.Time.Add(time.Millisecond)
+		b.StopTimer()
+		wh.store.flush()
+		s = nextEvaluation(s, i)
+		b.StartTimer()
 		wh.Publish(s)
 	}
+	b.StopTimer()
+	wh.store.flush()
+}
+
+// BenchmarkPublishIndexed10k is Publish until the new view serves the
+// snapshot: the work the drain goroutine does off the processor's tick
+// (every worker's JSON, the indexes, the merged view).
+func BenchmarkPublishIndexed10k(b *testing.B) {
+	wh := newTestExt(b)
+	s := realisticFleet(10_000, time.Now())
+	publish(wh, s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s = nextEvaluation(s, i)
+		b.StartTimer()
+		publish(wh, s)
+	}
+}
+
+// nextEvaluation is the snapshot of the next evaluation: a new snapshot (a
+// published one is immutable) in which 1% of the workers changed.
+func nextEvaluation(prev *contract.Snapshot, gen int) *contract.Snapshot {
+	s := *prev
+	s.Time = prev.Time.Add(5 * time.Second)
+	s.Workers = slices.Clone(prev.Workers)
+	for i := gen % 100; i < len(s.Workers); i += 100 {
+		w := &s.Workers[i]
+		w.LastSeen = s.Time
+		w.Memory.RSSBytes += 1 << 20
+	}
+	return &s
 }
 
 // discardWriter is a ResponseWriter that keeps nothing, so the benchmark

@@ -77,7 +77,7 @@ func TestBrowserLivePage(t *testing.T) {
 	bin := chromium(t)
 	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
 	now := time.Now()
-	wh.Publish(browserFleet(now))
+	publish(wh, browserFleet(now))
 
 	// Once the browser has the server-rendered page, a worker arrives: only
 	// the script's refresh from /health/workers can show it.
@@ -91,7 +91,7 @@ func TestBrowserLivePage(t *testing.T) {
 				late := worker("arrived-after-load", contract.Lost)
 				late.Since, late.LastSeen = now, now
 				s.Workers = append(s.Workers, late)
-				wh.Publish(s)
+				publish(wh, s)
 			})
 		}
 	})
@@ -139,7 +139,7 @@ func TestBrowserLivePage(t *testing.T) {
 func TestBrowserScriptBlocked(t *testing.T) {
 	bin := chromium(t)
 	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
-	wh.Publish(browserFleet(time.Now()))
+	publish(wh, browserFleet(time.Now()))
 	inner := wh.handler
 	wh.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inner.ServeHTTP(&cspOverride{ResponseWriter: w}, r)
@@ -179,7 +179,7 @@ func (c *cspOverride) WriteHeader(code int) {
 func TestBrowserScreenshot(t *testing.T) {
 	bin := chromium(t)
 	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
-	wh.Publish(realisticFleet(100, time.Now()))
+	publish(wh, realisticFleet(100, time.Now()))
 	base := startTestExt(t, wh)
 
 	out := filepath.Join(t.TempDir(), "status-page.png")

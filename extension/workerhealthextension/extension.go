@@ -120,8 +120,9 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 }
 
 // Publish implements contract.Subscriber: the processor hands over an
-// immutable snapshot. The index is built here, once per snapshot, so readers
-// never build anything.
+// immutable snapshot. It returns at once: the index (every worker's JSON)
+// is built in the background, once per snapshot, so neither the processor's
+// tick nor any reader builds anything.
 func (wh *workerHealth) Publish(snap *contract.Snapshot) {
 	if snap == nil {
 		return

@@ -43,7 +43,7 @@ func TestWorkerCodes(t *testing.T) {
 	unhealthy.Runs.Worker = []string{"r1"}
 	unhealthy.Runs.Scheduler = []string{"r1", "r2"}
 	unhealthy.Drift.Missing = []string{"r2"}
-	wh.Publish(snapshot(testSource, t0, ws...))
+	publish(wh, snapshot(testSource, t0, ws...))
 
 	for st, code := range want {
 		t.Run(string(st), func(t *testing.T) {
@@ -86,7 +86,7 @@ func TestWorkerIDsNeedingEscapes(t *testing.T) {
 		}
 		ws = append(ws, worker(id, st))
 	}
-	wh.Publish(snapshot(testSource, t0, ws...))
+	publish(wh, snapshot(testSource, t0, ws...))
 	for _, w := range ws {
 		t.Run(w.ID, func(t *testing.T) {
 			code, body := get(t, workerURL(base, w.ID))
@@ -138,7 +138,7 @@ func TestWorkersList(t *testing.T) {
 	assert.Len(t, empty.Fleet.ByState, len(contract.AllStates))
 
 	// Published out of order: served sorted by id.
-	wh.Publish(snapshot(testSource, t0,
+	publish(wh, snapshot(testSource, t0,
 		worker("c", contract.Unhealthy), worker("a", contract.Healthy),
 		worker("b", contract.Stalled), worker("d", contract.Unhealthy)))
 
@@ -189,7 +189,7 @@ func TestWorkersList(t *testing.T) {
 func TestMethodsAndUnknownPaths(t *testing.T) {
 	wh := newTestExt(t)
 	base := startTestExt(t, wh)
-	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy)))
+	publish(wh, snapshot(testSource, t0, worker("a", contract.Healthy)))
 
 	resp, err := http.Post(base+"/health/workers/a", "application/json", strings.NewReader("{}"))
 	require.NoError(t, err)

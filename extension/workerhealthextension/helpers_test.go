@@ -138,3 +138,16 @@ func realisticFleet(n int, at time.Time) *contract.Snapshot {
 }
 
 func settingsForTest() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
+
+// publish hands snap to the extension as the processor does and waits until
+// it is served (Publish returns before the view is built).
+func publish(wh *workerHealth, snap *contract.Snapshot) {
+	wh.Publish(snap)
+	wh.store.flush()
+}
+
+// put is publish for a bare store.
+func put(s *store, snap *contract.Snapshot) {
+	s.publish(snap)
+	s.flush()
+}

@@ -28,7 +28,7 @@ func TestStartShutdownStartAgain(t *testing.T) {
 	host := componenttest.NewNopHost()
 	// State published before Start is served once it starts, and survives a
 	// restart of the server (the processor does not republish for us).
-	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy)))
+	publish(wh, snapshot(testSource, t0, worker("a", contract.Healthy)))
 
 	for i := range 3 {
 		require.NoError(t, wh.Start(context.Background(), host), "start #%d", i+1)

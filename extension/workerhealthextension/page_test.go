@@ -32,7 +32,7 @@ func TestPageServerRendered(t *testing.T) {
 	bad.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "<b>over</b>", Value: 612 << 20, Threshold: 500 << 20}}
 	bad.Memory.RSSBytes = 612 << 20
 	bad.Drift.Missing = []string{"run-<7>"}
-	wh.Publish(snapshot(testSource, t0.Add(-3*time.Second),
+	publish(wh, snapshot(testSource, t0.Add(-3*time.Second),
 		worker("a/b c", contract.Healthy), bad, worker("ünï", contract.Degraded), worker("z", contract.Lost)))
 
 	resp, err := http.Get(base + "/")
@@ -193,7 +193,7 @@ func attr(n *html.Node, key string) string {
 
 func TestPageRowLimit(t *testing.T) {
 	wh := newTestExt(t)
-	wh.Publish(realisticFleet(pageMaxRows+50, t0))
+	publish(wh, realisticFleet(pageMaxRows+50, t0))
 	base := startTestExt(t, wh)
 	resp, err := http.Get(base + "/")
 	require.NoError(t, err)

@@ -60,7 +60,7 @@ func FuzzRouter(f *testing.F) {
 		// The fuzzed id is published next to fixed ones, in a state that
 		// depends on its length so both 200 and 503 are exercised.
 		states := contract.AllStates
-		wh.Publish(snapshot(testSource, t0.Add(time.Duration(gen.Add(1))*time.Millisecond),
+		publish(wh, snapshot(testSource, t0.Add(time.Duration(gen.Add(1))*time.Millisecond),
 			worker("worker-1", contract.Healthy),
 			worker("a/b c", contract.Unhealthy),
 			worker(id, states[len(id)%len(states)])))

@@ -94,7 +94,7 @@ func TestBearerTokenAuth(t *testing.T) {
 	wh := newTestExt(t, func(c *Config) {
 		c.Auth = configoptional.Some(confighttp.AuthConfig{Config: configauth.Config{AuthenticatorID: authID}})
 	})
-	wh.Publish(snapshot(testSource, t0, worker("worker-1", contract.Healthy)))
+	publish(wh, snapshot(testSource, t0, worker("worker-1", contract.Healthy)))
 	require.NoError(t, wh.Start(context.Background(), host))
 	t.Cleanup(func() { require.NoError(t, wh.Shutdown(context.Background())) })
 	base := "http://" + wh.boundAddr().String()

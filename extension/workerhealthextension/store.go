@@ -74,15 +74,41 @@ func (v *view) count(keep stateFilter) int {
 }
 
 // store keeps the latest snapshot of each publishing processor and the merged
-// view. Publishers serialize on mu; readers only load the atomic pointer.
+// view. Publish only hands the snapshot over (publish): the processor's
+// evaluation tick must not pay for encoding thousands of workers. One drain
+// goroutine at a time then indexes what was handed over and swaps a new,
+// complete view in; readers only load the atomic pointer, so they see either
+// the previous view or the next one, never one being built.
 type store struct {
-	mu      sync.Mutex
+	// mu guards the hand-over: pending, accepted and draining.
+	mu sync.Mutex
+	// pending is the newest snapshot of each source not indexed yet. A
+	// source that publishes faster than the drain keeps only its newest:
+	// older ones would be replaced by it at once anyway.
+	pending map[component.ID]*contract.Snapshot
+	// accepted is the time of each source's newest snapshot handed over: an
+	// older one (a publish that lost a race) is refused at the door, so no
+	// order of encoding can roll a source back.
+	accepted map[component.ID]time.Time
+	draining bool
+	// idle is signaled when a drain ends with nothing pending.
+	idle *sync.Cond
+
+	// sources is only touched by the drain goroutine (one at a time).
 	sources map[component.ID]*sourceIndex
+	// index is indexSnapshot; tests slow it down.
+	index   func(*contract.Snapshot) *sourceIndex
 	current atomic.Pointer[view]
 }
 
 func newStore() *store {
-	s := &store{sources: map[component.ID]*sourceIndex{}}
+	s := &store{
+		pending:  map[component.ID]*contract.Snapshot{},
+		accepted: map[component.ID]time.Time{},
+		sources:  map[component.ID]*sourceIndex{},
+		index:    indexSnapshot,
+	}
+	s.idle = sync.NewCond(&s.mu)
 	// An empty fleet, not an error, until a processor publishes.
 	s.current.Store(buildView(nil))
 	return s
@@ -91,23 +117,58 @@ func newStore() *store {
 // load returns the current view; never nil.
 func (s *store) load() *view { return s.current.Load() }
 
-// publish indexes snap and swaps in a new merged view. Encoding happens
-// before taking the lock so concurrent publishers from different processors
-// do not wait on each other's encoding.
+// publish hands snap over and returns at once; the view that serves it is
+// built by drain, in the background. A snapshot older than one already
+// handed over for the same source is ignored.
 func (s *store) publish(snap *contract.Snapshot) {
-	idx := indexSnapshot(snap)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.sources[snap.Source]; ok && old.snap.Time.After(snap.Time) {
-		// A publish that lost a race to a newer one must not roll state back.
+	if last, ok := s.accepted[snap.Source]; ok && last.After(snap.Time) {
 		return
 	}
-	s.sources[snap.Source] = idx
-	srcs := make([]*sourceIndex, 0, len(s.sources))
-	for _, si := range s.sources {
-		srcs = append(srcs, si)
+	s.accepted[snap.Source] = snap.Time
+	s.pending[snap.Source] = snap
+	if !s.draining {
+		s.draining = true
+		go s.drain()
 	}
-	s.current.Store(buildView(srcs))
+}
+
+// drain indexes pending snapshots until none is left, one view per round.
+// Only one drain runs at a time (draining), so indexes are never built
+// concurrently and the newest snapshot is always the last one swapped in.
+func (s *store) drain() {
+	batch := map[component.ID]*contract.Snapshot{}
+	for {
+		s.mu.Lock()
+		if len(s.pending) == 0 {
+			s.draining = false
+			s.idle.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		batch, s.pending = s.pending, batch
+		s.mu.Unlock()
+
+		for src, snap := range batch {
+			s.sources[src] = s.index(snap)
+		}
+		clear(batch)
+		srcs := make([]*sourceIndex, 0, len(s.sources))
+		for _, si := range s.sources {
+			srcs = append(srcs, si)
+		}
+		s.current.Store(buildView(srcs))
+	}
+}
+
+// flush waits until every snapshot handed over so far is in the view.
+func (s *store) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.draining {
+		s.idle.Wait()
+	}
 }
 
 func indexSnapshot(snap *contract.Snapshot) *sourceIndex {

@@ -23,10 +23,10 @@ func TestStoreEmpty(t *testing.T) {
 
 func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 	s := newStore()
-	s.publish(snapshot(testSource, t0, worker("a", contract.Unhealthy)))
-	s.publish(snapshot(testSource, t0.Add(-time.Second), worker("a", contract.Healthy)))
+	put(s, snapshot(testSource, t0, worker("a", contract.Unhealthy)))
+	put(s, snapshot(testSource, t0.Add(-time.Second), worker("a", contract.Healthy)))
 	assert.Equal(t, contract.Unhealthy, s.load().byID["a"].w.State)
-	s.publish(snapshot(testSource, t0.Add(time.Second), worker("a", contract.Healthy)))
+	put(s, snapshot(testSource, t0.Add(time.Second), worker("a", contract.Healthy)))
 	assert.Equal(t, contract.Healthy, s.load().byID["a"].w.State)
 }
 
@@ -42,8 +42,8 @@ func TestStoreMergesSources(t *testing.T) {
 	a.Fleet = contract.Fleet{Pending: 3, IdleCapacity: 4}
 	b := snapshot(other, t0.Add(time.Second), worker("b", contract.Degraded), worker("shared", contract.Healthy), tieB)
 	b.Fleet = contract.Fleet{Pending: -1, IdleCapacity: 1, IdleWhilePending: true}
-	s.publish(a)
-	s.publish(b)
+	put(s, a)
+	put(s, b)
 
 	v := s.load()
 	assert.Equal(t, []string{"a", "b", "shared", "tie"}, entryIDs(v.byIDOrder))
@@ -66,8 +66,8 @@ func TestStoreMergesSources(t *testing.T) {
 	// published first.
 	tieA.Name, tieB.Name = "older", "fresher"
 	s2 := newStore()
-	s2.publish(snapshot(component.MustNewIDWithName("worker_health", "a"), t0.Add(time.Second), tieB))
-	s2.publish(snapshot(component.MustNewIDWithName("worker_health", "z"), t0, tieA))
+	put(s2, snapshot(component.MustNewIDWithName("worker_health", "a"), t0.Add(time.Second), tieB))
+	put(s2, snapshot(component.MustNewIDWithName("worker_health", "z"), t0, tieA))
 	assert.Equal(t, "fresher", s2.load().byID["tie"].w.Name)
 }
 
@@ -75,7 +75,7 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 	s := newStore()
 	// The worse copy comes first for z and last for m: neither "first wins"
 	// nor "last wins" passes, only "worse wins".
-	s.publish(snapshot(testSource, t0, worker("z", contract.Lost), worker("m", contract.Healthy),
+	put(s, snapshot(testSource, t0, worker("z", contract.Lost), worker("m", contract.Healthy),
 		worker("z", contract.Healthy), worker("m", contract.Degraded)))
 	v := s.load()
 	assert.Equal(t, []string{"m", "z"}, entryIDs(v.byIDOrder))
@@ -87,7 +87,7 @@ func TestStoreNonFiniteEvidence(t *testing.T) {
 	s := newStore()
 	w := worker("nan", contract.Unhealthy)
 	w.Reasons = []contract.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
-	s.publish(snapshot(testSource, t0, w))
+	put(s, snapshot(testSource, t0, w))
 	var got contract.Worker
 	require.NoError(t, json.Unmarshal(s.load().byID["nan"].json, &got))
 	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
@@ -112,11 +112,53 @@ func entryIDs(es []*entry) []string {
 
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	s := newStore()
-	s.publish(snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
+	put(s, snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
 	body := string(s.load().byID["bare"].json)
 	assert.Contains(t, body, `"reasons":[]`)
 	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0,"recent":[],"kills":{}}`)
 	assert.Contains(t, body, `"roles":[]`)
 	assert.Contains(t, body, `"tree":{"seen":false,"ids":[]}`)
 	assert.Contains(t, body, `"drift":{"missing":[],"orphaned":[],"over_capacity":0}`)
+}
+
+// TestPublishDoesNotWaitForTheIndex: the processor's tick only hands the
+// snapshot over. While a slow index of one snapshot is under way, Publish
+// returns at once, readers keep the last complete view, a snapshot older
+// than one handed over is dropped, and the newest is the one served.
+func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
+	s := newStore()
+	gate := make(chan struct{})
+	indexed := make(chan time.Time, 8)
+	s.index = func(snap *contract.Snapshot) *sourceIndex {
+		indexed <- snap.Time
+		<-gate
+		return indexSnapshot(snap)
+	}
+	returned := func(snap *contract.Snapshot) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { s.publish(snap); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			close(gate) // let the drain go so the test ends
+			t.Fatalf("Publish of %s waited for the index of another snapshot", snap.Time)
+		}
+	}
+
+	returned(snapshot(testSource, t0, worker("a", contract.Healthy)))
+	require.Equal(t, t0, <-indexed, "the first snapshot is being indexed")
+	returned(snapshot(testSource, t0.Add(2*time.Second), worker("a", contract.Lost), worker("b", contract.Healthy)))
+	returned(snapshot(testSource, t0.Add(time.Second), worker("a", contract.Degraded)))
+	assert.True(t, s.load().time.IsZero(), "readers keep the last complete view while one is built")
+	assert.Empty(t, s.load().byID)
+
+	close(gate)
+	s.flush()
+	v := s.load()
+	assert.Equal(t, t0.Add(2*time.Second), v.time)
+	assert.Equal(t, contract.Lost, v.byID["a"].w.State, "the newest snapshot is served")
+	assert.Equal(t, []string{"a", "b"}, entryIDs(v.byIDOrder))
+	assert.Equal(t, t0.Add(2*time.Second), <-indexed, "the older of the two waiting snapshots was never indexed")
+	assert.Empty(t, indexed)
 }

@@ -24,7 +24,7 @@ func TestTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	base := startTestExt(t, wh)
 
-	wh.Publish(snapshot(testSource, t0, worker("a", contract.Healthy), worker("b", contract.Lost)))
+	publish(wh, snapshot(testSource, t0, worker("a", contract.Healthy), worker("b", contract.Lost)))
 	for _, p := range []string{"/health/workers/a", "/health/workers/a", "/health/workers/b", "/health/workers/zz", "/nope"} {
 		get(t, base+p)
 	}
