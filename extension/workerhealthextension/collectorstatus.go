@@ -55,8 +55,13 @@ func (c *collectorStatus) record(source *componentstatus.InstanceID, ev *compone
 		cr = newComponentReport(source)
 		c.components[source] = cr
 	}
+	// The time comes from our clock, not ev.Timestamp(): the service hands
+	// each event to Changed as it is reported, so the two agree, and one
+	// clock for the recovery window lets tests drive it (the event's own
+	// timestamp is always time.Now and cannot be set).
+	at := c.now()
 	cr.Status = statusName(ev.Status())
-	cr.Since = ev.Timestamp()
+	cr.Since = at
 	cr.Error = ""
 	if err := ev.Err(); err != nil {
 		cr.Error = err.Error()
@@ -68,8 +73,7 @@ func (c *collectorStatus) record(source *componentstatus.InstanceID, ev *compone
 	isErr := componentstatus.StatusIsError(ev.Status())
 	switch {
 	case isErr && cr.ErrorSince == nil:
-		t := ev.Timestamp()
-		cr.ErrorSince = &t
+		cr.ErrorSince = &at
 	case !isErr:
 		cr.ErrorSince = nil
 	}

@@ -39,10 +39,10 @@ func TestLivezReadyz(t *testing.T) {
 		pipeline.NewID(pipeline.SignalMetrics))
 	receiver := componentstatus.NewInstanceID(component.MustNewID("worker_process"), component.KindReceiver,
 		pipeline.NewID(pipeline.SignalMetrics))
+	// Each event is recorded at the extension's clock's time: set it first.
 	event := func(st componentstatus.Status, at time.Time, err error) *componentstatus.Event {
-		// Events carry their own timestamp; tests need it controlled.
-		ev := componentstatus.NewEvent(st, componentstatus.WithError(err))
-		return withTimestamp(ev, at)
+		now = at
+		return componentstatus.NewEvent(st, componentstatus.WithError(err))
 	}
 
 	now = t0
