@@ -69,7 +69,11 @@ func browserFleet(at time.Time) *contract.Snapshot {
 	bad.Reasons = []contract.Reason{{Code: "kills_in_window", Message: "<img src=x onerror=alert(3)>", Value: 3, Threshold: 2, Since: at}}
 	uni := worker("pool/ünïcødé worker", contract.Degraded)
 	uni.Since, uni.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
-	s.Workers = append(s.Workers, bad, uni)
+	// Ids that are not UTF-8 (dup\xfe, dup\xff): a browser would show both
+	// as "dup\ufffd".
+	fe, ff := worker("dup\xfe", contract.Stalled), worker("dup\xff", contract.Stalled)
+	fe.Since, fe.LastSeen, ff.Since, ff.LastSeen = at, at, at, at
+	s.Workers = append(s.Workers, bad, uni, fe, ff)
 	return s
 }
 
@@ -105,12 +109,15 @@ func TestBrowserLivePage(t *testing.T) {
 	require.NotNil(t, tbody, "%s", dom)
 	assert.Equal(t, "live", attr(tbody, "data-source"), "the script refreshed the rows from JSON")
 	rows := tableRows(t, doc)
-	require.Len(t, rows, 103)
+	require.Len(t, rows, 105)
 	ids := column(rows, 0, true)
 	states := column(rows, 1, true)
 	assert.Equal(t, "arrived-after-load", ids[0], "lost sorts first; it only exists after the refresh")
 	assert.Contains(t, ids, scriptID, "the hostile id is text")
 	assert.Contains(t, ids, "pool/ünïcødé worker")
+	assert.Contains(t, ids, "dup%FE", "an id that is not UTF-8 is shown escaped")
+	assert.Contains(t, ids, "dup%FF")
+	assert.Contains(t, column(rows, 0, false), "dup%FF (not UTF-8)")
 	assert.True(t, sortedWorstFirst(states), "rows worst state first: %v", states)
 	for _, r := range rows {
 		assert.Empty(t, findAll(r.node, "script"), "no element was created from data")
@@ -129,7 +136,7 @@ func TestBrowserLivePage(t *testing.T) {
 	for _, a := range findAll(findByID(doc, "counts"), "a") {
 		chips[attr(a, "data-state")] = text(a)
 	}
-	assert.Equal(t, "103 all", chips[""])
+	assert.Equal(t, "105 all", chips[""])
 	assert.Equal(t, "2 lost", chips["lost"])
 }
 

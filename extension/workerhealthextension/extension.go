@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensioncapabilities"
 	"go.uber.org/zap"
@@ -28,6 +29,8 @@ type workerHealth struct {
 	metrics   *telemetry
 	page      *page
 	handler   http.Handler
+	// challenge is the WWW-Authenticate value of a 401.
+	challenge []string
 	// listen is cfg.ToListener; tests replace it to make Serve fail.
 	listen func(context.Context) (net.Listener, error)
 
@@ -64,6 +67,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		page:      pg,
 	}
 	wh.handler = wh.routes()
+	wh.challenge = authChallenge(cfg)
 	wh.listen = cfg.ToListener
 	return wh, nil
 }
@@ -77,13 +81,20 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if wh.server != nil {
 		return errors.New("worker_health: already started")
 	}
-	srv, err := wh.cfg.ToServer(ctx, host.GetExtensions(), wh.telemetry, wh.handler)
+	srv, err := wh.cfg.ToServer(ctx, host.GetExtensions(), wh.telemetry, wh.handler,
+		confighttp.WithErrorHandler(wh.httpError))
 	if err != nil {
 		return fmt.Errorf("worker_health: cannot build the HTTP server: %w", err)
+	}
+	if wh.cfg.Auth.HasValue() {
+		srv.Handler = canonicalAuthScheme(srv.Handler)
 	}
 	ln, err := wh.listen(ctx)
 	if err != nil {
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
+	}
+	if !wh.cfg.TLS.HasValue() {
+		ln = targetGuardListener{ln}
 	}
 	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
 	wh.server, wh.addr = srv, ln.Addr()

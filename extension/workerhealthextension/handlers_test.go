@@ -3,11 +3,14 @@ package workerhealthextension
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -108,18 +111,75 @@ func TestWorkerIDsNeedingEscapes(t *testing.T) {
 	_, body := get(t, workerURL(base, "<script>alert(1)</script>"))
 	assert.NotContains(t, body, "<script>")
 	assert.Contains(t, body, `\u003cscript\u003ealert(1)\u003c/script\u003e`)
+}
 
-	// A malformed escape is the client's error (Go's client refuses to
-	// send one, so write the request by hand).
+// A malformed escape is the client's error, answered like every API error:
+// JSON, not net/http's plain text, on the first request of a connection and
+// on later ones (keep-alive, pipelined, after a request with a body).
+// Go's client refuses to send such a target, so the requests are written by
+// hand.
+func TestMalformedTargetJSONError(t *testing.T) {
+	wh := newTestExt(t)
+	publish(wh, snapshot(testSource, t0, worker("a", contract.Healthy)))
+	base := startTestExt(t, wh)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = conn.Write([]byte("GET /health/workers/%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	_, err = conn.Write([]byte("GET /health/workers/%zz HTTP/1.1\r\nHost: x\r\n\r\n" +
+		"GET /health/workers/a HTTP/1.1\r\nHost: x\r\n\r\n" +
+		"POST /health/workers/a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" +
+		"GET /health/workers/a%2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
 	require.NoError(t, err)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	r := bufio.NewReader(conn)
+	for i, want := range []int{http.StatusBadRequest, http.StatusOK, http.StatusMethodNotAllowed, http.StatusBadRequest} {
+		resp, err := http.ReadResponse(r, nil)
+		require.NoError(t, err, "response %d", i)
+		var body errorBody
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "response %d", i)
+		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), "response %d", i)
+		assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"), "response %d", i)
+		if want == http.StatusBadRequest {
+			require.NoError(t, err, "response %d is JSON", i)
+			assert.Contains(t, body.Error, "not a valid URL")
+		}
+	}
+
+	// A request with a body is passed through intact and the connection
+	// stays usable.
+	conn2, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	defer conn2.Close()
+	_, err = conn2.Write([]byte("POST /health/workers/a HTTP/1.1\r\nHost: x\r\ncontent-length: 11\r\n\r\nGET /%zz x\n" +
+		"GET /health/workers/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	require.NoError(t, err)
+	r = bufio.NewReader(conn2)
+	for _, want := range []int{http.StatusMethodNotAllowed, http.StatusOK} {
+		resp, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode)
+	}
+}
+
+// A 404 repeats the unknown id, but never more than maxEchoedID bytes of it.
+func TestUnknownIDEchoBounded(t *testing.T) {
+	wh := newTestExt(t)
+	base := startTestExt(t, wh)
+	long := strings.Repeat("é", 50_000) // 100 kB
+	code, body := get(t, workerURL(base, long))
+	require.Equal(t, http.StatusNotFound, code)
+	assert.Less(t, len(body), 1024, "the answer does not grow with the id")
+	var e errorBody
+	require.NoError(t, json.Unmarshal([]byte(body), &e))
+	assert.True(t, e.IDTruncated)
+	assert.True(t, strings.HasPrefix(long, e.ID))
+	assert.True(t, utf8.ValidString(e.ID), "cut at a rune boundary")
+	code, body = get(t, workerURL(base, "short"))
+	require.Equal(t, http.StatusNotFound, code)
+	assert.JSONEq(t, `{"error":"unknown worker","id":"short"}`, body)
 }
 
 func TestWorkersList(t *testing.T) {
@@ -216,4 +276,95 @@ func ids(ws []contract.Worker) []string {
 		out = append(out, w.ID)
 	}
 	return out
+}
+
+// Two ids that differ only in bytes that are not UTF-8 stay two workers
+// everywhere: each answers at its own escaped path, and the JSON, which can
+// only carry Unicode, tells them apart by id_escaped.
+func TestInvalidUTF8IDsStayDistinct(t *testing.T) {
+	wh := newTestExt(t)
+	base := startTestExt(t, wh)
+	publish(wh, snapshot(testSource, t0, worker("dup\xfe", contract.Unhealthy), worker("dup\xff", contract.Healthy), worker("fine", contract.Healthy)))
+
+	for id, want := range map[string]int{"dup\xff": http.StatusOK, "dup\xfe": http.StatusServiceUnavailable} {
+		code, body := get(t, workerURL(base, id))
+		require.Equal(t, want, code, body)
+		var got struct {
+			ID        string `json:"id"`
+			IDEscaped string `json:"id_escaped"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &got))
+		assert.Equal(t, url.PathEscape(id), got.IDEscaped)
+		back, err := url.PathUnescape(got.IDEscaped)
+		require.NoError(t, err)
+		assert.Equal(t, id, back, "id_escaped gives the id back")
+	}
+	_, body := get(t, workerURL(base, "fine"))
+	assert.NotContains(t, body, "id_escaped", "only ids that need it")
+
+	var list struct {
+		Workers []struct {
+			ID        string `json:"id"`
+			IDEscaped string `json:"id_escaped"`
+		} `json:"workers"`
+	}
+	_, body = get(t, base+"/health/workers")
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.Workers, 3)
+	assert.Equal(t, "dup%FE", list.Workers[0].IDEscaped)
+	assert.Equal(t, "dup%FF", list.Workers[1].IDEscaped)
+
+	_, body = get(t, base+"/")
+	assert.Contains(t, body, `href="health/workers/dup%FE">dup%FE</a> <span class="muted">(not UTF-8)</span>`)
+	assert.Contains(t, body, `href="health/workers/dup%FF">dup%FF</a> <span class="muted">(not UTF-8)</span>`)
+}
+
+// Every byte count the API serves is a JSON integer (docs/http-api.md), in
+// every document that carries one.
+func TestByteCountsAreIntegers(t *testing.T) {
+	wh := newTestExt(t)
+	base := startTestExt(t, wh)
+	w := worker("w", contract.Unhealthy)
+	w.Memory = contract.Memory{
+		RSSBytes: 1<<53 + 1, SoftLimitBytes: 500 << 20, CgroupMaxBytes: 1 << 40,
+		Roles: []contract.RoleMemory{{Role: "main", RSSBytes: 641728512, SoftLimitBytes: 1 << 30}},
+	}
+	publish(wh, snapshot(testSource, t0, w))
+	for _, path := range []string{"/health/workers/w", "/health/workers"} {
+		_, body := get(t, base+path)
+		n := assertIntegerBytes(t, path, body)
+		assert.Equal(t, 5, n, "%s: byte counts checked", path)
+	}
+}
+
+// assertIntegerBytes checks every "*_bytes" number in a JSON document is an
+// integer literal, and returns how many it saw.
+func assertIntegerBytes(t *testing.T, what, body string) int {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	require.NoError(t, dec.Decode(&doc), what)
+	seen := 0
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, c := range v {
+				walk(k, c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(key, c)
+			}
+		case json.Number:
+			if strings.HasSuffix(key, "_bytes") {
+				seen++
+				_, err := v.Int64()
+				assert.NoError(t, err, "%s: %s is %s, not an integer", what, key, v)
+			}
+		}
+	}
+	walk("", doc)
+	return seen
 }

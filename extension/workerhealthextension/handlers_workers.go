@@ -26,7 +26,7 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 	}
 	e := wh.store.load().byID[id]
 	if e == nil {
-		return writeJSON(w, http.StatusNotFound, errorBody{Error: "unknown worker", ID: id})
+		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
 	}
 	code := http.StatusServiceUnavailable
 	if e.w.State.MayTakeWork() {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -91,7 +92,9 @@ type pageCount struct {
 }
 
 type pageRow struct {
+	// ID is the id as shown (see shownID); NotUTF8 marks an escaped one.
 	ID, PathID, Name string
+	NotUTF8          bool
 	State            contract.State
 	Since            string
 	Reasons          []pageReason
@@ -148,7 +151,6 @@ func (p *page) data(v *view, keep stateFilter) pageData {
 
 func newPageRow(w *contract.Worker, now time.Time) pageRow {
 	row := pageRow{
-		ID:       w.ID,
 		PathID:   url.PathEscape(w.ID),
 		Name:     w.Name,
 		State:    w.State,
@@ -156,12 +158,23 @@ func newPageRow(w *contract.Worker, now time.Time) pageRow {
 		Runs:     runsText(w.Runs),
 		LastSeen: ago(w.LastSeen, now),
 	}
+	row.ID, row.NotUTF8 = shownID(w.ID)
 	for _, r := range w.Reasons {
 		row.Reasons = append(row.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
 	}
 	row.MemPct, row.MemClass, row.MemText = memoryText(w.Memory)
 	row.Drift, row.DriftTitle, row.DriftBad = driftText(w.Drift)
 	return row
+}
+
+// shownID is how a page shows an id: as it is, or URL-escaped when it is not
+// valid UTF-8 (a browser would show every invalid byte as the same U+FFFD,
+// so two such ids would look alike). It is the id_escaped of the JSON.
+func shownID(id string) (string, bool) {
+	if utf8.ValidString(id) {
+		return id, false
+	}
+	return url.PathEscape(id), true
 }
 
 func fleetText(f contract.Fleet) string {

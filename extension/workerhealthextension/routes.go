@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // The API's paths are fixed: schedulers and probes are written against them
@@ -44,33 +45,52 @@ func (wh *workerHealth) routes() http.Handler {
 	})
 }
 
-func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, int) {
-	p := r.URL.EscapedPath()
-	var route string
-	var handle func(http.ResponseWriter, *http.Request) int
+// routeOf names the route a path goes to (the telemetry label).
+func routeOf(p string) string {
 	switch {
 	case strings.HasPrefix(p, prefixWorker):
-		route = routeWorker
+		return routeWorker
 	case p == pathWorkers:
-		route, handle = routeWorkers, wh.handleWorkers
+		return routeWorkers
 	case p == pathLivez:
-		route, handle = routeLivez, wh.handleLivez
+		return routeLivez
 	case p == pathReadyz:
-		route, handle = routeReadyz, wh.handleReadyz
+		return routeReadyz
 	case p == pathPage:
-		route, handle = routePage, wh.handlePage
-	default:
-		return routeNotFound, writeError(w, http.StatusNotFound, "no such endpoint; see docs/http-api.md")
+		return routePage
 	}
+	return routeNotFound
+}
+
+func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, int) {
+	p := r.URL.EscapedPath()
+	route := routeOf(p)
 	h := w.Header()
 	h["X-Content-Type-Options"] = hdrNosniff
 	// Health answers are only true now: no cache may replay them.
 	h["Cache-Control"] = hdrNoStore
+	var handle func(http.ResponseWriter, *http.Request) int
+	switch route {
+	case routeWorker: // the hot path, called without a closure below
+	case routeWorkers:
+		handle = wh.handleWorkers
+	case routeLivez:
+		handle = wh.handleLivez
+	case routeReadyz:
+		handle = wh.handleReadyz
+	case routePage:
+		handle = wh.handlePage
+	default:
+		if p == pathBadTarget {
+			return route, writeError(w, http.StatusBadRequest, "the request target is not a valid URL (a malformed %-escape?); escape ids as docs/http-api.md says")
+		}
+		return route, writeError(w, http.StatusNotFound, "no such endpoint; see docs/http-api.md")
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h["Allow"] = hdrAllow
 		return route, writeError(w, http.StatusMethodNotAllowed, "only GET and HEAD")
 	}
-	if handle == nil { // the hot path, called without a closure
+	if handle == nil {
 		return route, wh.handleWorker(w, r, p[len(prefixWorker):])
 	}
 	return route, handle(w, r)
@@ -79,7 +99,26 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 // errorBody is every error's JSON body.
 type errorBody struct {
 	Error string `json:"error"`
-	ID    string `json:"id,omitempty"`
+	// ID is the unknown worker's id, cut to maxEchoedID bytes: an error
+	// must not grow with what a client sends.
+	ID          string `json:"id,omitempty"`
+	IDTruncated bool   `json:"id_truncated,omitempty"`
+}
+
+// maxEchoedID bounds the id a 404 repeats back.
+const maxEchoedID = 256
+
+func unknownWorker(id string) errorBody {
+	b := errorBody{Error: "unknown worker", ID: id}
+	if len(id) > maxEchoedID {
+		// Cut at a rune boundary so a valid id stays valid UTF-8.
+		n := maxEchoedID
+		for n > 0 && !utf8.RuneStart(id[n]) {
+			n--
+		}
+		b.ID, b.IDTruncated = id[:n], true
+	}
+	return b
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) int {

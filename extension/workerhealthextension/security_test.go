@@ -8,6 +8,7 @@ package workerhealthextension
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -107,6 +108,12 @@ func TestBearerTokenAuth(t *testing.T) {
 		{"wrong token", "Bearer nope", http.StatusUnauthorized},
 		{"wrong scheme", "Basic s3cret-token", http.StatusUnauthorized},
 		{"right token", "Bearer s3cret-token", http.StatusOK},
+		// RFC 9110 11.1: the scheme is case-insensitive, and 1*SP
+		// separates it from the token.
+		{"lower-case scheme", "bearer s3cret-token", http.StatusOK},
+		{"upper-case scheme, two spaces", "BEARER  s3cret-token", http.StatusOK},
+		{"lower-case scheme, wrong token", "bearer nope", http.StatusUnauthorized},
+		{"token in another case", "Bearer S3CRET-TOKEN", http.StatusUnauthorized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, path := range []string{"/health/workers/worker-1", "/health/workers", "/", "/livez"} {
@@ -117,8 +124,18 @@ func TestBearerTokenAuth(t *testing.T) {
 				}
 				resp, err := http.DefaultClient.Do(req)
 				require.NoError(t, err)
+				var body errorBody
+				decodeErr := json.NewDecoder(resp.Body).Decode(&body)
 				resp.Body.Close()
 				assert.Equal(t, tc.want, resp.StatusCode, path)
+				assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"), path)
+				if tc.want == http.StatusUnauthorized {
+					// RFC 9110 11.6.1: a 401 carries a challenge.
+					assert.Equal(t, `Bearer realm="workerwatch"`, resp.Header.Get("WWW-Authenticate"), path)
+					assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), path)
+					require.NoError(t, decodeErr, "%s: the 401 is the API's JSON error", path)
+					assert.Contains(t, body.Error, "unauthorized")
+				}
 			}
 		})
 	}

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"encoding/json"
 	"math"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
 
@@ -179,11 +181,11 @@ func indexSnapshot(snap *contract.Snapshot) *sourceIndex {
 	}
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
-		b, err := json.Marshal(withEmptyLists(w))
+		b, err := marshalWorker(withEmptyLists(w))
 		if err != nil {
 			// Only a NaN or Inf in the evidence can fail; serve the worker
 			// with that evidence zeroed rather than drop it from the API.
-			b, _ = json.Marshal(withEmptyLists(withFiniteEvidence(w)))
+			b, _ = marshalWorker(withEmptyLists(withFiniteEvidence(w)))
 		}
 		e := &entry{w: w, json: b, at: snap.Time}
 		if prev, dup := idx.byID[w.ID]; dup {
@@ -299,6 +301,24 @@ func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
 }
 
 func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
+
+// workerJSON is a worker whose id is not valid UTF-8. JSON strings are
+// Unicode, so encoding/json writes each invalid byte as U+FFFD and "dup\xff"
+// and "dup\xfe" would read alike; id_escaped is the id URL-escaped (RFC 3986),
+// which keeps every byte: distinct, reversible, and the path that addresses
+// the worker. (The worker_health processor refuses such ids; another
+// publisher might not.)
+type workerJSON struct {
+	*contract.Worker
+	IDEscaped string `json:"id_escaped"`
+}
+
+func marshalWorker(w *contract.Worker) ([]byte, error) {
+	if utf8.ValidString(w.ID) {
+		return json.Marshal(w)
+	}
+	return json.Marshal(workerJSON{Worker: w, IDEscaped: url.PathEscape(w.ID)})
+}
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
 // always see [] and never null (the processor may leave them nil).

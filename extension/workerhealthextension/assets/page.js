@@ -69,11 +69,14 @@
     return { text: parts.length ? parts.join(" · ") : "none", bad: parts.length > 0, title: title.join("\n") };
   }
   function row(w, now) {
+    // id_escaped: the id is not UTF-8 (page.go shownID).
+    var shown = w.id_escaped || w.id;
     var tr = el("tr", "s-" + w.state);
-    tr.setAttribute("data-id", w.id);
-    var td = el("td", "id"), a = el("a", null, w.id);
-    a.setAttribute("href", "health/workers/" + encodeURIComponent(w.id));
+    tr.setAttribute("data-id", shown);
+    var td = el("td", "id"), a = el("a", null, shown);
+    a.setAttribute("href", "health/workers/" + (w.id_escaped || encodeURIComponent(w.id)));
     td.appendChild(a);
+    if (w.id_escaped) td.appendChild(el("span", "muted", " (not UTF-8)"));
     if (w.name && w.name !== w.id) td.appendChild(el("div", "muted", w.name));
     tr.appendChild(td);
 
