@@ -118,7 +118,7 @@ func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0,"recent":[],"kills":{}}`)
 	assert.Contains(t, body, `"roles":[]`)
 	assert.Contains(t, body, `"tree":{"seen":false,"ids":[]}`)
-	assert.Contains(t, body, `"drift":{"missing":[],"orphaned":[],"over_capacity":0}`)
+	assert.Contains(t, body, `"drift":{"missing":[],"orphaned":[],"missing_count":0,"orphaned_count":0,"over_capacity":0}`)
 }
 
 // TestPublishDoesNotWaitForTheIndex: the processor's tick only hands the
