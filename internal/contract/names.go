@@ -239,7 +239,7 @@ const (
 // its metadata.yaml declares exactly these (a receiver test checks both
 // ways, and that a scrape with every metric enabled emits nothing else).
 var ReceiverMetrics = [...]string{
-	MetricMemory, MetricCPUTime, MetricCPUUtilization, MetricThreads, MetricFDs,
+	MetricMemory, MetricCPUTime, MetricCPUUtilization, MetricCPULimit, MetricThreads, MetricFDs,
 	MetricProcesses, MetricStarted, MetricExited, MetricPresent,
 	MetricCgroupMemoryCurrent, MetricCgroupMemoryMax, MetricCgroupOOMKills,
 	MetricPSS, MetricTopMemory,

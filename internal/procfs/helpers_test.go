@@ -73,3 +73,25 @@ func TestCgroupCPUMax(t *testing.T) {
 		assert.Equal(t, []any{tc.quota, tc.period, tc.ok}, []any{q, p, ok}, tc.rel)
 	}
 }
+
+// The affinity read by system call and from status agree.
+func TestCPUsAllowed(t *testing.T) {
+	r := NewReader("/proc")
+	require.True(t, r.ownPidNS, "/proc is this process's pid namespace")
+	byStatus := NewReader("/proc")
+	byStatus.ownPidNS = false
+	for _, pid := range []int32{int32(os.Getpid()), 1} {
+		a, err := r.CPUsAllowed(pid)
+		require.NoError(t, err)
+		b, err := byStatus.CPUsAllowed(pid)
+		require.NoError(t, err)
+		assert.Positive(t, a)
+		assert.Equal(t, b, a, "pid %d", pid)
+	}
+	fixture := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(fixture, "7"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(fixture, "7", "status"), []byte("Name:\tx\nCpus_allowed_list:\t0-3,8\n"), 0o644))
+	n, err := NewReader(fixture).CPUsAllowed(7)
+	require.NoError(t, err)
+	assert.Equal(t, 5, n, "a fixture tree is read from status")
+}

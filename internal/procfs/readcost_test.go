@@ -14,6 +14,7 @@ package procfs
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -49,15 +50,19 @@ func readablePids(t testing.TB, n int) []int32 {
 	return out
 }
 
-// holdAll opens the file named by rest for each pid, with flags; the files
-// are closed when the benchmark ends.
+// holdAll opens the file named by rest for each pid, with flags (skipping
+// processes that exited since they were listed); the files are closed when
+// the benchmark ends.
 func holdAll(b *testing.B, pids []int32, flags int, rest func(int32) string) []int {
 	fds := make([]int, 0, len(pids))
 	for _, p := range pids {
 		fd, err := unix.Open(rest(p), flags|unix.O_CLOEXEC, 0)
-		require.NoError(b, err)
+		if err != nil {
+			continue
+		}
 		fds = append(fds, fd)
 	}
+	require.NotEmpty(b, fds)
 	b.Cleanup(func() {
 		for _, fd := range fds {
 			_ = unix.Close(fd)
@@ -119,6 +124,38 @@ func BenchmarkReadProcess(b *testing.B) {
 			if buf, err := r.readAll(fds[i%len(fds)], true); err == nil {
 				out = ParsePidList(buf, out[:0])
 			}
+		}
+	})
+	// Per worker (not per process) at every walk: the root's affinity and
+	// the cpu.max of its cgroup and their ancestors (here three levels of
+	// files in a temporary directory, as on a Kubernetes node).
+	b.Run("affinity/sched_getaffinity", func(b *testing.B) {
+		require.True(b, r.ownPidNS)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = r.CPUsAllowed(pids[i%len(pids)])
+		}
+	})
+	b.Run("affinity/status", func(b *testing.B) {
+		byStatus := NewReader("/proc")
+		byStatus.ownPidNS = false // as for a proc_root of another pid namespace
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = byStatus.CPUsAllowed(pids[i%len(pids)])
+		}
+	})
+	b.Run("cpu.max/three-levels", func(b *testing.B) {
+		root := b.TempDir()
+		dir := root
+		for _, level := range []string{"kubepods", "pod1", "ctr"} {
+			dir = filepath.Join(dir, level)
+			require.NoError(b, os.MkdirAll(dir, 0o755))
+			require.NoError(b, os.WriteFile(filepath.Join(dir, "cpu.max"), []byte("100000 100000\n"), 0o644))
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_, _, _ = r.CgroupCPUMax(root, "/kubepods/pod1/ctr")
 		}
 	})
 	b.Run("fdcount/fstatat", func(b *testing.B) {

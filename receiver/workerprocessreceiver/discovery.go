@@ -6,7 +6,6 @@ import (
 	"errors"
 	"path"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -272,29 +271,20 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 	}
 }
 
-// setRoot adopts a (new) root process: where its cgroup v2 is, and how many
-// CPUs it may use (for utilization).
+// setRoot adopts a (new) root process and where its cgroup v2 is.
 func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	w.rootPid, w.rootStart, w.cgroupRel = r.pid, r.start, r.cgroupRel
-	w.cgroupDir = ""
+	w.cgroupDir, w.cgroupV2 = "", ""
 	rel := r.cgroupRel
 	if rel == "" {
 		rel, _ = s.r.CgroupPath(r.pid)
 	}
 	// The root cgroup "/" is the whole host: its figures are not the worker's.
 	if rel != "" && rel != "/" && rel != "." {
+		w.cgroupV2 = rel
 		dir := filepath.Join(s.cfg.CgroupRoot, rel)
 		if _, err := s.r.ReadFile(dir + "/memory.current"); err == nil {
 			w.cgroupDir = dir
-		}
-	}
-	w.cpuLimit = float64(runtime.NumCPU())
-	if n, err := s.r.CPUsAllowed(r.pid); err == nil && n > 0 {
-		w.cpuLimit = float64(n)
-	}
-	if w.cgroupDir != "" {
-		if q, p, ok := s.r.CgroupCPUMax(s.cfg.CgroupRoot, rel); ok && float64(q)/float64(p) < w.cpuLimit {
-			w.cpuLimit = float64(q) / float64(p)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 	"github.com/workerwatch/workerwatch/receiver/workerprocessreceiver/internal/metadata"
 )
@@ -28,6 +29,9 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 		return
 	}
 	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
+	if w.cpuLimit > 0 {
+		s.mb.RecordWorkerwatchWorkerCPULimitDataPoint(ts, w.cpuLimit)
+	}
 	elapsed := now.Sub(w.prevTime).Seconds()
 	for r, role := range w.kind.roles {
 		s.mb.RecordProcessMemoryUsageDataPoint(ts, w.rss[r], role)
@@ -35,8 +39,8 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuS[r])/procfs.UserHZ, role, metadata.AttributeCPUModeSystem)
 		total := w.cpuU[r] + w.cpuS[r]
 		if w.hasPrev && elapsed > 0 && w.cpuLimit > 0 {
-			util := float64(sat(total, w.prevCPU[r])) / procfs.UserHZ / elapsed / w.cpuLimit
-			s.mb.RecordProcessCPUUtilizationDataPoint(ts, util, role)
+			cpu := float64(sat(total, w.prevCPU[r])) / procfs.UserHZ
+			s.mb.RecordProcessCPUUtilizationDataPoint(ts, contract.Utilization(cpu, elapsed, w.cpuLimit), role)
 		}
 		w.prevCPU[r] = total
 		s.mb.RecordProcessThreadCountDataPoint(ts, w.threads[r], role)

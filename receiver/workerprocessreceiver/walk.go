@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -24,6 +25,7 @@ func (s *workerScraper) walk(w *worker) bool {
 	}
 	w.gen++
 	w.lastWalk = s.scrapeTime
+	w.cpuLimit = s.readCPULimit(w)
 	w.resetScratch()
 	if w.kind.sel == selCgroup {
 		s.walkCgroup(w, &st)
@@ -43,6 +45,23 @@ func (s *workerScraper) walk(w *worker) bool {
 		w.estimateUnseen()
 	}
 	return true
+}
+
+// readCPULimit reads the worker's CPU limit (contract.CPULimit): the CPUs
+// its root may run on, lowered to the tightest cpu.max quota of its cgroup
+// and their ancestors. Both can change while the worker runs (taskset -p, a
+// resized pod), so they are read at every walk, per worker (not per
+// process): one sched_getaffinity call (the status file for a proc_root of
+// another pid namespace) and one cpu.max read per cgroup level, together
+// about the cost of reading one or two processes' stat (BenchmarkReadProcess
+// in internal/procfs: affinity/*, cpu.max/three-levels, stat/open-read).
+func (s *workerScraper) readCPULimit(w *worker) float64 {
+	affinity, _ := s.r.CPUsAllowed(w.rootPid)
+	var quota, period int64
+	if w.cgroupV2 != "" {
+		quota, period, _ = s.r.CgroupCPUMax(s.cfg.CgroupRoot, w.cgroupV2)
+	}
+	return contract.CPULimit(affinity, float64(quota), float64(period))
 }
 
 // countUnseen counts the members that forked and exited without a scrape

@@ -90,6 +90,7 @@ type worker struct {
 	rootStart uint64
 	cgroupRel string // cgroup selector: the matched cgroup (relative path)
 	cgroupDir string // absolute cgroup v2 dir for cgroup metrics, "" when none
+	cgroupV2  string // the root's cgroup v2 path under cgroup_root, "" when none or "/"
 	// cpuLimit is the CPUs the worker may use (contract.CPULimit), read at
 	// every walk: 0 when unknown.
 	cpuLimit float64

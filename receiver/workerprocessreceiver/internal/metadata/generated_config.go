@@ -553,6 +553,26 @@ func (ms *WorkerwatchProcessTopMemoryUsageMetricConfig) Validate() error {
 	return nil
 }
 
+// WorkerwatchWorkerCPULimitMetricConfig provides config for the workerwatch.worker.cpu.limit metric.
+type WorkerwatchWorkerCPULimitMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+}
+
+func (ms *WorkerwatchWorkerCPULimitMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
 // WorkerwatchWorkerPresentMetricConfig provides config for the workerwatch.worker.present metric.
 type WorkerwatchWorkerPresentMetricConfig struct {
 	Enabled          bool `mapstructure:"enabled"`
@@ -588,6 +608,7 @@ type MetricsConfig struct {
 	WorkerwatchProcessMemoryPss      WorkerwatchProcessMemoryPssMetricConfig      `mapstructure:"workerwatch.process.memory.pss"`
 	WorkerwatchProcessStarted        WorkerwatchProcessStartedMetricConfig        `mapstructure:"workerwatch.process.started"`
 	WorkerwatchProcessTopMemoryUsage WorkerwatchProcessTopMemoryUsageMetricConfig `mapstructure:"workerwatch.process.top.memory.usage"`
+	WorkerwatchWorkerCPULimit        WorkerwatchWorkerCPULimitMetricConfig        `mapstructure:"workerwatch.worker.cpu.limit"`
 	WorkerwatchWorkerPresent         WorkerwatchWorkerPresentMetricConfig         `mapstructure:"workerwatch.worker.present"`
 }
 
@@ -651,6 +672,9 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             false,
 			AggregationStrategy: AggregationStrategyAvg,
 			EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole},
+		},
+		WorkerwatchWorkerCPULimit: WorkerwatchWorkerCPULimitMetricConfig{
+			Enabled: true,
 		},
 		WorkerwatchWorkerPresent: WorkerwatchWorkerPresentMetricConfig{
 			Enabled: true,

@@ -85,6 +85,9 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategyAvg,
 						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine},
 					},
+					WorkerwatchWorkerCPULimit: WorkerwatchWorkerCPULimitMetricConfig{
+						Enabled: true,
+					},
 					WorkerwatchWorkerPresent: WorkerwatchWorkerPresentMetricConfig{
 						Enabled: true,
 					},
@@ -158,6 +161,9 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategyAvg,
 						EnabledAttributes:   []WorkerwatchProcessTopMemoryUsageMetricAttributeKey{WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessPid, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessExecutableName, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyRole, WorkerwatchProcessTopMemoryUsageMetricAttributeKeyProcessCommandLine},
 					},
+					WorkerwatchWorkerCPULimit: WorkerwatchWorkerCPULimitMetricConfig{
+						Enabled: false,
+					},
 					WorkerwatchWorkerPresent: WorkerwatchWorkerPresentMetricConfig{
 						Enabled: false,
 					},
@@ -172,7 +178,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(ProcessCPUTimeMetricConfig{}, ProcessCPUUtilizationMetricConfig{}, ProcessMemoryUsageMetricConfig{}, ProcessThreadCountMetricConfig{}, ProcessUnixFileDescriptorCountMetricConfig{}, WorkerwatchCgroupMemoryCurrentMetricConfig{}, WorkerwatchCgroupMemoryMaxMetricConfig{}, WorkerwatchCgroupMemoryOomKillsMetricConfig{}, WorkerwatchProcessCountMetricConfig{}, WorkerwatchProcessExitedMetricConfig{}, WorkerwatchProcessMemoryPssMetricConfig{}, WorkerwatchProcessStartedMetricConfig{}, WorkerwatchProcessTopMemoryUsageMetricConfig{}, WorkerwatchWorkerPresentMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(ProcessCPUTimeMetricConfig{}, ProcessCPUUtilizationMetricConfig{}, ProcessMemoryUsageMetricConfig{}, ProcessThreadCountMetricConfig{}, ProcessUnixFileDescriptorCountMetricConfig{}, WorkerwatchCgroupMemoryCurrentMetricConfig{}, WorkerwatchCgroupMemoryMaxMetricConfig{}, WorkerwatchCgroupMemoryOomKillsMetricConfig{}, WorkerwatchProcessCountMetricConfig{}, WorkerwatchProcessExitedMetricConfig{}, WorkerwatchProcessMemoryPssMetricConfig{}, WorkerwatchProcessStartedMetricConfig{}, WorkerwatchProcessTopMemoryUsageMetricConfig{}, WorkerwatchWorkerCPULimitMetricConfig{}, WorkerwatchWorkerPresentMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}

@@ -95,6 +95,9 @@ var MetricsInfo = metricsInfo{
 		Name:       "workerwatch.process.top.memory.usage",
 		Attributes: []string{"process.pid", "process.executable.name", "role", "process.command_line"},
 	},
+	WorkerwatchWorkerCPULimit: metricInfo{
+		Name: "workerwatch.worker.cpu.limit",
+	},
 	WorkerwatchWorkerPresent: metricInfo{
 		Name: "workerwatch.worker.present",
 	},
@@ -114,6 +117,7 @@ type metricsInfo struct {
 	WorkerwatchProcessMemoryPss      metricInfo
 	WorkerwatchProcessStarted        metricInfo
 	WorkerwatchProcessTopMemoryUsage metricInfo
+	WorkerwatchWorkerCPULimit        metricInfo
 	WorkerwatchWorkerPresent         metricInfo
 }
 
@@ -226,7 +230,7 @@ type metricProcessCPUUtilization struct {
 // init fills process.cpu.utilization metric with initial data.
 func (m *metricProcessCPUUtilization) init() {
 	m.data.SetName("process.cpu.utilization")
-	m.data.SetDescription("CPU time (user + system) of the role over the last interval, divided by the interval and by the number of CPUs available to the worker (0..1). Not emitted on a worker's first scrape.")
+	m.data.SetDescription("CPU time (user + system) of the role over the last interval, divided by the interval and by the worker's CPU limit (`workerwatch.worker.cpu.limit`), 0..1 (internal/contract/cpu.go). Not emitted on a worker's first scrape, nor when the limit is unknown.")
 	m.data.SetUnit("1")
 	m.data.SetEmptyGauge()
 	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
@@ -1182,6 +1186,56 @@ func newMetricWorkerwatchProcessTopMemoryUsage(cfg WorkerwatchProcessTopMemoryUs
 	return m
 }
 
+type metricWorkerwatchWorkerCPULimit struct {
+	data     pmetric.Metric                        // data buffer for generated metric.
+	config   WorkerwatchWorkerCPULimitMetricConfig // metric config provided by user.
+	capacity int                                   // max observed number of data points added to the metric.
+}
+
+// init fills workerwatch.worker.cpu.limit metric with initial data.
+func (m *metricWorkerwatchWorkerCPULimit) init() {
+	m.data.SetName("workerwatch.worker.cpu.limit")
+	m.data.SetDescription("The CPUs the worker may use (internal/contract/cpu.go): the CPUs its root process may run on (affinity), lowered to its cgroup v2 `cpu.max` quota / period (the tightest of its cgroup and their ancestors) where smaller. Read again at every scrape. `process.cpu.utilization` is a fraction of it; utilization x limit is CPUs' worth of time.")
+	m.data.SetUnit("{cpu}")
+	m.data.SetEmptyGauge()
+}
+
+func (m *metricWorkerwatchWorkerCPULimit) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64) {
+	if !m.config.Enabled {
+		return
+	}
+	dp := m.data.Gauge().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	dp.SetDoubleValue(val)
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricWorkerwatchWorkerCPULimit) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricWorkerwatchWorkerCPULimit) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricWorkerwatchWorkerCPULimit(cfg WorkerwatchWorkerCPULimitMetricConfig) metricWorkerwatchWorkerCPULimit {
+	m := metricWorkerwatchWorkerCPULimit{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 type metricWorkerwatchWorkerPresent struct {
 	data     pmetric.Metric                       // data buffer for generated metric.
 	config   WorkerwatchWorkerPresentMetricConfig // metric config provided by user.
@@ -1255,6 +1309,7 @@ type MetricsBuilder struct {
 	metricWorkerwatchProcessMemoryPss      metricWorkerwatchProcessMemoryPss
 	metricWorkerwatchProcessStarted        metricWorkerwatchProcessStarted
 	metricWorkerwatchProcessTopMemoryUsage metricWorkerwatchProcessTopMemoryUsage
+	metricWorkerwatchWorkerCPULimit        metricWorkerwatchWorkerCPULimit
 	metricWorkerwatchWorkerPresent         metricWorkerwatchWorkerPresent
 }
 
@@ -1294,6 +1349,7 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricWorkerwatchProcessMemoryPss:      newMetricWorkerwatchProcessMemoryPss(mbc.Metrics.WorkerwatchProcessMemoryPss),
 		metricWorkerwatchProcessStarted:        newMetricWorkerwatchProcessStarted(mbc.Metrics.WorkerwatchProcessStarted),
 		metricWorkerwatchProcessTopMemoryUsage: newMetricWorkerwatchProcessTopMemoryUsage(mbc.Metrics.WorkerwatchProcessTopMemoryUsage),
+		metricWorkerwatchWorkerCPULimit:        newMetricWorkerwatchWorkerCPULimit(mbc.Metrics.WorkerwatchWorkerCPULimit),
 		metricWorkerwatchWorkerPresent:         newMetricWorkerwatchWorkerPresent(mbc.Metrics.WorkerwatchWorkerPresent),
 		resourceAttributeIncludeFilter:         make(map[string]filter.Filter),
 		resourceAttributeExcludeFilter:         make(map[string]filter.Filter),
@@ -1392,6 +1448,7 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricWorkerwatchProcessMemoryPss.emit(ils.Metrics())
 	mb.metricWorkerwatchProcessStarted.emit(ils.Metrics())
 	mb.metricWorkerwatchProcessTopMemoryUsage.emit(ils.Metrics())
+	mb.metricWorkerwatchWorkerCPULimit.emit(ils.Metrics())
 	mb.metricWorkerwatchWorkerPresent.emit(ils.Metrics())
 
 	for _, op := range options {
@@ -1487,6 +1544,11 @@ func (mb *MetricsBuilder) RecordWorkerwatchProcessStartedDataPoint(ts pcommon.Ti
 // RecordWorkerwatchProcessTopMemoryUsageDataPoint adds a data point to workerwatch.process.top.memory.usage metric.
 func (mb *MetricsBuilder) RecordWorkerwatchProcessTopMemoryUsageDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, processExecutableNameAttributeValue string, roleAttributeValue string, processCommandLineAttributeValue string) {
 	mb.metricWorkerwatchProcessTopMemoryUsage.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, processExecutableNameAttributeValue, roleAttributeValue, processCommandLineAttributeValue)
+}
+
+// RecordWorkerwatchWorkerCPULimitDataPoint adds a data point to workerwatch.worker.cpu.limit metric.
+func (mb *MetricsBuilder) RecordWorkerwatchWorkerCPULimitDataPoint(ts pcommon.Timestamp, val float64) {
+	mb.metricWorkerwatchWorkerCPULimit.recordDataPoint(mb.startTime, ts, val)
 }
 
 // RecordWorkerwatchWorkerPresentDataPoint adds a data point to workerwatch.worker.present metric.

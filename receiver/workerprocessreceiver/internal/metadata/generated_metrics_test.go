@@ -156,6 +156,9 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordWorkerwatchWorkerCPULimitDataPoint(ts, 1)
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
 
 			rb := mb.NewResourceBuilder()
@@ -256,7 +259,7 @@ func TestMetricsBuilder(t *testing.T) {
 						validatedMetrics["process.cpu.utilization"] = true
 						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
 						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
-						assert.Equal(t, "CPU time (user + system) of the role over the last interval, divided by the interval and by the number of CPUs available to the worker (0..1). Not emitted on a worker's first scrape.", mi.Description())
+						assert.Equal(t, "CPU time (user + system) of the role over the last interval, divided by the interval and by the worker's CPU limit (`workerwatch.worker.cpu.limit`), 0..1 (internal/contract/cpu.go). Not emitted on a worker's first scrape, nor when the limit is unknown.", mi.Description())
 						assert.Equal(t, "1", mi.Unit())
 						dp := mi.Gauge().DataPoints().At(0)
 						assert.Equal(t, start, dp.StartTimestamp())
@@ -271,7 +274,7 @@ func TestMetricsBuilder(t *testing.T) {
 						validatedMetrics["process.cpu.utilization"] = true
 						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
 						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
-						assert.Equal(t, "CPU time (user + system) of the role over the last interval, divided by the interval and by the number of CPUs available to the worker (0..1). Not emitted on a worker's first scrape.", mi.Description())
+						assert.Equal(t, "CPU time (user + system) of the role over the last interval, divided by the interval and by the worker's CPU limit (`workerwatch.worker.cpu.limit`), 0..1 (internal/contract/cpu.go). Not emitted on a worker's first scrape, nor when the limit is unknown.", mi.Description())
 						assert.Equal(t, "1", mi.Unit())
 						dp := mi.Gauge().DataPoints().At(0)
 						assert.Equal(t, start, dp.StartTimestamp())
@@ -668,6 +671,18 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("process.command_line")
 						assert.False(t, ok)
 					}
+				case "workerwatch.worker.cpu.limit":
+					assert.False(t, validatedMetrics["workerwatch.worker.cpu.limit"], "Found a duplicate in the metrics slice: workerwatch.worker.cpu.limit")
+					validatedMetrics["workerwatch.worker.cpu.limit"] = true
+					assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+					assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+					assert.Equal(t, "The CPUs the worker may use (internal/contract/cpu.go): the CPUs its root process may run on (affinity), lowered to its cgroup v2 `cpu.max` quota / period (the tightest of its cgroup and their ancestors) where smaller. Read again at every scrape. `process.cpu.utilization` is a fraction of it; utilization x limit is CPUs' worth of time.", mi.Description())
+					assert.Equal(t, "{cpu}", mi.Unit())
+					dp := mi.Gauge().DataPoints().At(0)
+					assert.Equal(t, start, dp.StartTimestamp())
+					assert.Equal(t, ts, dp.Timestamp())
+					assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+					assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
 				case "workerwatch.worker.present":
 					assert.False(t, validatedMetrics["workerwatch.worker.present"], "Found a duplicate in the metrics slice: workerwatch.worker.present")
 					validatedMetrics["workerwatch.worker.present"] = true
