@@ -65,17 +65,36 @@ func (k *workerKind) anyPresent() bool {
 
 func (s *workerScraper) discoverPIDFile(k *workerKind, now time.Time) {
 	var roots []rootInfo
-	pid, err := s.r.ReadPIDFile(k.cfg.Selector.PIDFile)
+	path := k.cfg.Selector.PIDFile
+	pid, err := s.r.ReadPIDFile(path)
+	var st procfs.Stat
 	switch {
 	case errors.Is(err, procfs.ErrPermission):
-		s.permissionOnce(k.key+"/pidfile", "cannot read the pid file; make it readable by the collector's user", zap.String("pid_file", k.cfg.Selector.PIDFile))
-	case err == nil:
-		var st procfs.Stat
-		if pid > 0 && s.r.ReadStat(pid, &st) == nil && st.State != 'Z' {
-			roots = append(roots, rootInfo{pid: pid, start: st.Starttime})
-		}
+		s.permissionOnce(k.key+"/pidfile", "cannot read the pid file; make it readable by the collector's user", zap.String("pid_file", path))
+	case errors.Is(err, procfs.ErrVanished):
+		s.pidFileAbsent(k, "pid file not found; reporting the worker absent (workerwatch.worker.present = 0) until it appears", zap.String("pid_file", path))
+	case err != nil:
+		s.pidFileAbsent(k, "cannot read the pid file; reporting the worker absent (workerwatch.worker.present = 0)", zap.String("pid_file", path), zap.Error(err))
+	case pid == 0:
+		s.pidFileAbsent(k, "the pid file holds no pid; reporting the worker absent (workerwatch.worker.present = 0)", zap.String("pid_file", path))
+	case s.r.ReadStat(pid, &st) != nil || st.State == 'Z':
+		s.pidFileAbsent(k, "the pid file names no live process; reporting the worker absent (workerwatch.worker.present = 0)", zap.String("pid_file", path), zap.Int32("pid", pid))
+	default:
+		roots = append(roots, rootInfo{pid: pid, start: st.Starttime})
+		k.pidFileWhy = ""
 	}
 	s.reconcile(k, roots, now)
+}
+
+// pidFileAbsent logs why a pid file selector matches nothing, naming the
+// file: once per reason, again only after the worker was found in between
+// or the reason changed (not on every scrape).
+func (s *workerScraper) pidFileAbsent(k *workerKind, why string, fields ...zap.Field) {
+	if k.pidFileWhy == why {
+		return
+	}
+	k.pidFileWhy = why
+	s.logger.Info(why, append([]zap.Field{zap.String("worker", k.key)}, fields...)...)
 }
 
 // discoverCgroups lists the cgroups matching the selector; each one with at
@@ -264,7 +283,8 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 			w.rootPid, w.rootStart = 0, 0
 		}
 	}
-	if len(found) == 0 {
+	// A pid file selector says why it matches nothing itself (pidFileAbsent).
+	if len(found) == 0 && k.sel != selPIDFile {
 		s.logOnce(k.key+"/absent", "worker selector matches no process; reporting it absent (workerwatch.worker.present = 0)", zap.String("worker", k.key))
 	} else {
 		delete(s.logged, k.key+"/absent")

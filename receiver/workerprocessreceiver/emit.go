@@ -25,18 +25,23 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 	present := w.rootPid != 0
 	if !present {
 		s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 0)
+		if w.initialized {
+			// A worker seen before keeps its cumulative series while it is
+			// absent: the members that exited with its root are counted in
+			// exited, and a restart continues them.
+			s.emitCumulative(w, ts)
+		}
 		s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
 		return
 	}
 	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
+	s.emitCumulative(w, ts)
 	if w.cpuLimit > 0 {
 		s.mb.RecordWorkerwatchWorkerCPULimitDataPoint(ts, w.cpuLimit)
 	}
 	elapsed := now.Sub(w.prevTime).Seconds()
 	for r, role := range w.kind.roles {
 		s.mb.RecordProcessMemoryUsageDataPoint(ts, w.rss[r], role)
-		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuU[r])/procfs.UserHZ, role, metadata.AttributeCPUModeUser)
-		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuS[r])/procfs.UserHZ, role, metadata.AttributeCPUModeSystem)
 		total := w.cpuU[r] + w.cpuS[r]
 		if w.hasPrev && elapsed > 0 && w.cpuLimit > 0 {
 			cpu := float64(sat(total, w.prevCPU[r])) / procfs.UserHZ
@@ -48,8 +53,6 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 			s.mb.RecordProcessUnixFileDescriptorCountDataPoint(ts, w.fds[r], role)
 		}
 		s.mb.RecordWorkerwatchProcessCountDataPoint(ts, w.count[r], role)
-		s.mb.RecordWorkerwatchProcessStartedDataPoint(ts, w.started[r], role)
-		s.mb.RecordWorkerwatchProcessExitedDataPoint(ts, w.exited[r], role)
 		if s.wantPSS {
 			s.mb.RecordWorkerwatchProcessMemoryPssDataPoint(ts, w.pss[r], role)
 		}
@@ -64,6 +67,17 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 	w.hasPrev = true
 	w.initialized = true
 	s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
+}
+
+// emitCumulative records the worker's cumulative series per role: CPU time
+// and processes started and exited.
+func (s *workerScraper) emitCumulative(w *worker, ts pcommon.Timestamp) {
+	for r, role := range w.kind.roles {
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuU[r])/procfs.UserHZ, role, metadata.AttributeCPUModeUser)
+		s.mb.RecordProcessCPUTimeDataPoint(ts, float64(w.cpuS[r])/procfs.UserHZ, role, metadata.AttributeCPUModeSystem)
+		s.mb.RecordWorkerwatchProcessStartedDataPoint(ts, w.started[r], role)
+		s.mb.RecordWorkerwatchProcessExitedDataPoint(ts, w.exited[r], role)
+	}
 }
 
 // emitCgroup reads the worker's cgroup v2 memory files.

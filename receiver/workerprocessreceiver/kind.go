@@ -47,6 +47,9 @@ type workerKind struct {
 	instances map[string]*worker
 	lastScan  time.Time
 	needScan  bool
+	// pidFileWhy is why the pid file matched nothing at the last scrape, as
+	// logged ("" while it names a live process).
+	pidFileWhy string
 }
 
 func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
@@ -133,9 +134,16 @@ type realTree struct {
 
 func startRealTree(t *testing.T, id string) *realTree {
 	t.Helper()
+	return startTree(t, id, false)
+}
+
+// startTree starts a real worker tree; with group, in a process group of
+// its own (the children inherit it) that killGroup kills at once.
+func startTree(t *testing.T, id string, group bool) *realTree {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "wprtest-worker", "--id", id)
 	cmd.Env = append(os.Environ(), "WPR_HELPER=root", "WORKER_NAME=name-"+id)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: group}
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -164,6 +172,23 @@ func (tr *realTree) killChild(t *testing.T, i int) {
 			t.Fatalf("kill %d: %v", pid, err)
 		}
 	}
+}
+
+// killGroup kills the whole tree at once (SIGKILL to its process group) and
+// waits until none of its processes is left (the root is reaped here, the
+// others by init).
+func (tr *realTree) killGroup(t *testing.T) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(-tr.pids[0], syscall.SIGKILL))
+	_ = tr.cmd.Wait()
+	require.Eventually(t, func() bool {
+		for _, p := range tr.pids {
+			if procfs.Alive(p) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond)
 }
 
 func (tr *realTree) kill() {
@@ -294,4 +319,69 @@ func TestRealTree(t *testing.T) {
 	v, ok := findValue(md, "real1", "workerwatch.worker.present", nil)
 	assert.True(t, ok)
 	assert.Equal(t, 0.0, v)
+}
+
+// TestRootExitCountsItsTree: a tree killed as a group counts every member as
+// exited, in its role, both when a new root replaces it in the same scrape
+// and when the worker is then absent (the receiver keeps emitting its
+// cumulative series while absent; it used to emit only present = 0).
+func TestRootExitCountsItsTree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, mode := range []string{processEventsOff, processEventsAuto} {
+		t.Run("process_events="+mode, func(t *testing.T) {
+			cfg := realConfig()
+			cfg.ProcessEvents = mode
+			s := newTestScraper(t, cfg)
+			require.NoError(t, s.start(context.Background(), nil))
+			id := "group-" + mode
+			scrape := func() pmetric.Metrics {
+				md, err := s.scrape(context.Background())
+				require.NoError(t, err)
+				return md
+			}
+			exited := func(md pmetric.Metrics) map[string]float64 {
+				out := map[string]float64{}
+				for _, role := range []string{"main", "engine-child", "child"} {
+					v, ok := findValue(md, id, "workerwatch.process.exited", map[string]string{"workerwatch.process.role": role})
+					require.True(t, ok, "exited of %s", role)
+					out[role] = v
+				}
+				return out
+			}
+			// One root, three engine children, three grandchildren ("child").
+			want := map[string]float64{"main": 1, "engine-child": 3, "child": 3}
+
+			a := startTree(t, id, true)
+			scrape()
+			before := exited(scrape())
+
+			// Replaced: A dies as a group and B starts before the next scrape.
+			a.killGroup(t)
+			b := startTree(t, id, true)
+			md := scrape()
+			v, _ := findValue(md, id, "workerwatch.worker.present", nil)
+			require.Equal(t, 1.0, v)
+			after := exited(md)
+			for role, n := range want {
+				assert.Equal(t, before[role]+n, after[role], "replaced: exited %s", role)
+			}
+
+			// Gone: B dies as a group, nothing replaces it.
+			cpuBefore := sumValues(scrape(), id, "process.cpu.time", nil)
+			b.killGroup(t)
+			md = scrape()
+			v, _ = findValue(md, id, "workerwatch.worker.present", nil)
+			require.Equal(t, 0.0, v)
+			gone := exited(md)
+			for role, n := range want {
+				assert.Equal(t, after[role]+n, gone[role], "gone: exited %s", role)
+			}
+			// Still emitted, unchanged, while absent.
+			assert.Equal(t, gone, exited(scrape()))
+			assert.Len(t, values(md, id, "process.cpu.time", nil), 2*3, "CPU time per role and mode")
+			assert.GreaterOrEqual(t, sumValues(md, id, "process.cpu.time", nil), cpuBefore)
+		})
+	}
 }

@@ -222,7 +222,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 	for _, k := range s.kinds {
 		for id, w := range k.instances {
 			if w.rootPid == 0 {
-				w.settleAbsent()
+				s.settleAbsent(w)
 				if w.absentSince.IsZero() {
 					w.absentSince = now
 				}
@@ -259,13 +259,20 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 // pass after a rescan only walks the workers that got a new root).
 func (w *worker) walkedAt(now time.Time) bool { return w.lastWalk.Equal(now) }
 
-// settleAbsent moves every member of a worker without a root out of its
-// tree, keeping their CPU in the accumulators (so a restart continues them).
-func (w *worker) settleAbsent() {
+// settleAbsent moves every member of a worker whose root is gone out of
+// its tree: each counts as exited in its role (the children killed with the
+// root too), and its CPU stays in the accumulators (so a restart continues
+// them). With process events, the members that forked and exited since the
+// last walk without a walk seeing them are counted too.
+func (s *workerScraper) settleAbsent(w *worker) {
 	if len(w.members) == 0 {
 		return
 	}
 	w.gen++
 	w.sweep()
+	w.finish()
 	w.hasPrev = false
+	if s.ev != nil && w.evg != nil && s.syncEvents(w) && w.initialized {
+		s.countUnseen(w)
+	}
 }
