@@ -1,9 +1,11 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
+	"math"
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -98,7 +100,10 @@ func (m *mapper) strVal(v pcommon.Value) (string, bool) {
 		return "", false
 	}
 	s := v.Str()
-	if s == "" || len(s) > m.maxLen {
+	// Invalid UTF-8 is refused: JSON, the health API and most backends would
+	// turn every invalid byte into U+FFFD, so "dup\xff" and "dup\xfe" would
+	// be two workers with one visible id (issue 14.5).
+	if s == "" || len(s) > m.maxLen || !utf8.ValidString(s) {
 		return "", false
 	}
 	return s, true
@@ -396,7 +401,7 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 				switch mt.Name() {
 				case mc.Memory:
 					if v, ok := m.memoryPoints(mt, &s); ok {
-						s.mem, found = int64(v), true
+						s.mem, found = saturate(v), true
 					}
 				case mc.Present:
 					if v, ok := sumPoints(mt, "", ""); ok {
@@ -415,11 +420,11 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 					}
 				case mc.CgroupMemoryMax:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.cgroupMax, found = int64(v), true
+						s.cgroupMax, found = saturate(v), true
 					}
 				case mc.OOMKills:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.oomKills, found = int64(v), true
+						s.oomKills, found = saturate(v), true
 					}
 				case mc.Exited:
 					if main, child, ok := m.exitPoints(mt); ok {
@@ -458,7 +463,7 @@ func (m *mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *ba
 			switch {
 			case mt.Name() == mc.Pending:
 				if v, ok := sumPointsIn(mt, mc.PendingAttribute, mc.PendingValues); ok {
-					b.pending = int64(v)
+					b.pending = saturate(v)
 				}
 			case counts && mt.Name() == mc.SchedulerHeld:
 				m.heldCounts(mt, sched, b)
@@ -512,7 +517,7 @@ func (m *mapper) memoryPoints(mt pmetric.Metric, s *sample) (float64, bool) {
 		total += v
 		if rv, found := dp.Attributes().Get(roleKey); found && rv.Type() == pcommon.ValueTypeStr && s.nrole < maxSampleRoles {
 			if role := rv.Str(); role != "" && len(role) <= m.maxLen {
-				s.roles[s.nrole] = roleVal{role: role, rss: int64(v)}
+				s.roles[s.nrole] = roleVal{role: role, rss: saturate(v)}
 				s.nrole++
 			}
 		}
@@ -539,9 +544,9 @@ func (m *mapper) exitPoints(mt pmetric.Metric) (main, child int64, ok bool) {
 		}
 		switch {
 		case role == mc.MainRole:
-			main += int64(v)
+			main += saturate(v)
 		case m.childRoles == nil || slices.Contains(m.childRoles, role):
-			child += int64(v)
+			child += saturate(v)
 		}
 	}
 	return main, child, true
@@ -582,6 +587,17 @@ func numberPoints(mt pmetric.Metric) (pmetric.NumberDataPointSlice, bool) {
 		return mt.Sum().DataPoints(), true
 	}
 	return pmetric.NumberDataPointSlice{}, false
+}
+
+// saturate converts a non-negative sample to int64, the largest int64 for
+// what does not fit: a float beyond 2^63 converts to an undefined value in Go
+// (a negative one on amd64), which read a 1e300-byte sample as "no sample"
+// and left an absurd worker healthy (issue 14.7).
+func saturate(v float64) int64 {
+	if v >= 0x1p63 {
+		return math.MaxInt64
+	}
+	return int64(v)
 }
 
 func pointValue(dp pmetric.NumberDataPoint) float64 {

@@ -113,7 +113,9 @@ func roleLimits(cfg *Config) []roleLimit {
 func (t *tracker) softLimit(w *worker) int64 {
 	lim := t.cfg.Memory.SoftLimitBytes
 	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
-		r := int64(t.cfg.Memory.SoftLimitRatio * float64(w.cgroupMax))
+		// At least 1 byte: 0 means "no limit", and a tiny cgroup limit
+		// (1 byte: 0.9 of it truncates to 0) must not turn the rule off.
+		r := max(1, int64(t.cfg.Memory.SoftLimitRatio*float64(w.cgroupMax)))
 		if lim == 0 || r < lim {
 			lim = r
 		}
