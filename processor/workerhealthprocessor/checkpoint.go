@@ -132,6 +132,9 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 func (t *tracker) marshal() ([]byte, error) {
 	doc := checkpointDoc{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Workers: make(map[string]cpWorker, len(t.workers))}
 	for id, w := range t.workers {
+		if w.evidence == evidenceOnce {
+			continue // not checkpointed (admission.go)
+		}
 		cw := cpWorker{
 			Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
 			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
@@ -202,7 +205,7 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 	t.schedulerSeen = doc.SchedulerSeen
 	for id, cw := range doc.Workers {
 		if len(t.workers) >= t.cfg.Limits.MaxWorkers {
-			t.overflowWorkers++
+			t.counts.workersRefused[refusedMaxWorkers]++
 			continue
 		}
 		w := newWorker(id, cw.FirstMention)
@@ -245,16 +248,23 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 			}
 		}
 		w.schedKnown = cw.SchedKnown
+		// Only workers seen in two intervals are checkpointed; a tree or a
+		// scheduler confirmed them, or not.
+		w.evidence = evidenceRecords
+		if w.origins[originTree].last > 0 || w.origins[originScheduler].last > 0 {
+			w.evidence = evidenceConfirmed
+		}
 		// The verdict is not restored: unknown until evaluated (never healthy
 		// by default after a restart).
 		w.state, w.since = contract.Unknown, now
 		w.reasons = []contract.Reason{notReported(now)}
 		if len(cw.Runs) > 0 {
 			for rid, r := range cw.Runs {
-				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {
-					t.overflowRuns++
+				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
+					t.counts.runsRefused[refusedRunsTotal]++
 					break
 				}
+				t.runCount++
 				rr := &run{
 					id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
 					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
@@ -267,6 +277,9 @@ func (t *tracker) unmarshal(data []byte, now int64) error {
 			slices.SortFunc(w.order, func(a, b *run) int {
 				return cmp.Compare(firstSeen(a), firstSeen(b))
 			})
+		}
+		if w.evidence != evidenceConfirmed {
+			t.low[w.evidence].pushBack(w)
 		}
 		t.workers[w.id] = w
 	}

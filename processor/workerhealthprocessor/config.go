@@ -381,11 +381,24 @@ type Hysteresis struct {
 
 // LimitsConfig bounds memory.
 type LimitsConfig struct {
-	// MaxWorkers tracked (new workers beyond it are counted and ignored).
-	// Default 10000.
+	// MaxWorkers tracked. At the limit a new worker confirmed by its tree or
+	// by a scheduler takes the place of one that is not (seen once first,
+	// then records only, least recently mentioned first); any other new
+	// worker is refused and counted (admission.go). Default 10000.
 	MaxWorkers int `mapstructure:"max_workers"`
-	// MaxRunsPerWorker tracked (ended runs are evicted first). Default 256.
+	// MaxUnconfirmedWorkers: workers seen once (only their own records, all
+	// within one evaluation interval) tracked at a time; more are refused
+	// until some are seen again or forgotten (after lost.after); max_workers
+	// bounds them too. 0: only workers confirmed by their tree or a
+	// scheduler are tracked. Default 1000.
+	MaxUnconfirmedWorkers int `mapstructure:"max_unconfirmed_workers"`
+	// MaxRunsPerWorker tracked (ended runs are evicted first); a worker seen
+	// once holds at most 4, and none more than its share of max_runs.
+	// Default 256.
 	MaxRunsPerWorker int `mapstructure:"max_runs_per_worker"`
+	// MaxRuns tracked in all (held and remembered ended runs). A worker's
+	// share is max_runs / tracked workers, at least 8. Default 100000.
+	MaxRuns int `mapstructure:"max_runs"`
 	// WorkerTTL: forget a worker after this long without any record about it.
 	// Default 1h.
 	WorkerTTL time.Duration `mapstructure:"worker_ttl"`
@@ -558,6 +571,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxRunsPerWorker < 1 {
 		add("limits.max_runs_per_worker", "must be at least 1, got %d", c.Limits.MaxRunsPerWorker)
+	}
+	if c.Limits.MaxUnconfirmedWorkers < 0 {
+		add("limits.max_unconfirmed_workers", "must not be negative, got %d", c.Limits.MaxUnconfirmedWorkers)
+	}
+	if c.Limits.MaxRuns < 1 {
+		add("limits.max_runs", "must be at least 1, got %d", c.Limits.MaxRuns)
 	}
 	if c.Limits.WorkerTTL < c.Lost.After {
 		add("limits.worker_ttl", "must be at least lost.after (%v), got %v", c.Lost.After, c.Limits.WorkerTTL)

@@ -301,6 +301,7 @@ func (t *tracker) prune(w *worker, now int64) {
 		if now-r.lastEnd() > ttl {
 			r.flags |= fGone
 			w.runs.remove(r)
+			t.runCount--
 		}
 	}
 	w.compactOrder()

@@ -25,7 +25,8 @@ const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthproc
 // histograms), which belong to no worker. The worker's name is not on the
 // resource: a name that appears or changes later would start new series
 // (with a Prometheus exporter, a second series per state until the old one
-// expires); the state-change records and the health API carry it.
+// expires); the state-change records and the health API carry it. Workers
+// seen once are left out, of the fleet figures too (admission.go).
 //
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
@@ -73,6 +74,11 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
+		if w.evidence == evidenceOnce {
+			// Not exported until seen again (admission.go): a flood of ids
+			// must not become a flood of series downstream.
+			continue
+		}
 		rm := rms.AppendEmpty()
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.id)
 		scope(rm)

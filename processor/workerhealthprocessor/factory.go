@@ -100,12 +100,15 @@ func createDefaultConfig() component.Config {
 			Enabled: true, SaturationCores: 0.9, Samples: 3,
 			RecoveryCores: 0.7, RecoverySamples: 3,
 		},
-		Stall:            StallRule{After: 5 * time.Minute, RequirePending: true},
-		Lost:             LostRule{After: 2 * time.Minute},
-		Drift:            DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
-		Fleet:            FleetRule{IdleIntervals: 3},
-		Hyst:             Hysteresis{RecoverEvaluations: 2},
-		Limits:           LimitsConfig{MaxWorkers: 10000, MaxRunsPerWorker: 256, WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10},
+		Stall: StallRule{After: 5 * time.Minute, RequirePending: true},
+		Lost:  LostRule{After: 2 * time.Minute},
+		Drift: DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
+		Fleet: FleetRule{IdleIntervals: 3},
+		Hyst:  Hysteresis{RecoverEvaluations: 2},
+		Limits: LimitsConfig{
+			MaxWorkers: 10000, MaxUnconfirmedWorkers: 1000, MaxRunsPerWorker: 256, MaxRuns: 100000,
+			WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10,
+		},
 		HistogramBuckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
 	}
 }

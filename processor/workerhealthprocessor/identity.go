@@ -76,7 +76,7 @@ func (t *tracker) checkJoin(now int64) []unjoined {
 	within := int64(t.cfg.Identity.JoinWithin)
 	var out []unjoined
 	for _, w := range t.workers {
-		if w.unjoinedReported || now-w.firstMention < within {
+		if w.unjoinedReported || w.evidence == evidenceOnce || now-w.firstMention < within {
 			continue
 		}
 		n, o := w.sourcesOf()

@@ -255,7 +255,7 @@ func TestEmissionIsCounted(t *testing.T) {
 	for _, pl := range pls {
 		require.NoError(t, p.start(ctx, componenttest.NewNopHost(), pl))
 	}
-	_, err = p.processLogs(ctx, wl("w1", contract.EventHeartbeat, "", nil))
+	_, err = p.processMetrics(ctx, treeMetrics("w1", 10, -1, 1))
 	require.NoError(t, err)
 	p.tick(ctx)
 	points, records := int64(msink.DataPointCount()), int64(lsink.LogRecordCount())

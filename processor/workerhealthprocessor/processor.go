@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
@@ -100,7 +101,18 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 	p.startTime = clock.Now().UnixNano()
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
-		n := len(p.tracker.workers)
+		n := p.tracker.tracked()
+		p.mu.Unlock()
+		for ev, v := range n {
+			o.Observe(v, evidenceAttrs[ev])
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := tel.RegisterProcessorWorkerHealthRunsTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
+		p.mu.Lock()
+		n := p.tracker.runCount
 		p.mu.Unlock()
 		o.Observe(int64(n))
 		return nil
@@ -298,17 +310,15 @@ func (p *healthProcessor) tick(ctx context.Context) {
 		snap = p.tracker.snapshot(now)
 	}
 	t := p.tracker
-	overW, overR, expired, malformed := t.overflowWorkers, t.overflowRuns, t.expired, t.malformed
-	t.overflowWorkers, t.overflowRuns, t.expired, t.malformed = 0, 0, 0, 0
+	counts, malformed := t.counts, t.malformed
+	t.counts, t.malformed = admissionCounts{}, 0
 	healed, unjoinedN := t.healed, t.unjoinedN
 	t.healed, t.unjoinedN = [2]int64{}, 0
 	p.evals++
 	doCheckpoint := p.evals%p.cfg.CheckpointEvery == 0
 	p.mu.Unlock()
 
-	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersOverflow, overW)
-	p.count(ctx, p.tel.ProcessorWorkerHealthRunsOverflow, overR)
-	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, expired)
+	p.admissionTelemetry(ctx, &counts)
 	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
 	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
 
@@ -365,9 +375,47 @@ func (p *healthProcessor) tick(ctx context.Context) {
 	}
 }
 
-func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n int64) {
+func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n int64, opts ...metric.AddOption) {
 	if n > 0 {
-		c.Add(ctx, n)
+		c.Add(ctx, n, opts...)
+	}
+}
+
+// The attribute sets of the admission counters, made once.
+var (
+	evidenceAttrs = func() (a [nEvidence]metric.MeasurementOption) {
+		for i, n := range evidenceNames {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("evidence", n)))
+		}
+		return a
+	}()
+	refusedWorkerAttrs = func() (a [nRefusedWorker]metric.MeasurementOption) {
+		for i, n := range refusedWorkerReasons {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
+		}
+		return a
+	}()
+	refusedRunAttrs = func() (a [nRefusedRun]metric.MeasurementOption) {
+		for i, n := range refusedRunReasons {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
+		}
+		return a
+	}()
+)
+
+// admissionTelemetry counts one evaluation's refusals, evictions and expiries.
+func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *admissionCounts) {
+	for i, n := range c.workersRefused {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersRefused, n, refusedWorkerAttrs[i])
+	}
+	for i, n := range c.runsRefused {
+		p.count(ctx, p.tel.ProcessorWorkerHealthRunsRefused, n, refusedRunAttrs[i])
+	}
+	for i, n := range c.workersEvicted {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersEvicted, n, evidenceAttrs[i])
+	}
+	for i, n := range c.workersExpired {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, n, evidenceAttrs[i])
 	}
 }
 

@@ -50,6 +50,8 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 30*time.Second, c.Drift.HealAfter)
 			assert.Equal(t, int64(536870912), c.Memory.SoftLimitBytes)
 			assert.Equal(t, 20, c.Capacity.PerWorker["big-worker"])
+			assert.Equal(t, 10, c.Limits.MaxUnconfirmedWorkers)
+			assert.Equal(t, 500, c.Limits.MaxRuns)
 			assert.False(t, c.Stall.RequirePending)
 		}},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
@@ -64,6 +66,8 @@ func TestLoadConfig(t *testing.T) {
 		{id: "worker_health/bad_cpu", wantErr: "cpu.recovery_cores"},
 		{id: "worker_health/bad_ttl", wantErr: "limits.worker_ttl"},
 		{id: "worker_health/bad_limits", wantErr: "limits.max_runs_per_worker"},
+		{id: "worker_health/bad_admission", wantErr: "limits.max_unconfirmed_workers: must not be negative, got -1"},
+		{id: "worker_health/bad_admission", wantErr: "limits.max_runs: must be at least 1, got 0"},
 		{id: "worker_health/bad_grace", wantErr: "drift.tombstone_ttl"},
 		{id: "worker_health/openfn", file: "openfn.yaml", check: func(t *testing.T, c *Config) {
 			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
@@ -204,6 +208,7 @@ func TestMalformedRecords(t *testing.T) {
 func TestLimits(t *testing.T) {
 	cfg := testCfg()
 	cfg.Limits.MaxWorkers = 2
+	cfg.Limits.MaxUnconfirmedWorkers = 2
 	cfg.Limits.MaxRunsPerWorker = 3
 	h := newHarness(t, cfg)
 	for _, w := range []string{"a", "b", "c"} {
@@ -217,8 +222,10 @@ func TestLimits(t *testing.T) {
 	h.logs(wl("a", "workerwatch.run.claimed", "r5", nil))
 	h.p.mu.Lock()
 	assert.Len(t, h.p.tracker.workers, 2)
-	assert.Equal(t, int64(2), h.p.tracker.overflowWorkers, "c's record and its heartbeat")
-	assert.Equal(t, int64(1), h.p.tracker.overflowRuns)
+	// Issue 14.7: counted once per resource naming it (it was counted
+	// twice: the resource's sign of life and its record).
+	assert.Equal(t, int64(1), h.p.tracker.counts.workersRefused[refusedMaxWorkers], "c, once")
+	assert.Equal(t, int64(1), h.p.tracker.counts.runsRefused[refusedRunsPerWorker])
 	assert.True(t, h.p.tracker.workers["a"].runs.has("r5"))
 	h.p.mu.Unlock()
 
@@ -227,7 +234,7 @@ func TestLimits(t *testing.T) {
 	h.eval()
 	h.p.mu.Lock()
 	assert.Empty(t, h.p.tracker.workers)
-	assert.Equal(t, int64(2), h.p.tracker.expired)
+	assert.Equal(t, int64(2), h.p.tracker.counts.workersExpired[evidenceOnce])
 	h.p.mu.Unlock()
 }
 
@@ -266,7 +273,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	assert.True(t, w.runs.has("held"))
 	assert.Equal(t, 4, w.runs.len())
 	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
-	assert.Zero(t, h.p.tracker.overflowRuns, "ended runs always made room")
+	assert.Zero(t, h.p.tracker.counts.runsRefused, "ended runs always made room")
 	h.p.mu.Unlock()
 }
 
@@ -314,9 +321,16 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	clock.Advance(cfg.EmitInterval)
 	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 1 && len(mSink.AllMetrics()) == 2 }, 5*time.Second, 5*time.Millisecond)
-	assert.Equal(t, 2, lSink.LogRecordCount(), "one transition per worker")
-	assert.Equal(t, 1, tSink.SpanCount(), "nothing emitted into traces")
-	byWorker := metricsByWorker(mSink.AllMetrics()[1])
+	assert.Equal(t, 1, lSink.LogRecordCount(), "w2's first transition; w1 was seen once (by its spans)")
+	assert.NotContains(t, metricsByWorker(mSink.AllMetrics()[1]), "w1", "a worker seen once is not exported")
+
+	// w1's spans again, in a later interval: it is announced and exported.
+	require.NoError(t, tp.ConsumeTraces(ctx, td))
+	clock.Advance(cfg.EmitInterval)
+	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 2 && len(mSink.AllMetrics()) == 3 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 2, lSink.LogRecordCount(), "w1's state announced once seen again")
+	assert.Equal(t, 2, tSink.SpanCount(), "nothing emitted into traces")
+	byWorker := metricsByWorker(mSink.AllMetrics()[2])
 	for _, w := range []string{"w1", "w2"} {
 		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims} {
 			assert.Contains(t, byWorker[w], n, "%s on the resource of %s", n, w)
@@ -406,6 +420,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 
 func TestDerivedMetricsShape(t *testing.T) {
 	h := newHarness(t, testCfg())
+	h.metrics(treeMetrics("w1", 10, -1, 1)) // its tree: confirmed, exported
 	h.logs(workerLogs("worker",
 		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},

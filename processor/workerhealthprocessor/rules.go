@@ -155,14 +155,9 @@ func (t *tracker) pendingFresh(now int64) bool {
 // consecutive evaluations, so alternating input cannot flap the state.
 func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	var out []transition
-	ttl := int64(t.cfg.Limits.WorkerTTL)
-	for id, w := range t.workers {
-		if now-w.lastMention > ttl {
-			delete(t.workers, id)
-			t.last = nil
-			t.expired++
-			continue
-		}
+	t.evals++
+	t.expire(now)
+	for _, w := range t.workers {
 		t.prune(w, now)
 		target, reasons := t.judge(w, now)
 		cur := w.state
@@ -189,6 +184,7 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 		w.reasons = reasons
 	}
 	t.fleet(now)
+	out = t.announced(out, now)
 	sort.Slice(out, func(i, j int) bool { return out[i].worker < out[j].worker })
 	uj := t.checkJoin(now)
 	t.unjoinedN += int64(len(uj))
@@ -218,7 +214,7 @@ func (t *tracker) fleet(now int64) {
 func (t *tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
-		if !w.state.MayTakeWork() {
+		if !w.state.MayTakeWork() || w.evidence == evidenceOnce {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {

@@ -266,6 +266,9 @@ func TestRules(t *testing.T) {
 		{
 			name: "lost: no telemetry and no live process for T; back when it reports",
 			steps: seq(
+				// Seen in two intervals: a worker seen once and not again
+				// within lost.after is forgotten instead (admission.go).
+				step{do: hb, advance: sec, want: healthy},
 				step{do: hb, advance: 4 * sec, want: healthy},
 				step{advance: 2 * sec, want: lost, code: codeNoTelemetry},
 				step{do: hb, advance: sec, want: lost, code: codeRecovering},
@@ -329,7 +332,7 @@ func TestReasonEvidence(t *testing.T) {
 
 func TestTransitionsAreReported(t *testing.T) {
 	h := newHarness(t, testCfg())
-	hb(h)
+	h.metrics(treeMetrics("w1", 10, -1, 1)) // confirmed: announced at once (admission.go)
 	trs := h.eval()
 	require.Len(t, trs, 1)
 	assert.Equal(t, transition{worker: "w1", from: unknown, to: healthy, reasons: trs[0].reasons, at: t0.UnixNano()}, trs[0])

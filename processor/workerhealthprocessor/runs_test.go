@@ -65,7 +65,7 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 	cfg := testCfg()
 	cfg.Limits.MaxRunsPerWorker = 3
 	tr := newTracker(cfg)
-	w := tr.get("w", 1)
+	w := tr.get("w", 1, evidenceConfirmed)
 	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
 	runs := make([]*run, len(ids))
 	for i, id := range ids {

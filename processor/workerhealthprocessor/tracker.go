@@ -137,6 +137,15 @@ type worker struct {
 
 	overCapSince int64
 
+	// admission (admission.go): how much the processor knows it exists,
+	// the evaluation it was admitted in, its place in the tracker's list of
+	// its evidence level (not confirmed), and whether a state change while
+	// it was seen once is still to be announced.
+	evidence    evidence
+	admitted    int
+	prev, next  *worker
+	unannounced bool
+
 	state   contract.State
 	since   int64
 	reasons []contract.Reason
@@ -187,8 +196,18 @@ type tracker struct {
 	idleIntervals    int
 	idleWhilePending bool
 
-	// overflow accounting, read and reset by the processor for telemetry
-	overflowWorkers, overflowRuns, expired, malformed int64
+	// admission and bounds (admission.go): the evaluations so far, the
+	// workers not confirmed by evidence level, the runs tracked, the last
+	// id refused (one refusal per resource), the workers promoted from seen
+	// once since the last evaluation; counts read and reset by the
+	// processor for its telemetry, as is malformed.
+	evals       int
+	low         [evidenceConfirmed]workerList
+	runCount    int
+	lastRefused string
+	fromOnce    []*worker
+	counts      admissionCounts
+	malformed   int64
 	// healed: runs let go by side (drift.go), unjoinedN: workers reported
 	// as named by one source only; read and reset by the processor.
 	healed    [2]int64
@@ -228,29 +247,6 @@ func newTracker(cfg *Config) *tracker {
 	return t
 }
 
-// get returns the worker, creating it unless the limit is reached.
-func (t *tracker) get(id string, now int64) *worker {
-	// A batch's events come grouped by resource, so most are the previous
-	// event's worker: a string compare instead of a map lookup.
-	if w := t.last; w != nil && w.id == id {
-		w.lastMention = now
-		return w
-	}
-	if w, ok := t.workers[id]; ok {
-		w.lastMention = now
-		t.last = w
-		return w
-	}
-	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
-		t.overflowWorkers++
-		return nil
-	}
-	w := newWorker(id, now)
-	t.workers[w.id] = w
-	t.last = w
-	return w
-}
-
 func (t *tracker) capacityOf(w *worker) int {
 	if w.capacity >= 0 {
 		return w.capacity
@@ -263,6 +259,7 @@ func (t *tracker) capacityOf(w *worker) int {
 
 // apply folds one batch into the state.
 func (t *tracker) apply(b *batch, now int64) {
+	t.lastRefused = ""
 	t.malformed += b.malformed
 	if b.schedulerSeen {
 		t.schedulerSeen = now
@@ -279,7 +276,11 @@ func (t *tracker) apply(b *batch, now int64) {
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
-	w := t.get(s.worker, now)
+	ev := evidenceOnce
+	if s.tree {
+		ev = evidenceConfirmed
+	}
+	w := t.get(s.worker, now, ev)
 	if w == nil {
 		return
 	}
@@ -319,7 +320,11 @@ func (t *tracker) applySample(s *sample, now int64) {
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
-	w := t.get(e.worker, now)
+	ev := evidenceOnce
+	if e.src == srcScheduler {
+		ev = evidenceConfirmed
+	}
+	w := t.get(e.worker, now, ev)
 	if w == nil {
 		return
 	}
@@ -406,23 +411,30 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	}
 }
 
-// run finds or creates the run entry. When the worker is at its cap, ended
-// runs are evicted first; a new run beyond it is counted and dropped.
+// run finds or creates the run entry. When the worker is at its limit, or
+// the processor at limits.max_runs, the worker's oldest ended run makes
+// room; a new run beyond it is counted and dropped (admission.go).
 func (t *tracker) run(w *worker, id string) *run {
 	h := runHash(id)
 	r := w.runs.get(id, h)
 	if r != nil {
 		return r
 	}
-	if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker {
+	perWorker := w.runs.len() >= t.runLimit(w)
+	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 		if r = t.evictEnded(w); r == nil {
-			t.overflowRuns++
+			if perWorker {
+				t.counts.runsRefused[refusedRunsPerWorker]++
+			} else {
+				t.counts.runsRefused[refusedRunsTotal]++
+			}
 			return nil
 		}
 		// The evicted run's memory, id bytes included, serves the new one.
 		*r = run{id: r.id[:0]}
 	} else {
 		r = &run{}
+		t.runCount++
 	}
 	r.id = append(r.id, id...)
 	r.hash = h

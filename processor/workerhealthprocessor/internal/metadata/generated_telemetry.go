@@ -35,9 +35,11 @@ type TelemetryBuilder struct {
 	ProcessorWorkerHealthRefusedLogRecords   metric.Int64Counter
 	ProcessorWorkerHealthRefusedMetricPoints metric.Int64Counter
 	ProcessorWorkerHealthRunsHealed          metric.Int64Counter
-	ProcessorWorkerHealthRunsOverflow        metric.Int64Counter
+	ProcessorWorkerHealthRunsRefused         metric.Int64Counter
+	ProcessorWorkerHealthRunsTracked         metric.Int64ObservableGauge
+	ProcessorWorkerHealthWorkersEvicted      metric.Int64Counter
 	ProcessorWorkerHealthWorkersExpired      metric.Int64Counter
-	ProcessorWorkerHealthWorkersOverflow     metric.Int64Counter
+	ProcessorWorkerHealthWorkersRefused      metric.Int64Counter
 	ProcessorWorkerHealthWorkersTracked      metric.Int64ObservableGauge
 	ProcessorWorkerHealthWorkersUnjoined     metric.Int64Counter
 }
@@ -51,6 +53,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterProcessorWorkerHealthRunsTrackedCallback sets callback for observable ProcessorWorkerHealthRunsTracked metric.
+func (builder *TelemetryBuilder) RegisterProcessorWorkerHealthRunsTrackedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorWorkerHealthRunsTracked, obs: o})
+		return nil
+	}, builder.ProcessorWorkerHealthRunsTracked)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterProcessorWorkerHealthWorkersTrackedCallback sets callback for observable ProcessorWorkerHealthWorkersTracked metric.
@@ -116,7 +133,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthRecordsMalformed, err = builder.meter.Int64Counter(
 		"otelcol_processor_worker_health_records_malformed",
-		metric.WithDescription("Lifecycle records and samples skipped because they were malformed (missing ids, wrong types, oversized values). [Development]"),
+		metric.WithDescription("Lifecycle records and samples skipped because they were malformed (missing ids, wrong types, oversized values, ids that are not valid UTF-8). [Development]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
@@ -138,27 +155,39 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{run}"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ProcessorWorkerHealthRunsOverflow, err = builder.meter.Int64Counter(
-		"otelcol_processor_worker_health_runs_overflow",
-		metric.WithDescription("Run events dropped because limits.max_runs_per_worker runs were already tracked for the worker. [Development]"),
+	builder.ProcessorWorkerHealthRunsRefused, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_runs_refused",
+		metric.WithDescription("Run events dropped because the worker held its limit of runs (reason max_runs_per_worker; its share of limits.max_runs, 4 while seen once) or the processor held limits.max_runs (reason max_runs), none of them ended. [Development]"),
 		metric.WithUnit("{event}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthRunsTracked, err = builder.meter.Int64ObservableGauge(
+		"otelcol_processor_worker_health_runs_tracked",
+		metric.WithDescription("Runs currently tracked (held by either side, or ended and remembered for drift.tombstone_ttl), at most limits.max_runs. [Development]"),
+		metric.WithUnit("{run}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthWorkersEvicted, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_workers_evicted",
+		metric.WithDescription("Workers forgotten to make room at limits.max_workers for a worker confirmed by its tree or a scheduler, by the evidence the forgotten one had. [Development]"),
+		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthWorkersExpired, err = builder.meter.Int64Counter(
 		"otelcol_processor_worker_health_workers_expired",
-		metric.WithDescription("Workers forgotten after limits.worker_ttl without telemetry. [Development]"),
+		metric.WithDescription("Workers forgotten without a record for limits.worker_ttl, or seen once and not again within lost.after, by evidence. [Development]"),
 		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ProcessorWorkerHealthWorkersOverflow, err = builder.meter.Int64Counter(
-		"otelcol_processor_worker_health_workers_overflow",
-		metric.WithDescription("Records about a new worker dropped because limits.max_workers workers were already tracked. [Development]"),
-		metric.WithUnit("{record}"),
+	builder.ProcessorWorkerHealthWorkersRefused, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_workers_refused",
+		metric.WithDescription("New workers not tracked, by the limit that was full (max_workers, max_unconfirmed_workers); counted once per resource, or per scheduler record, that named one. [Development]"),
+		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthWorkersTracked, err = builder.meter.Int64ObservableGauge(
 		"otelcol_processor_worker_health_workers_tracked",
-		metric.WithDescription("Workers currently tracked. [Development]"),
+		metric.WithDescription("Workers currently tracked, by evidence (seen_once, records, tree_or_scheduler). [Development]"),
 		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)

@@ -72,7 +72,7 @@ func AssertEqualProcessorWorkerHealthEmittedMetricPoints(t *testing.T, tt *compo
 func AssertEqualProcessorWorkerHealthRecordsMalformed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_worker_health_records_malformed",
-		Description: "Lifecycle records and samples skipped because they were malformed (missing ids, wrong types, oversized values). [Development]",
+		Description: "Lifecycle records and samples skipped because they were malformed (missing ids, wrong types, oversized values, ids that are not valid UTF-8). [Development]",
 		Unit:        "{record}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -133,10 +133,10 @@ func AssertEqualProcessorWorkerHealthRunsHealed(t *testing.T, tt *componenttest.
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
-func AssertEqualProcessorWorkerHealthRunsOverflow(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+func AssertEqualProcessorWorkerHealthRunsRefused(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
-		Name:        "otelcol_processor_worker_health_runs_overflow",
-		Description: "Run events dropped because limits.max_runs_per_worker runs were already tracked for the worker. [Development]",
+		Name:        "otelcol_processor_worker_health_runs_refused",
+		Description: "Run events dropped because the worker held its limit of runs (reason max_runs_per_worker; its share of limits.max_runs, 4 while seen once) or the processor held limits.max_runs (reason max_runs), none of them ended. [Development]",
 		Unit:        "{event}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -144,7 +144,37 @@ func AssertEqualProcessorWorkerHealthRunsOverflow(t *testing.T, tt *componenttes
 			DataPoints:  dps,
 		},
 	}
-	got, err := tt.GetMetric("otelcol_processor_worker_health_runs_overflow")
+	got, err := tt.GetMetric("otelcol_processor_worker_health_runs_refused")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualProcessorWorkerHealthRunsTracked(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_worker_health_runs_tracked",
+		Description: "Runs currently tracked (held by either side, or ended and remembered for drift.tombstone_ttl), at most limits.max_runs. [Development]",
+		Unit:        "{run}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_worker_health_runs_tracked")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualProcessorWorkerHealthWorkersEvicted(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_worker_health_workers_evicted",
+		Description: "Workers forgotten to make room at limits.max_workers for a worker confirmed by its tree or a scheduler, by the evidence the forgotten one had. [Development]",
+		Unit:        "{worker}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_worker_health_workers_evicted")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -152,7 +182,7 @@ func AssertEqualProcessorWorkerHealthRunsOverflow(t *testing.T, tt *componenttes
 func AssertEqualProcessorWorkerHealthWorkersExpired(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_worker_health_workers_expired",
-		Description: "Workers forgotten after limits.worker_ttl without telemetry. [Development]",
+		Description: "Workers forgotten without a record for limits.worker_ttl, or seen once and not again within lost.after, by evidence. [Development]",
 		Unit:        "{worker}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -165,18 +195,18 @@ func AssertEqualProcessorWorkerHealthWorkersExpired(t *testing.T, tt *componentt
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
-func AssertEqualProcessorWorkerHealthWorkersOverflow(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+func AssertEqualProcessorWorkerHealthWorkersRefused(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
-		Name:        "otelcol_processor_worker_health_workers_overflow",
-		Description: "Records about a new worker dropped because limits.max_workers workers were already tracked. [Development]",
-		Unit:        "{record}",
+		Name:        "otelcol_processor_worker_health_workers_refused",
+		Description: "New workers not tracked, by the limit that was full (max_workers, max_unconfirmed_workers); counted once per resource, or per scheduler record, that named one. [Development]",
+		Unit:        "{worker}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
 			IsMonotonic: true,
 			DataPoints:  dps,
 		},
 	}
-	got, err := tt.GetMetric("otelcol_processor_worker_health_workers_overflow")
+	got, err := tt.GetMetric("otelcol_processor_worker_health_workers_refused")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -184,7 +214,7 @@ func AssertEqualProcessorWorkerHealthWorkersOverflow(t *testing.T, tt *component
 func AssertEqualProcessorWorkerHealthWorkersTracked(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_worker_health_workers_tracked",
-		Description: "Workers currently tracked. [Development]",
+		Description: "Workers currently tracked, by evidence (seen_once, records, tree_or_scheduler). [Development]",
 		Unit:        "{worker}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,

@@ -20,6 +20,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	require.NoError(t, tb.RegisterProcessorWorkerHealthRunsTrackedCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, observer metric.Int64Observer) error {
 		observer.Observe(1)
 		return nil
@@ -31,9 +35,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRunsHealed.Add(context.Background(), 1)
-	tb.ProcessorWorkerHealthRunsOverflow.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthRunsRefused.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthWorkersEvicted.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersExpired.Add(context.Background(), 1)
-	tb.ProcessorWorkerHealthWorkersOverflow.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthWorkersRefused.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersUnjoined.Add(context.Background(), 1)
 	AssertEqualProcessorWorkerHealthCheckpointErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
@@ -56,13 +61,19 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualProcessorWorkerHealthRunsHealed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
-	AssertEqualProcessorWorkerHealthRunsOverflow(t, testTel,
+	AssertEqualProcessorWorkerHealthRunsRefused(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthRunsTracked(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthWorkersEvicted(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersExpired(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
-	AssertEqualProcessorWorkerHealthWorkersOverflow(t, testTel,
+	AssertEqualProcessorWorkerHealthWorkersRefused(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersTracked(t, testTel,

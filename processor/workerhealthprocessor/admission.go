@@ -1,0 +1,267 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import "github.com/workerwatch/workerwatch/internal/contract"
+
+// Admission and bounds (docs/processor.md, "Bounds"). Anyone who can reach
+// the OTLP port can name workers and runs; the state must stay bounded and a
+// flood of ids must not push real workers out. So each worker has an
+// evidence level, and the limits treat the levels differently:
+//
+//   - seen once: only its own records, all within one evaluation interval.
+//     At most limits.max_unconfirmed_workers of them, at most
+//     maxRunsSeenOnce runs each; forgotten after lost.after unless seen again
+//     in a later interval; neither exported as per-worker series, nor
+//     checkpointed, nor announced by a state-change record until seen again.
+//   - records: only its own records, but in two or more intervals.
+//   - confirmed: its process tree (the worker_process receiver) or a
+//     scheduler named it.
+//
+// At limits.max_workers a new confirmed worker takes the place of the least
+// recently mentioned worker seen once, else of the least recently mentioned
+// one with records only; a new worker of any other level is refused.
+// Confirmed workers are never pushed out. Runs: limits.max_runs in all, and
+// per worker limits.max_runs_per_worker or its share of max_runs, whichever
+// is lower; a worker at its limit replaces its oldest ended run, and a run
+// beyond it is refused. Every refusal, eviction and expiry is counted.
+
+// evidence is how much the processor knows a worker exists.
+type evidence uint8
+
+const (
+	evidenceOnce evidence = iota
+	evidenceRecords
+	evidenceConfirmed
+	nEvidence
+)
+
+// evidenceNames are the values of the evidence attribute of the processor's
+// own telemetry.
+var evidenceNames = [nEvidence]string{"seen_once", "records", "tree_or_scheduler"}
+
+const (
+	// maxRunsSeenOnce: runs a worker seen once may hold. A real worker
+	// claims a few runs before its second interval; a flood of run ids
+	// under fresh worker ids gets no further.
+	maxRunsSeenOnce = 4
+	// minRunShare: a worker's share of limits.max_runs never falls below
+	// this (capacity plus a few remembered ended runs), so a full fleet
+	// still tracks every worker's current runs.
+	minRunShare = 8
+)
+
+// Why a worker or run was refused: the limit that was full.
+const (
+	refusedMaxWorkers = iota
+	refusedMaxUnconfirmed
+	nRefusedWorker
+)
+
+var refusedWorkerReasons = [nRefusedWorker]string{"max_workers", "max_unconfirmed_workers"}
+
+const (
+	refusedRunsPerWorker = iota
+	refusedRunsTotal
+	nRefusedRun
+)
+
+var refusedRunReasons = [nRefusedRun]string{"max_runs_per_worker", "max_runs"}
+
+// admissionCounts are read and reset by the processor for its telemetry.
+type admissionCounts struct {
+	workersRefused [nRefusedWorker]int64
+	workersEvicted [nEvidence]int64
+	workersExpired [nEvidence]int64
+	runsRefused    [nRefusedRun]int64
+}
+
+// workerList is an intrusive list of workers, least recently mentioned first.
+type workerList struct {
+	head, tail *worker
+	n          int
+}
+
+func (l *workerList) pushBack(w *worker) {
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.n++
+}
+
+func (l *workerList) remove(w *worker) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	l.n--
+}
+
+func (l *workerList) moveToBack(w *worker) {
+	if l.tail != w {
+		l.remove(w)
+		l.pushBack(w)
+	}
+}
+
+// get returns the worker a record names, admitting it if it is new and the
+// limits allow, and raises its evidence. ev is what the record is: a tree
+// sample or a scheduler record (confirmed), or the worker's own (seen once).
+func (t *tracker) get(id string, now int64, ev evidence) *worker {
+	// A batch's events come grouped by resource, so most are the previous
+	// event's worker: a string compare instead of a map lookup.
+	if w := t.last; w != nil && w.id == id {
+		t.mention(w, now, ev)
+		return w
+	}
+	if w, ok := t.workers[id]; ok {
+		t.mention(w, now, ev)
+		t.last = w
+		return w
+	}
+	if id == t.lastRefused {
+		return nil // one refusal per resource (or run of scheduler records)
+	}
+	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
+		victim := t.low[evidenceOnce].head
+		if victim == nil {
+			victim = t.low[evidenceRecords].head
+		}
+		if ev != evidenceConfirmed || victim == nil {
+			return t.refuse(id, refusedMaxWorkers)
+		}
+		t.counts.workersEvicted[victim.evidence]++
+		t.forget(victim)
+	}
+	if ev == evidenceOnce && t.low[evidenceOnce].n >= t.cfg.Limits.MaxUnconfirmedWorkers {
+		return t.refuse(id, refusedMaxUnconfirmed)
+	}
+	w := newWorker(id, now)
+	w.evidence, w.admitted = ev, t.evals
+	if ev != evidenceConfirmed {
+		t.low[ev].pushBack(w)
+	}
+	t.workers[w.id] = w
+	t.last = w
+	return w
+}
+
+func (t *tracker) refuse(id string, reason int) *worker {
+	t.counts.workersRefused[reason]++
+	t.lastRefused = id
+	return nil
+}
+
+// mention notes a record about a tracked worker.
+func (t *tracker) mention(w *worker, now int64, ev evidence) {
+	w.lastMention = now
+	switch {
+	case w.evidence == evidenceConfirmed:
+	case ev == evidenceConfirmed:
+		t.low[w.evidence].remove(w)
+		t.promoted(w, evidenceConfirmed)
+	case w.evidence == evidenceOnce && t.evals != w.admitted:
+		t.low[evidenceOnce].remove(w)
+		t.promoted(w, evidenceRecords)
+		t.low[evidenceRecords].pushBack(w)
+	case w.evidence == evidenceRecords:
+		t.low[evidenceRecords].moveToBack(w)
+	}
+}
+
+func (t *tracker) promoted(w *worker, ev evidence) {
+	if w.evidence == evidenceOnce {
+		t.fromOnce = append(t.fromOnce, w)
+	}
+	w.evidence = ev
+}
+
+// forget drops a worker and its runs from every structure.
+func (t *tracker) forget(w *worker) {
+	if w.evidence != evidenceConfirmed {
+		t.low[w.evidence].remove(w)
+	}
+	t.runCount -= w.runs.len()
+	delete(t.workers, w.id)
+	t.last = nil
+}
+
+// expire forgets workers seen once that were not seen again within
+// lost.after, and workers of any level without a record for
+// limits.worker_ttl. Those seen once are in admission order, so this costs
+// what it removes.
+func (t *tracker) expire(now int64) {
+	once := &t.low[evidenceOnce]
+	for w := once.head; w != nil && now-w.firstMention > int64(t.cfg.Lost.After); w = once.head {
+		t.counts.workersExpired[evidenceOnce]++
+		t.forget(w)
+	}
+	ttl := int64(t.cfg.Limits.WorkerTTL)
+	for _, w := range t.workers {
+		if now-w.lastMention > ttl {
+			t.counts.workersExpired[w.evidence]++
+			t.forget(w)
+		}
+	}
+}
+
+// announced filters an evaluation's transitions: a worker seen once changes
+// state silently (a flood of ids is not an event stream); once seen again,
+// its state so far is announced as one transition from unknown.
+func (t *tracker) announced(trs []transition, now int64) []transition {
+	out := trs[:0]
+	for _, tr := range trs {
+		if w := t.workers[tr.worker]; w != nil && w.evidence == evidenceOnce {
+			w.unannounced = true
+			continue
+		}
+		out = append(out, tr)
+	}
+	for _, w := range t.fromOnce {
+		if t.workers[w.id] != w || !w.unannounced {
+			continue
+		}
+		w.unannounced = false
+		if w.state != contract.Unknown && !hasTransition(out, w.id) {
+			out = append(out, transition{worker: w.id, name: w.name, from: contract.Unknown, to: w.state, reasons: w.reasons, at: now})
+		}
+	}
+	t.fromOnce = t.fromOnce[:0]
+	return out
+}
+
+func hasTransition(trs []transition, id string) bool {
+	for _, tr := range trs {
+		if tr.worker == id {
+			return true
+		}
+	}
+	return false
+}
+
+// runLimit is how many runs w may hold now (see the top of this file).
+func (t *tracker) runLimit(w *worker) int {
+	lim := &t.cfg.Limits
+	if w.evidence == evidenceOnce {
+		return min(maxRunsSeenOnce, lim.MaxRunsPerWorker)
+	}
+	share := max(minRunShare, lim.MaxRuns/max(1, len(t.workers)))
+	return min(lim.MaxRunsPerWorker, share)
+}
+
+// tracked is the number of workers by evidence.
+func (t *tracker) tracked() [nEvidence]int64 {
+	var n [nEvidence]int64
+	n[evidenceOnce], n[evidenceRecords] = int64(t.low[evidenceOnce].n), int64(t.low[evidenceRecords].n)
+	n[evidenceConfirmed] = int64(len(t.workers)) - n[evidenceOnce] - n[evidenceRecords]
+	return n
+}

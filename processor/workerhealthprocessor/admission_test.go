@@ -1,0 +1,215 @@
+package workerhealthprocessor
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+func (h *harness) evidenceOf(id string) (evidence, bool) {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	w := h.p.tracker.workers[id]
+	if w == nil {
+		return 0, false
+	}
+	return w.evidence, true
+}
+
+func (h *harness) counts() admissionCounts {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	return h.p.tracker.counts
+}
+
+// Issue 14.2: ids with nothing but their own records never push out
+// confirmed workers, and a new real worker (its tree, or named by the
+// scheduler) is tracked even when the cap is full of such ids.
+func TestAdmissionAtTheCap(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = 6
+	cfg.Limits.MaxUnconfirmedWorkers = 4
+	h := newHarness(t, cfg)
+	for i := range 2 {
+		h.metrics(treeMetrics(fmt.Sprintf("real-%d", i), 10, -1, 1))
+	}
+	for i := range 4 {
+		h.logs(wl(fmt.Sprintf("bogus-%d", i), contract.EventHeartbeat, "", nil))
+	}
+	// Full: another id with records only is refused, once per resource.
+	h.logs(workerLogs("worker",
+		rec{worker: "bogus-4", event: contract.EventHeartbeat},
+		rec{worker: "bogus-4", event: contract.EventClaimed, run: "r1"},
+	))
+	assert.Equal(t, int64(1), h.counts().workersRefused[refusedMaxWorkers])
+	_, tracked := h.evidenceOf("bogus-4")
+	assert.False(t, tracked)
+
+	// A new worker with a tree takes the place of the least recently
+	// mentioned one seen once; one the scheduler names, the next.
+	h.metrics(treeMetrics("real-new", 10, -1, 1))
+	h.logs(sl("sched-named", contract.EventClaimed, "s1"))
+	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named"} {
+		ev, ok := h.evidenceOf(id)
+		assert.True(t, ok, id)
+		assert.Equal(t, evidenceConfirmed, ev, id)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		_, ok := h.evidenceOf(fmt.Sprintf("bogus-%d", i))
+		assert.Equal(t, want, ok, "bogus-%d", i)
+	}
+	assert.Equal(t, int64(2), h.counts().workersEvicted[evidenceOnce])
+
+	// All confirmed: a new confirmed worker is refused, none is pushed out.
+	h.metrics(treeMetrics("real-2", 10, -1, 1))
+	h.metrics(treeMetrics("real-3", 10, -1, 1))
+	h.metrics(treeMetrics("real-4", 10, -1, 1))
+	assert.Equal(t, int64(4), h.counts().workersEvicted[evidenceOnce], "bogus-2 and bogus-3 made room too")
+	assert.Equal(t, int64(2), h.counts().workersRefused[refusedMaxWorkers], "bogus-4, then real-4")
+	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named", "real-2", "real-3"} {
+		_, ok := h.evidenceOf(id)
+		assert.True(t, ok, id)
+	}
+	_, ok := h.evidenceOf("real-4")
+	assert.False(t, ok, "refused: every tracked worker is confirmed")
+}
+
+// Workers seen once are at most limits.max_unconfirmed_workers; those seen
+// again in a later interval are promoted to "records" and take no slot of
+// them; workers seen once and not again are forgotten after lost.after.
+func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
+	cfg := testCfg() // lost.after 5s, worker_ttl 1m
+	cfg.Limits.MaxUnconfirmedWorkers = 2
+	h := newHarness(t, cfg)
+	h.logs(wl("a", contract.EventHeartbeat, "", nil))
+	h.logs(wl("b", contract.EventHeartbeat, "", nil))
+	h.logs(wl("c", contract.EventHeartbeat, "", nil))
+	assert.Equal(t, int64(1), h.counts().workersRefused[refusedMaxUnconfirmed], "c")
+	h.eval()
+	h.advance(sec)
+	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // a later interval
+	ev, _ := h.evidenceOf("a")
+	assert.Equal(t, evidenceRecords, ev)
+	h.logs(wl("c", contract.EventHeartbeat, "", nil)) // a's slot is free
+	_, ok := h.evidenceOf("c")
+	assert.True(t, ok)
+
+	for range 6 {
+		h.advance(sec)
+		h.logs(wl("a", contract.EventHeartbeat, "", nil))
+		h.eval()
+	}
+	_, okA := h.evidenceOf("a")
+	_, okB := h.evidenceOf("b")
+	assert.True(t, okA, "seen again: kept")
+	assert.False(t, okB, "seen once, not again within lost.after: forgotten")
+	assert.Equal(t, int64(2), h.counts().workersExpired[evidenceOnce], "b and c")
+}
+
+// A worker seen once changes state silently and is not exported; seen
+// again, its state so far is announced, once.
+func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	assert.Empty(t, h.eval(), "no transition while seen once")
+	h.p.mu.Lock()
+	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
+	h.p.mu.Unlock()
+	assert.NotContains(t, metricsByWorker(md), "w1")
+	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
+	h.advance(sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	trs := h.eval()
+	require.Len(t, trs, 1)
+	assert.Equal(t, transition{worker: "w1", from: unknown, to: healthy, reasons: trs[0].reasons, at: h.clock.Now().UnixNano()}, trs[0])
+	assert.Empty(t, h.eval())
+}
+
+// Runs: at most 4 for a worker seen once; limits.max_runs in all, a
+// worker's share of it otherwise; the worker's own ended runs make room.
+func TestRunBounds(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxRuns = 20
+	h := newHarness(t, cfg)
+	for r := range 6 {
+		h.logs(wl("once", contract.EventClaimed, fmt.Sprintf("r%d", r), nil))
+	}
+	assert.Equal(t, int64(2), h.counts().runsRefused[refusedRunsPerWorker])
+	for _, w := range []string{"t1", "t2"} {
+		h.metrics(treeMetrics(w, 10, -1, 1))
+		for r := range 12 {
+			h.logs(wl(w, contract.EventClaimed, fmt.Sprintf("r%d", r), nil))
+		}
+	}
+	h.p.mu.Lock()
+	total := h.p.tracker.runCount
+	n1, n2 := h.p.tracker.workers["t1"].runs.len(), h.p.tracker.workers["t2"].runs.len()
+	h.p.mu.Unlock()
+	assert.Equal(t, 20, total, "limits.max_runs")
+	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
+	assert.Equal(t, 6, n2, "t2: what is left of the 20, below its share (8)")
+	c := h.counts()
+	assert.Positive(t, c.runsRefused[refusedRunsTotal])
+	// t2 ends a run: its own ended run makes room at the total.
+	h.logs(wl("t2", contract.EventFinished, "r0", nil))
+	h.logs(wl("t2", contract.EventClaimed, "new", nil))
+	h.p.mu.Lock()
+	assert.True(t, h.p.tracker.workers["t2"].runs.has("new"))
+	assert.Equal(t, 20, h.p.tracker.runCount)
+	h.p.mu.Unlock()
+}
+
+// A flood through the processor's own input path (as over OTLP): 100,000
+// worker ids with 10 run ids each, records only, while real workers report.
+// The state stays bounded and the real workers stay tracked and exported;
+// a new real worker arrives in the middle of it and is tracked.
+func TestFloodStaysBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood of 100,000 ids")
+	}
+	cfg := testCfg()
+	h := newHarness(t, cfg)
+	report := func(n int) {
+		for i := range n {
+			h.metrics(treeMetrics(fmt.Sprintf("real-%d", i), 10, -1, 1))
+		}
+	}
+	report(50)
+	h.eval()
+	base := heapAfterGC()
+	for i := range 100_000 {
+		recs := make([]rec, 10)
+		for r := range recs {
+			recs[r] = rec{worker: fmt.Sprintf("flood-%d", i), event: contract.EventClaimed, run: fmt.Sprintf("run-%d-%d", i, r)}
+		}
+		h.logs(workerLogs("flood", recs...))
+		if i%10_000 == 0 {
+			h.advance(sec)
+			report(50)
+			h.eval()
+		}
+		if i == 50_000 {
+			h.metrics(treeMetrics("newcomer", 10, -1, 1))
+		}
+	}
+	h.eval()
+	grown := int64(heapAfterGC()) - int64(base)
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	tr := h.p.tracker
+	n := tr.tracked()
+	t.Logf("after the flood: %v workers by evidence, %d runs, heap +%.1f MiB, refused %v",
+		n, tr.runCount, float64(grown)/(1<<20), tr.counts.workersRefused)
+	assert.LessOrEqual(t, n[evidenceOnce], int64(cfg.Limits.MaxUnconfirmedWorkers))
+	assert.LessOrEqual(t, tr.runCount, cfg.Limits.MaxUnconfirmedWorkers*maxRunsSeenOnce)
+	assert.Equal(t, int64(51), n[evidenceConfirmed], "every real worker, the newcomer too")
+	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
+	md := tr.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
+	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
+	runtime.KeepAlive(h)
+}
