@@ -147,6 +147,7 @@ func (t *tracker) get(id string, now int64, ev evidence) *worker {
 	}
 	w := newWorker(id, now)
 	w.evidence, w.admitted = ev, t.evals
+	t.markDirty(w)
 	if ev != evidenceConfirmed {
 		t.low[ev].pushBack(w)
 	}
@@ -164,6 +165,7 @@ func (t *tracker) refuse(id string, reason int) *worker {
 // mention notes a record about a tracked worker.
 func (t *tracker) mention(w *worker, now int64, ev evidence) {
 	w.lastMention = now
+	t.markDirty(w)
 	switch {
 	case w.evidence == evidenceConfirmed:
 	case ev == evidenceConfirmed:
@@ -191,6 +193,7 @@ func (t *tracker) forget(w *worker) {
 		t.low[w.evidence].remove(w)
 	}
 	t.runCount -= w.runs.len()
+	t.freeSlot(w)
 	delete(t.workers, w.id)
 	t.last = nil
 }

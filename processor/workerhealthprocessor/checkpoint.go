@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
@@ -14,12 +16,64 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// checkpointKey is the one key the processor writes. Version it: a format
-// change must not make an old checkpoint restore garbage.
+// The checkpoint lives in the storage client under these keys: one record
+// per worker, in a numbered slot, and a meta record saying how many slots to
+// read. Version the prefix: a format change must not restore garbage.
+//
+// Only what changed is written: a worker is rewritten after a record about it
+// (or a change of its runs) since the last checkpoint, and its slot deleted
+// when it is forgotten. Records are copied under the processor's lock and
+// marshaled and written outside it. Restore reads the slots in chunks and
+// admits what the limits allow, so a checkpoint never brings back more than
+// limits.max_workers workers and limits.max_runs runs.
+//
+// To add a field: add it to cpWorker (or cpRun) with `json:",omitempty"`
+// and fill it in toCheckpoint and fromCheckpoint. Unknown fields are
+// ignored and missing ones are zero, so no version change is needed unless
+// a field changes meaning.
 const (
-	checkpointKey     = "worker_health.v1"
-	checkpointVersion = 1
+	checkpointVersion = 2
+	cpPrefix          = "worker_health.v2/"
+	cpMetaKey         = cpPrefix + "meta"
+	// cpLegacyKey held the whole state in one value (version 1), rewritten
+	// at every checkpoint; it is deleted, unread (it could be hundreds of MB).
+	cpLegacyKey = "worker_health.v1"
+	// cpReadChunk slots are read per storage batch at restore.
+	cpReadChunk = 256
+	// cpMaxRecord: a worker record larger than this is malformed (the
+	// largest a worker can have is max_runs_per_worker runs with ids of
+	// max_attribute_length bytes: 256 x ~500 B).
+	cpMaxRecord = 4 << 20
 )
+
+// cpMarshal marshals a record (a variable: a test holds it to prove the
+// processor's lock is free meanwhile).
+var cpMarshal = json.Marshal
+
+func cpSlotKey(slot int32) string { return cpPrefix + "w/" + strconv.Itoa(int(slot)) }
+
+// cpMeta is the checkpoint's meta record.
+type cpMeta struct {
+	Version       int   `json:"version"`
+	SchedulerSeen int64 `json:"scheduler_seen"`
+	// Slots: slots 0 to Slots-1 may hold a worker.
+	Slots int32 `json:"slots"`
+}
+
+// cpSlots is the tracker's bookkeeping of the slots.
+type cpSlots struct {
+	hw      int32   // slots handed out so far: 0..hw-1
+	free    []int32 // slots of forgotten workers, to hand out again
+	deleted []int32 // slots to delete at the next write
+	dirty   []*worker
+}
+
+// cpWrite is one worker record to write.
+type cpWrite struct {
+	slot int32
+	id   string
+	rec  cpWorker
+}
 
 // The checkpoint keeps the evidence, not the verdict: restored workers are
 // "unknown" until they send telemetry again (or "lost" when they never do),
@@ -38,6 +92,10 @@ type cpRun struct {
 }
 
 type cpWorker struct {
+	ID string `json:"id"`
+	// Evidence: evidenceRecords or evidenceConfirmed (admission.go);
+	// workers seen once are not checkpointed.
+	Evidence     evidence         `json:"ev"`
 	Name         string           `json:"name,omitempty"`
 	FirstMention int64            `json:"first"`
 	LastMention  int64            `json:"mention"`
@@ -101,12 +159,6 @@ type killRecJSON struct {
 	Reason string `json:"reason"`
 }
 
-type checkpointDoc struct {
-	Version       int                 `json:"version"`
-	SchedulerSeen int64               `json:"scheduler_seen"`
-	Workers       map[string]cpWorker `json:"workers"`
-}
-
 func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
 	if p.cfg.StorageID == nil {
 		return nil
@@ -129,58 +181,54 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 	return nil
 }
 
-func (t *tracker) marshal() ([]byte, error) {
-	doc := checkpointDoc{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Workers: make(map[string]cpWorker, len(t.workers))}
-	for id, w := range t.workers {
-		if w.evidence == evidenceOnce {
-			continue // not checkpointed (admission.go)
-		}
-		cw := cpWorker{
-			Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
-			Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
-			KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
-			SchedKnown: w.schedKnown,
-		}
-		for _, r := range w.roles {
-			cr := cpRole{Role: r.role, RSS: r.rss}
-			if r.ep != nil {
-				cr.Mem = r.ep.cp()
-			}
-			cw.Roles = append(cw.Roles, cr)
-		}
-		for _, k := range w.killLog {
-			cw.KillLog = append(cw.KillLog, killRecJSON{At: k.at, Reason: killReasonNames[k.reason]})
-		}
-		for o, seen := range w.origins {
-			if seen.last == 0 {
-				continue
-			}
-			if cw.Sources == nil {
-				cw.Sources = map[string]cpOrigin{}
-			}
-			co := cpOrigin{Last: seen.last}
-			for i, k := range t.idKeys {
-				if seen.keys&(1<<i) != 0 {
-					co.Keys = append(co.Keys, k)
-				}
-			}
-			cw.Sources[originNames[o]] = co
-		}
-		if w.schedKnown {
-			cw.Sched = t.schedOf(w).name
-		}
-		if w.runs.len() > 0 {
-			cw.Runs = make(map[string]cpRun, w.runs.len())
-			for r := range w.runs.all() {
-				cw.Runs[string(r.id)] = cpRun{
-					WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
-					Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
-				}
-			}
-		}
-		doc.Workers[id] = cw
+// toCheckpoint copies what a worker's record keeps (the evidence, not the
+// verdict). Under the processor's lock: a copy, no marshaling.
+func (t *tracker) toCheckpoint(w *worker) cpWorker {
+	cw := cpWorker{
+		ID: w.id, Evidence: w.evidence,
+		Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
+		Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
+		KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
+		SchedKnown: w.schedKnown,
 	}
-	return json.Marshal(doc)
+	for _, r := range w.roles {
+		cr := cpRole{Role: r.role, RSS: r.rss}
+		if r.ep != nil {
+			cr.Mem = r.ep.cp()
+		}
+		cw.Roles = append(cw.Roles, cr)
+	}
+	for _, k := range w.killLog {
+		cw.KillLog = append(cw.KillLog, killRecJSON{At: k.at, Reason: killReasonNames[k.reason]})
+	}
+	for o, seen := range w.origins {
+		if seen.last == 0 {
+			continue
+		}
+		if cw.Sources == nil {
+			cw.Sources = map[string]cpOrigin{}
+		}
+		co := cpOrigin{Last: seen.last}
+		for i, k := range t.idKeys {
+			if seen.keys&(1<<i) != 0 {
+				co.Keys = append(co.Keys, k)
+			}
+		}
+		cw.Sources[originNames[o]] = co
+	}
+	if w.schedKnown {
+		cw.Sched = t.schedOf(w).name
+	}
+	if w.runs.len() > 0 {
+		cw.Runs = make(map[string]cpRun, w.runs.len())
+		for r := range w.runs.all() {
+			cw.Runs[string(r.id)] = cpRun{
+				WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
+				Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
+			}
+		}
+	}
+	return cw
 }
 
 // firstSeen is when a run was first claimed by either side (0 = never).
@@ -194,139 +242,281 @@ func firstSeen(r *run) int64 {
 	return min(r.wAt, r.sAt)
 }
 
-func (t *tracker) unmarshal(data []byte, now int64) error {
-	var doc checkpointDoc
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return err
+// fromCheckpoint makes a worker of its record, its runs within the limits
+// (admission.go). The caller admits it.
+func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
+	w := newWorker(cw.ID, cw.FirstMention)
+	w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
+	w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
+	w.mem = cw.Mem.episode()
+	for _, r := range cw.Roles {
+		if rm := t.role(w, r.Role); rm != nil {
+			rm.rss = r.RSS
+			if rm.ep != nil {
+				*rm.ep = r.Mem.episode()
+			}
+		}
 	}
-	if doc.Version != checkpointVersion {
-		return fmt.Errorf("checkpoint version %d, want %d", doc.Version, checkpointVersion)
+	for _, k := range cw.KillLog {
+		if i, ok := killReasonIndex[k.Reason]; ok && t.effects[i] != effectNone && len(w.killLog) < maxKillLog {
+			w.killLog = append(w.killLog, killRec{at: k.At, reason: uint8(i)})
+		}
 	}
-	t.schedulerSeen = doc.SchedulerSeen
-	for id, cw := range doc.Workers {
-		if len(t.workers) >= t.cfg.Limits.MaxWorkers {
-			t.counts.workersRefused[refusedMaxWorkers]++
+	w.killSince = cw.KillSince
+	for r, n := range cw.Kills {
+		w.kills[killIndex(r)] += n
+	}
+	w.claims, w.lastClaim = cw.Claims, cw.LastClaim
+	for o, name := range originNames {
+		co, ok := cw.Sources[name]
+		if !ok {
 			continue
 		}
-		w := newWorker(id, cw.FirstMention)
-		w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
-		w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
-		w.mem = cw.Mem.episode()
-		for _, r := range cw.Roles {
-			if rm := t.role(w, r.Role); rm != nil {
-				rm.rss = r.RSS
-				if rm.ep != nil {
-					*rm.ep = r.Mem.episode()
-				}
+		w.origins[o].last = co.Last
+		for _, k := range co.Keys {
+			if i := slices.Index(t.idKeys, k); i >= 0 {
+				w.origins[o].keys |= 1 << i
 			}
 		}
-		for _, k := range cw.KillLog {
-			if i, ok := killReasonIndex[k.Reason]; ok && t.effects[i] != effectNone && len(w.killLog) < maxKillLog {
-				w.killLog = append(w.killLog, killRec{at: k.At, reason: uint8(i)})
-			}
-		}
-		w.killSince = cw.KillSince
-		for r, n := range cw.Kills {
-			w.kills[killIndex(r)] += n
-		}
-		w.claims, w.lastClaim = cw.Claims, cw.LastClaim
-		for o, name := range originNames {
-			co, ok := cw.Sources[name]
-			if !ok {
-				continue
-			}
-			w.origins[o].last = co.Last
-			for _, k := range co.Keys {
-				if i := slices.Index(t.idKeys, k); i >= 0 {
-					w.origins[o].keys |= 1 << i
-				}
-			}
-		}
-		for i, s := range t.scheds {
-			if s.name == cw.Sched {
-				w.sched = uint8(i)
-			}
-		}
-		w.schedKnown = cw.SchedKnown
-		// Only workers seen in two intervals are checkpointed; a tree or a
-		// scheduler confirmed them, or not.
-		w.evidence = evidenceRecords
-		if w.origins[originTree].last > 0 || w.origins[originScheduler].last > 0 {
-			w.evidence = evidenceConfirmed
-		}
-		// The verdict is not restored: unknown until evaluated (never healthy
-		// by default after a restart).
-		w.state, w.since = contract.Unknown, now
-		w.reasons = []contract.Reason{notReported(now)}
-		if len(cw.Runs) > 0 {
-			for rid, r := range cw.Runs {
-				if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-					t.counts.runsRefused[refusedRunsTotal]++
-					break
-				}
-				t.runCount++
-				rr := &run{
-					id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-					claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
-					endTS: r.EndTS, result: r.Result, kill: r.Kill,
-				}
-				w.runs.put(rr)
-				w.order = append(w.order, rr)
-			}
-			// First seen = the earlier side's claim (0 when never claimed).
-			slices.SortFunc(w.order, func(a, b *run) int {
-				return cmp.Compare(firstSeen(a), firstSeen(b))
-			})
-		}
-		if w.evidence != evidenceConfirmed {
-			t.low[w.evidence].pushBack(w)
-		}
-		t.workers[w.id] = w
 	}
-	return nil
+	for i, s := range t.scheds {
+		if s.name == cw.Sched {
+			w.sched = uint8(i)
+		}
+	}
+	w.schedKnown = cw.SchedKnown
+	w.evidence = evidenceRecords
+	if cw.Evidence == evidenceConfirmed {
+		w.evidence = evidenceConfirmed
+	}
+	// The verdict is not restored: unknown until evaluated (never healthy
+	// by default after a restart).
+	w.state, w.since = contract.Unknown, now
+	w.reasons = []contract.Reason{notReported(now)}
+	if len(cw.Runs) > 0 {
+		for rid, r := range cw.Runs {
+			if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
+				t.counts.runsRefused[refusedRunsTotal]++
+				break
+			}
+			if rid == "" || len(rid) > t.cfg.Limits.MaxAttributeLength || !utf8.ValidString(rid) {
+				continue // not an id the mapping would have taken
+			}
+			t.runCount++
+			rr := &run{
+				id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
+				claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
+				endTS: r.EndTS, result: r.Result, kill: r.Kill,
+			}
+			w.runs.put(rr)
+			w.order = append(w.order, rr)
+		}
+		// First seen = the earlier side's claim (0 when never claimed).
+		slices.SortFunc(w.order, func(a, b *run) int {
+			return cmp.Compare(firstSeen(a), firstSeen(b))
+		})
+	}
+	return w
 }
 
-// restore loads the checkpoint, if any. A broken checkpoint is counted and
-// ignored: starting empty (everyone unknown) is safe, failing to start is not.
+// restore loads the checkpoint, if any. A broken record is counted and
+// skipped, a broken checkpoint is counted and ignored: starting empty
+// (everyone unknown) is safe, failing to start is not. (A corrupt storage
+// file is moved aside before this, by file_storage: extension/filestorage.)
 func (p *healthProcessor) restore(ctx context.Context) {
 	if p.storage == nil {
 		return
 	}
-	data, err := p.storage.Get(ctx, checkpointKey)
-	if err != nil {
+	fail := func(msg string, err error) {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("reading the checkpoint failed; starting empty", zap.Error(err))
+		p.logger.Warn(msg+"; starting with no workers", zap.Error(err))
+	}
+	if err := p.storage.Delete(ctx, cpLegacyKey); err != nil {
+		fail("deleting the version 1 checkpoint failed", err)
+	}
+	raw, err := p.storage.Get(ctx, cpMetaKey)
+	if err != nil {
+		fail("reading the checkpoint failed", err)
 		return
 	}
-	if data == nil {
+	if raw == nil {
 		p.logger.Info("no checkpoint in the storage: starting with no workers")
 		return
 	}
-	p.mu.Lock()
-	err = p.tracker.unmarshal(data, p.clock.Now().UnixNano())
-	n := len(p.tracker.workers)
-	p.mu.Unlock()
-	if err != nil {
-		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("the checkpoint is unreadable; starting empty", zap.Error(err))
+	var meta cpMeta
+	if err := json.Unmarshal(raw, &meta); err != nil || meta.Version != checkpointVersion || meta.Slots < 0 {
+		fail("the checkpoint's meta record is unreadable", fmt.Errorf("version %d, %d slots: %w", meta.Version, meta.Slots, err))
 		return
 	}
-	p.logger.Info("restored worker state from the checkpoint", zap.Int("workers", n))
+	now := p.clock.Now().UnixNano()
+	p.mu.Lock()
+	p.tracker.schedulerSeen = meta.SchedulerSeen
+	p.tracker.cp.hw = meta.Slots
+	p.mu.Unlock()
+	p.lastMeta = meta
+	var bad int
+	for start := int32(0); start < meta.Slots; start += cpReadChunk {
+		ops := make([]*storage.Operation, 0, cpReadChunk)
+		for s := start; s < min(start+cpReadChunk, meta.Slots); s++ {
+			ops = append(ops, storage.GetOperation(cpSlotKey(s)))
+		}
+		if err := p.storage.Batch(ctx, ops...); err != nil {
+			fail("reading the checkpoint failed", err)
+			p.mu.Lock()
+			p.tracker = newTracker(p.cfg)
+			p.mu.Unlock()
+			return
+		}
+		recs := make([]cpWorker, len(ops))
+		ok := make([]bool, len(ops))
+		for i, op := range ops {
+			if op.Value == nil {
+				continue
+			}
+			if len(op.Value) > cpMaxRecord || json.Unmarshal(op.Value, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
+				bad++
+				continue
+			}
+			ok[i] = true
+		}
+		p.mu.Lock()
+		for i := range ops {
+			p.tracker.restoreSlot(start+int32(i), &recs[i], ok[i], now)
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	n := p.tracker.tracked()
+	refused := p.tracker.counts.workersRefused[refusedMaxWorkers]
+	runs := p.tracker.runCount
+	p.mu.Unlock()
+	if bad > 0 {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, int64(bad))
+	}
+	p.logger.Info("restored worker state from the checkpoint", zap.Int64("workers", n[evidenceRecords]+n[evidenceConfirmed]),
+		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
 }
 
-// writeCheckpoint writes the checkpoint; the caller holds cpMu.
+// validRecord: a record whose id the mapping would have taken.
+func validRecord(cw *cpWorker, cfg *Config) bool {
+	return cw.ID != "" && len(cw.ID) <= cfg.Limits.MaxAttributeLength && utf8.ValidString(cw.ID) &&
+		(cw.Evidence == evidenceRecords || cw.Evidence == evidenceConfirmed)
+}
+
+// restoreSlot admits one slot's worker, within limits.max_workers; a slot
+// that is empty, unreadable, a duplicate or over the limit is freed (and
+// deleted at the next write).
+func (t *tracker) restoreSlot(slot int32, cw *cpWorker, ok bool, now int64) {
+	if ok && t.workers[cw.ID] == nil && len(t.workers) < t.cfg.Limits.MaxWorkers {
+		w := t.fromCheckpoint(cw, now)
+		w.slot = slot
+		if w.evidence != evidenceConfirmed {
+			t.low[w.evidence].pushBack(w)
+		}
+		t.workers[w.id] = w
+		return
+	}
+	if ok && t.workers[cw.ID] == nil {
+		t.counts.workersRefused[refusedMaxWorkers]++
+	}
+	t.cp.free = append(t.cp.free, slot)
+	t.cp.deleted = append(t.cp.deleted, slot)
+}
+
+// markDirty queues a worker to be written at the next checkpoint.
+func (t *tracker) markDirty(w *worker) {
+	if !w.dirty {
+		w.dirty = true
+		t.cp.dirty = append(t.cp.dirty, w)
+	}
+}
+
+// freeSlot is called when a worker is forgotten.
+func (t *tracker) freeSlot(w *worker) {
+	if w.slot >= 0 {
+		t.cp.free = append(t.cp.free, w.slot)
+		t.cp.deleted = append(t.cp.deleted, w.slot)
+		w.slot = -1
+	}
+}
+
+// collectCheckpoint copies what changed since the last checkpoint: the
+// records of the workers to write (slots handed out as needed), the slots to
+// delete, the meta record. Under the processor's lock; no marshaling.
+func (t *tracker) collectCheckpoint() (writes []cpWrite, deletes []int32, meta cpMeta) {
+	for _, w := range t.cp.dirty {
+		w.dirty = false
+		if t.workers[w.id] != w || w.evidence == evidenceOnce {
+			continue // forgotten since, or not checkpointed (admission.go)
+		}
+		if w.slot < 0 {
+			if n := len(t.cp.free); n > 0 {
+				w.slot, t.cp.free = t.cp.free[n-1], t.cp.free[:n-1]
+			} else {
+				w.slot = t.cp.hw
+				t.cp.hw++
+			}
+		}
+		writes = append(writes, cpWrite{slot: w.slot, id: w.id, rec: t.toCheckpoint(w)})
+	}
+	clear(t.cp.dirty)
+	t.cp.dirty = t.cp.dirty[:0]
+	deletes, t.cp.deleted = t.cp.deleted, nil
+	return writes, deletes, cpMeta{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw}
+}
+
+// unchanged: nothing to write (the meta record as last written).
+func (p *healthProcessor) unchanged(writes []cpWrite, deletes []int32, meta cpMeta) bool {
+	return len(writes) == 0 && len(deletes) == 0 && meta == p.lastMeta
+}
+
+// writeCheckpoint writes what changed; the caller holds cpMu. On failure
+// the workers stay queued for the next one.
 func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if p.storage == nil {
 		return
 	}
 	p.mu.Lock()
-	data, err := p.tracker.marshal()
+	writes, deletes, meta := p.tracker.collectCheckpoint()
 	p.mu.Unlock()
-	if err == nil {
-		err = p.storage.Set(ctx, checkpointKey, data)
+	if p.unchanged(writes, deletes, meta) {
+		return
 	}
-	if err != nil {
+
+	ops := make([]*storage.Operation, 0, len(deletes)+len(writes)+1)
+	for _, s := range deletes {
+		ops = append(ops, storage.DeleteOperation(cpSlotKey(s)))
+	}
+	var err error
+	for i := range writes {
+		var b []byte
+		if b, err = cpMarshal(&writes[i].rec); err != nil {
+			break
+		}
+		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].slot), b))
+	}
+	if err == nil && meta != p.lastMeta {
+		var b []byte
+		if b, err = json.Marshal(&meta); err == nil {
+			ops = append(ops, storage.SetOperation(cpMetaKey, b))
+		}
+	}
+	if err == nil {
+		err = p.storage.Batch(ctx, ops...)
+	}
+	if err == nil {
+		p.lastMeta = meta
+	} else {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("writing the checkpoint failed", zap.Error(err))
+		p.logger.Warn("writing the checkpoint failed; trying again at the next one", zap.Error(err))
+		p.mu.Lock()
+		t := p.tracker
+		for _, wr := range writes {
+			if w := t.workers[wr.id]; w != nil && w.slot == wr.slot {
+				t.markDirty(w)
+			}
+		}
+		t.cp.deleted = append(t.cp.deleted, deletes...)
+		p.mu.Unlock()
 	}
 }

@@ -302,6 +302,7 @@ func (t *tracker) prune(w *worker, now int64) {
 			r.flags |= fGone
 			w.runs.remove(r)
 			t.runCount--
+			t.markDirty(w)
 		}
 	}
 	w.compactOrder()

@@ -125,7 +125,7 @@ func TestShutdownDoesNotWaitForABlockedDownstream(t *testing.T) {
 			}
 			shutdownAll(sctx, t, tp, mp, lp)
 			store.mu.Lock()
-			_, wrote := store.data[checkpointKey]
+			_, wrote := store.data[cpMetaKey]
 			store.mu.Unlock()
 			assert.True(t, wrote, "the final checkpoint was written all the same")
 			assert.Equal(t, int64(1), down.calls.Load(), "one emission, the blocked one")

@@ -60,8 +60,9 @@ type healthProcessor struct {
 
 	// cpMu serializes checkpoint writes and guards storage, so the timer
 	// loop's checkpoint and the final one at shutdown never overlap.
-	cpMu    sync.Mutex
-	storage storage.Client
+	cpMu     sync.Mutex
+	storage  storage.Client
+	lastMeta cpMeta // the meta record last written or read
 }
 
 // pipeline is one processorhelper wrapper: the next consumer of its

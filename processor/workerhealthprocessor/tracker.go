@@ -146,6 +146,11 @@ type worker struct {
 	prev, next  *worker
 	unannounced bool
 
+	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
+	// changed since it was last written.
+	slot  int32
+	dirty bool
+
 	state   contract.State
 	since   int64
 	reasons []contract.Reason
@@ -173,6 +178,7 @@ func newWorker(id string, now int64) *worker {
 		exitChildBase: -1,
 		state:         contract.Unknown,
 		since:         now,
+		slot:          -1,
 	}
 }
 
@@ -208,6 +214,9 @@ type tracker struct {
 	fromOnce    []*worker
 	counts      admissionCounts
 	malformed   int64
+	// cp: the checkpoint's slots and the workers changed since it was
+	// last written (checkpoint.go).
+	cp cpSlots
 	// healed: runs let go by side (drift.go), unjoinedN: workers reported
 	// as named by one source only; read and reset by the processor.
 	healed    [2]int64

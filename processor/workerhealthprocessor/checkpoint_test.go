@@ -1,0 +1,153 @@
+package workerhealthprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// started is a harness whose processor checkpoints to store.
+func started(t *testing.T, cfg *Config, store *memStorage) *harness {
+	t.Helper()
+	id := component.MustNewID("file_storage")
+	cfg.StorageID = &id
+	h := newHarness(t, cfg)
+	pl := &pipeline{}
+	require.NoError(t, h.p.start(context.Background(), host{ext: map[component.ID]component.Component{id: store}}, pl))
+	t.Cleanup(func() { require.NoError(t, h.p.shutdown(context.Background(), pl)) })
+	return h
+}
+
+func (h *harness) checkpoint() {
+	h.p.cpMu.Lock()
+	defer h.p.cpMu.Unlock()
+	h.p.writeCheckpoint(context.Background())
+}
+
+// Issue 14.1: the checkpoint is written incrementally, one record per
+// worker, only those that changed; a forgotten worker's record is deleted;
+// workers seen once are not written. (The whole state was rewritten as one
+// value at every evaluation: 227 MB every 5 s after a flood.)
+func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
+	store := &memStorage{}
+	h := started(t, testCfg(), store)
+	for _, w := range []string{"a", "b", "c"} {
+		h.metrics(treeMetrics(w, 10, -1, 1))
+	}
+	h.logs(wl("once", contract.EventHeartbeat, "", nil))
+	h.checkpoint()
+	assert.Equal(t, map[string]int{cpSlotKey(0): 1, cpSlotKey(1): 1, cpSlotKey(2): 1, cpMetaKey: 1}, store.written())
+
+	h.metrics(treeMetrics("b", 20, -1, 1))
+	h.checkpoint()
+	w := store.written()
+	assert.Len(t, w, 1, "only b's record: %v", w)
+	h.checkpoint()
+	assert.Empty(t, store.written(), "nothing changed, nothing written")
+
+	// a and c go quiet and are forgotten after worker_ttl; b reports.
+	for range 7 {
+		h.advance(10 * time.Second)
+		h.metrics(treeMetrics("b", 20, -1, 1))
+		h.eval()
+	}
+	h.checkpoint()
+	assert.Len(t, store.keys(cpPrefix+"w/"), 1, "the forgotten workers' records are deleted")
+}
+
+// Issue 14.1: the processor's lock is not held while the checkpoint is
+// marshaled and written: a large state or a slow disk does not stall the
+// pipelines (the whole state was marshaled under the lock).
+func TestCheckpointDoesNotHoldTheLock(t *testing.T) {
+	store := &memStorage{}
+	h := started(t, testCfg(), store)
+	h.metrics(treeMetrics("a", 10, -1, 1))
+	marshaling, release := make(chan struct{}), make(chan struct{})
+	old := cpMarshal
+	cpMarshal = func(v any) ([]byte, error) {
+		close(marshaling)
+		<-release
+		return old(v)
+	}
+	t.Cleanup(func() { cpMarshal = old })
+	done := make(chan struct{})
+	go func() {
+		h.checkpoint()
+		close(done)
+	}()
+	<-marshaling
+	ingested := make(chan struct{})
+	go func() {
+		h.metrics(treeMetrics("b", 10, -1, 1))
+		close(ingested)
+	}()
+	select {
+	case <-ingested:
+	case <-time.After(time.Minute):
+		t.Fatal("ingestion waited for the checkpoint's marshaling")
+	}
+	close(release)
+	<-done
+	assert.Contains(t, store.written(), cpSlotKey(0))
+}
+
+// A failed write keeps the changed workers queued for the next one.
+func TestCheckpointRetriesAfterAFailedWrite(t *testing.T) {
+	store := &memStorage{fail: errors.New("disk full")}
+	h := started(t, testCfg(), store)
+	h.metrics(treeMetrics("a", 10, -1, 1))
+	h.checkpoint()
+	store.mu.Lock()
+	store.fail = nil
+	store.mu.Unlock()
+	h.checkpoint()
+	assert.Contains(t, store.written(), cpSlotKey(0))
+}
+
+// Issue 14.1: after a restart the state is bounded the same way: at most
+// limits.max_workers workers and limits.max_runs runs come back, records
+// that cannot be read are skipped, and the version 1 checkpoint (one huge
+// value) is deleted unread.
+func TestRestoreIsBounded(t *testing.T) {
+	store := &memStorage{}
+	cfg := testCfg()
+	h := started(t, cfg, store)
+	for i := range 30 {
+		id := fmt.Sprintf("w%02d", i)
+		h.metrics(treeMetrics(id, 10, -1, 1))
+		for r := range 10 {
+			h.logs(sl(id, contract.EventClaimed, fmt.Sprintf("%s-r%d", id, r)))
+		}
+	}
+	h.checkpoint()
+	store.mu.Lock()
+	store.data[cpSlotKey(3)] = []byte("{not json")
+	store.data[cpLegacyKey] = make([]byte, 1<<20)
+	store.mu.Unlock()
+
+	small := testCfg()
+	small.Limits.MaxWorkers = 10
+	small.Limits.MaxUnconfirmedWorkers = 10
+	small.Limits.MaxRuns = 40
+	h2 := started(t, small, store)
+	h2.p.mu.Lock()
+	n, runs := len(h2.p.tracker.workers), h2.p.tracker.runCount
+	h2.p.mu.Unlock()
+	assert.Equal(t, 10, n)
+	assert.Equal(t, 40, runs)
+	assert.Empty(t, store.keys(cpLegacyKey))
+	for _, w := range h2.p.tracker.snapshot(h2.clock.Now().UnixNano()).Workers {
+		assert.Equal(t, contract.Unknown, w.State, "restored workers are unknown until they report")
+	}
+	// The slots not restored are deleted at the next write.
+	h2.checkpoint()
+	assert.Len(t, store.keys(cpPrefix+"w/"), 10)
+}
