@@ -110,10 +110,45 @@ func startEventsScraper(t *testing.T, cfg *Config) *workerScraper {
 // TestProcessEventsExactCounts: a real tree forks 500 /bin/true children and
 // 5 children with 3 /bin/true grandchildren each between two scrapes:
 // started and exited grow by exactly the number of processes; the long-lived children keep their role, and
-// one that exits is counted once, in its role.
+// one that exits is counted once, in its role. The same while other
+// processes subscribe to the proc connector and leave it again all along (as
+// other collectors and tests on a host do): the kernel's acknowledgements of
+// their requests are no lost events (taken for gaps, they made the receiver
+// fall back to its sampling bound and count almost none of the burst).
 func TestProcessEventsExactCounts(t *testing.T) {
+	t.Run("alone", func(t *testing.T) { exactCounts(t, "events1") })
+	t.Run("while other listeners come and go", func(t *testing.T) {
+		stop := make(chan struct{})
+		done := make(chan int)
+		go func() {
+			// About 50 times a second: every scrape interval sees some.
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			n := 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				case <-tick.C:
+				}
+				if c, err := procevents.Open(); err == nil {
+					c.Close()
+					n++
+				}
+			}
+		}()
+		exactCounts(t, "events2")
+		close(stop)
+		n := <-done
+		t.Logf("another listener subscribed and left %d times meanwhile", n)
+		require.Positive(t, n)
+	})
+}
+
+func exactCounts(t *testing.T, id string) {
 	s := startEventsScraper(t, realConfig())
-	tr := startRealTree(t, "events1")
+	tr := startRealTree(t, id)
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		_, err := s.scrape(ctx)
@@ -121,10 +156,10 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	}
 	md, err := s.scrape(ctx)
 	require.NoError(t, err)
-	started0 := sumValues(md, "events1", "workerwatch.process.started", nil)
-	exited0 := sumValues(md, "events1", "workerwatch.process.exited", nil)
+	started0 := sumValues(md, id, "workerwatch.process.started", nil)
+	exited0 := sumValues(md, id, "workerwatch.process.exited", nil)
 	role := func(r string) map[string]string { return map[string]string{"workerwatch.process.role": r} }
-	childStarted0 := sumValues(md, "events1", "workerwatch.process.started", role("child"))
+	childStarted0 := sumValues(md, id, "workerwatch.process.started", role("child"))
 
 	// Each spawner is a Go program: its first exec also forks the runtime's
 	// pidfd probe (a child that exits at once, a process like any other),
@@ -143,8 +178,8 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		md, err = s.scrape(ctx)
 		require.NoError(t, err)
-		started = sumValues(md, "events1", "workerwatch.process.started", nil) - started0
-		exited = sumValues(md, "events1", "workerwatch.process.exited", nil) - exited0
+		started = sumValues(md, id, "workerwatch.process.started", nil) - started0
+		exited = sumValues(md, id, "workerwatch.process.exited", nil) - exited0
 		if started >= total && exited >= total {
 			break
 		}
@@ -155,19 +190,19 @@ func TestProcessEventsExactCounts(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	md, err = s.scrape(ctx)
 	require.NoError(t, err)
-	started = sumValues(md, "events1", "workerwatch.process.started", nil) - started0
-	exited = sumValues(md, "events1", "workerwatch.process.exited", nil) - exited0
+	started = sumValues(md, id, "workerwatch.process.started", nil) - started0
+	exited = sumValues(md, id, "workerwatch.process.exited", nil) - exited0
 	assert.Equal(t, float64(total), started)
 	assert.Equal(t, float64(total), exited)
-	v, _ := findValue(md, "events1", "workerwatch.process.count", role("engine-child"))
+	v, _ := findValue(md, id, "workerwatch.process.count", role("engine-child"))
 	assert.Equal(t, 3.0, v)
-	v, _ = findValue(md, "events1", "workerwatch.process.count", role("child"))
+	v, _ = findValue(md, id, "workerwatch.process.count", role("child"))
 	assert.Equal(t, 3.0, v)
-	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", role("child"))-childStarted0)
+	assert.Equal(t, float64(total), sumValues(md, id, "workerwatch.process.started", role("child"))-childStarted0)
 
 	// A long-lived engine child (seen and classified by the scrapes) and its
 	// grandchild exit: counted once each, in their own roles.
-	engine0 := sumValues(md, "events1", "workerwatch.process.exited", role("engine-child"))
+	engine0 := sumValues(md, id, "workerwatch.process.exited", role("engine-child"))
 	tr.killChild(t, 0)
 	require.Eventually(t, func() bool {
 		_, err := os.Stat("/proc/" + strconv.Itoa(tr.pids[1]))
@@ -178,9 +213,9 @@ func TestProcessEventsExactCounts(t *testing.T) {
 		md, err = s.scrape(ctx)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, engine0+1, sumValues(md, "events1", "workerwatch.process.exited", role("engine-child")))
-	assert.Equal(t, float64(total)+2, sumValues(md, "events1", "workerwatch.process.exited", nil)-exited0)
-	assert.Equal(t, float64(total), sumValues(md, "events1", "workerwatch.process.started", nil)-started0)
+	assert.Equal(t, engine0+1, sumValues(md, id, "workerwatch.process.exited", role("engine-child")))
+	assert.Equal(t, float64(total)+2, sumValues(md, id, "workerwatch.process.exited", nil)-exited0)
+	assert.Equal(t, float64(total), sumValues(md, id, "workerwatch.process.started", nil)-started0)
 	assert.Zero(t, s.ev.Lost())
 }
 

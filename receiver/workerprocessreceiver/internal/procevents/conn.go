@@ -87,6 +87,8 @@ type Conn struct {
 
 	lost atomic.Int64          // events lost (sequence gaps), for internal telemetry
 	err  atomic.Pointer[error] // why the reader stopped, nil while it runs
+	// ackID marks this Conn's requests (see control).
+	ackID uint32
 }
 
 func newConn() *Conn {
@@ -97,8 +99,14 @@ func newConn() *Conn {
 		owner:   map[int32]*entry{},
 		groups:  map[*Group]struct{}{},
 		lastSeq: map[uint32]uint32{},
+		// Unique on the host: the pid (at most 22 bits), and a count of
+		// this process's Conns.
+		ackID: uint32(os.Getpid())<<8 | conns.Add(1)&0xff,
 	}
 }
+
+// conns counts the Conns this process opened (see ackID).
+var conns atomic.Uint32
 
 // Open subscribes to the proc connector and starts the reader goroutine.
 // It fails without CAP_NET_ADMIN in the host's initial user and pid
@@ -147,7 +155,9 @@ func Open() (*Conn, error) {
 	return c, nil
 }
 
-// control sends PROC_CN_MCAST_LISTEN or _IGNORE.
+// control sends PROC_CN_MCAST_LISTEN or _IGNORE. Its cn_msg.ack is this
+// Conn's ackID: the kernel answers with ackID+1, which tells our answer from
+// the ones it broadcasts for other processes' requests.
 func (c *Conn) control(op uint32) error {
 	var b [nlmsgHdrLen + cnMsgLen + 4]byte
 	ne := binary.NativeEndian
@@ -157,7 +167,8 @@ func (c *Conn) control(op uint32) error {
 	ne.PutUint32(b[12:], uint32(os.Getpid())) // nlmsg_pid
 	ne.PutUint32(b[16:], cnIdxProc)
 	ne.PutUint32(b[20:], cnValProc)
-	ne.PutUint16(b[32:], 4) // cn_msg.len
+	ne.PutUint32(b[28:], c.ackID) // cn_msg.ack
+	ne.PutUint16(b[32:], 4)       // cn_msg.len
 	ne.PutUint32(b[36:], op)
 	var serr error
 	if err := c.rc.Write(func(fd uintptr) bool {
@@ -196,13 +207,15 @@ func (c *Conn) waitAck(d time.Duration) error {
 			}
 			m := b[:l]
 			if len(m) >= procDataOff+8 && binary.NativeEndian.Uint32(m[16:]) == cnIdxProc {
-				if binary.NativeEndian.Uint32(m[procEvOff:]) == procEventNone {
+				if binary.NativeEndian.Uint32(m[procEvOff:]) != procEventNone {
+					events = true
+				} else if binary.NativeEndian.Uint32(m[28:]) == c.ackID+1 {
+					// Our answer (another process's is for its request).
 					if e := binary.NativeEndian.Uint32(m[procDataOff:]); e != 0 {
 						return unix.Errno(e)
 					}
 					return nil
 				}
-				events = true
 			}
 			b = b[min((l+3)&^3, len(b)):]
 		}
@@ -319,11 +332,17 @@ func (c *Conn) handle(b []byte) {
 			continue
 		}
 		what := ne.Uint32(m[procEvOff:])
-		if what == procEventNone {
+		// Lost events: the kernel numbers the messages per CPU. Every
+		// message counts, the PROC_EVENT_NONE acknowledgements that any
+		// process subscribing or unsubscribing makes the kernel broadcast to
+		// every listener included: current kernels (6.18 here) number them
+		// like events. Older ones send them with cpu -1 and no number. Taken
+		// for gaps, they made every interval in which another collector or
+		// test started fall back to the sampling bound (issue 14.8).
+		seq, cpu := ne.Uint32(m[24:]), ne.Uint32(m[procEvOff+4:])
+		if cpu == ^uint32(0) {
 			continue
 		}
-		// Lost events: the kernel numbers the messages per CPU.
-		seq, cpu := ne.Uint32(m[24:]), ne.Uint32(m[procEvOff+4:])
 		if last, ok := c.lastSeq[cpu]; ok {
 			if gap := seq - last - 1; gap > 0 && gap < 1<<31 {
 				c.lost.Add(int64(gap))
@@ -331,6 +350,9 @@ func (c *Conn) handle(b []byte) {
 			}
 		}
 		c.lastSeq[cpu] = seq
+		if what == procEventNone {
+			continue
+		}
 		d := m[procDataOff:]
 		switch what {
 		case procEventFork:

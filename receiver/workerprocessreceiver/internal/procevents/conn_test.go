@@ -95,3 +95,32 @@ func TestProcessEventsHandle(t *testing.T) {
 	assert.Empty(t, exits)
 	assert.Zero(t, p.lost.Load()-2)
 }
+
+// Other processes subscribing and unsubscribing make the kernel broadcast
+// PROC_EVENT_NONE acknowledgements to every listener, numbered per CPU like
+// events on current kernels: they are no lost events. (Counted as lost, each
+// made its interval fall back to the sampling bound: 32 % of the churn test's
+// short-lived children counted instead of 100 %.) An acknowledgement with
+// cpu -1, as older kernels send them, takes no number.
+func TestAcknowledgementsAreNoLoss(t *testing.T) {
+	p := newConn()
+	g := p.NewGroup()
+	_, _ = p.Sync(g, []int32{100}, nil)
+	p.handle(procMsg(1, procEventFork, 100, 100, 200, 200))
+	p.handle(procMsg(2, procEventNone, 0)) // another process's PROC_CN_MCAST_LISTEN
+	oldAck := procMsg(0, procEventNone, 0)
+	binary.NativeEndian.PutUint32(oldAck[procEvOff+4:], ^uint32(0))
+	p.handle(oldAck)
+	p.handle(procMsg(3, procEventExit, 200, 200, 0, 0))
+	assert.Zero(t, p.Lost())
+	exits, covered := p.Sync(g, []int32{100}, nil)
+	assert.True(t, covered, "no event was lost: the interval is exact")
+	require.Len(t, exits, 1)
+	assert.Equal(t, int32(200), exits[0].Pid)
+
+	// A real gap still counts.
+	p.handle(procMsg(5, procEventFork, 100, 100, 201, 201))
+	assert.Equal(t, int64(1), p.Lost())
+	_, covered = p.Sync(g, []int32{100}, nil)
+	assert.False(t, covered)
+}
