@@ -91,6 +91,28 @@ func TestViewsAndDialects(t *testing.T) {
 		stopFleet(t, f)
 	})
 
+	t.Run("two OTLP endpoints: the scheduler uses the first, the workers each in turn", func(t *testing.T) {
+		a, sinkA := startOTLP(t)
+		b, sinkB := startOTLP(t)
+		f := startFleet(t, "--workers", "2", "--seed", "9", "--otlp-endpoint", a+","+b,
+			"--run-rate", "4", "--run-duration", "200ms", "--poll-interval", "100ms", "--export-interval", "300ms")
+		f.waitLine(t, regexp.MustCompile(`^workersim: fleet ready: 2 workers`), 10*time.Second)
+		from := func(s *sinks) map[string]bool {
+			out := map[string]bool{}
+			for _, e := range s.events() {
+				out[e.service+" "+e.worker] = true
+			}
+			return out
+		}
+		require.Eventually(t, func() bool {
+			return from(sinkA)["workersim-worker worker-1"] && from(sinkB)["workersim-worker worker-2"] && from(sinkA)["workersim-scheduler "]
+		}, 30*time.Second, 100*time.Millisecond)
+		assert.False(t, from(sinkA)["workersim-worker worker-2"], "worker-2 sends to the second endpoint only")
+		assert.False(t, from(sinkB)["workersim-worker worker-1"], "worker-1 sends to the first endpoint only")
+		assert.False(t, from(sinkB)["workersim-scheduler "], "the scheduler sends to the first endpoint only")
+		stopFleet(t, f)
+	})
+
 	t.Run("busy: the main process burns CPU", func(t *testing.T) {
 		f := startFleet(t, "--workers", "1", "--faults", "busy", "--busy-fraction", "0.5", "--otlp-endpoint", "",
 			"--run-rate", "0")

@@ -315,6 +315,10 @@ type KillsRule struct {
 	// ChildRoles: the roles whose exits are matched against ending runs for
 	// child_exit. Default: none, which means every role but the main one.
 	ChildRoles []string `mapstructure:"child_roles"`
+	// ExitWindow: a child exit is blamed on a run that ended from the tree
+	// sample before the exit until this long after it (the run's end record
+	// and the tree travel apart, seconds apart under load). Default 15s.
+	ExitWindow time.Duration `mapstructure:"exit_window"`
 }
 
 // CPURule: the main process saturating what one thread can get (cpu.go).
@@ -511,6 +515,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Memory.Roles) > maxRoleLimits {
 		add("memory.roles", "at most %d roles, got %d", maxRoleLimits, len(c.Memory.Roles))
+	}
+	if c.Kills.ExitWindow <= 0 {
+		add("kills.exit_window", "must be positive, got %v", c.Kills.ExitWindow)
 	}
 	if c.Identity.JoinWithin <= 0 {
 		add("identity.join_within", "must be positive, got %v", c.Identity.JoinWithin)

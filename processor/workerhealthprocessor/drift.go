@@ -199,8 +199,9 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 //     comes), or its latest count; a worker it stops restating loses the
 //     runs its last snapshot listed after three snapshot intervals;
 //   - where neither corrects a side, a run it still holds drift.heal_after
-//     after the other side ended it, or (the scheduler's side only) that the
-//     worker never named, is let go.
+//     after the other side ended it, or that the other side never named (for
+//     the worker's side: only when a scheduler knows the worker; a worker no
+//     scheduler knows may hold a run for hours), is let go.
 func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 	workerCounted := t.reconcile(w, srcWorker, w.active, w.activeAt, int64(t.cfg.Lost.After), &w.heldOverSince, now, grace)
 	schedCorrected := false
@@ -234,6 +235,14 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 			}
 		case !workerCounted && r.has(fWorkerHeld) && r.has(fSchedEnded):
 			if now-max(r.wAt, r.sEnd) >= after {
+				release(r, srcWorker, now)
+				t.healed[srcWorker]++
+			}
+		case !workerCounted && r.has(fWorkerHeld) && !r.has(fSchedHeld) && w.schedKnown:
+			// A scheduler that knows the worker never named the run (a
+			// short run between two snapshots, a claim lost): its end was
+			// lost too, or it is a real orphan no longer news.
+			if now-r.wAt >= after {
 				release(r, srcWorker, now)
 				t.healed[srcWorker]++
 			}

@@ -94,7 +94,7 @@ func createDefaultConfig() component.Config {
 			RecoveryRatio:    0.95,
 			RecoverySamples:  3,
 		},
-		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: defaultKillEffects()},
+		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: defaultKillEffects(), ExitWindow: 15 * time.Second},
 		Identity: IdentityConfig{JoinWithin: time.Minute},
 		CPU: CPURule{
 			Enabled: true, SaturationCores: 0.9, Samples: 3,

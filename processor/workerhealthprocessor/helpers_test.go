@@ -35,6 +35,7 @@ func testCfg() *Config {
 	cfg.Drift.Grace = 3 * time.Second
 	cfg.Drift.TombstoneTTL = time.Minute
 	cfg.Kills.Window = time.Minute
+	cfg.Kills.ExitWindow = 3 * time.Second
 	cfg.Limits.WorkerTTL = time.Minute
 	return cfg
 }

@@ -1,6 +1,7 @@
 package workerhealthprocessor
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,6 +87,17 @@ func TestIdentity(t *testing.T) {
 				repeat(70, step{do: feed(liveTree(100)), advance: sec, want: healthy, noCode: codeNoTelemetry}),
 				repeat(5, step{do: feed(tree{worker: "w1", present: 0, oom: -1}), advance: sec}),
 				step{want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
+			// openfn helper's finding: with a pulled scheduler a claim exists
+			// because the worker just asked for work.
+			name: "a claims-only scheduler's claims are a sign of life: unknown, not lost",
+			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewClaimsOnly },
+			steps: seq(
+				repeat(10, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec, want: unknown, code: codeNotReported, noCode: codeNoTelemetry}),
 			),
 		},
 		{
@@ -310,6 +322,34 @@ func TestDriftHeals(t *testing.T) {
 			),
 		},
 		{
+			// bullmq helper's finding: a short run never listed by a
+			// snapshot, whose end was lost, stayed orphaned for good.
+			name: "a run the scheduler never named, whose end was lost, heals after drift.heal_after",
+			cfg: func(c *Config) {
+				heal(c)
+				c.Scheduler.View = contract.ViewSnapshots
+				c.Scheduler.SnapshotInterval = 2 * sec
+			},
+			steps: seq(
+				step{do: feed(hb, snapLogs("workersim-scheduler", "w1"), wClaim("short")), advance: 4 * sec, want: degraded, check: codes(0, 1)},
+				repeat(15, step{do: feed(hb, snapLogs("workersim-scheduler", "w1")), advance: sec, check: codes(0, 1)}),
+				step{do: feed(hb, snapLogs("workersim-scheduler", "w1")), advance: sec, check: func(h *harness) {
+					codes(0, 0)(h)
+					assert.Equal(h.t, [2]int64{1, 0}, h.healed())
+				}},
+			),
+		},
+		{
+			name: "a worker no scheduler knows keeps its run however long it lasts",
+			cfg:  heal,
+			steps: seq(
+				step{do: feed(hb, wClaim("long")), advance: sec},
+				repeat(40, step{do: hb, advance: sec, check: func(h *harness) {
+					assert.Equal(h.t, []string{"long"}, h.snap("w1").Runs.Worker)
+				}}),
+			),
+		},
+		{
 			// bullmq helper's finding: a worker whose own telemetry never
 			// arrives has no view to disagree with.
 			name: "no missing drift for a worker only the scheduler names",
@@ -377,6 +417,20 @@ func TestKills(t *testing.T) {
 				step{do: feed(hb, finished("r1")), advance: 4 * sec, want: healthy, check: kills("child_exit", 0)},
 				// Three children die, no run ends.
 				step{do: feed(hb, exits(0, 4)), advance: 4 * sec, want: unhealthy, code: codeKills, check: kills("child_exit", 3)},
+			),
+		},
+		{
+			// openfn helper's finding: on a loaded host the run's end came
+			// seconds after the tree showed its child's exit.
+			name: "a run end arriving late within kills.exit_window still explains its child's exit",
+			cfg: func(c *Config) {
+				win(c)
+				c.Kills.ExitWindow = 15 * time.Second
+			},
+			steps: seq(
+				step{do: feed(hb, exits(0, 0), started("r1"), started("r2"), started("r3")), advance: sec},
+				step{do: feed(hb, exits(0, 3)), advance: 10 * sec},
+				step{do: feed(hb, finished("r1"), finished("r2"), finished("r3")), advance: 10 * sec, want: healthy, check: kills("child_exit", 0)},
 			),
 		},
 		{

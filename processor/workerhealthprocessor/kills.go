@@ -222,14 +222,14 @@ func (w *worker) runEnded(now int64) {
 	w.endNext = (w.endNext + 1) % endRing
 }
 
-// matchExits blames the child exits older than the grace period on runs that
-// ended from the sample before them until the grace period after them (the
-// run's end event and the tree sample travel apart); the rest are child
-// deaths with no run to blame (child_exit). A run end explains one exit,
+// matchExits blames the child exits older than kills.exit_window on runs
+// that ended from the sample before them until kills.exit_window after them
+// (the run's end event and the tree sample travel apart: seconds apart on a
+// loaded host); the rest are child deaths with no run to blame (child_exit). A run end explains one exit,
 // and only one close to it in time, so runs whose children live on
 // (OpenFn's engine keeps its child processes) do not excuse later deaths.
 func (t *tracker) matchExits(w *worker, now int64) {
-	grace := max(int64(t.cfg.Drift.Grace), int64(time.Second))
+	grace := int64(t.cfg.Kills.ExitWindow)
 	done := 0
 	for _, ex := range w.exitPend {
 		if now-ex.at < grace {

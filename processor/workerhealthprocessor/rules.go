@@ -121,7 +121,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, notReported(w.firstMention))
+		return contract.Unknown, append(reasons, notReported(w, w.firstMention, false))
 	}
 	switch {
 	case len(unhealthy) > 0:
@@ -136,13 +136,16 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 // notReported is the reason of a worker that sent nothing of its own since
 // the processor started: restored from a checkpoint, or only named by the
-// scheduler.
-func notReported(since int64) contract.Reason {
-	return contract.Reason{
-		Code:    codeNotReported,
-		Message: "no telemetry from the worker or its process tree since the processor started",
-		Since:   ts(since),
+// scheduler (the message says so).
+func notReported(w *worker, since int64, restored bool) contract.Reason {
+	msg := "no telemetry from the worker or its process tree since the processor started"
+	switch {
+	case restored:
+		msg += "; restored from the checkpoint"
+	case w.origins[originScheduler].last > 0:
+		msg += "; only the scheduler named it"
 	}
+	return contract.Reason{Code: codeNotReported, Message: msg, Since: ts(since)}
 }
 
 func (t *tracker) pendingFresh(now int64) bool {

@@ -341,6 +341,13 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		t.seenBy(w, originScheduler, e.key, now)
 		w.schedKnown = true
 		w.sched = e.sched
+		if e.kind == evClaimed && t.schedOf(w).view == contract.ViewClaimsOnly {
+			// A claims-only scheduler (OpenFn's Lightning) is pulled: its
+			// claim exists because the worker just asked for work, so it is
+			// a sign of life. Not of the worker's own view: still unknown
+			// without its telemetry or tree.
+			w.lastAlive = now
+		}
 	}
 	if e.src == srcWorker {
 		t.seenBy(w, originTelemetry, e.key, now)

@@ -57,6 +57,9 @@ type RunRequest struct {
 type Status struct {
 	Pending int                 `json:"pending"`
 	Held    map[string][]string `json:"held"`
+	// Dropped: the held runs whose claim response was dropped (drop-claims):
+	// the worker never learned of them, so it never starts them.
+	Dropped map[string][]string `json:"dropped"`
 }
 
 // ErrNotHeld is returned when the scheduler answers 409.

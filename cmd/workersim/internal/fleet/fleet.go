@@ -33,8 +33,11 @@ type Config struct {
 	SchedulerAddr string
 	// SchedulerArgs and WorkerArgs are passed through to every scheduler
 	// and worker (flags that are the same for all of them).
-	SchedulerArgs   []string
-	WorkerArgs      []string
+	SchedulerArgs []string
+	WorkerArgs    []string
+	// Endpoints are the OTLP endpoints, the workers' in turn (worker i gets
+	// Endpoints[i % len]); empty: export disabled.
+	Endpoints       []string
 	ShutdownTimeout time.Duration
 }
 
@@ -42,6 +45,7 @@ type Config struct {
 type proc struct {
 	kind     string // "scheduler" or "worker"
 	id       string
+	index    int // a worker's place in the fleet, from 0
 	fault    cli.Fault
 	restarts int
 }
@@ -100,6 +104,11 @@ func (f *Fleet) workerArgs(p *proc) []string {
 	// `workersim worker --id ID` leads the command line: the receiver's
 	// selectors match on it.
 	args := []string{"worker", "--id", p.id, "--scheduler", "http://" + f.addr, "--fault", string(p.fault)}
+	endpoint := ""
+	if n := len(f.cfg.Endpoints); n > 0 {
+		endpoint = f.cfg.Endpoints[p.index%n]
+	}
+	args = append(args, "--otlp-endpoint", endpoint)
 	return append(args, f.cfg.WorkerArgs...)
 }
 

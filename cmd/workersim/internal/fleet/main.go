@@ -25,7 +25,7 @@ func Main(args []string) int {
 		dialect       = fs.String("dialect", "conventions", "names every process speaks: conventions (workerwatch's) or openfn")
 		busy          = fs.Float64("busy-fraction", 0.5, "busy: share of one core a busy worker's main process burns")
 		seed          = fs.Uint64("seed", 0, "seed for run ids, sizes and jitter (0: from the clock, printed)")
-		endpoint      = fs.String("otlp-endpoint", "127.0.0.1:4318", "OTLP/HTTP endpoint (host:port or URL) for every process; empty disables export")
+		endpoint      = fs.String("otlp-endpoint", "127.0.0.1:4318", "OTLP/HTTP endpoint (host:port or URL) for every process, or a comma list: the scheduler uses the first, the workers each in turn; empty disables export")
 		schedAddr     = fs.String("scheduler-addr", "127.0.0.1:0", "scheduler API address (port 0 picks a free one)")
 		capacity      = fs.Int("capacity", 2, "runs each worker holds at once")
 		runMemory     = cli.Bytes(20 << 20)
@@ -123,12 +123,22 @@ func Main(args []string) int {
 			dropIDs = append(dropIDs, *idPrefix+strconv.Itoa(i+1))
 		}
 	}
+	var endpoints []string
+	for _, e := range strings.Split(*endpoint, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			endpoints = append(endpoints, e)
+		}
+	}
+	schedEndpoint := ""
+	if len(endpoints) > 0 {
+		schedEndpoint = endpoints[0]
+	}
 	seedS, export := strconv.FormatUint(*seed, 10), exportPeriod.String()
 	cfg := Config{
 		Workers: *workers, Faults: faultList, IDPrefix: *idPrefix, PidDir: *pidDir,
-		SchedulerAddr: *schedAddr, ShutdownTimeout: *shutdownAfter,
+		SchedulerAddr: *schedAddr, ShutdownTimeout: *shutdownAfter, Endpoints: endpoints,
 		SchedulerArgs: []string{
-			"--otlp-endpoint", *endpoint, "--seed", seedS,
+			"--otlp-endpoint", schedEndpoint, "--seed", seedS,
 			"--run-memory", strconv.FormatInt(int64(runMemory), 10), "--run-duration", runDuration.String(),
 			"--run-rate", strconv.FormatFloat(*runRate, 'g', -1, 64), "--max-pending", strconv.Itoa(*maxPending),
 			"--claim-timeout", claimTimeout.String(), "--lost-timeout", lostTimeout.String(),
@@ -137,7 +147,7 @@ func Main(args []string) int {
 			"--dialect", *dialect,
 		},
 		WorkerArgs: []string{
-			"--otlp-endpoint", *endpoint, "--capacity", strconv.Itoa(*capacity), "--seed", seedS,
+			"--capacity", strconv.Itoa(*capacity), "--seed", seedS,
 			"--run-timeout", runTimeout.String(), "--run-memory-limit", strconv.FormatInt(int64(memLimit), 10),
 			"--leak-bytes", strconv.FormatInt(int64(leakBytes), 10), "--leak-max", strconv.FormatInt(int64(leakMax), 10),
 			"--hang-after", strconv.Itoa(*hangAfter), "--ack-delay", ackDelay.String(),

@@ -47,7 +47,7 @@ func (f *Fleet) Run() int {
 		return cli.ExitError
 	}
 	for i := 0; i < f.cfg.Workers; i++ {
-		p := &proc{kind: "worker", id: f.workerID(i), fault: f.cfg.Faults[i]}
+		p := &proc{kind: "worker", id: f.workerID(i), index: i, fault: f.cfg.Faults[i]}
 		if err := f.startWorker(p); err != nil {
 			cli.Failf("fleet", "%v", err)
 			stop(syscall.SIGTERM, cli.ExitError)

@@ -222,14 +222,20 @@ func (s *State) Counts() (pending int, heldBy map[string]int) {
 func (s *State) Status() api.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := api.Status{Pending: len(s.pending), Held: map[string][]string{}}
+	st := api.Status{Pending: len(s.pending), Held: map[string][]string{}, Dropped: map[string][]string{}}
 	for w := range s.workers {
 		st.Held[w] = []string{}
 	}
 	for id, h := range s.held {
 		st.Held[h.worker] = append(st.Held[h.worker], id)
+		if h.dropped {
+			st.Dropped[h.worker] = append(st.Dropped[h.worker], id)
+		}
 	}
 	for _, ids := range st.Held {
+		sort.Strings(ids)
+	}
+	for _, ids := range st.Dropped {
 		sort.Strings(ids)
 	}
 	return st
