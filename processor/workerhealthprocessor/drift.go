@@ -134,9 +134,8 @@ func (t *tracker) drift(w *worker, now int64) {
 		w.countMissSince, w.countOrphSince = 0, 0
 	}
 
-	// Over capacity: the larger of both views beyond the capacity, once it has
-	// lasted the grace period (claims and ends cross in flight). Runs already
-	// missing count once, as missing: the scheduler's side without them.
+	// Over capacity: the runs held beyond the capacity, once that lasted the
+	// grace period (claims and ends cross in flight).
 	w.overCap = 0
 	if c := t.capacityOf(w); c > 0 {
 		if held := w.heldForCapacity(); held > c {
@@ -152,9 +151,18 @@ func (t *tracker) drift(w *worker, now int64) {
 	w.overCapSince = 0
 }
 
-// heldForCapacity is what over capacity judges: the larger of the worker's
-// runs and the scheduler's without those already missing.
-func (w *worker) heldForCapacity() int { return max(w.heldW, w.heldS-w.missN) }
+// heldForCapacity is what over capacity judges: the runs the worker holds,
+// by its own view where it has one. Runs only the scheduler holds are not
+// the worker's load: they are missing (or about to be, within the grace
+// period), and counting them again as capacity excess would report every
+// lost claim twice. A worker whose own telemetry never named it has only the
+// scheduler's view.
+func (w *worker) heldForCapacity() int {
+	if w.origins[originTelemetry].last > 0 {
+		return w.heldW
+	}
+	return w.heldS
+}
 
 func minSince(cur, v int64) int64 {
 	if cur == 0 || v < cur {

@@ -319,6 +319,12 @@ func TestDriftHeals(t *testing.T) {
 				step{do: hb, advance: 4 * sec, want: degraded, code: codeMissing, noCode: codeOverCapacity, check: func(h *harness) {
 					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
 				}},
+				// Claims that keep getting lost: young ones (not yet missing)
+				// are not the worker's load either.
+				repeat(8, step{do: func(h *harness) {
+					hb(h)
+					h.logs(sClaim(fmt.Sprintf("lost-%d", autoRun.Add(1))))
+				}, advance: sec, noCode: codeOverCapacity}),
 			),
 		},
 		{
