@@ -7,12 +7,14 @@ import "github.com/workerwatch/workerwatch/internal/contract"
 // flood of ids must not push real workers out. So each worker has an
 // evidence level, and the limits treat the levels differently:
 //
-//   - seen once: only its own records, all within one evaluation interval.
-//     At most limits.max_unconfirmed_workers of them, at most
-//     maxRunsSeenOnce runs each; forgotten after lost.after unless seen again
-//     in a later interval; neither exported as per-worker series, nor
-//     checkpointed, nor announced by a state-change record until seen again.
-//   - records: only its own records, but in two or more intervals.
+//   - seen once: only its own records, all within one evaluation interval
+//     or two adjacent ones (one batch of records can straddle an
+//     evaluation). At most limits.max_unconfirmed_workers of them, at most
+//     maxRunsSeenOnce runs each; forgotten after lost.after without a
+//     record; neither exported as per-worker series (nor, with
+//     limits.drop_untracked_metrics, its own metrics), nor checkpointed, nor
+//     announced by a state-change record until seen again.
+//   - records: only its own records, but in intervals further apart.
 //   - confirmed: its process tree (the worker_process receiver) or a
 //     scheduler named it.
 //
@@ -171,12 +173,15 @@ func (t *tracker) mention(w *worker, now int64, ev evidence) {
 	case ev == evidenceConfirmed:
 		t.low[w.evidence].remove(w)
 		t.promoted(w, evidenceConfirmed)
-	case w.evidence == evidenceOnce && t.evals != w.admitted:
+	case w.evidence == evidenceOnce && t.evals >= w.admitted+2:
+		// Seen in an interval that is not the next one: a batch of records
+		// can straddle one evaluation, so two adjacent intervals are still
+		// "seen once".
 		t.low[evidenceOnce].remove(w)
 		t.promoted(w, evidenceRecords)
 		t.low[evidenceRecords].pushBack(w)
-	case w.evidence == evidenceRecords:
-		t.low[evidenceRecords].moveToBack(w)
+	default:
+		t.low[w.evidence].moveToBack(w)
 	}
 }
 
@@ -198,13 +203,13 @@ func (t *tracker) forget(w *worker) {
 	t.last = nil
 }
 
-// expire forgets workers seen once that were not seen again within
-// lost.after, and workers of any level without a record for
-// limits.worker_ttl. Those seen once are in admission order, so this costs
-// what it removes.
+// expire forgets workers seen once without a record for lost.after, and
+// workers of any level without a record for limits.worker_ttl. Those seen
+// once are listed least recently mentioned first, so this costs what it
+// removes.
 func (t *tracker) expire(now int64) {
 	once := &t.low[evidenceOnce]
-	for w := once.head; w != nil && now-w.firstMention > int64(t.cfg.Lost.After); w = once.head {
+	for w := once.head; w != nil && now-w.lastMention > int64(t.cfg.Lost.After); w = once.head {
 		t.counts.workersExpired[evidenceOnce]++
 		t.forget(w)
 	}

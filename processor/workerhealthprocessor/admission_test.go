@@ -1,14 +1,21 @@
 package workerhealthprocessor
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
 )
 
 func (h *harness) evidenceOf(id string) (evidence, bool) {
@@ -92,8 +99,13 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	assert.Equal(t, int64(1), h.counts().workersRefused[refusedMaxUnconfirmed], "c")
 	h.eval()
 	h.advance(sec)
-	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // a later interval
+	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the next interval: still seen once
 	ev, _ := h.evidenceOf("a")
+	assert.Equal(t, evidenceOnce, ev, "a batch may straddle one evaluation")
+	h.eval()
+	h.advance(sec)
+	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the one after
+	ev, _ = h.evidenceOf("a")
 	assert.Equal(t, evidenceRecords, ev)
 	h.logs(wl("c", contract.EventHeartbeat, "", nil)) // a's slot is free
 	_, ok := h.evidenceOf("c")
@@ -108,7 +120,7 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	_, okB := h.evidenceOf("b")
 	assert.True(t, okA, "seen again: kept")
 	assert.False(t, okB, "seen once, not again within lost.after: forgotten")
-	assert.Equal(t, int64(2), h.counts().workersExpired[evidenceOnce], "b and c")
+	assert.Equal(t, int64(2), h.counts().workersExpired[evidenceOnce], "b and c: no record for lost.after")
 }
 
 // A worker seen once changes state silently and is not exported; seen
@@ -122,6 +134,9 @@ func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
 	h.p.mu.Unlock()
 	assert.NotContains(t, metricsByWorker(md), "w1")
 	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
+	h.advance(sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	assert.Empty(t, h.eval(), "the next interval: still seen once")
 	h.advance(sec)
 	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
 	trs := h.eval()
@@ -212,4 +227,70 @@ func TestFloodStaysBounded(t *testing.T) {
 	md := tr.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
 	runtime.KeepAlive(h)
+}
+
+// Issue 14.1: incoming metrics of workers the processor does not track, has
+// seen once, or names by a malformed id are dropped and counted, so the
+// exporters downstream hold per-worker series for at most max_workers
+// workers; metrics without a worker id, and the scheduler's, pass.
+func TestUntrackedMetricsAreDropped(t *testing.T) {
+	for _, drop := range []bool{true, false} {
+		t.Run(fmt.Sprintf("drop_untracked_metrics=%v", drop), func(t *testing.T) {
+			tt := componenttest.NewTelemetry()
+			t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+			cfg := testCfg()
+			cfg.Limits.MaxWorkers = 3
+			cfg.Limits.DropUntrackedMetrics = drop
+			ctx := context.Background()
+			sink := new(consumertest.MetricsSink)
+			mp, err := NewFactory().CreateMetrics(ctx, metadatatest.NewSettings(tt), cfg, sink)
+			require.NoError(t, err)
+			require.NoError(t, mp.Start(ctx, componenttest.NewNopHost()))
+			t.Cleanup(func() { require.NoError(t, mp.Shutdown(ctx)) })
+
+			batch := func(mds ...pmetric.Metrics) pmetric.Metrics {
+				md := pmetric.NewMetrics()
+				for _, x := range mds {
+					x.ResourceMetrics().MoveAndAppendTo(md.ResourceMetrics())
+				}
+				return md
+			}
+			noID := pmetric.NewMetrics()
+			noID.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
+			// Two confirmed workers (3 points each) pass; a worker seen once
+			// (1), a malformed id (1) are dropped; the scheduler's and a
+			// resource without a worker id pass.
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree", 10, -1, 1), treeMetrics("tree2", 10, -1, 1))))
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(workerActive("once", 2), workerActive("bad\xff", 1), pendingMetrics(5), noID)))
+			// At max_workers (3), all confirmed: a new worker is refused, its
+			// metrics (3 points) dropped.
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree3", 10, -1, 1))))
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("full", 10, -1, 1), workerActive("tree", 1))))
+			var got []string
+			for _, md := range sink.AllMetrics() {
+				for id := range metricsByWorker(md) {
+					got = append(got, id)
+				}
+			}
+			if !drop {
+				assert.ElementsMatch(t, []string{"tree", "tree2", "once", "bad\xff", "", "tree3", "full", "tree"}, got, "everything passes")
+				return
+			}
+			assert.ElementsMatch(t, []string{"tree", "tree2", "", "tree3", "tree"}, got)
+			metadatatest.AssertEqualProcessorWorkerHealthDroppedMetricPoints(t, tt,
+				[]metricdata.DataPoint[int64]{{Value: 5}}, metricdatatest.IgnoreTimestamp())
+
+			// A batch with nothing left is not passed on at all.
+			n := len(sink.AllMetrics())
+			require.NoError(t, mp.ConsumeMetrics(ctx, workerActive("once-more", 1)))
+			assert.Len(t, sink.AllMetrics(), n)
+		})
+	}
+}
+
+// workerActive is worker's own count of the runs it holds.
+func workerActive(worker string, n int64) pmetric.Metrics {
+	md := activeMetrics(n)
+	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
+	return md
 }

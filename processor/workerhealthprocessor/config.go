@@ -403,6 +403,15 @@ type LimitsConfig struct {
 	// MaxRuns tracked in all (held and remembered ended runs). A worker's
 	// share is max_runs / tracked workers, at least 8. Default 100000.
 	MaxRuns int `mapstructure:"max_runs"`
+	// DropUntrackedMetrics: incoming metrics whose resource names a worker
+	// the processor does not track (refused at these limits), has seen only
+	// once, or names by a malformed id, are dropped (and counted) instead of
+	// passed on: every exporter downstream (a Prometheus exporter keeps each
+	// series until its metric_expiration) then holds per-worker series for
+	// at most max_workers workers, however many ids a sender makes up.
+	// Metrics without a worker id, and the scheduler's, always pass.
+	// Default true.
+	DropUntrackedMetrics bool `mapstructure:"drop_untracked_metrics"`
 	// WorkerTTL: forget a worker after this long without any record about it.
 	// Default 1h.
 	WorkerTTL time.Duration `mapstructure:"worker_ttl"`

@@ -186,7 +186,9 @@ func TestFleetIdleWhilePending(t *testing.T) {
 	cfg.Capacity.Default = 2
 	cfg.Stall.After = 0
 	h := newHarness(t, cfg)
-	for i := 0; i < 4; i++ {
+	// 5 evaluations: a records-only worker counts in the fleet from its
+	// third interval (admission.go), then fleet.idle_intervals (3).
+	for i := 0; i < 5; i++ {
 		hb(h)
 		h.metrics(pendingMetrics(3))
 		h.eval()

@@ -14,8 +14,6 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
-var capabilities = consumer.Capabilities{MutatesData: false}
-
 // factory keeps one instance per *Config: the collector creates the
 // component once per pipeline with the same *Config pointer, so every
 // pipeline that lists the id shares one tracker (the memory_limiter
@@ -106,7 +104,7 @@ func createDefaultConfig() component.Config {
 		Fleet: FleetRule{IdleIntervals: 3},
 		Hyst:  Hysteresis{RecoverEvaluations: 2},
 		Limits: LimitsConfig{
-			MaxWorkers: 10000, MaxUnconfirmedWorkers: 1000, MaxRunsPerWorker: 256, MaxRuns: 100000,
+			MaxWorkers: 10000, MaxUnconfirmedWorkers: 1000, MaxRunsPerWorker: 256, MaxRuns: 100000, DropUntrackedMetrics: true,
 			WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10,
 		},
 		HistogramBuckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
@@ -140,10 +138,12 @@ func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProc
 	return p, nil
 }
 
-// lifecycle binds a wrapper's Start and Shutdown to its pipeline.
-func lifecycle(p *healthProcessor, pl *pipeline) []processorhelper.Option {
+// lifecycle binds a wrapper's Start and Shutdown to its pipeline. The
+// metrics wrapper mutates what passes when it drops untracked workers'
+// metrics (limits.drop_untracked_metrics).
+func lifecycle(p *healthProcessor, pl *pipeline, mutates bool) []processorhelper.Option {
 	return []processorhelper.Option{
-		processorhelper.WithCapabilities(capabilities),
+		processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: mutates}),
 		processorhelper.WithStart(func(ctx context.Context, host component.Host) error { return p.start(ctx, host, pl) }),
 		processorhelper.WithShutdown(func(ctx context.Context) error { return p.shutdown(ctx, pl) }),
 	}
@@ -154,7 +154,7 @@ func (f *factory) createTraces(ctx context.Context, set processor.Settings, cfg 
 	if err != nil {
 		return nil, err
 	}
-	return processorhelper.NewTraces(ctx, set, cfg, next, p.processTraces, lifecycle(p, &pipeline{})...)
+	return processorhelper.NewTraces(ctx, set, cfg, next, p.processTraces, lifecycle(p, &pipeline{}, false)...)
 }
 
 func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
@@ -162,7 +162,7 @@ func (f *factory) createMetrics(ctx context.Context, set processor.Settings, cfg
 	if err != nil {
 		return nil, err
 	}
-	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics, lifecycle(p, &pipeline{metrics: next})...)
+	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics, lifecycle(p, &pipeline{metrics: next}, p.cfg.Limits.DropUntrackedMetrics)...)
 }
 
 func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Logs) (processor.Logs, error) {
@@ -170,5 +170,5 @@ func (f *factory) createLogs(ctx context.Context, set processor.Settings, cfg co
 	if err != nil {
 		return nil, err
 	}
-	return processorhelper.NewLogs(ctx, set, cfg, next, p.processLogs, lifecycle(p, &pipeline{logs: next})...)
+	return processorhelper.NewLogs(ctx, set, cfg, next, p.processLogs, lifecycle(p, &pipeline{logs: next}, false)...)
 }

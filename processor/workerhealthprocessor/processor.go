@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -449,11 +450,61 @@ func (p *healthProcessor) processTraces(_ context.Context, td ptrace.Traces) (pt
 	return td, nil
 }
 
-func (p *healthProcessor) processMetrics(_ context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+func (p *healthProcessor) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
 	b := p.getBatch()
 	p.mapper.metrics(md, b)
 	p.ingest(b)
+	if p.cfg.Limits.DropUntrackedMetrics && p.dropUntracked(ctx, md) {
+		return md, processorhelper.ErrSkipProcessingData
+	}
 	return md, nil
+}
+
+// dropUntracked removes the resources that name a worker the processor does
+// not track, has seen only once, or names by a malformed id (admission.go:
+// a flood of ids must not become a flood of series in the exporters), and
+// reports whether nothing is left.
+func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics) bool {
+	var dropped int64
+	p.mu.Lock()
+	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
+		r, ok := p.mapper.resource(rm.Resource())
+		if ok && (r.src == srcScheduler || r.id == "") {
+			return false
+		}
+		if w := p.tracker.workers[r.id]; ok && w != nil && w.evidence != evidenceOnce {
+			return false
+		}
+		dropped += int64(resourcePoints(rm))
+		return true
+	})
+	p.mu.Unlock()
+	p.count(ctx, p.tel.ProcessorWorkerHealthDroppedMetricPoints, dropped)
+	return dropped > 0 && md.ResourceMetrics().Len() == 0
+}
+
+func resourcePoints(rm pmetric.ResourceMetrics) int {
+	n := 0
+	sms := rm.ScopeMetrics()
+	for i := 0; i < sms.Len(); i++ {
+		ms := sms.At(i).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			m := ms.At(j)
+			switch m.Type() {
+			case pmetric.MetricTypeGauge:
+				n += m.Gauge().DataPoints().Len()
+			case pmetric.MetricTypeSum:
+				n += m.Sum().DataPoints().Len()
+			case pmetric.MetricTypeHistogram:
+				n += m.Histogram().DataPoints().Len()
+			case pmetric.MetricTypeExponentialHistogram:
+				n += m.ExponentialHistogram().DataPoints().Len()
+			case pmetric.MetricTypeSummary:
+				n += m.Summary().DataPoints().Len()
+			}
+		}
+	}
+	return n
 }
 
 func (p *healthProcessor) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {

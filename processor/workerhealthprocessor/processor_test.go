@@ -324,13 +324,15 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	assert.Equal(t, 1, lSink.LogRecordCount(), "w2's first transition; w1 was seen once (by its spans)")
 	assert.NotContains(t, metricsByWorker(mSink.AllMetrics()[1]), "w1", "a worker seen once is not exported")
 
-	// w1's spans again, in a later interval: it is announced and exported.
+	// w1's spans again, two intervals later: it is announced and exported.
+	clock.Advance(cfg.EmitInterval)
+	require.Eventually(t, func() bool { return len(mSink.AllMetrics()) == 3 }, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, tp.ConsumeTraces(ctx, td))
 	clock.Advance(cfg.EmitInterval)
-	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 2 && len(mSink.AllMetrics()) == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 2 && len(mSink.AllMetrics()) == 4 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 2, lSink.LogRecordCount(), "w1's state announced once seen again")
 	assert.Equal(t, 2, tSink.SpanCount(), "nothing emitted into traces")
-	byWorker := metricsByWorker(mSink.AllMetrics()[2])
+	byWorker := metricsByWorker(mSink.AllMetrics()[3])
 	for _, w := range []string{"w1", "w2"} {
 		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims} {
 			assert.Contains(t, byWorker[w], n, "%s on the resource of %s", n, w)

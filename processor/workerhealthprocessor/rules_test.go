@@ -266,8 +266,9 @@ func TestRules(t *testing.T) {
 		{
 			name: "lost: no telemetry and no live process for T; back when it reports",
 			steps: seq(
-				// Seen in two intervals: a worker seen once and not again
+				// Seen in three intervals: a worker seen once and not again
 				// within lost.after is forgotten instead (admission.go).
+				step{do: hb, advance: sec, want: healthy},
 				step{do: hb, advance: sec, want: healthy},
 				step{do: hb, advance: 4 * sec, want: healthy},
 				step{advance: 2 * sec, want: lost, code: codeNoTelemetry},

@@ -29,6 +29,7 @@ type TelemetryBuilder struct {
 	mu                                       sync.Mutex
 	registrations                            []metric.Registration
 	ProcessorWorkerHealthCheckpointErrors    metric.Int64Counter
+	ProcessorWorkerHealthDroppedMetricPoints metric.Int64Counter
 	ProcessorWorkerHealthEmittedLogRecords   metric.Int64Counter
 	ProcessorWorkerHealthEmittedMetricPoints metric.Int64Counter
 	ProcessorWorkerHealthRecordsMalformed    metric.Int64Counter
@@ -117,6 +118,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_worker_health_checkpoint_errors",
 		metric.WithDescription("Failed checkpoint reads or writes to the storage extension. [Development]"),
 		metric.WithUnit("{error}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthDroppedMetricPoints, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_dropped_metric_points",
+		metric.WithDescription("Data points of incoming metrics dropped (limits.drop_untracked_metrics) because their resource names a worker the processor does not track, has seen only once, or names by a malformed id. [Development]"),
+		metric.WithUnit("{datapoint}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthEmittedLogRecords, err = builder.meter.Int64Counter(

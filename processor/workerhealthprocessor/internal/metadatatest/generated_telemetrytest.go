@@ -37,6 +37,22 @@ func AssertEqualProcessorWorkerHealthCheckpointErrors(t *testing.T, tt *componen
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualProcessorWorkerHealthDroppedMetricPoints(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_worker_health_dropped_metric_points",
+		Description: "Data points of incoming metrics dropped (limits.drop_untracked_metrics) because their resource names a worker the processor does not track, has seen only once, or names by a malformed id. [Development]",
+		Unit:        "{datapoint}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_worker_health_dropped_metric_points")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualProcessorWorkerHealthEmittedLogRecords(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_worker_health_emitted_log_records",

@@ -29,6 +29,7 @@ func TestSetupTelemetry(t *testing.T) {
 		return nil
 	}))
 	tb.ProcessorWorkerHealthCheckpointErrors.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthDroppedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRecordsMalformed.Add(context.Background(), 1)
@@ -41,6 +42,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorWorkerHealthWorkersRefused.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersUnjoined.Add(context.Background(), 1)
 	AssertEqualProcessorWorkerHealthCheckpointErrors(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthDroppedMetricPoints(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthEmittedLogRecords(t, testTel,
