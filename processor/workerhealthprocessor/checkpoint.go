@@ -62,6 +62,7 @@ type cpMeta struct {
 
 // cpSlots is the tracker's bookkeeping of the slots.
 type cpSlots struct {
+	enabled bool    // a storage is configured
 	hw      int32   // slots handed out so far: 0..hw-1
 	free    []int32 // slots of forgotten workers, to hand out again
 	deleted []int32 // slots to delete at the next write
@@ -178,6 +179,9 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 	p.cpMu.Lock()
 	p.storage = c
 	p.cpMu.Unlock()
+	p.mu.Lock()
+	p.tracker.cp.enabled = true
+	p.mu.Unlock()
 	return nil
 }
 
@@ -364,6 +368,7 @@ func (p *healthProcessor) restore(ctx context.Context) {
 			fail("reading the checkpoint failed", err)
 			p.mu.Lock()
 			p.tracker = newTracker(p.cfg)
+			p.tracker.cp.enabled = true
 			p.mu.Unlock()
 			return
 		}
@@ -423,9 +428,10 @@ func (t *tracker) restoreSlot(slot int32, cw *cpWorker, ok bool, now int64) {
 	t.cp.deleted = append(t.cp.deleted, slot)
 }
 
-// markDirty queues a worker to be written at the next checkpoint.
+// markDirty queues a worker to be written at the next checkpoint (when
+// there is a storage: without one nothing would ever empty the queue).
 func (t *tracker) markDirty(w *worker) {
-	if !w.dirty {
+	if !w.dirty && t.cp.enabled {
 		w.dirty = true
 		t.cp.dirty = append(t.cp.dirty, w)
 	}

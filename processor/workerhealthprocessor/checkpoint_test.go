@@ -151,3 +151,18 @@ func TestRestoreIsBounded(t *testing.T) {
 	h2.checkpoint()
 	assert.Len(t, store.keys(cpPrefix+"w/"), 10)
 }
+
+// Without a storage nothing queues workers for a checkpoint (the queue
+// would hold every worker ever seen, forgotten ones too).
+func TestNoCheckpointQueueWithoutStorage(t *testing.T) {
+	h := newHarness(t, testCfg())
+	for i := range 100 {
+		h.logs(wl(fmt.Sprintf("w%d", i), contract.EventHeartbeat, "", nil))
+	}
+	h.advance(time.Minute)
+	h.eval()
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	assert.Empty(t, h.p.tracker.workers)
+	assert.Empty(t, h.p.tracker.cp.dirty)
+}

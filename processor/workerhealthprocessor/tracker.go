@@ -282,6 +282,7 @@ func (t *tracker) apply(b *batch, now int64) {
 	for i := range b.events {
 		t.applyEvent(&b.events[i], now)
 	}
+	t.lastRefused = "" // it points into the batch's pdata
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
