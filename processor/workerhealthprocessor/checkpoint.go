@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
@@ -58,6 +59,27 @@ type cpMeta struct {
 	SchedulerSeen int64 `json:"scheduler_seen"`
 	// Slots: slots 0 to Slots-1 may hold a worker.
 	Slots int32 `json:"slots"`
+	// Start is when the cumulative series (counters, histograms) began:
+	// the first start, kept across restarts so every one of them continues
+	// from it (docs/processor.md, "Emitted metrics").
+	Start int64 `json:"start,omitempty"`
+}
+
+// cpHistsKey holds the fleet-wide histograms (written when they changed).
+const cpHistsKey = cpPrefix + "hists"
+
+// cpHists are the histograms by name ("result/<result>", "claim_to_start",
+// "stage/<stage>"), with the bounds they were counted in: other bounds
+// (histogram_buckets changed) make them unusable, and they start over.
+type cpHists struct {
+	Bounds []float64         `json:"bounds"`
+	Hists  map[string]cpHist `json:"hists"`
+}
+
+type cpHist struct {
+	Counts []uint64 `json:"counts"`
+	Count  uint64   `json:"count"`
+	Sum    float64  `json:"sum"`
 }
 
 // cpSlots is the tracker's bookkeeping of the slots.
@@ -117,6 +139,8 @@ type cpWorker struct {
 	Sources map[string]cpOrigin `json:"sources,omitempty"`
 	// Sched: the service name of the scheduler that last named it.
 	Sched string `json:"sched,omitempty"`
+	// Transitions: the cumulative state transitions by state entered.
+	Transitions map[string]int64 `json:"transitions,omitempty"`
 }
 
 // cpOrigin is one source's view of a worker's identity, its id attributes
@@ -195,6 +219,14 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 		KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
 		SchedKnown: w.schedKnown,
 	}
+	for i, n := range w.transitions {
+		if n > 0 {
+			if cw.Transitions == nil {
+				cw.Transitions = map[string]int64{}
+			}
+			cw.Transitions[string(contract.AllStates[i])] = n
+		}
+	}
 	for _, r := range w.roles {
 		cr := cpRole{Role: r.role, RSS: r.rss}
 		if r.ep != nil {
@@ -253,6 +285,11 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
 	w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
 	w.mem = cw.Mem.episode()
+	for st, n := range cw.Transitions {
+		if s := contract.State(st); s.Valid() && n > 0 {
+			w.transitions[stateIndex(s)] = n
+		}
+	}
 	for _, r := range cw.Roles {
 		if rm := t.role(w, r.Role); rm != nil {
 			rm.rss = r.RSS
@@ -356,7 +393,12 @@ func (p *healthProcessor) restore(ctx context.Context) {
 	p.mu.Lock()
 	p.tracker.schedulerSeen = meta.SchedulerSeen
 	p.tracker.cp.hw = meta.Slots
+	if meta.Start > 0 {
+		// The cumulative series continue from their first start.
+		p.startTime, p.tracker.start = meta.Start, meta.Start
+	}
 	p.mu.Unlock()
+	p.restoreHists(ctx)
 	p.lastMeta = meta
 	var bad int
 	for start := int32(0); start < meta.Slots; start += cpReadChunk {
@@ -400,6 +442,31 @@ func (p *healthProcessor) restore(ctx context.Context) {
 	}
 	p.logger.Info("restored worker state from the checkpoint", zap.Int64("workers", n[evidenceRecords]+n[evidenceConfirmed]),
 		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
+}
+
+// restoreHists reads the checkpointed histograms. Unreadable ones are
+// counted and start over; so do histograms of other bounds (logged).
+func (p *healthProcessor) restoreHists(ctx context.Context) {
+	raw, err := p.storage.Get(ctx, cpHistsKey)
+	if err != nil || raw == nil {
+		if err != nil {
+			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+			p.logger.Warn("reading the checkpointed histograms failed; they start over", zap.Error(err))
+		}
+		return
+	}
+	var c cpHists
+	if err := json.Unmarshal(raw, &c); err != nil || len(raw) > cpMaxRecord {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+		p.logger.Warn("the checkpointed histograms are unreadable; they start over", zap.Error(err))
+		return
+	}
+	p.mu.Lock()
+	ok := p.tracker.restoreHists(&c)
+	p.mu.Unlock()
+	if !ok {
+		p.logger.Info("histogram_buckets changed since the checkpoint: the histograms start over")
+	}
 }
 
 // validRecord: a record whose id the mapping would have taken.
@@ -468,7 +535,59 @@ func (t *tracker) collectCheckpoint() (writes []cpWrite, deletes []int32, meta c
 	clear(t.cp.dirty)
 	t.cp.dirty = t.cp.dirty[:0]
 	deletes, t.cp.deleted = t.cp.deleted, nil
-	return writes, deletes, cpMeta{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw}
+	return writes, deletes, cpMeta{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
+}
+
+// collectHists copies the histograms when they changed since the last
+// checkpoint (nil when not). Under the processor's lock.
+func (t *tracker) collectHists() *cpHists {
+	if !t.hists.changed {
+		return nil
+	}
+	t.hists.changed = false
+	h := t.hists
+	out := &cpHists{Bounds: h.bounds, Hists: map[string]cpHist{}}
+	put := func(name string, x *hist) {
+		if x != nil && x.count > 0 {
+			out.Hists[name] = cpHist{Counts: slices.Clone(x.counts), Count: x.count, Sum: x.sum}
+		}
+	}
+	for i, x := range h.byResult {
+		put("result/"+resultNames[i], x)
+	}
+	put("claim_to_start", &h.claimStart)
+	for name, x := range h.stages {
+		put("stage/"+name, x)
+	}
+	return out
+}
+
+// restoreHists puts checkpointed histograms back; false when they were
+// counted in other bounds (they start over then).
+func (t *tracker) restoreHists(c *cpHists) bool {
+	h := t.hists
+	if !slices.Equal(c.Bounds, h.bounds) {
+		return false
+	}
+	for name, ch := range c.Hists {
+		if len(ch.Counts) != len(h.bounds)+1 {
+			continue
+		}
+		x := &hist{counts: slices.Clone(ch.Counts), count: ch.Count, sum: ch.Sum}
+		switch {
+		case name == "claim_to_start":
+			h.claimStart = *x
+		case strings.HasPrefix(name, "result/"):
+			if i := slices.Index(resultNames[:], strings.TrimPrefix(name, "result/")); i >= 0 {
+				h.byResult[i] = x
+			}
+		case strings.HasPrefix(name, "stage/"):
+			if st := h.stages[strings.TrimPrefix(name, "stage/")]; st != nil {
+				*st = *x
+			}
+		}
+	}
+	return true
 }
 
 // unchanged: nothing to write (the meta record as last written).
@@ -484,8 +603,9 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	}
 	p.mu.Lock()
 	writes, deletes, meta := p.tracker.collectCheckpoint()
+	hists := p.tracker.collectHists()
 	p.mu.Unlock()
-	if p.unchanged(writes, deletes, meta) {
+	if p.unchanged(writes, deletes, meta) && hists == nil {
 		return
 	}
 
@@ -507,6 +627,12 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 			ops = append(ops, storage.SetOperation(cpMetaKey, b))
 		}
 	}
+	if err == nil && hists != nil {
+		var b []byte
+		if b, err = json.Marshal(hists); err == nil {
+			ops = append(ops, storage.SetOperation(cpHistsKey, b))
+		}
+	}
 	if err == nil {
 		err = p.storage.Batch(ctx, ops...)
 	}
@@ -523,6 +649,9 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 			}
 		}
 		t.cp.deleted = append(t.cp.deleted, deletes...)
+		if hists != nil {
+			t.hists.changed = true
+		}
 		p.mu.Unlock()
 	}
 }

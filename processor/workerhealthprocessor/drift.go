@@ -34,6 +34,14 @@ const (
 	snapCount       // a count only
 )
 
+// letGo releases a run's side in the judgement (heal, reconcile): counted,
+// and the worker's record is rewritten at the next checkpoint.
+func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
+	release(r, side, now)
+	t.healed[side]++
+	t.markDirty(w)
+}
+
 // release ends one side's hold of a run that was let go without an end
 // event (healed, closed by the other side, or absent from a snapshot).
 func release(r *run, side source, now int64) {
@@ -218,8 +226,7 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.interval):
 			for r := range w.runs.all() {
 				if r.has(fSchedHeld) {
-					release(r, srcScheduler, now)
-					t.healed[srcScheduler]++
+					t.letGo(w, r, srcScheduler, now)
 				}
 			}
 			w.snapKind = snapNone
@@ -238,21 +245,18 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 			// not), or never named it (its claim and end were both lost, or
 			// the run really was lost: a scheduler gives up on it by now).
 			if now-max(r.sAt, r.wEnd) >= after {
-				release(r, srcScheduler, now)
-				t.healed[srcScheduler]++
+				t.letGo(w, r, srcScheduler, now)
 			}
 		case !workerCounted && r.has(fWorkerHeld) && r.has(fSchedEnded):
 			if now-max(r.wAt, r.sEnd) >= after {
-				release(r, srcWorker, now)
-				t.healed[srcWorker]++
+				t.letGo(w, r, srcWorker, now)
 			}
 		case !workerCounted && r.has(fWorkerHeld) && !r.has(fSchedHeld) && w.schedKnown:
 			// A scheduler that knows the worker never named the run (a
 			// short run between two snapshots, a claim lost): its end was
 			// lost too, or it is a real orphan no longer news.
 			if now-r.wAt >= after {
-				release(r, srcWorker, now)
-				t.healed[srcWorker]++
+				t.letGo(w, r, srcWorker, now)
 			}
 		}
 	}
@@ -299,8 +303,7 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 				oldest = r
 			}
 		}
-		release(oldest, side, now)
-		t.healed[side]++
+		t.letGo(w, oldest, side, now)
 	}
 	*overSince = 0
 	return true

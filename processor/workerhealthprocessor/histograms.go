@@ -46,6 +46,8 @@ func resultIndex(result string) int {
 // histograms are fleet-wide (not per worker): per-worker histograms would
 // multiply series by workers times buckets.
 type histograms struct {
+	// changed: observed since the last checkpoint.
+	changed    bool
 	bounds     []float64
 	byResult   [len(resultNames)]*hist // nil until a run had that result
 	claimStart hist
@@ -79,12 +81,17 @@ func (h *histograms) duration(result string, ns int64) {
 		h.byResult[i] = x
 	}
 	x.observe(h.bounds, nsToSeconds(ns))
+	h.changed = true
 }
 
-func (h *histograms) claimToStart(ns int64) { h.claimStart.observe(h.bounds, nsToSeconds(ns)) }
+func (h *histograms) claimToStart(ns int64) {
+	h.claimStart.observe(h.bounds, nsToSeconds(ns))
+	h.changed = true
+}
 
 func (h *histograms) stage(name string, ns int64) {
 	if x := h.stages[name]; x != nil && ns >= 0 {
 		x.observe(h.bounds, nsToSeconds(ns))
+		h.changed = true
 	}
 }

@@ -1,12 +1,14 @@
 package workerhealthprocessor
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -675,4 +677,77 @@ func recentIDs(rs []contract.RunRecord) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// Counters and histograms are consistent across a restart with a
+// checkpoint (docs/processor.md, "Emitted metrics"): before, kills and
+// claims continued from the checkpoint while transitions and histograms
+// started over from 0, each with the new start time.
+func TestCumulativeAcrossRestart(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	cfg.Lost.After = time.Minute
+	ctx := context.Background()
+	hst := host{ext: map[component.ID]component.Component{storageID: store}}
+
+	h1 := newHarness(t, cfg)
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
+	started := h1.clock.Now()
+	h1.logs(workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
+		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
+		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
+	))
+	h1.advance(sec)
+	h1.p.tick(ctx)
+	hb(h1) // records in two intervals: checkpointed (admission.go)
+	h1.advance(sec)
+	h1.p.tick(ctx)
+	require.Equal(t, healthy, h1.state("w1"))
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
+
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(time.Hour)
+	// A new process starts an hour later (the harness's clock starts at t0).
+	h2.p.startTime = h2.clock.Now().UnixNano()
+	h2.p.tracker.start = h2.p.startTime
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
+	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
+	h2.logs(workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(time.Hour)},
+		rec{worker: "w1", event: "workerwatch.run.finished", run: "r2", ts: t0.Add(time.Hour + 2*sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},
+	))
+	h2.eval()
+	h2.p.mu.Lock()
+	md := h2.p.tracker.buildMetrics(h2.p.startTime, h2.clock.Now().UnixNano())
+	h2.p.mu.Unlock()
+	byWorker := metricsByWorker(md)
+
+	sum := func(m pmetric.Metric, attr, value string) (int64, pcommon.Timestamp) {
+		dps := m.Sum().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			if v, ok := dps.At(i).Attributes().Get(attr); ok && v.Str() == value {
+				return dps.At(i).IntValue(), dps.At(i).StartTimestamp()
+			}
+		}
+		return 0, 0
+	}
+	start := pcommon.NewTimestampFromTime(started)
+	kills, killsStart := sum(byWorker["w1"][contract.MetricKills], contract.AttrKillReason, "timeout")
+	assert.Equal(t, int64(1), kills, "kills continue")
+	assert.Equal(t, start, killsStart)
+	trans, transStart := sum(byWorker["w1"][contract.MetricStateTransitions], contract.AttrState, "healthy")
+	assert.Equal(t, int64(2), trans, "transitions continue: healthy before the restart and after it")
+	assert.Equal(t, start, transStart, "from the first start")
+	durations := byWorker[""][contract.MetricRunDuration].Histogram().DataPoints()
+	var total uint64
+	for i := 0; i < durations.Len(); i++ {
+		total += durations.At(i).Count()
+		assert.Equal(t, start, durations.At(i).StartTimestamp(), "histograms from the first start")
+	}
+	assert.Equal(t, uint64(2), total, "the run before the restart and the one after")
 }

@@ -101,6 +101,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 	}
 	p.pool.New = func() any { b := &batch{}; b.reset(); return b }
 	p.startTime = clock.Now().UnixNano()
+	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
 		n := p.tracker.tracked()

@@ -198,6 +198,7 @@ func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, 
 	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
 	w.state, w.since, w.reasons = to, now, reasons
 	w.transitions[stateIndex(to)]++
+	t.markDirty(w)
 	return tr
 }
 

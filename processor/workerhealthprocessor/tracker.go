@@ -233,6 +233,8 @@ type tracker struct {
 	originAt [nOrigins]int64
 	// roleNames interns process role names (memory.go).
 	roleNames map[string]string
+	// start is when the cumulative series began (checkpointed).
+	start int64
 }
 
 func newTracker(cfg *Config) *tracker {
