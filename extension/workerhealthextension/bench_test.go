@@ -1,6 +1,7 @@
 package workerhealthextension
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,86 @@ func BenchmarkPage10k(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		wh.handler.ServeHTTP(&discardWriter{h: http.Header{}}, req)
 	}
+}
+
+// BenchmarkWorkerPage10k renders one worker's page (three charts of 180
+// samples, its transitions, runs and sources) among 10,000 workers with full
+// histories (issue 16: < 20 ms).
+func BenchmarkWorkerPage10k(b *testing.B) {
+	wh := fullHistoryFleet(b, 10_000)
+	reqs := make([]*http.Request, 0, 64)
+	for i := range 64 {
+		reqs = append(reqs, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/workers/openfn-worker-%05d", i*151), nil))
+	}
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clear(w.h)
+		wh.handler.ServeHTTP(w, reqs[i%len(reqs)])
+		if w.code != http.StatusOK {
+			b.Fatalf("status %d", w.code)
+		}
+	}
+}
+
+// BenchmarkHistoryJSON10k is GET /health/workers/{id}/history, same fleet.
+func BenchmarkHistoryJSON10k(b *testing.B) {
+	wh := fullHistoryFleet(b, 10_000)
+	req := httptest.NewRequest(http.MethodGet, "/health/workers/openfn-worker-04242/history", nil)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clear(w.h)
+		wh.handler.ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkWorkersListTrend10k is what the fleet page's script fetches every
+// page_refresh: the whole list with each worker's memory trend.
+func BenchmarkWorkersListTrend10k(b *testing.B) {
+	wh := fullHistoryFleet(b, 10_000)
+	req := httptest.NewRequest(http.MethodGet, "/health/workers?trend=1", nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		wh.handler.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+	}
+}
+
+// fullHistoryFleet is realisticFleet(n) published, with 30 minutes of
+// history at 10 s behind every worker (recorded directly: publishing 180
+// snapshots of n workers would make the set-up minutes long) and two roles.
+func fullHistoryFleet(b *testing.B, n int) *workerHealth {
+	b.Helper()
+	wh := newTestExt(b)
+	now := time.Now().Truncate(10 * time.Second)
+	s := realisticFleet(n, now)
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		w.Memory.Roles = []contract.RoleMemory{
+			{Role: contract.RoleChild, RSSBytes: w.Memory.RSSBytes / 3},
+			{Role: contract.RoleMain, RSSBytes: w.Memory.RSSBytes - w.Memory.RSSBytes/3, SoftLimitBytes: 400 << 20},
+		}
+		w.CPU = contract.CPU{MainCores: 0.3, LimitCPUs: 2}
+	}
+	hs := wh.store.history
+	hs.mu.Lock()
+	for step := hs.size; step > 0; step-- {
+		at := now.Add(-time.Duration(step) * hs.resolution).UnixMilli()
+		for i := range s.Workers {
+			w := s.Workers[i]
+			w.Memory.RSSBytes -= int64(step) << 16
+			if step%40 == 0 {
+				w.State = contract.Degraded
+			}
+			hs.record(&w, at)
+		}
+	}
+	hs.mu.Unlock()
+	publish(wh, s)
+	return wh
 }
 
 // BenchmarkPublish10k is what the processor's evaluation tick pays per

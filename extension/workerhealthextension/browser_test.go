@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/png"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,11 +123,20 @@ func TestBrowserLivePage(t *testing.T) {
 	for _, r := range rows {
 		assert.Empty(t, findAll(r.node, "script"), "no element was created from data")
 		assert.Empty(t, findAll(r.node, "img"), "no element was created from data")
+		// The memory trend, drawn by the script from ?trend=1 (the late
+		// worker's too: it is only in the refreshed rows).
+		trend := findAll(r.cells[3], "svg")
+		if assert.Len(t, trend, 1, "row %s", attr(r.node, "data-id")) {
+			assert.Equal(t, "trend", attr(trend[0], "class"))
+			poly := findAll(trend[0], "polyline")
+			require.Len(t, poly, 1)
+			assert.NotEmpty(t, attr(poly[0], "points"))
+		}
 	}
 	assert.Contains(t, strings.Join(column(rows, 2, false), "\n"), "kills_in_window 3 / 2")
 	for i, id := range ids {
 		if id == scriptID {
-			assert.Equal(t, "health/workers/%3Cscript%3Ealert(1)%3C%2Fscript%3E", attr(findAll(rows[i].cells[0], "a")[0], "href"))
+			assert.Equal(t, "workers/%3Cscript%3Ealert(1)%3C%2Fscript%3E", attr(findAll(rows[i].cells[0], "a")[0], "href"))
 		}
 	}
 	updated := findByID(doc, "updated")
@@ -226,4 +236,46 @@ func sortedWorstFirst(states []string) bool {
 		}
 	}
 	return true
+}
+
+// TestBrowserWorkerPage: the page of a leaking worker as Chromium builds it
+// shows the climb of its memory, the limit it crosses and the transition to
+// unhealthy at the time the processor gave; hostile ids stay text.
+func TestBrowserWorkerPage(t *testing.T) {
+	bin := chromium(t)
+	now := time.Now().Truncate(10 * time.Second)
+	wh, l := leakFixture(t, now)
+	bad := worker(scriptID, contract.Unhealthy)
+	bad.Name = `"><img src=x onerror=alert(2)>`
+	bad.Memory.Roles = []contract.RoleMemory{{Role: "<svg onload=alert(4)>", RSSBytes: 1 << 20}}
+	bad.Since, bad.LastSeen = now, now
+	publish(wh, snapshot(testSource, now.Add(time.Second), l.at(now), bad))
+	base := startTestExt(t, wh)
+
+	dom := runChromium(t, bin, "--dump-dom", base+"/workers/"+l.id)
+	doc, err := html.Parse(bytes.NewReader(dom))
+	require.NoError(t, err)
+	checkLeakPage(t, doc, l, now)
+
+	out := filepath.Join(t.TempDir(), "worker-page.png")
+	runChromium(t, bin, "--window-size=1200,1000", "--screenshot="+out, base+"/workers/"+l.id)
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	// The state band: healthy green (#15803d) then unhealthy red (#b91c1c),
+	// drawn at 85% opacity on white.
+	assert.True(t, hasColor(img, 0x38, 0x93, 0x5a), "no healthy band in the screenshot")
+	assert.True(t, hasColor(img, 0xc3, 0x3c, 0x3c), "no unhealthy band in the screenshot")
+
+	dom = runChromium(t, bin, "--dump-dom", base+"/workers/"+url.PathEscape(scriptID))
+	doc, err = html.Parse(bytes.NewReader(dom))
+	require.NoError(t, err)
+	assert.Equal(t, scriptID, text(findByID(doc, "worker-id")))
+	assert.Empty(t, findAll(doc, "script"), "nothing was created from data")
+	assert.Empty(t, findAll(doc, "img"))
+	for _, s := range findAll(doc, "svg") {
+		assert.Empty(t, attr(s, "onload"))
+	}
 }

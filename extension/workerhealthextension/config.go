@@ -33,9 +33,37 @@ type Config struct {
 	// collector.
 	PageRefresh time.Duration `mapstructure:"page_refresh"`
 
+	// History is what the worker pages (/workers/{id}) and
+	// /health/workers/{id}/history keep of each worker.
+	History HistoryConfig `mapstructure:"history"`
+
 	// prevent unkeyed literal initialization
 	_ struct{}
 }
+
+// HistoryConfig sizes the per-worker history: a fixed ring of
+// window / resolution samples per worker (64 bytes each) and the last 16
+// state transitions, fed from the snapshots the processor publishes.
+type HistoryConfig struct {
+	// Window is how far back the history goes. Default 30m.
+	Window time.Duration `mapstructure:"window"`
+	// Resolution is the time between two samples of a worker: a processor
+	// that evaluates more often updates the step's sample instead of adding
+	// one. Default 10s; at least 1s; at most maxHistorySamples samples per
+	// window (memory grows with window / resolution).
+	Resolution time.Duration `mapstructure:"resolution"`
+	// StorageID names a storage extension (e.g. file_storage) that keeps the
+	// history across restarts. Unset (the default): the history starts
+	// empty after a restart.
+	StorageID *component.ID `mapstructure:"storage_id"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// maxHistorySamples bounds window / resolution: 720 samples (2h at 10s) are
+// 45 KiB per worker, 450 MiB at 10,000 workers.
+const maxHistorySamples = 720
 
 var _ component.Config = (*Config)(nil)
 
@@ -58,6 +86,16 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.MaxRequestBodySize < 0 {
 		errs = append(errs, fmt.Errorf("max_request_body_size: must not be negative, got %d", cfg.MaxRequestBodySize))
+	}
+	h := cfg.History
+	switch {
+	case h.Resolution < time.Second:
+		errs = append(errs, fmt.Errorf("history::resolution: must be at least 1s, got %s", h.Resolution))
+	case h.Window < h.Resolution:
+		errs = append(errs, fmt.Errorf("history::window: must be at least history::resolution (%s), got %s", h.Resolution, h.Window))
+	case historySize(h.Window, h.Resolution) > maxHistorySamples:
+		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
+			h.Window, h.Resolution, historySize(h.Window, h.Resolution), maxHistorySamples))
 	}
 	return errors.Join(errs...)
 }

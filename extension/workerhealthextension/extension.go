@@ -61,7 +61,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 	wh := &workerHealth{
 		cfg:       cfg,
 		telemetry: set.TelemetrySettings,
-		store:     newStore(),
+		store:     newStore(newHistoryStore(cfg.History.Window, cfg.History.Resolution)),
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,

@@ -23,6 +23,9 @@ const (
 	defaultReadHeaderTimeout = 10 * time.Second
 	defaultRecoveryDuration  = time.Minute
 	defaultPageRefresh       = 5 * time.Second
+	// 30 minutes at 10 s: 180 samples per worker (docs/http-api.md).
+	defaultHistoryWindow     = 30 * time.Minute
+	defaultHistoryResolution = 10 * time.Second
 )
 
 // NewFactory creates the worker_health extension factory.
@@ -46,6 +49,10 @@ func createDefaultConfig() component.Config {
 		ServerConfig:     srv,
 		RecoveryDuration: defaultRecoveryDuration,
 		PageRefresh:      defaultPageRefresh,
+		History: HistoryConfig{
+			Window:     defaultHistoryWindow,
+			Resolution: defaultHistoryResolution,
+		},
 	}
 }
 

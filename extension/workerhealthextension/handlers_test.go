@@ -315,8 +315,8 @@ func TestInvalidUTF8IDsStayDistinct(t *testing.T) {
 	assert.Equal(t, "dup%FF", list.Workers[1].IDEscaped)
 
 	_, body = get(t, base+"/")
-	assert.Contains(t, body, `href="health/workers/dup%FE">dup%FE</a> <span class="muted">(not UTF-8)</span>`)
-	assert.Contains(t, body, `href="health/workers/dup%FF">dup%FF</a> <span class="muted">(not UTF-8)</span>`)
+	assert.Contains(t, body, `href="workers/dup%FE">dup%FE</a> <span class="muted">(not UTF-8)</span>`)
+	assert.Contains(t, body, `href="workers/dup%FF">dup%FF</a> <span class="muted">(not UTF-8)</span>`)
 }
 
 // Every byte count the API serves is a JSON integer (docs/http-api.md), in

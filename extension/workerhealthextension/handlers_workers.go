@@ -52,10 +52,12 @@ type listHead struct {
 // Always 200 when the request is valid: the list describes workers, it is not
 // itself a health verdict.
 func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) int {
-	keep, err := parseStateFilter(r.URL.Query()["state"])
+	q := r.URL.Query()
+	keep, err := parseStateFilter(q["state"])
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
+	withTrend := q.Get("trend") == "1"
 	v := wh.store.load()
 	if v.listHead == nil {
 		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
@@ -65,22 +67,62 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	if r.Method == http.MethodHead {
 		return http.StatusOK
 	}
+	// The trends are for the rows the status page shows: the pageMaxRows
+	// most urgent workers of the response. A trend costs a pass over the
+	// worker's history; the page's script asks every page_refresh.
+	var trends map[*entry][]int64
+	if withTrend {
+		shown := make([]*entry, 0, min(v.count(keep), pageMaxRows))
+		ids := make([]string, 0, cap(shown))
+		for _, e := range v.worstFirst {
+			if len(shown) == pageMaxRows {
+				break
+			}
+			if keep.has(e.w.State) {
+				shown, ids = append(shown, e), append(ids, e.w.ID)
+			}
+		}
+		trends = make(map[*entry][]int64, len(shown))
+		for i, t := range wh.store.history.trend(ids, wh.page.now(), trendPoints) {
+			trends[shown[i]] = t
+		}
+	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	// Splice "count" and "workers" into the head object, left open for them.
 	_, _ = bw.Write(v.listHead)
 	_, _ = bw.WriteString(`,"count":`)
 	_, _ = bw.WriteString(strconv.Itoa(v.count(keep)))
 	_, _ = bw.WriteString(`,"workers":[`)
-	first := true
+	n := 0
+	var num []byte
 	for _, e := range v.byIDOrder {
 		if !keep.has(e.w.State) {
 			continue
 		}
-		if !first {
+		if n > 0 {
 			_ = bw.WriteByte(',')
 		}
-		first = false
-		_, _ = bw.Write(e.json)
+		n++
+		trend, ok := trends[e]
+		if !ok {
+			_, _ = bw.Write(e.json)
+			continue
+		}
+		// The worker's object, reopened for its memory_trend.
+		_, _ = bw.Write(e.json[:len(e.json)-1])
+		_, _ = bw.WriteString(`,"memory_trend":[`)
+		for i, b := range trend {
+			if i > 0 {
+				_ = bw.WriteByte(',')
+			}
+			if b < 0 {
+				_, _ = bw.WriteString("null")
+				continue
+			}
+			num = strconv.AppendInt(num[:0], b, 10)
+			_, _ = bw.Write(num)
+		}
+		_, _ = bw.WriteString("]}")
 	}
 	_, _ = bw.WriteString("]}\n")
 	_ = bw.Flush()

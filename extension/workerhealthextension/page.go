@@ -24,6 +24,8 @@ var (
 	pageTemplate string
 	//go:embed assets/page.js
 	pageScript string
+	//go:embed assets/page.css
+	pageCSS string
 )
 
 // pageMaxRows bounds the rows the page shows (worst first): past that a
@@ -37,6 +39,7 @@ const pageMaxRows = 1000
 // past escaping, the browser would refuse to run it.
 type page struct {
 	tmpl    *template.Template
+	worker  *template.Template
 	refresh time.Duration
 	csp     []string
 	now     func() time.Time
@@ -47,10 +50,14 @@ func newPage(refresh time.Duration) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
+	worker, err := template.New("worker").Parse(workerTemplate)
+	if err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(pageScript))
 	csp := "default-src 'none'; script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; " +
 		"style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-	return &page{tmpl: tmpl, refresh: refresh, csp: []string{csp}, now: time.Now}, nil
+	return &page{tmpl: tmpl, worker: worker, refresh: refresh, csp: []string{csp}, now: time.Now}, nil
 }
 
 func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
@@ -59,7 +66,7 @@ func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
 	var buf bytes.Buffer
-	if err := wh.page.tmpl.Execute(&buf, wh.page.data(wh.store.load(), keep)); err != nil {
+	if err := wh.page.tmpl.Execute(&buf, wh.page.data(wh.store.load(), keep, wh.store.history)); err != nil {
 		return writeError(w, http.StatusInternalServerError, "cannot render the status page")
 	}
 	h := w.Header()
@@ -71,6 +78,7 @@ func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
 }
 
 type pageData struct {
+	CSS              template.CSS
 	RefreshSeconds   int
 	RefreshMillis    int64
 	Updated          string
@@ -99,6 +107,7 @@ type pageRow struct {
 	Since            string
 	Reasons          []pageReason
 	MemPct           int
+	Trend            sparkline
 	MemClass         string
 	MemText          string
 	Runs             string
@@ -110,9 +119,10 @@ type pageRow struct {
 
 type pageReason struct{ Code, Message, Evidence string }
 
-func (p *page) data(v *view, keep stateFilter) pageData {
+func (p *page) data(v *view, keep stateFilter, hs *historyStore) pageData {
 	now := p.now()
 	d := pageData{
+		CSS:              template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
 		RefreshSeconds:   max(1, int(p.refresh/time.Second)),
 		RefreshMillis:    p.refresh.Milliseconds(),
 		Filtered:         keep != nil,
@@ -133,17 +143,71 @@ func (p *page) data(v *view, keep stateFilter) pageData {
 		d.Counts = append(d.Counts, pageCount{State: st, N: n, Active: keep != nil && keep[st]})
 	}
 	d.Matching = v.count(keep)
-	d.Rows = make([]pageRow, 0, min(d.Matching, pageMaxRows))
+	ids := make([]string, 0, min(d.Matching, pageMaxRows))
+	d.Rows = make([]pageRow, 0, cap(ids))
 	for _, e := range v.worstFirst {
 		if len(d.Rows) == pageMaxRows {
 			break
 		}
 		if keep.has(e.w.State) {
 			d.Rows = append(d.Rows, newPageRow(e.w, now))
+			ids = append(ids, e.w.ID)
 		}
 	}
 	d.Shown = len(d.Rows)
+	for i, t := range hs.trend(ids, now, trendPoints) {
+		d.Rows[i].Trend = newSparkline(t, v.byID[ids[i]].w.Memory.SoftLimitBytes)
+	}
 	return d
+}
+
+// trendPoints is how many points a row's memory trend has: one a minute
+// over the default 30-minute window.
+const trendPoints = 30
+
+// sparkline is a row's memory trend drawn in a 100x20 box (the SVG is
+// stretched to the cell): the tree's memory over the history window, and
+// its soft limit as a dashed line.
+type sparkline struct {
+	Points string
+	// LimitY is the soft limit's height; "" when there is none.
+	LimitY string
+	Title  string
+}
+
+// newSparkline draws trend (history.trend: bytes per point, -1 none). The
+// scale goes up to the larger of the trend's top and the soft limit, so a
+// worker near its limit looks near it. assets/page.js draws the same.
+func newSparkline(trend []int64, soft int64) sparkline {
+	var sp sparkline
+	top, n := max(soft, 0), 0
+	for _, v := range trend {
+		if v >= 0 {
+			top, n = max(top, v), n+1
+		}
+	}
+	if n == 0 || top <= 0 {
+		return sp
+	}
+	scale := 18 / float64(top)
+	var b strings.Builder
+	for i, v := range trend {
+		if v < 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(px(float64(i) * 100 / float64(max(1, len(trend)-1))))
+		b.WriteByte(',')
+		b.WriteString(px(19 - float64(v)*scale))
+	}
+	sp.Points = b.String()
+	if soft > 0 {
+		sp.LimitY = px(19 - float64(soft)*scale)
+	}
+	sp.Title = "tree memory over the history window, up to " + formatBytes(float64(top))
+	return sp
 }
 
 // The formatting below is mirrored by assets/page.js, which re-renders the

@@ -51,7 +51,12 @@ func TestPageServerRendered(t *testing.T) {
 	assert.Equal(t, []string{"z", scriptID, "ünï", "a/b c"}, column(rows, 0, true))
 	assert.Equal(t, []string{"lost", "unhealthy", "degraded", "healthy"}, column(rows, 1, true))
 	assert.Equal(t, "memory_over_soft_limit 612 MiB / 500 MiB", strings.TrimSpace(text(rows[1].cells[2])))
-	assert.Equal(t, "612 MiB / 500 MiB (122%)", strings.TrimSpace(text(rows[1].cells[3])))
+	assert.Equal(t, "612 MiB / 500 MiB (122%)", text(findAll(rows[1].cells[3], "div")[2]))
+	// One snapshot so far: the row's trend is one point, under the limit
+	// line's scale (the limit is below it).
+	trend := findAll(rows[1].cells[3], "svg")
+	require.Len(t, trend, 1)
+	assert.Equal(t, "tree memory over the history window, up to 612 MiB", attr(trend[0], "aria-label"))
 	assert.Equal(t, "missing 1", text(rows[1].cells[5]))
 	assert.Equal(t, "2s ago", text(rows[2].cells[6]))
 	// The malicious strings are text, never elements or attributes.
@@ -59,7 +64,7 @@ func TestPageServerRendered(t *testing.T) {
 		assert.Empty(t, findAll(r.node, "script"))
 		assert.Empty(t, findAll(r.node, "img"))
 	}
-	assert.Equal(t, "health/workers/"+"%3Cscript%3Ealert%281%29%3C%2Fscript%3E", attr(findAll(rows[1].cells[0], "a")[0], "href"))
+	assert.Equal(t, "workers/"+"%3Cscript%3Ealert%281%29%3C%2Fscript%3E", attr(findAll(rows[1].cells[0], "a")[0], "href"))
 	assert.Equal(t, `"><img src=x onerror=alert(2)>`, text(findAll(rows[1].cells[0], "div")[0]))
 
 	// Filter and counts.

@@ -15,8 +15,11 @@ const (
 	pathLivez    = "/livez"
 	pathReadyz   = "/readyz"
 	pathPage     = "/"
+	prefixPage   = "/workers/"
 
 	routeWorker   = "/health/workers/{id}"
+	routeHistory  = "/health/workers/{id}/history"
+	routeWorkerPg = "/workers/{id}"
 	routeWorkers  = pathWorkers
 	routeLivez    = pathLivez
 	routeReadyz   = pathReadyz
@@ -49,7 +52,12 @@ func (wh *workerHealth) routes() http.Handler {
 func routeOf(p string) string {
 	switch {
 	case strings.HasPrefix(p, prefixWorker):
+		if len(p) > len(prefixWorker)+len(suffixHistory) && strings.HasSuffix(p, suffixHistory) {
+			return routeHistory
+		}
 		return routeWorker
+	case strings.HasPrefix(p, prefixPage) && len(p) > len(prefixPage):
+		return routeWorkerPg
 	case p == pathWorkers:
 		return routeWorkers
 	case p == pathLivez:
@@ -72,6 +80,14 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 	var handle func(http.ResponseWriter, *http.Request) int
 	switch route {
 	case routeWorker: // the hot path, called without a closure below
+	case routeHistory:
+		handle = func(w http.ResponseWriter, r *http.Request) int {
+			return wh.handleHistory(w, r, p[len(prefixWorker):len(p)-len(suffixHistory)])
+		}
+	case routeWorkerPg:
+		handle = func(w http.ResponseWriter, r *http.Request) int {
+			return wh.handleWorkerPage(w, r, p[len(prefixPage):])
+		}
 	case routeWorkers:
 		handle = wh.handleWorkers
 	case routeLivez:

@@ -100,11 +100,13 @@ type store struct {
 	sources map[component.ID]*sourceIndex
 	// index is indexSnapshot; tests slow it down.
 	index   func(*contract.Snapshot) *sourceIndex
+	history *historyStore
 	current atomic.Pointer[view]
 }
 
-func newStore() *store {
+func newStore(history *historyStore) *store {
 	s := &store{
+		history:  history,
 		pending:  map[component.ID]*contract.Snapshot{},
 		accepted: map[component.ID]time.Time{},
 		sources:  map[component.ID]*sourceIndex{},
@@ -152,15 +154,22 @@ func (s *store) drain() {
 		batch, s.pending = s.pending, batch
 		s.mu.Unlock()
 
+		fresh := make([]*sourceIndex, 0, len(batch))
 		for src, snap := range batch {
-			s.sources[src] = s.index(snap)
+			si := s.index(snap)
+			s.sources[src] = si
+			fresh = append(fresh, si)
 		}
 		clear(batch)
 		srcs := make([]*sourceIndex, 0, len(s.sources))
 		for _, si := range s.sources {
 			srcs = append(srcs, si)
 		}
-		s.current.Store(buildView(srcs))
+		v := buildView(srcs)
+		// History first, so a page that finds a worker in the view also
+		// finds the sample of that snapshot.
+		s.history.recordView(v, fresh)
+		s.current.Store(v)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 func TestStoreEmpty(t *testing.T) {
-	v := newStore().load()
+	v := newStore(newHistoryStore(30*time.Minute, 10*time.Second)).load()
 	require.NotNil(t, v)
 	assert.Empty(t, v.byIDOrder)
 	assert.True(t, v.time.IsZero())
@@ -22,7 +22,7 @@ func TestStoreEmpty(t *testing.T) {
 }
 
 func TestStoreIgnoresOlderSnapshot(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	put(s, snapshot(testSource, t0, worker("a", contract.Unhealthy)))
 	put(s, snapshot(testSource, t0.Add(-time.Second), worker("a", contract.Healthy)))
 	assert.Equal(t, contract.Unhealthy, s.load().byID["a"].w.State)
@@ -31,7 +31,7 @@ func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 }
 
 func TestStoreMergesSources(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	other := component.MustNewIDWithName("worker_health", "gpu")
 	// The worse judgement of "shared" is in the older snapshot, so only the
 	// severity rule (not "fresher wins" or "last wins") keeps it. "tie" has
@@ -65,14 +65,14 @@ func TestStoreMergesSources(t *testing.T) {
 	// The same with the fresher source sorting first (merged first) and
 	// published first.
 	tieA.Name, tieB.Name = "older", "fresher"
-	s2 := newStore()
+	s2 := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	put(s2, snapshot(component.MustNewIDWithName("worker_health", "a"), t0.Add(time.Second), tieB))
 	put(s2, snapshot(component.MustNewIDWithName("worker_health", "z"), t0, tieA))
 	assert.Equal(t, "fresher", s2.load().byID["tie"].w.Name)
 }
 
 func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	// The worse copy comes first for z and last for m: neither "first wins"
 	// nor "last wins" passes, only "worse wins".
 	put(s, snapshot(testSource, t0, worker("z", contract.Lost), worker("m", contract.Healthy),
@@ -84,7 +84,7 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 }
 
 func TestStoreNonFiniteEvidence(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	w := worker("nan", contract.Unhealthy)
 	w.Reasons = []contract.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
 	put(s, snapshot(testSource, t0, w))
@@ -111,7 +111,7 @@ func entryIDs(es []*entry) []string {
 }
 
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	put(s, snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
 	body := string(s.load().byID["bare"].json)
 	assert.Contains(t, body, `"reasons":[]`)
@@ -126,7 +126,7 @@ func TestStoreNilListsEncodeEmpty(t *testing.T) {
 // returns at once, readers keep the last complete view, a snapshot older
 // than one handed over is dropped, and the newest is the one served.
 func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
-	s := newStore()
+	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
 	gate := make(chan struct{})
 	indexed := make(chan time.Time, 8)
 	s.index = func(snap *contract.Snapshot) *sourceIndex {

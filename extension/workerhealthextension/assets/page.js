@@ -68,13 +68,46 @@
     if (orphaned.length) title.push("orphaned: " + orphaned.join(", "));
     return { text: parts.length ? parts.join(" · ") : "none", bad: parts.length > 0, title: title.join("\n") };
   }
+  // sparkline mirrors page.go newSparkline: the tree's memory over the
+  // history window in a 100x20 box, the soft limit dashed.
+  var SVG = "http://www.w3.org/2000/svg";
+  function px(f) { return f.toFixed(1); }
+  function sparkline(trend, soft) {
+    var top = Math.max(soft, 0), n = 0, pts = [];
+    trend.forEach(function (v) { if (v !== null && v >= 0) { top = Math.max(top, v); n++; } });
+    if (!n || top <= 0) return null;
+    var scale = 18 / top, last = Math.max(1, trend.length - 1);
+    trend.forEach(function (v, i) {
+      if (v !== null && v >= 0) pts.push(px(i * 100 / last) + "," + px(19 - v * scale));
+    });
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "trend");
+    svg.setAttribute("viewBox", "0 0 100 20");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("role", "img");
+    var label = "tree memory over the history window, up to " + bytes(top);
+    svg.setAttribute("aria-label", label);
+    var title = document.createElementNS(SVG, "title");
+    title.textContent = label;
+    svg.appendChild(title);
+    if (soft > 0) {
+      var line = document.createElementNS(SVG, "line"), y = px(19 - soft * scale);
+      line.setAttribute("x1", "0"); line.setAttribute("x2", "100");
+      line.setAttribute("y1", y); line.setAttribute("y2", y);
+      svg.appendChild(line);
+    }
+    var poly = document.createElementNS(SVG, "polyline");
+    poly.setAttribute("points", pts.join(" "));
+    svg.appendChild(poly);
+    return svg;
+  }
   function row(w, now) {
     // id_escaped: the id is not UTF-8 (page.go shownID).
     var shown = w.id_escaped || w.id;
     var tr = el("tr", "s-" + w.state);
     tr.setAttribute("data-id", shown);
     var td = el("td", "id"), a = el("a", null, shown);
-    a.setAttribute("href", "health/workers/" + (w.id_escaped || encodeURIComponent(w.id)));
+    a.setAttribute("href", "workers/" + (w.id_escaped || encodeURIComponent(w.id)));
     td.appendChild(a);
     if (w.id_escaped) td.appendChild(el("span", "muted", " (not UTF-8)"));
     if (w.name && w.name !== w.id) td.appendChild(el("div", "muted", w.name));
@@ -104,6 +137,8 @@
     bar.appendChild(fill);
     td.appendChild(bar);
     td.appendChild(el("div", "muted", m.text));
+    var trend = sparkline(w.memory_trend || [], (w.memory || {}).soft_limit_bytes || 0);
+    if (trend) td.appendChild(trend);
     tr.appendChild(td);
 
     tr.appendChild(el("td", null, runs(w.runs || {})));
@@ -171,7 +206,8 @@
     return "evaluated " + ago(data.time, now) + " · " + n + (n === 1 ? " source" : " sources") + " · live";
   }
   function tick() {
-    fetch("health/workers" + location.search, { cache: "no-store", headers: { Accept: "application/json" } })
+    var q = location.search ? location.search + "&trend=1" : "?trend=1";
+    fetch("health/workers" + q, { cache: "no-store", headers: { Accept: "application/json" } })
       .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
       .then(render, function (err) {
         updated.className = "stale";

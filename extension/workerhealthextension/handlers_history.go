@@ -1,0 +1,151 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/url"
+	"time"
+	"unicode/utf8"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// suffixHistory ends /health/workers/{id}/history. It is matched on the
+// escaped path, so a worker whose id itself ends in "/history" is asked for
+// with the slash escaped (.../a%2Fhistory), as every reserved byte should be.
+const suffixHistory = "/history"
+
+// historyBody is GET /health/workers/{id}/history: what the worker page
+// draws, for schedulers and scripts (docs/http-api.md).
+type historyBody struct {
+	ID        string `json:"id"`
+	IDEscaped string `json:"id_escaped,omitempty"`
+	// Time is when this answer was made: the window ends here.
+	Time              time.Time           `json:"time"`
+	WindowSeconds     float64             `json:"window_seconds"`
+	ResolutionSeconds float64             `json:"resolution_seconds"`
+	Samples           []historySample     `json:"samples"`
+	Transitions       []historyTransition `json:"transitions"`
+	// Worker is the current judgement, as GET /health/workers/{id}: recent
+	// runs, kills, sources and drift are there.
+	Worker json.RawMessage `json:"worker"`
+}
+
+type historySample struct {
+	Time   time.Time      `json:"time"`
+	State  contract.State `json:"state"`
+	Memory historyMemory  `json:"memory"`
+	CPU    contract.CPU   `json:"cpu"`
+	Runs   historyRuns    `json:"runs"`
+}
+
+type historyMemory struct {
+	RSSBytes       int64         `json:"rss_bytes"`
+	SoftLimitBytes int64         `json:"soft_limit_bytes"`
+	Roles          []historyRole `json:"roles"`
+}
+
+type historyRole struct {
+	Role           string `json:"role"`
+	RSSBytes       int64  `json:"rss_bytes"`
+	SoftLimitBytes int64  `json:"soft_limit_bytes"`
+}
+
+type historyRuns struct {
+	Worker    int `json:"worker"`
+	Scheduler int `json:"scheduler"`
+	Capacity  int `json:"capacity"`
+}
+
+type historyTransition struct {
+	Time time.Time `json:"time"`
+	// From is "" for the first state the extension saw the worker in.
+	From    contract.State  `json:"from"`
+	To      contract.State  `json:"to"`
+	Reasons []historyReason `json:"reasons"`
+}
+
+type historyReason struct {
+	Code      string  `json:"code"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+}
+
+func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, escapedID string) int {
+	id, err := url.PathUnescape(escapedID)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
+	}
+	e := wh.store.load().byID[id]
+	if e == nil {
+		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
+	}
+	now := wh.page.now()
+	ws := wh.store.history.series(id, now.Add(-wh.store.history.window))
+	body := historyBody{
+		ID:                id,
+		Time:              now.UTC(),
+		WindowSeconds:     wh.store.history.window.Seconds(),
+		ResolutionSeconds: wh.store.history.resolution.Seconds(),
+		Samples:           ws.jsonSamples(),
+		Transitions:       ws.jsonTransitions(),
+		Worker:            e.json,
+	}
+	if !utf8.ValidString(id) {
+		body.IDEscaped = url.PathEscape(id)
+	}
+	if r.Method == http.MethodHead {
+		w.Header()["Content-Type"] = hdrJSON
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	}
+	return writeJSON(w, http.StatusOK, body)
+}
+
+func (ws workerSeries) jsonSamples() []historySample {
+	out := make([]historySample, len(ws.samples))
+	for i, s := range ws.samples {
+		hs := historySample{
+			Time:  time.UnixMilli(s.at).UTC(),
+			State: stateOf(s.state),
+			Memory: historyMemory{
+				RSSBytes:       int64(s.rssKiB) << 10,
+				SoftLimitBytes: int64(s.softKiB) << 10,
+				Roles:          []historyRole{},
+			},
+			CPU: contract.CPU{MainCores: round4(s.cpuMain), LimitCPUs: round4(s.cpuLimit)},
+			Runs: historyRuns{
+				Worker: int(s.runsWorker), Scheduler: int(s.runsScheduler), Capacity: int(s.capacity),
+			},
+		}
+		for j, role := range ws.roles {
+			if s.roleMask&(1<<j) != 0 {
+				hs.Memory.Roles = append(hs.Memory.Roles, historyRole{
+					Role: role, RSSBytes: int64(s.roleRSS[j]) << 10, SoftLimitBytes: int64(s.roleSoft[j]) << 10,
+				})
+			}
+		}
+		out[i] = hs
+	}
+	return out
+}
+
+func (ws workerSeries) jsonTransitions() []historyTransition {
+	out := make([]historyTransition, len(ws.transitions))
+	for i, t := range ws.transitions {
+		ht := historyTransition{
+			Time: time.UnixMilli(t.at).UTC(), From: stateOf(t.from), To: stateOf(t.to),
+			Reasons: make([]historyReason, t.nReasons),
+		}
+		for j := range ht.Reasons {
+			r := t.reasons[j]
+			ht.Reasons[j] = historyReason{Code: r.code, Value: finite(r.value), Threshold: finite(r.threshold)}
+		}
+		out[i] = ht
+	}
+	return out
+}
+
+// round4 drops the noise a float32 adds (0.42 is 0.41999998688697815).
+func round4(f float32) float64 { return math.Round(float64(f)*1e4) / 1e4 }

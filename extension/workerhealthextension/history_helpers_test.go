@@ -1,0 +1,66 @@
+package workerhealthextension
+
+import (
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// leak is a worker whose main process leaks: healthy under the soft limit,
+// then from overAt on unhealthy with memory_over_soft_limit, as the
+// processor reports it.
+type leak struct {
+	id             string
+	start, overAt  time.Time
+	soft, mainSoft int64
+}
+
+// at is the worker as a snapshot taken at t shows it.
+func (l leak) at(t time.Time) contract.Worker {
+	w := worker(l.id, contract.Healthy)
+	elapsed := t.Sub(l.start)
+	main := int64(120<<20) + int64(elapsed/time.Second)*(200<<10) // +200 KiB/s
+	child := int64(60<<20) + int64(elapsed/time.Second%60)*(1<<20)
+	w.Memory = contract.Memory{
+		RSSBytes: main + child, SoftLimitBytes: l.soft,
+		Roles: []contract.RoleMemory{
+			{Role: contract.RoleChild, RSSBytes: child},
+			{Role: contract.RoleMain, RSSBytes: main, SoftLimitBytes: l.mainSoft},
+		},
+	}
+	w.CPU = contract.CPU{MainCores: 0.25 + 0.1*float64(elapsed/time.Minute%3), LimitCPUs: 2}
+	n := int(elapsed / (90 * time.Second) % 3)
+	for i := range n {
+		w.Runs.Worker = append(w.Runs.Worker, "run-"+string(rune('a'+i)))
+	}
+	w.Runs.Scheduler = w.Runs.Worker
+	w.Runs.Capacity = 2
+	w.Since, w.LastSeen = l.start, t
+	if !t.Before(l.overAt) {
+		w.State, w.Since = contract.Unhealthy, l.overAt
+		w.Reasons = []contract.Reason{{
+			Code: "memory_over_soft_limit", Message: "main process memory over its soft limit for 3 samples",
+			Value: float64(main), Threshold: float64(l.mainSoft), Since: l.overAt,
+		}}
+		w.Memory.OverSamples = 3
+	}
+	w.Sources = contract.Sources{
+		Tree:      contract.Source{Seen: true, LastSeen: t, IDs: []string{"worker_name=" + l.id}},
+		Telemetry: contract.Source{Seen: true, LastSeen: t, IDs: []string{"cicd.worker.id=" + l.id}},
+		Scheduler: contract.Source{Seen: false, IDs: []string{}},
+	}
+	w.Runs.Recent = []contract.RunRecord{
+		{ID: "run-9", Result: contract.ResultSuccess, Started: t.Add(-4 * time.Minute), Ended: t.Add(-3 * time.Minute), DurationSeconds: 60},
+		{ID: "run-8", Result: contract.ResultTimeout, KillReason: contract.KillTimeout, Started: t.Add(-10 * time.Minute), Ended: t.Add(-5 * time.Minute), DurationSeconds: 300},
+	}
+	w.Runs.Kills = map[string]int64{contract.KillTimeout: 1}
+	return w
+}
+
+// publishHistory publishes one snapshot every step from start to end with
+// the workers gen makes at each time, waiting for each to be served.
+func publishHistory(wh *workerHealth, start, end time.Time, step time.Duration, gen func(time.Time) []contract.Worker) {
+	for t := start; !t.After(end); t = t.Add(step) {
+		publish(wh, snapshot(testSource, t, gen(t)...))
+	}
+}

@@ -1,0 +1,409 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"bytes"
+	"cmp"
+	_ "embed"
+	"html/template"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// The worker page, GET /workers/{id}: the fleet page's row for one worker,
+// with its recent history drawn as small SVG charts rendered here (no script,
+// no external asset; the fleet page's Content-Security-Policy), the timeline
+// of its state transitions, its recent runs and the ids each source knows it
+// by. It reloads itself every page_refresh with a meta refresh.
+
+//go:embed assets/worker.html.tmpl
+var workerTemplate string
+
+type workerPageData struct {
+	CSS            template.CSS
+	RefreshSeconds int
+	// Up leads from the page back to the root: the id may hold slashes.
+	Up, PathID   string
+	ID, Name     string
+	NotUTF8      bool
+	State        contract.State
+	MayTakeWork  bool
+	Since        string
+	LastSeen     string
+	Reasons      []pageReason
+	MemText      string
+	CPUText      string
+	RunsText     string
+	WorkerRuns   string
+	SchedRuns    string
+	Drift        string
+	DriftBad     bool
+	Window       string
+	Charts       []chart
+	Transitions  []pageTransition
+	Recent       []pageRun
+	Kills        string
+	Sources      []pageSource
+	HistoryEmpty bool
+}
+
+type pageTransition struct {
+	At, Ago  string
+	From, To contract.State
+	Reasons  []pageReason
+}
+
+type pageRun struct {
+	ID, Result, Kill, Duration, Ended string
+}
+
+type pageSource struct {
+	Name     string
+	Seen     bool
+	LastSeen string
+	IDs      string
+}
+
+func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request, escapedID string) int {
+	id, err := url.PathUnescape(escapedID)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
+	}
+	e := wh.store.load().byID[id]
+	if e == nil {
+		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
+	}
+	now := wh.page.now()
+	hs := wh.store.history
+	ws := hs.series(id, now.Add(-hs.window))
+	d := wh.page.workerData(e.w, ws, now, hs.window, hs.resolution)
+	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
+	var buf bytes.Buffer
+	if err := wh.page.worker.Execute(&buf, d); err != nil {
+		return writeError(w, http.StatusInternalServerError, "cannot render the worker page")
+	}
+	h := w.Header()
+	h["Content-Type"] = hdrHTML
+	h["Content-Security-Policy"] = wh.page.csp
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	return http.StatusOK
+}
+
+func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, window, res time.Duration) workerPageData {
+	d := workerPageData{
+		CSS:            template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
+		RefreshSeconds: max(1, int(p.refresh/time.Second)),
+		PathID:         url.PathEscape(w.ID),
+		Name:           w.Name,
+		State:          w.State,
+		MayTakeWork:    w.State.MayTakeWork(),
+		Since:          since(w.Since, now),
+		LastSeen:       ago(w.LastSeen, now),
+		CPUText:        cpuText(w.CPU),
+		RunsText:       runsText(w.Runs),
+		WorkerRuns:     listText(w.Runs.Worker),
+		SchedRuns:      listText(w.Runs.Scheduler),
+		Window:         dur(window),
+		Kills:          killsText(w.Runs.Kills),
+		HistoryEmpty:   len(ws.samples) == 0,
+	}
+	d.ID, d.NotUTF8 = shownID(w.ID)
+	for _, r := range w.Reasons {
+		d.Reasons = append(d.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
+	}
+	_, _, d.MemText = memoryText(w.Memory)
+	d.Drift, _, d.DriftBad = driftText(w.Drift)
+
+	from := now.Add(-window)
+	if !d.HistoryEmpty {
+		d.Charts = historyCharts(ws, from, now, res)
+	}
+	for i := len(ws.transitions) - 1; i >= 0; i-- { // newest first
+		t := ws.transitions[i]
+		at := time.UnixMilli(t.at)
+		pt := pageTransition{At: at.UTC().Format("15:04:05 UTC"), Ago: ago(at, now), From: stateOf(t.from), To: stateOf(t.to)}
+		for _, r := range t.reasons[:t.nReasons] {
+			pt.Reasons = append(pt.Reasons, pageReason{Code: r.code, Evidence: evidence(contract.Reason{Code: r.code, Value: r.value, Threshold: r.threshold})})
+		}
+		d.Transitions = append(d.Transitions, pt)
+	}
+	for _, r := range w.Runs.Recent {
+		pr := pageRun{ID: r.ID, Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: ago(r.Ended, now)}
+		if r.DurationSeconds > 0 {
+			pr.Duration = runDuration(r.DurationSeconds)
+		}
+		d.Recent = append(d.Recent, pr)
+	}
+	for _, s := range []struct {
+		name string
+		src  contract.Source
+	}{{"process tree", w.Sources.Tree}, {"own telemetry", w.Sources.Telemetry}, {"scheduler", w.Sources.Scheduler}} {
+		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen, now), IDs: listText(s.src.IDs)})
+	}
+	return d
+}
+
+func cpuText(c contract.CPU) string {
+	if c.MainCores < 0 {
+		return "not reported"
+	}
+	s := formatNum(c.MainCores) + " cores (main process)"
+	if c.LimitCPUs > 0 {
+		s += " / limit " + formatNum(c.LimitCPUs)
+	}
+	return s
+}
+
+func listText(l []string) string {
+	if len(l) == 0 {
+		return "–"
+	}
+	return strings.Join(l, ", ")
+}
+
+func killsText(k map[string]int64) string {
+	if len(k) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(k))
+	for _, reason := range slices.Sorted(maps.Keys(k)) {
+		parts = append(parts, reason+" "+strconv.FormatInt(k[reason], 10))
+	}
+	return strings.Join(parts, " · ")
+}
+
+func runDuration(s float64) string {
+	if s < 10 {
+		return strconv.FormatFloat(s, 'f', 1, 64) + "s"
+	}
+	return dur(time.Duration(s * float64(time.Second)))
+}
+
+// The charts. Coordinates are in the SVG's own units; the CSS scales it to
+// the page's width.
+const (
+	chartW  = 720
+	chartH  = 150
+	plotL   = 64 // room for the y labels
+	plotR   = 712
+	plotT   = 8
+	plotB   = 122 // the state band and the x labels below
+	bandTop = 126
+	bandH   = 6
+)
+
+type chart struct {
+	Title   string
+	ID      string // the element id, for tests and links
+	Grid    []chartLabel
+	XLabels []chartLabel
+	Lines   []chartLine
+	Bands   []chartBand
+	Marks   []chartMark
+	Key     []chartKey
+}
+
+type chartLine struct {
+	Class, Points, Series string
+}
+
+type chartBand struct {
+	X, W  string
+	State contract.State
+}
+
+type chartMark struct {
+	X, At, Title string
+	State        contract.State
+}
+
+type chartLabel struct {
+	X, Y, Text string
+}
+
+type chartKey struct {
+	Class, Text string
+	Limit       bool
+}
+
+// series is one line of a chart: its value in a sample, if it has one.
+type series struct {
+	name  string
+	class string
+	limit bool
+	value func(sample) (float64, bool)
+}
+
+func historyCharts(ws workerSeries, from, now time.Time, res time.Duration) []chart {
+	mem := []series{
+		{"tree", "c0", false, func(s sample) (float64, bool) { return float64(s.rssKiB) * 1024, true }},
+		{"tree soft limit", "c0", true, func(s sample) (float64, bool) { return float64(s.softKiB) * 1024, s.softKiB > 0 }},
+	}
+	for j, role := range ws.roles {
+		bit := uint8(1) << j
+		class := "c" + strconv.Itoa(1+j%5)
+		mem = append(mem,
+			series{role, class, false, func(s sample) (float64, bool) { return float64(s.roleRSS[j]) * 1024, s.roleMask&bit != 0 }},
+			series{role + " soft limit", class, true, func(s sample) (float64, bool) {
+				return float64(s.roleSoft[j]) * 1024, s.roleMask&bit != 0 && s.roleSoft[j] > 0
+			}})
+	}
+	cpu := []series{
+		{"main process", "c1", false, func(s sample) (float64, bool) { return float64(s.cpuMain), s.cpuMain >= 0 }},
+		{"CPU limit", "c0", true, func(s sample) (float64, bool) { return float64(s.cpuLimit), s.cpuLimit > 0 }},
+	}
+	runs := []series{
+		{"held by the worker", "c1 wide", false, func(s sample) (float64, bool) { return float64(s.runsWorker), true }},
+		{"held by the scheduler", "c3", false, func(s sample) (float64, bool) { return float64(s.runsScheduler), true }},
+		{"capacity", "c0", true, func(s sample) (float64, bool) { return float64(s.capacity), s.capacity > 0 }},
+	}
+	cores := func(f float64) string { return formatNum(roundTo(f, 2)) }
+	count := func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) }
+	return []chart{
+		drawChart("Memory per role against the soft limits", "chart-memory", ws, mem, from, now, res, 1<<20, formatBytes),
+		drawChart("CPU of the main process (cores)", "chart-cpu", ws, cpu, from, now, res, 1, cores),
+		drawChart("Runs held by each view, and capacity", "chart-runs", ws, runs, from, now, res, 1, count),
+	}
+}
+
+// drawChart draws ss over [from, now]. The top of the y axis is a round
+// number of units (MiB for memory) above the largest value.
+func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Time, res time.Duration, unit float64, label func(float64) string) chart {
+	c := chart{Title: title, ID: id}
+	span := float64(now.Sub(from).Milliseconds())
+	x := func(at int64) float64 {
+		return plotL + (plotR-plotL)*min(1, max(0, float64(at-from.UnixMilli())/span))
+	}
+	top := 0.0
+	for _, s := range ss {
+		for _, smp := range ws.samples {
+			if v, ok := s.value(smp); ok {
+				top = max(top, v)
+			}
+		}
+	}
+	top = niceTop(top*1.08/unit) * unit
+	y := func(v float64) float64 { return plotB - (plotB-plotT)*v/top }
+	for _, f := range []float64{0, 0.5, 1} {
+		c.Grid = append(c.Grid, chartLabel{X: px(plotL - 6), Y: px(y(top * f)), Text: label(top * f)})
+	}
+	for i := range 4 {
+		at := from.Add(time.Duration(i) * now.Sub(from) / 3)
+		text := "now"
+		if i < 3 {
+			text = "−" + dur(now.Sub(at))
+		}
+		c.XLabels = append(c.XLabels, chartLabel{X: px(x(at.UnixMilli())), Y: px(chartH - 2), Text: text})
+	}
+
+	// A line breaks where samples are missing (the worker was not
+	// published, or the collector was down), rather than drawing across.
+	gap := 5 * res.Milliseconds() / 2
+	for _, s := range ss {
+		var pts []string
+		prev := int64(0)
+		flush := func() {
+			if len(pts) > 0 {
+				c.Lines = append(c.Lines, chartLine{Class: s.class + limitClass(s.limit), Points: strings.Join(pts, " "), Series: s.name})
+			}
+			pts = pts[:0:0]
+		}
+		drawn := false
+		for _, smp := range ws.samples {
+			v, ok := s.value(smp)
+			if !ok || (len(pts) > 0 && smp.at-prev > gap) {
+				flush()
+			}
+			if ok {
+				pts = append(pts, px(x(smp.at))+","+px(y(v)))
+				drawn = true
+			}
+			prev = smp.at
+		}
+		flush()
+		if drawn {
+			c.Key = append(c.Key, chartKey{Class: strings.Fields(s.class)[0], Text: s.name, Limit: s.limit})
+		}
+	}
+	// The verdicts laid over the data: a band of the state at each sample,
+	// and a mark at each transition.
+	// (One rect per run of samples in one state, without gaps.)
+	var band struct {
+		state    uint8
+		from, to int64
+	}
+	flushBand := func() {
+		if band.to > band.from {
+			x0, x1 := x(band.from), x(band.to)
+			c.Bands = append(c.Bands, chartBand{X: px(x0), W: px(max(0.5, x1-x0)), State: stateOf(band.state)})
+		}
+	}
+	for i, smp := range ws.samples {
+		end := smp.at + res.Milliseconds()
+		if i+1 < len(ws.samples) && ws.samples[i+1].at-smp.at <= gap {
+			end = ws.samples[i+1].at
+		}
+		if smp.state != band.state || smp.at != band.to {
+			flushBand()
+			band.state, band.from = smp.state, smp.at
+		}
+		band.to = end
+	}
+	flushBand()
+	for _, t := range ws.transitions {
+		if t.at < from.UnixMilli() {
+			continue
+		}
+		at := time.UnixMilli(t.at).UTC()
+		parts := []string{"→ " + string(stateOf(t.to)) + " at " + at.Format("15:04:05 UTC")}
+		for _, r := range t.reasons[:t.nReasons] {
+			parts = append(parts, r.code)
+		}
+		title := strings.Join(parts, "; ")
+		c.Marks = append(c.Marks, chartMark{X: px(x(t.at)), At: at.Format(time.RFC3339), Title: title, State: stateOf(t.to)})
+	}
+	return c
+}
+
+func limitClass(limit bool) string {
+	if limit {
+		return " limit"
+	}
+	return ""
+}
+
+// niceTop rounds a chart's top up to 1, 2, 2.5 or 5 times a power of ten,
+// so the labels are round.
+func niceTop(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := 1.0
+	for p*10 <= v {
+		p *= 10
+	}
+	for p > v {
+		p /= 10
+	}
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func roundTo(f float64, digits int) float64 {
+	s := strconv.FormatFloat(f, 'f', digits, 64)
+	r, _ := strconv.ParseFloat(s, 64)
+	return r
+}
+
+func px(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
