@@ -95,6 +95,7 @@ func TestBrowserLivePage(t *testing.T) {
 				s := browserFleet(now.Add(time.Second))
 				late := worker("arrived-after-load", contract.Lost)
 				late.Since, late.LastSeen = now, now
+				late.Memory.SampledAt = now.Add(-2 * time.Minute)
 				s.Workers = append(s.Workers, late)
 				publish(wh, s)
 			})
@@ -123,6 +124,16 @@ func TestBrowserLivePage(t *testing.T) {
 	for _, r := range rows {
 		assert.Empty(t, findAll(r.node, "script"), "no element was created from data")
 		assert.Empty(t, findAll(r.node, "img"), "no element was created from data")
+		// A lost worker's memory is its last known (page.js memory).
+		if strings.Contains(attr(r.node, "class"), "s-lost") {
+			fill := findAll(r.cells[3], "div")[1]
+			assert.Equal(t, "fill stale", attr(fill, "class"), "row %s", attr(r.node, "data-id"))
+			want := "last known"
+			if attr(r.node, "data-id") == "arrived-after-load" {
+				want = "last sample 2m ago"
+			}
+			assert.Contains(t, text(r.cells[3]), want)
+		}
 		// The memory trend, drawn by the script from ?trend=1 (the late
 		// worker's too: it is only in the refreshed rows).
 		trend := findAll(r.cells[3], "svg")

@@ -90,6 +90,7 @@ type pageData struct {
 	Rows             []pageRow
 	Shown, Matching  int
 	MaxRows          int
+	StaleMillis      int64
 	Script           template.JS
 }
 
@@ -129,6 +130,7 @@ func (p *page) data(v *view, keep stateFilter, hs *historyStore) pageData {
 		FleetText:        fleetText(v.fleet),
 		IdleWhilePending: v.fleet.IdleWhilePending,
 		MaxRows:          pageMaxRows,
+		StaleMillis:      staleMemoryAfter.Milliseconds(),
 		Script:           template.JS(pageScript), //nolint:gosec // our own embedded script, not data
 	}
 	if v.time.IsZero() {
@@ -226,7 +228,7 @@ func newPageRow(w *contract.Worker, now time.Time) pageRow {
 	for _, r := range w.Reasons {
 		row.Reasons = append(row.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
 	}
-	row.MemPct, row.MemClass, row.MemText = memoryText(w.Memory)
+	row.MemPct, row.MemClass, row.MemText = memoryCell(w, now)
 	row.Drift, row.DriftTitle, row.DriftBad = driftText(w.Drift)
 	return row
 }
@@ -307,6 +309,29 @@ func evidence(r contract.Reason) string {
 		f = formatBytes
 	}
 	return f(r.Value) + " / " + f(r.Threshold)
+}
+
+// staleMemoryAfter: a tree sampled longer ago than this shows its memory as
+// the last known, greyed, with the sample's age. The receiver samples every
+// few seconds (collection_interval, 3 s in the default config), so a minute
+// without a sample means the figure is history, as it is for a lost worker.
+const staleMemoryAfter = time.Minute
+
+// memoryCell is memoryText, and a worker whose memory is not current (lost,
+// or no sample for staleMemoryAfter) greyed with the age of its last sample.
+func memoryCell(w *contract.Worker, now time.Time) (pct int, class, text string) {
+	m := w.Memory
+	if m.SampledAt.IsZero() && m.RSSBytes == 0 {
+		return 0, "none", "no sample yet"
+	}
+	pct, class, text = memoryText(m)
+	switch {
+	case !m.SampledAt.IsZero() && (w.State == contract.Lost || now.Sub(m.SampledAt) > staleMemoryAfter):
+		class, text = "stale", text+" · last sample "+ago(m.SampledAt, now)
+	case w.State == contract.Lost: // a publisher that does not say when
+		class, text = "stale", text+" · last known"
+	}
+	return pct, class, text
 }
 
 func memoryText(m contract.Memory) (pct int, class, text string) {

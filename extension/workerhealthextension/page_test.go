@@ -219,3 +219,74 @@ func TestPageRowLimit(t *testing.T) {
 		assert.Equal(t, i >= notHealthy, st == "healthy", "row %d: %s", i, st)
 	}
 }
+
+// A lost worker's memory, or one not sampled for staleMemoryAfter, is its
+// last known: greyed, with the age of the sample, never like a current one.
+func TestPageStaleMemory(t *testing.T) {
+	wh := newTestExt(t)
+	wh.page.now = func() time.Time { return t0 }
+	lost := worker("lost", contract.Lost)
+	lost.Memory.SampledAt = t0.Add(-3 * time.Minute)
+	quiet := worker("quiet", contract.Healthy)
+	quiet.Memory.SampledAt = t0.Add(-2 * time.Minute)
+	fresh := worker("fresh", contract.Healthy)
+	fresh.Memory.SampledAt = t0.Add(-3 * time.Second)
+	never := worker("never", contract.Unknown)
+	never.Memory = contract.Memory{}
+	publish(wh, snapshot(testSource, t0, lost, quiet, fresh, never))
+	base := startTestExt(t, wh)
+
+	_, body := get(t, base+"/")
+	doc, err := html.Parse(strings.NewReader(body))
+	require.NoError(t, err)
+	got := map[string][2]string{}
+	for _, r := range tableRows(t, doc) {
+		fill := findAll(r.cells[3], "div")[1]
+		got[attr(r.node, "data-id")] = [2]string{attr(fill, "class"), text(findAll(r.cells[3], "div")[2])}
+	}
+	assert.Equal(t, [2]string{"fill stale", "300 MiB / 500 MiB (60%) · last sample 3m ago"}, got["lost"])
+	assert.Equal(t, [2]string{"fill stale", "300 MiB / 500 MiB (60%) · last sample 2m ago"}, got["quiet"])
+	assert.Equal(t, [2]string{"fill ok", "300 MiB / 500 MiB (60%)"}, got["fresh"])
+	assert.Equal(t, [2]string{"fill none", "no sample yet"}, got["never"])
+
+	_, body = get(t, base+"/workers/lost")
+	assert.Contains(t, body, "<dt>memory</dt><dd>300 MiB / 500 MiB (60%) · last sample 3m ago</dd>")
+}
+
+// The note that rows are left out is only there when they are (its text
+// too, not only its display: readers that ignore "hidden" read it), and it
+// only suggests a filter when the page is not filtered yet.
+func TestPageTruncatedOnlyWhenRowsAreLeftOut(t *testing.T) {
+	wh := newTestExt(t)
+	publish(wh, snapshot(testSource, t0, worker("a", contract.Healthy), worker("b", contract.Lost)))
+	base := startTestExt(t, wh)
+	note := func(path string) (txt string, hidden bool) {
+		t.Helper()
+		_, body := get(t, base+path)
+		doc, err := html.Parse(strings.NewReader(body))
+		require.NoError(t, err)
+		p := findByID(doc, "truncated")
+		require.NotNil(t, p)
+		for _, a := range p.Attr {
+			hidden = hidden || a.Key == "hidden"
+		}
+		return text(p), hidden
+	}
+	txt, hidden := note("/")
+	assert.True(t, hidden)
+	assert.Empty(t, txt, "no note when nothing is left out")
+
+	s := realisticFleet(pageMaxRows+50, t0)
+	for i := range s.Workers {
+		s.Workers[i].State = contract.Healthy
+	}
+	publish(wh, s)
+	txt, hidden = note("/")
+	assert.False(t, hidden)
+	assert.Equal(t, "Showing the 1000 most urgent of 1050 workers; filter by state to see the rest, or use the JSON list.", txt)
+	txt, _ = note("/?state=healthy")
+	assert.Equal(t, "Showing the 1000 most urgent of 1050 workers; all of them are in the JSON list.", txt, "no filter to suggest")
+	txt, hidden = note("/?state=lost")
+	assert.True(t, hidden)
+	assert.Empty(t, txt)
+}

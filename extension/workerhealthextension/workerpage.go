@@ -118,7 +118,7 @@ func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, wi
 	for _, r := range w.Reasons {
 		d.Reasons = append(d.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
 	}
-	_, _, d.MemText = memoryText(w.Memory)
+	_, _, d.MemText = memoryCell(w, now)
 	d.Drift, _, d.DriftBad = driftText(w.Drift)
 
 	from := now.Add(-window)

@@ -12,6 +12,7 @@
   var SEV = { lost: 5, unhealthy: 4, stalled: 3, unknown: 2, degraded: 1, healthy: 0 };
   var ORDER = ["healthy", "degraded", "unhealthy", "stalled", "lost", "unknown"];
   var UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+  var STALE_MS = Number(table.getAttribute("data-stale-ms")) || 60000;
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -47,12 +48,26 @@
     var f = r.code.indexOf("memory") >= 0 ? bytes : num;
     return f(r.value) + " / " + f(r.threshold);
   }
-  function memory(m) {
-    var soft = m.soft_limit_bytes || 0, rss = m.rss_bytes || 0;
-    if (soft <= 0) return { pct: 0, cls: "none", text: bytes(rss) + " (no soft limit)" };
-    var ratio = rss / soft, pct = Math.round(ratio * 100);
-    return { pct: Math.min(100, pct), cls: ratio > 1 ? "over" : ratio >= 0.8 ? "warn" : "ok",
-      text: bytes(rss) + " / " + bytes(soft) + " (" + pct + "%)" };
+  function memory(m, state, now) {
+    var soft = m.soft_limit_bytes || 0, rss = m.rss_bytes || 0, r;
+    if (!m.sampled_at && !rss) return { pct: 0, cls: "none", text: "no sample yet" };
+    if (soft <= 0) {
+      r = { pct: 0, cls: "none", text: bytes(rss) + " (no soft limit)" };
+    } else {
+      var ratio = rss / soft, pct = Math.round(ratio * 100);
+      r = { pct: Math.min(100, pct), cls: ratio > 1 ? "over" : ratio >= 0.8 ? "warn" : "ok",
+        text: bytes(rss) + " / " + bytes(soft) + " (" + pct + "%)" };
+    }
+    // A lost worker's memory is its last known, not its current (page.go).
+    var at = Date.parse(m.sampled_at);
+    if (m.sampled_at && !isNaN(at) && (state === "lost" || now - at > STALE_MS)) {
+      r.cls = "stale";
+      r.text = r.text + " · last sample " + ago(m.sampled_at, now);
+    } else if (state === "lost") {
+      r.cls = "stale";
+      r.text = r.text + " · last known";
+    }
+    return r;
   }
   function runs(r) {
     var s = "worker " + (r.worker || []).length + " · scheduler " + (r.scheduler || []).length;
@@ -130,7 +145,7 @@
     if (!td.firstChild) td.appendChild(el("span", "muted", "–"));
     tr.appendChild(td);
 
-    var m = memory(w.memory || {});
+    var m = memory(w.memory || {}, w.state, now);
     td = el("td");
     var bar = el("div", "bar"), fill = el("div", "fill " + m.cls);
     fill.style.width = m.pct + "%";
@@ -159,13 +174,14 @@
     workers.slice(0, maxRows).forEach(function (w) { body.appendChild(row(w, now)); });
     if (workers.length > maxRows) {
       truncated.replaceChildren(document.createTextNode("Showing the " + maxRows + " most urgent of " +
-        workers.length + " workers; filter by state to see the rest, or use "));
+        workers.length + " workers; " + (location.search ? "all of them are in " : "filter by state to see the rest, or use ")));
       var link = el("a", null, "the JSON list");
       link.setAttribute("href", "health/workers");
       truncated.appendChild(link);
       truncated.appendChild(document.createTextNode("."));
       truncated.hidden = false;
     } else {
+      truncated.replaceChildren();
       truncated.hidden = true;
     }
     if (!workers.length) {
