@@ -21,6 +21,9 @@ func TestDefaultConfig(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.PageRefresh)
 	assert.Equal(t, 10*time.Second, cfg.ReadHeaderTimeout)
 	assert.Equal(t, int64(64<<10), cfg.MaxRequestBodySize)
+	assert.Equal(t, 30*time.Minute, cfg.History.Window)
+	assert.Equal(t, 10*time.Second, cfg.History.Resolution)
+	assert.Nil(t, cfg.History.StorageID, "history in memory unless a storage is named")
 	require.True(t, cfg.Keepalive.HasValue())
 	assert.Equal(t, time.Minute, cfg.Keepalive.Get().IdleTimeout)
 	require.NoError(t, cfg.Validate())
@@ -50,6 +53,18 @@ func TestLoadConfig(t *testing.T) {
 				assert.Equal(t, 5*time.Second, cfg.ReadHeaderTimeout)
 			},
 		},
+		{
+			id: component.NewIDWithName(metadata.Type, "history"),
+			check: func(t *testing.T, cfg *Config) {
+				assert.Equal(t, time.Hour, cfg.History.Window)
+				assert.Equal(t, 30*time.Second, cfg.History.Resolution)
+				require.NotNil(t, cfg.History.StorageID)
+				assert.Equal(t, component.MustNewID("file_storage"), *cfg.History.StorageID)
+			},
+		},
+		{id: component.NewIDWithName(metadata.Type, "bad_resolution"), wantErr: "history::resolution: must be at least 1s, got 500ms"},
+		{id: component.NewIDWithName(metadata.Type, "bad_window"), wantErr: "history::window: must be at least history::resolution (10s), got 5s"},
+		{id: component.NewIDWithName(metadata.Type, "too_many_samples"), wantErr: "history::window: 24h0m0s at a resolution of 10s is 8640 samples per worker, more than 720"},
 		{id: component.NewIDWithName(metadata.Type, "bad_refresh"), wantErr: "page_refresh: must be at least 1s"},
 		{id: component.NewIDWithName(metadata.Type, "bad_recovery"), wantErr: "recovery_duration: must not be negative"},
 		{id: component.NewIDWithName(metadata.Type, "no_endpoint"), wantErr: "endpoint: must not be empty"},

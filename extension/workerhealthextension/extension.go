@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensioncapabilities"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
@@ -22,6 +23,7 @@ import (
 // workerHealth is the extension: the store of published worker state, the
 // collector's component status, and the HTTP server that serves both.
 type workerHealth struct {
+	id        component.ID
 	cfg       *Config
 	telemetry component.TelemetrySettings
 	store     *store
@@ -47,6 +49,7 @@ var (
 	_ contract.Subscriber                          = (*workerHealth)(nil)
 	_ extensioncapabilities.ComponentStatusWatcher = (*workerHealth)(nil)
 	_ extensioncapabilities.PipelineWatcher        = (*workerHealth)(nil)
+	_ extensioncapabilities.Dependent              = (*workerHealth)(nil)
 )
 
 func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error) {
@@ -59,6 +62,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		return nil, err
 	}
 	wh := &workerHealth{
+		id:        set.ID,
 		cfg:       cfg,
 		telemetry: set.TelemetrySettings,
 		store:     newStore(newHistoryStore(cfg.History.Window, cfg.History.Resolution)),
@@ -89,9 +93,21 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if wh.cfg.Auth.HasValue() {
 		srv.Handler = canonicalAuthScheme(srv.Handler)
 	}
+	var history storage.Client
+	if id := wh.cfg.History.StorageID; id != nil {
+		if history, err = openHistoryStorage(ctx, host, *id, wh.id, wh.telemetry.Logger); err != nil {
+			return fmt.Errorf("worker_health: %w", err)
+		}
+	}
 	ln, err := wh.listen(ctx)
 	if err != nil {
+		if history != nil {
+			err = errors.Join(err, history.Close(ctx))
+		}
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
+	}
+	if history != nil {
+		wh.store.history.attach(ctx, history, wh.telemetry.Logger)
 	}
 	if !wh.cfg.TLS.HasValue() {
 		ln = targetGuardListener{ln}
@@ -127,7 +143,22 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	}
 	wh.served.Wait()
 	wh.server, wh.addr = nil, nil
-	return err
+	// What was published is in the history before its last write.
+	wh.store.flush()
+	return errors.Join(err, wh.store.history.detach(ctx))
+}
+
+// Dependencies implements extensioncapabilities.Dependent: the auth and
+// storage extensions this one uses start before it and stop after it.
+func (wh *workerHealth) Dependencies() []component.ID {
+	var ids []component.ID
+	if a := wh.cfg.Auth.Get(); a != nil {
+		ids = append(ids, a.Config.AuthenticatorID)
+	}
+	if id := wh.cfg.History.StorageID; id != nil {
+		ids = append(ids, *id)
+	}
+	return ids
 }
 
 // Publish implements contract.Subscriber: the processor hands over an

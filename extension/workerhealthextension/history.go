@@ -73,6 +73,12 @@ type workerHistory struct {
 	// A worker restored from storage that is not (yet) is kept for one
 	// window; one that left the view is dropped at once.
 	inView bool
+	// For storage (history_storage.go): how many of the newest samples are
+	// not written yet, whether the transitions changed, and whether the
+	// worker has keys in storage.
+	unsaved    int
+	transDirty bool
+	persisted  bool
 }
 
 // stateCode numbers the states for the rings: index in AllStates plus one.
@@ -103,6 +109,8 @@ type historyStore struct {
 	// codes interns reason codes: a handful of distinct strings shared by
 	// every transition instead of a copy each.
 	codes map[string]string
+	// persist is the storage behind the history; nil without one.
+	persist *historyPersistence
 }
 
 func newHistoryStore(window, resolution time.Duration) *historyStore {
@@ -193,9 +201,11 @@ func (h *workerHistory) add(s sample, res int64, size int) {
 			return // out of order: the view never goes back, nor does history
 		case s.at/res == last.at/res:
 			*last = s
+			h.unsaved = max(h.unsaved, 1)
 			return
 		}
 	}
+	h.unsaved = min(h.unsaved+1, size)
 	if len(h.samples) < size {
 		if len(h.samples) == cap(h.samples) {
 			// Grow by doubling, but never past the ring size: append
@@ -232,7 +242,7 @@ func (h *workerHistory) transition(w *contract.Worker, to uint8, at int64, inter
 		t.reasons[t.nReasons] = transitionReason{code: intern(r.Code), value: r.Value, threshold: r.Threshold}
 		t.nReasons++
 	}
-	h.state = to
+	h.state, h.transDirty = to, true
 	if len(h.trans) < historyTransitions {
 		if h.trans == nil {
 			h.trans = make([]transition, 0, 2)
@@ -261,6 +271,9 @@ func (hs *historyStore) retain(v *view, horizon int64) {
 		}
 		if h.inView || len(h.samples) == 0 || h.samples[h.lastIndex(hs.size)].at < horizon {
 			delete(hs.byID, id)
+			if p := hs.persist; p != nil && h.persisted {
+				p.removed[id] = max(p.ids[id], (len(h.samples)+historyGroup-1)/historyGroup)
+			}
 		}
 	}
 }

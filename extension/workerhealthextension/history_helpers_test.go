@@ -57,10 +57,10 @@ func (l leak) at(t time.Time) contract.Worker {
 	return w
 }
 
-// publishHistory publishes one snapshot every step from start to end with
+// publishHistory publishes one snapshot every 10 s from start to end with
 // the workers gen makes at each time, waiting for each to be served.
-func publishHistory(wh *workerHealth, start, end time.Time, step time.Duration, gen func(time.Time) []contract.Worker) {
-	for t := start; !t.After(end); t = t.Add(step) {
+func publishHistory(wh *workerHealth, start, end time.Time, gen func(time.Time) []contract.Worker) {
+	for t := start; !t.After(end); t = t.Add(10 * time.Second) {
 		publish(wh, snapshot(testSource, t, gen(t)...))
 	}
 }

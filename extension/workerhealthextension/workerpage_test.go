@@ -23,7 +23,7 @@ func leakFixture(t *testing.T, now time.Time) (*workerHealth, leak) {
 	wh := newTestExt(t)
 	wh.page.now = func() time.Time { return now }
 	l := leak{id: "openfn-worker-7", start: now.Add(-35 * time.Minute), overAt: now.Add(-9*time.Minute + 3*time.Second), soft: 900 << 20, mainSoft: 400 << 20}
-	publishHistory(wh, l.start, now, 10*time.Second, func(at time.Time) []contract.Worker {
+	publishHistory(wh, l.start, now, func(at time.Time) []contract.Worker {
 		return []contract.Worker{l.at(at), worker("steady", contract.Healthy)}
 	})
 	return wh, l
