@@ -207,7 +207,22 @@ func (c *cspOverride) WriteHeader(code int) {
 func TestBrowserScreenshot(t *testing.T) {
 	bin := chromium(t)
 	wh := newTestExt(t, func(c *Config) { c.PageRefresh = time.Second })
-	publish(wh, realisticFleet(100, time.Now()))
+	// Half an hour of history, so the rows have their memory trends: the
+	// fleet's memory wanders, the unhealthy workers' climbs.
+	now := time.Now()
+	publishHistory(wh, now.Add(-30*time.Minute), now, func(at time.Time) []contract.Worker {
+		s := realisticFleet(100, now)
+		step := int64(at.Sub(now.Add(-30*time.Minute)) / (10 * time.Second))
+		for i := range s.Workers {
+			w := &s.Workers[i]
+			if w.State == contract.Unhealthy {
+				w.Memory.RSSBytes = 380<<20 + step*(1<<20)
+			} else {
+				w.Memory.RSSBytes += (step*int64(i+7)%23 - 11) << 20
+			}
+		}
+		return s.Workers
+	})
 	base := startTestExt(t, wh)
 
 	out := filepath.Join(t.TempDir(), "status-page.png")

@@ -108,7 +108,7 @@ type pageRow struct {
 	Since            string
 	Reasons          []pageReason
 	MemPct           int
-	Trend            sparkline
+	Trend            template.HTML
 	MemClass         string
 	MemText          string
 	Runs             string
@@ -167,21 +167,16 @@ func (p *page) data(v *view, keep stateFilter, hs *historyStore) pageData {
 // over the default 30-minute window.
 const trendPoints = 30
 
-// sparkline is a row's memory trend drawn in a 100x20 box (the SVG is
-// stretched to the cell): the tree's memory over the history window, and
-// its soft limit as a dashed line.
-type sparkline struct {
-	Points string
-	// LimitY is the soft limit's height; "" when there is none.
-	LimitY string
-	Title  string
-}
-
-// newSparkline draws trend (history.trend: bytes per point, -1 none). The
+// newSparkline draws a row's memory trend (history.trend: bytes per point,
+// -1 none) as an SVG in a 100x20 box stretched to the cell: the tree's
+// memory over the history window, and its soft limit as a dashed line. The
 // scale goes up to the larger of the trend's top and the soft limit, so a
 // worker near its limit looks near it. assets/page.js draws the same.
-func newSparkline(trend []int64, soft int64) sparkline {
-	var sp sparkline
+//
+// It is built here rather than in the template: a thousand rows of
+// attribute escaping cost more than the rest of the page, and the SVG holds
+// only numbers and our own words.
+func newSparkline(trend []int64, soft int64) template.HTML {
 	top, n := max(soft, 0), 0
 	for _, v := range trend {
 		if v >= 0 {
@@ -189,27 +184,37 @@ func newSparkline(trend []int64, soft int64) sparkline {
 		}
 	}
 	if n == 0 || top <= 0 {
-		return sp
+		return ""
 	}
 	scale := 18 / float64(top)
+	label := "tree memory over the history window, up to " + formatBytes(float64(top))
 	var b strings.Builder
+	b.Grow(64 + 12*len(trend))
+	b.WriteString(`<svg class="trend" viewBox="0 0 100 20" preserveAspectRatio="none" role="img" aria-label="`)
+	b.WriteString(label)
+	b.WriteString(`"><title>`)
+	b.WriteString(label)
+	b.WriteString(`</title>`)
+	if soft > 0 {
+		y := px(19 - float64(soft)*scale)
+		b.WriteString(`<line x1="0" x2="100" y1="` + y + `" y2="` + y + `"></line>`)
+	}
+	b.WriteString(`<polyline points="`)
+	first := true
 	for i, v := range trend {
 		if v < 0 {
 			continue
 		}
-		if b.Len() > 0 {
+		if !first {
 			b.WriteByte(' ')
 		}
+		first = false
 		b.WriteString(px(float64(i) * 100 / float64(max(1, len(trend)-1))))
 		b.WriteByte(',')
 		b.WriteString(px(19 - float64(v)*scale))
 	}
-	sp.Points = b.String()
-	if soft > 0 {
-		sp.LimitY = px(19 - float64(soft)*scale)
-	}
-	sp.Title = "tree memory over the history window, up to " + formatBytes(float64(top))
-	return sp
+	b.WriteString(`"></polyline></svg>`)
+	return template.HTML(b.String()) //nolint:gosec // numbers and our own words only, no worker data
 }
 
 // The formatting below is mirrored by assets/page.js, which re-renders the
