@@ -126,6 +126,10 @@ scrape_configs:
 		}
 	})
 
+	t.Run("the leak worker's page shows its climb and the change to unhealthy", func(t *testing.T) {
+		checkLeakHistory(t, e, wLeak)
+	})
+
 	t.Run("hang worker turns stalled", func(t *testing.T) {
 		waitState(t, e, wHang, boundStalled, contract.Stalled)
 		requireCode(t, e, wHang, 503)

@@ -111,6 +111,9 @@ type historyStore struct {
 	codes map[string]string
 	// persist is the storage behind the history; nil without one.
 	persist *historyPersistence
+	// first is the time of the oldest sample ever recorded (unix ms; 0:
+	// none): the pages show less than the window while it is younger.
+	first int64
 }
 
 func newHistoryStore(window, resolution time.Duration) *historyStore {
@@ -146,6 +149,9 @@ func (hs *historyStore) recordView(v *view, srcs []*sourceIndex) {
 }
 
 func (hs *historyStore) record(w *contract.Worker, at int64) {
+	if hs.first == 0 || at < hs.first {
+		hs.first = at
+	}
 	h := hs.byID[w.ID]
 	if h == nil {
 		h = &workerHistory{}
@@ -320,14 +326,33 @@ func (hs *historyStore) series(id string, since time.Time) workerSeries {
 	return ws
 }
 
-// trend is the tree memory of each worker in ids over the window ending at
+// minSpan is the shortest time the pages draw: a history younger than the
+// window is drawn over its own age, but not over less than this.
+const minSpan = 2 * time.Minute
+
+// span is the time the pages draw, ending at now: the window, or while the
+// history is younger than that (the collector just started), its age, so
+// the first minutes are not squeezed into the right edge of a half-hour.
+func (hs *historyStore) span(now time.Time) time.Duration {
+	hs.mu.RLock()
+	first := hs.first
+	hs.mu.RUnlock()
+	if first == 0 {
+		return hs.window
+	}
+	age := now.Sub(time.UnixMilli(first)) + hs.resolution
+	return min(hs.window, max(age, min(minSpan, hs.window)))
+}
+
+// trend is the tree memory of each worker in ids over the span ending at
 // now, as points buckets (the largest sample in each, -1 where none): the
 // fleet page's sparkline. One lock for all of them; nil for a worker
 // without history.
 func (hs *historyStore) trend(ids []string, now time.Time, points int) [][]int64 {
 	out := make([][]int64, len(ids))
-	from := now.Add(-hs.window).UnixMilli()
-	step := max(1, hs.window.Milliseconds()/int64(points))
+	span := hs.span(now)
+	from := now.Add(-span).UnixMilli()
+	step := max(1, span.Milliseconds()/int64(points))
 	hs.mu.RLock()
 	defer hs.mu.RUnlock()
 	for i, id := range ids {

@@ -433,6 +433,11 @@ func (hs *historyStore) load(ctx context.Context, p *historyPersistence) {
 				continue
 			}
 			hs.byID[id] = h
+			for _, smp := range h.samples {
+				if hs.first == 0 || smp.at < hs.first {
+					hs.first = smp.at
+				}
+			}
 			loaded++
 		}
 		hs.mu.Unlock()

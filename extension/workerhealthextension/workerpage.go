@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"html/template"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -81,8 +82,9 @@ func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request,
 	}
 	now := wh.page.now()
 	hs := wh.store.history
-	ws := hs.series(id, now.Add(-hs.window))
-	d := wh.page.workerData(e.w, ws, now, hs.window, hs.resolution)
+	span := hs.span(now)
+	ws := hs.series(id, now.Add(-span))
+	d := wh.page.workerData(e.w, ws, now, span, hs.resolution)
 	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
 	var buf bytes.Buffer
 	if err := wh.page.worker.Execute(&buf, d); err != nil {
@@ -200,8 +202,10 @@ const (
 )
 
 type chart struct {
-	Title   string
-	ID      string // the element id, for tests and links
+	Title string
+	ID    string // the element id, for tests and links
+	// Empty: no series has a value in the span (e.g. CPU not reported).
+	Empty   bool
 	Grid    []chartLabel
 	XLabels []chartLabel
 	Lines   []chartLine
@@ -264,18 +268,27 @@ func historyCharts(ws workerSeries, from, now time.Time, res time.Duration) []ch
 		{"held by the scheduler", "c3", false, func(s sample) (float64, bool) { return float64(s.runsScheduler), true }},
 		{"capacity", "c0", true, func(s sample) (float64, bool) { return float64(s.capacity), s.capacity > 0 }},
 	}
-	cores := func(f float64) string { return formatNum(roundTo(f, 2)) }
-	count := func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) }
+	bytesAxis := axis{unit: 1 << 20, label: formatBytes}
+	coresAxis := axis{unit: 1, label: func(f float64) string { return formatNum(roundTo(f, 2)) }}
+	countAxis := axis{unit: 1, integer: true, label: func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) }}
 	return []chart{
-		drawChart("Memory per role against the soft limits", "chart-memory", ws, mem, from, now, res, 1<<20, formatBytes),
-		drawChart("CPU of the main process (cores)", "chart-cpu", ws, cpu, from, now, res, 1, cores),
-		drawChart("Runs held by each view, and capacity", "chart-runs", ws, runs, from, now, res, 1, count),
+		drawChart("Memory per role against the soft limits", "chart-memory", ws, mem, from, now, res, bytesAxis),
+		drawChart("CPU of the main process (cores)", "chart-cpu", ws, cpu, from, now, res, coresAxis),
+		drawChart("Runs held by each view, and capacity", "chart-runs", ws, runs, from, now, res, countAxis),
 	}
 }
 
-// drawChart draws ss over [from, now]. The top of the y axis is a round
-// number of units (MiB for memory) above the largest value.
-func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Time, res time.Duration, unit float64, label func(float64) string) chart {
+// axis is how a chart's y axis counts: the top is a round number of units
+// (MiB for memory) above the largest value, an even one for counts so the
+// middle line is a whole number too.
+type axis struct {
+	unit    float64
+	integer bool
+	label   func(float64) string
+}
+
+// drawChart draws ss over [from, now].
+func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Time, res time.Duration, ax axis) chart {
 	c := chart{Title: title, ID: id}
 	span := float64(now.Sub(from).Milliseconds())
 	x := func(at int64) float64 {
@@ -289,10 +302,13 @@ func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Ti
 			}
 		}
 	}
-	top = niceTop(top*1.08/unit) * unit
+	top = niceTop(top*1.08/ax.unit) * ax.unit
+	if ax.integer {
+		top = max(2, 2*math.Ceil(top/2))
+	}
 	y := func(v float64) float64 { return plotB - (plotB-plotT)*v/top }
 	for _, f := range []float64{0, 0.5, 1} {
-		c.Grid = append(c.Grid, chartLabel{X: px(plotL - 6), Y: px(y(top * f)), Text: label(top * f)})
+		c.Grid = append(c.Grid, chartLabel{X: px(plotL - 6), Y: px(y(top * f)), Text: ax.label(top * f)})
 	}
 	for i := range 4 {
 		at := from.Add(time.Duration(i) * now.Sub(from) / 3)
@@ -332,6 +348,7 @@ func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Ti
 			c.Key = append(c.Key, chartKey{Class: strings.Fields(s.class)[0], Text: s.name, Limit: s.limit})
 		}
 	}
+	c.Empty = len(c.Key) == 0
 	// The verdicts laid over the data: a band of the state at each sample,
 	// and a mark at each transition.
 	// (One rect per run of samples in one state, without gaps.)

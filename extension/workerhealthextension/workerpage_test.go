@@ -333,3 +333,55 @@ func tableRowsOf(t *testing.T, table *html.Node) []domRow {
 	}
 	return rows
 }
+
+// A history younger than the window (the collector just started) is drawn
+// over its own age, not squeezed into the right edge of half an hour; a
+// chart without data says so; a count axis has whole numbers.
+func TestWorkerPageYoungHistory(t *testing.T) {
+	now := time.Now().Truncate(10 * time.Second)
+	wh := newTestExt(t)
+	wh.page.now = func() time.Time { return now }
+	publishHistory(wh, now.Add(-90*time.Second), now, func(at time.Time) []contract.Worker {
+		w := worker("young", contract.Healthy)
+		w.CPU.MainCores = -1
+		w.Runs.Worker, w.Runs.Capacity = []string{"r1", "r2", "r3"}, 0
+		w.Memory.RSSBytes += int64(at.Sub(now)/time.Second) << 20
+		return []contract.Worker{w}
+	})
+	base := startTestExt(t, wh)
+	_, body := get(t, base+"/workers/young")
+	doc, err := html.Parse(strings.NewReader(body))
+	require.NoError(t, err)
+
+	mem := findByID(doc, "chart-memory")
+	require.NotNil(t, mem)
+	var xlabels []string
+	for _, l := range findAll(mem, "text") {
+		if attr(l, "text-anchor") == "middle" {
+			xlabels = append(xlabels, text(l))
+		}
+	}
+	assert.Equal(t, []string{"−2m", "−1m", "−40s", "now"}, xlabels, "two minutes, the shortest span drawn")
+	var tree [][2]float64
+	for _, p := range findAll(mem, "polyline") {
+		if attr(p, "data-series") == "tree" {
+			tree = points(t, attr(p, "points"))
+		}
+	}
+	require.Len(t, tree, 10)
+	assert.InDelta(t, plotL+(plotR-plotL)*30.0/120, tree[0][0], 0.11, "the first sample, 90 s ago, a quarter in")
+	assert.Contains(t, body, "<h2>The last 2m</h2>")
+
+	cpu := findByID(doc, "chart-cpu")
+	require.NotNil(t, cpu)
+	assert.Empty(t, findAll(cpu, "polyline"))
+	assert.Contains(t, text(cpu), "not reported")
+
+	var grid []string
+	for _, l := range findAll(findByID(doc, "chart-runs"), "text") {
+		if attr(l, "text-anchor") == "end" {
+			grid = append(grid, text(l))
+		}
+	}
+	assert.Equal(t, []string{"0", "3", "6"}, grid, "3 runs: a round top (5) made even, the middle line a whole number")
+}
