@@ -128,10 +128,19 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 		}
 		w.CPU = contract.CPU{MainCores: 0.3, LimitCPUs: 2}
 	}
+	fillHistory(wh, s)
+	publish(wh, s)
+	return wh
+}
+
+// fillHistory gives every worker of s a full history ending at s.Time, with
+// a state change every 40 samples.
+func fillHistory(wh *workerHealth, s *contract.Snapshot) {
 	hs := wh.store.history
 	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	for step := hs.size; step > 0; step-- {
-		at := now.Add(-time.Duration(step) * hs.resolution).UnixMilli()
+		at := s.Time.Add(-time.Duration(step) * hs.resolution).UnixMilli()
 		for i := range s.Workers {
 			w := s.Workers[i]
 			w.Memory.RSSBytes -= int64(step) << 16
@@ -141,9 +150,6 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 			hs.record(&w, at)
 		}
 	}
-	hs.mu.Unlock()
-	publish(wh, s)
-	return wh
 }
 
 // BenchmarkPublish10k is what the processor's evaluation tick pays per

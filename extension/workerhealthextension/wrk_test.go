@@ -33,7 +33,9 @@ import (
 // It serves 10,000 workers, times /health/workers, then runs
 // `wrk -t1 -c8 -d30s` against /health/workers/{id} with random ids from the
 // fleet (testdata/wrk/random_ids.lua). WORKERHEALTH_WRK_DURATION overrides 30s,
-// WORKERHEALTH_WRK_SCRIPT the Lua script.
+// WORKERHEALTH_WRK_SCRIPT the Lua script. WORKERHEALTH_WRK_LIVE=1 runs it as in a
+// running collector: every worker with 30 minutes of history, and a new
+// snapshot published every 5 s during the run.
 func TestWrkLoad(t *testing.T) {
 	if os.Getenv("WORKERHEALTH_WRK") != "1" {
 		t.Skip("set WORKERHEALTH_WRK=1 to run the wrk load test")
@@ -54,6 +56,29 @@ func TestWrkLoad(t *testing.T) {
 	require.NoError(t, err)
 
 	fleet := realisticFleet(10_000, time.Now())
+	if os.Getenv("WORKERHEALTH_WRK_LIVE") == "1" {
+		// As in a running collector: every worker's history full, and a
+		// new snapshot every 5 s while wrk runs (indexed and recorded by
+		// the background goroutine, beside the requests).
+		fillHistory(wh, fleet)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		t.Cleanup(func() { close(stop); <-done })
+		go func() {
+			defer close(done)
+			s, tick := fleet, time.NewTicker(5*time.Second)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					s = nextEvaluation(s, i)
+					wh.Publish(s)
+				}
+			}
+		}()
+	}
 	start := time.Now()
 	wh.Publish(fleet)
 	returned := time.Since(start)
