@@ -73,14 +73,11 @@ type historyReason struct {
 }
 
 func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, escapedID string) int {
-	id, err := url.PathUnescape(escapedID)
-	if err != nil {
-		return writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
-	}
-	e := wh.store.load().byID[id]
+	e, code := wh.lookup(w, escapedID)
 	if e == nil {
-		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
+		return code
 	}
+	id := e.w.ID
 	now := wh.page.now()
 	ws := wh.store.history.series(id, now.Add(-wh.store.history.window))
 	body := historyBody{

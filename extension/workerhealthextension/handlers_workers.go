@@ -38,6 +38,21 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 	return code
 }
 
+// lookup finds the worker a path names, or answers 400 (a malformed
+// escape) or 404 (unknown) and returns nil with the code sent. (The hot
+// path, handleWorker, does the same inline: "" there is the list.)
+func (wh *workerHealth) lookup(w http.ResponseWriter, escapedID string) (*entry, int) {
+	id, err := url.PathUnescape(escapedID)
+	if err != nil {
+		return nil, writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
+	}
+	e := wh.store.load().byID[id]
+	if e == nil {
+		return nil, writeJSON(w, http.StatusNotFound, unknownWorker(id))
+	}
+	return e, 0
+}
+
 // listHead is the list body but the count (the number of workers in this
 // response, after ?state=) and the workers, which are streamed from their
 // pre-encoded JSON after it. It is encoded once per view (view.listHead).

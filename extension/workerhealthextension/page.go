@@ -65,13 +65,19 @@ func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
+	return wh.page.render(w, wh.page.tmpl, wh.page.data(wh.store.load(), keep, wh.store.history), "the status page")
+}
+
+// render executes tmpl into a buffer (a failure is a clean 500, not half a
+// page) and sends it with the page's Content-Security-Policy.
+func (p *page) render(w http.ResponseWriter, tmpl *template.Template, data any, what string) int {
 	var buf bytes.Buffer
-	if err := wh.page.tmpl.Execute(&buf, wh.page.data(wh.store.load(), keep, wh.store.history)); err != nil {
-		return writeError(w, http.StatusInternalServerError, "cannot render the status page")
+	if err := tmpl.Execute(&buf, data); err != nil {
+		return writeError(w, http.StatusInternalServerError, "cannot render "+what)
 	}
 	h := w.Header()
 	h["Content-Type"] = hdrHTML
-	h["Content-Security-Policy"] = wh.page.csp
+	h["Content-Security-Policy"] = p.csp
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
 	return http.StatusOK

@@ -1,7 +1,6 @@
 package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 
 import (
-	"bytes"
 	"cmp"
 	_ "embed"
 	"html/template"
@@ -72,30 +71,16 @@ type pageSource struct {
 }
 
 func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request, escapedID string) int {
-	id, err := url.PathUnescape(escapedID)
-	if err != nil {
-		return writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
-	}
-	e := wh.store.load().byID[id]
+	e, code := wh.lookup(w, escapedID)
 	if e == nil {
-		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
+		return code
 	}
 	now := wh.page.now()
 	hs := wh.store.history
 	span := hs.span(now)
-	ws := hs.series(id, now.Add(-span))
-	d := wh.page.workerData(e.w, ws, now, span, hs.resolution)
+	d := wh.page.workerData(e.w, hs.series(e.w.ID, now.Add(-span)), now, span, hs.resolution)
 	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
-	var buf bytes.Buffer
-	if err := wh.page.worker.Execute(&buf, d); err != nil {
-		return writeError(w, http.StatusInternalServerError, "cannot render the worker page")
-	}
-	h := w.Header()
-	h["Content-Type"] = hdrHTML
-	h["Content-Security-Policy"] = wh.page.csp
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
-	return http.StatusOK
+	return wh.page.render(w, wh.page.worker, d, "the worker page")
 }
 
 func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, window, res time.Duration) workerPageData {
