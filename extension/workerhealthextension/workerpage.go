@@ -122,7 +122,10 @@ func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, wi
 		d.Transitions = append(d.Transitions, pt)
 	}
 	for _, r := range w.Runs.Recent {
-		pr := pageRun{ID: r.ID, Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: ago(r.Ended, now)}
+		pr := pageRun{ID: r.ID, Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: "–"}
+		if !r.Ended.IsZero() {
+			pr.Ended = ago(r.Ended, now)
+		}
 		if r.DurationSeconds > 0 {
 			pr.Duration = runDuration(r.DurationSeconds)
 		}
