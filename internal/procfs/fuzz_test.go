@@ -50,8 +50,8 @@ func FuzzParseStat(f *testing.F) {
 		if st.CommLen < 0 || st.CommLen > len(st.Comm) {
 			t.Fatalf("commLen %d", st.CommLen)
 		}
-		if st.PPID < 0 || st.NumThreads < 0 || st.RSSPages < 0 {
-			t.Fatalf("negative value: ppid %d threads %d rss %d", st.PPID, st.NumThreads, st.RSSPages)
+		if st.PPID < 0 || st.Pgrp < 0 || st.Session < 0 || st.NumThreads < 0 || st.RSSPages < 0 {
+			t.Fatalf("negative value: ppid %d pgrp %d session %d threads %d rss %d", st.PPID, st.Pgrp, st.Session, st.NumThreads, st.RSSPages)
 		}
 		if st.RSSPages > math.MaxInt64/PageSize {
 			t.Fatalf("rss pages %d overflow bytes", st.RSSPages)

@@ -30,6 +30,11 @@ func TestHelpersOnARealChild(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "sleep", st.CommString())
 	assert.Equal(t, int32(os.Getpid()), st.PPID)
+	// A child keeps its parent's process group and session.
+	self, err := StatOf(os.Getpid())
+	require.NoError(t, err)
+	assert.Equal(t, []int32{self.Pgrp, self.Session}, []int32{st.Pgrp, st.Session})
+	assert.Positive(t, st.Pgrp)
 
 	// Killed but not reaped: a zombie, not alive.
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))

@@ -15,6 +15,8 @@ const pfKthread = 0x00200000
 type Stat struct {
 	State      byte   // 3: R, S, D, Z (zombie), X (dead), ...
 	PPID       int32  // 4
+	Pgrp       int32  // 5: process group
+	Session    int32  // 6
 	Flags      uint64 // 9: PF_* flags
 	Minflt     uint64 // 10
 	Cminflt    uint64 // 11: page faults of reaped children
@@ -75,6 +77,10 @@ func ParseStat(b []byte, st *Stat) bool {
 			}
 		case 4:
 			st.PPID = int32(min(parseCount(tok), math.MaxInt32))
+		case 5:
+			st.Pgrp = int32(min(parseCount(tok), math.MaxInt32))
+		case 6:
+			st.Session = int32(min(parseCount(tok), math.MaxInt32))
 		case 9:
 			st.Flags = uint64(parseCount(tok))
 		case 10:

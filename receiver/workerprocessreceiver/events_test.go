@@ -118,6 +118,9 @@ func startEventsScraper(t *testing.T, cfg *Config) *workerScraper {
 func TestProcessEventsExactCounts(t *testing.T) {
 	t.Run("alone", func(t *testing.T) { exactCounts(t, "events1") })
 	t.Run("while other listeners come and go", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("spawns processes")
+		}
 		stop := make(chan struct{})
 		done := make(chan int)
 		go func() {
@@ -138,9 +141,16 @@ func TestProcessEventsExactCounts(t *testing.T) {
 				}
 			}
 		}()
+		n := -1
+		t.Cleanup(func() {
+			if n < 0 { // exactCounts stopped the test early
+				close(stop)
+				<-done
+			}
+		})
 		exactCounts(t, "events2")
 		close(stop)
-		n := <-done
+		n = <-done
 		t.Logf("another listener subscribed and left %d times meanwhile", n)
 		require.Positive(t, n)
 	})
