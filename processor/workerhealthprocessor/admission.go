@@ -258,12 +258,16 @@ func hasTransition(trs []transition, id string) bool {
 
 // runLimit is how many runs w may hold now (see the top of this file).
 func (t *tracker) runLimit(w *worker) int {
-	lim := &t.cfg.Limits
 	if w.evidence == evidenceOnce {
-		return min(maxRunsSeenOnce, lim.MaxRunsPerWorker)
+		return min(maxRunsSeenOnce, t.cfg.Limits.MaxRunsPerWorker)
 	}
-	share := max(minRunShare, lim.MaxRuns/max(1, len(t.workers)))
-	return min(lim.MaxRunsPerWorker, share)
+	if n := len(t.workers); n != t.shareOf {
+		// The share changes only with the number of workers: a division
+		// per new run was a few percent of a run span's cost.
+		t.shareOf = n
+		t.share = min(t.cfg.Limits.MaxRunsPerWorker, max(minRunShare, t.cfg.Limits.MaxRuns/max(1, n)))
+	}
+	return t.share
 }
 
 // tracked is the number of workers by evidence.

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
@@ -79,13 +80,24 @@ func renameRuns(ids []pcommon.Value, batch int) {
 	}
 }
 
+// newBenchProcessor is the processor behind its processorhelper wrapper, as
+// in a pipeline, with the benchmark's workers confirmed by a tree sample
+// each (a fleet's steady state: not workers seen once, admission.go).
 func newBenchProcessor(b *testing.B) consumer.Traces {
 	cfg := createDefaultConfig().(*Config)
-	p, err := NewFactory().CreateTraces(context.Background(), processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	set := processortest.NewNopSettings(metadata.Type)
+	f := &factory{instances: map[*Config]*healthProcessor{}}
+	p, err := f.get(set, cfg)
 	require.NoError(b, err)
-	require.NoError(b, p.Start(context.Background(), componenttest.NewNopHost()))
-	b.Cleanup(func() { require.NoError(b, p.Shutdown(context.Background())) })
-	return p
+	tp, err := processorhelper.NewTraces(context.Background(), set, cfg, consumertest.NewNop(), p.processTraces, lifecycle(p, &pipeline{}, false)...)
+	require.NoError(b, err)
+	require.NoError(b, tp.Start(context.Background(), componenttest.NewNopHost()))
+	b.Cleanup(func() { require.NoError(b, tp.Shutdown(context.Background())) })
+	for w := 0; w < benchWorkers; w++ {
+		_, err := p.processMetrics(context.Background(), treeMetrics(fmt.Sprintf("worker-%d", w), 1<<20, 0.1, 1))
+		require.NoError(b, err)
+	}
+	return tp
 }
 
 func newBenchSpanmetrics(b *testing.B) consumer.Traces {

@@ -427,10 +427,11 @@ var _ component.Config = (*Config)(nil)
 
 // MinEmitInterval is the shortest emit_interval. Every evaluation judges
 // every worker, builds the derived metrics, publishes a snapshot to the
-// health API and (checkpoint_every) writes a checkpoint: at limits.max_workers
-// that is milliseconds of CPU (docs/processor.md), while the rules' inputs
-// (scrapes, heartbeats) arrive every few seconds, so a shorter period costs
-// CPU and gains nothing.
+// health API and (checkpoint_every) writes a checkpoint: at
+// limits.max_workers that is a few hundred milliseconds of CPU
+// (BenchmarkTick, docs/processor.md), while the rules' inputs (scrapes,
+// heartbeats) arrive every few seconds, so a shorter period costs CPU and
+// gains nothing.
 const MinEmitInterval = time.Second
 
 // Validate checks the configuration; every error names its YAML key.

@@ -100,13 +100,23 @@ func (m *mapper) strVal(v pcommon.Value) (string, bool) {
 		return "", false
 	}
 	s := v.Str()
-	// Invalid UTF-8 is refused: JSON, the health API and most backends would
-	// turn every invalid byte into U+FFFD, so "dup\xff" and "dup\xfe" would
-	// be two workers with one visible id (issue 14.5).
-	if s == "" || len(s) > m.maxLen || !utf8.ValidString(s) {
+	if s == "" || len(s) > m.maxLen {
 		return "", false
 	}
 	return s, true
+}
+
+// idVal reads a worker or run id: a string value that is also valid UTF-8.
+// Invalid UTF-8 is refused: JSON, the health API and most backends turn
+// every invalid byte into U+FFFD, so "dup\xff" and "dup\xfe" would be two
+// workers with one visible id (issue 14.5). Other values (results, reasons)
+// are only compared with known names, so they need no check.
+func (m *mapper) idVal(v pcommon.Value) (string, bool) {
+	s, ok := m.strVal(v)
+	if ok && !utf8.ValidString(s) {
+		return "", false
+	}
+	return s, ok
 }
 
 // id reads the worker id: the first of keys present in attrs. ok=false
@@ -114,7 +124,7 @@ func (m *mapper) strVal(v pcommon.Value) (string, bool) {
 func (m *mapper) id(attrs pcommon.Map, keys []idKey) (id string, key uint8, ok bool) {
 	for _, k := range keys {
 		if v, found := attrs.Get(k.name); found {
-			id, ok = m.strVal(v)
+			id, ok = m.idVal(v)
 			return id, k.idx, ok
 		}
 	}
@@ -201,7 +211,11 @@ func (m *mapper) fillRun(e *event, attrs pcommon.Map) bool {
 	case evSnapshot:
 		return m.snapshotRuns(e, attrs)
 	}
-	if e.run, ok = m.str(attrs, mp.RunIDAttribute); !ok || e.run == "" {
+	runID, found := attrs.Get(mp.RunIDAttribute)
+	if !found {
+		return false
+	}
+	if e.run, ok = m.idVal(runID); !ok {
 		return false
 	}
 	if e.kind != evFinished && e.kind != evKilled {
@@ -246,7 +260,7 @@ func (m *mapper) snapshotRuns(e *event, attrs pcommon.Map) bool {
 	}
 	switch v.Type() {
 	case pcommon.ValueTypeStr:
-		id, ok := m.strVal(v)
+		id, ok := m.idVal(v)
 		if !ok {
 			return false
 		}
@@ -255,7 +269,7 @@ func (m *mapper) snapshotRuns(e *event, attrs pcommon.Map) bool {
 		sl := v.Slice()
 		e.snapRuns = make([]string, 0, sl.Len())
 		for i := 0; i < sl.Len(); i++ {
-			id, ok := m.strVal(sl.At(i))
+			id, ok := m.idVal(sl.At(i))
 			if !ok {
 				return false
 			}

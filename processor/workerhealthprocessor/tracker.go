@@ -210,6 +210,8 @@ type tracker struct {
 	evals       int
 	low         [evidenceConfirmed]workerList
 	runCount    int
+	share       int // runLimit's share of max_runs for shareOf workers
+	shareOf     int
 	lastRefused string
 	fromOnce    []*worker
 	counts      admissionCounts
