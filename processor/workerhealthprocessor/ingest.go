@@ -85,14 +85,15 @@ func newMapper(cfg *Config) *mapper {
 	return m
 }
 
-// str reads a string attribute. ok=false means present but malformed (wrong
-// type, empty or oversized); absent is ("", true).
-func (m *mapper) str(attrs pcommon.Map, key string) (string, bool) {
+// str reads a string attribute: "" when absent or malformed (wrong type,
+// empty or oversized).
+func (m *mapper) str(attrs pcommon.Map, key string) string {
 	v, found := attrs.Get(key)
 	if !found {
-		return "", true
+		return ""
 	}
-	return m.strVal(v)
+	s, _ := m.strVal(v)
+	return s
 }
 
 func (m *mapper) strVal(v pcommon.Value) (string, bool) {
@@ -184,7 +185,7 @@ func (m *mapper) resource(res pcommon.Resource) (ident, bool) {
 		return r, false
 	}
 	r.id, r.key = id, key
-	r.name, _ = m.str(attrs, m.cfg.Mapping.WorkerNameAttribute)
+	r.name = m.str(attrs, m.cfg.Mapping.WorkerNameAttribute)
 	return r, true
 }
 
@@ -221,14 +222,14 @@ func (m *mapper) fillRun(e *event, attrs pcommon.Map) bool {
 	if e.kind != evFinished && e.kind != evKilled {
 		return true
 	}
-	raw, _ := m.str(attrs, mp.ResultAttribute)
-	errType, _ := m.str(attrs, mp.ErrorTypeAttribute)
-	reason, _ := m.str(attrs, mp.KillReasonAttribute)
+	raw := m.str(attrs, mp.ResultAttribute)
+	errType := m.str(attrs, mp.ErrorTypeAttribute)
+	reason := m.str(attrs, mp.KillReasonAttribute)
 	if m.killResult[raw] {
 		e.kind = evKilled
 	}
 	if reason == "" && len(m.killPatterns) > 0 {
-		if text, _ := m.str(attrs, mp.FailureReasonAttribute); text != "" {
+		if text := m.str(attrs, mp.FailureReasonAttribute); text != "" {
 			for _, kp := range m.killPatterns {
 				if kp.re.MatchString(text) {
 					e.kind, reason = evKilled, kp.reason
