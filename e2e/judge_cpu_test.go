@@ -21,7 +21,7 @@ import (
 // CPU: its limit is 1, the cores the processor reports are the cores /proc
 // shows it used (not those times the host's CPUs), and it is never
 // cpu_saturated. Before, the processor multiplied by the collector host's CPU
-// count: on this 2-CPU host the reported cores were twice the fromProc ones.
+// count: on this 2-CPU host the reported cores were twice the real ones.
 //
 // Not parallel: it measures CPU, and the busy worker must get its share.
 func TestJudgePinnedCPU(t *testing.T) {
@@ -96,7 +96,7 @@ func hostCPUs() int {
 
 // TestJudgeCgroupCPUMax: the end-to-end verdict on cgroup v2 cpu.max limits
 // (this host's cgroup v2 hierarchy has no controllers: a fixture /proc and
-// cgroup tree, read by the fromProc binary's receiver through proc_root and
+// cgroup tree, read by the real binary's receiver through proc_root and
 // cgroup_root, whose CPU times the test advances as the worker's main
 // process would use them). Three pods on a 16-CPU node:
 //   - half: cpu.max 50000/100000 (half a CPU), main at 0.475 cores: at its
