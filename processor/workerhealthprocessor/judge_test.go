@@ -703,7 +703,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	))
 	h1.advance(sec)
 	h1.p.tick(ctx)
-	hb(h1) // records in two intervals: checkpointed (admission.go)
+	h1.metrics(treeMetrics("w1", 10, -1, 1)) // its tree: confirmed, so checkpointed (admission.go)
 	h1.advance(sec)
 	h1.p.tick(ctx)
 	require.Equal(t, healthy, h1.state("w1"))
