@@ -53,7 +53,10 @@ func TestConcurrentReadersWhilePublishing(t *testing.T) {
 	}
 
 	var reads atomic.Int64
-	paths := []string{"/health/workers/p0-w07", "/health/workers/p1-w42", "/health/workers", "/health/workers?state=lost", "/", "/livez", "/readyz"}
+	paths := []string{
+		"/health/workers/p0-w07", "/health/workers/p1-w42", "/health/workers", "/health/workers?state=lost", "/", "/livez", "/readyz",
+		"/health/workers?trend=1", "/workers/p0-w07", "/health/workers/p1-w42/history",
+	}
 	for r := range 16 {
 		readers.Add(1)
 		go func() {
@@ -96,7 +99,9 @@ func TestConcurrentReadersWhilePublishing(t *testing.T) {
 
 func checkConsistent(t *testing.T, path string, code int, body []byte) {
 	switch path {
-	case "/health/workers", "/health/workers?state=lost":
+	case "/workers/p0-w07", "/health/workers/p1-w42/history":
+		assert.Contains(t, []int{200, 404}, code, "%s: %s", path, body)
+	case "/health/workers", "/health/workers?state=lost", "/health/workers?trend=1":
 		var l listBody
 		if err := json.Unmarshal(body, &l); err != nil {
 			t.Errorf("%s: %v", path, err)

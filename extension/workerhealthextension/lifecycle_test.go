@@ -13,6 +13,9 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configauth"
+	"go.opentelemetry.io/collector/config/confighttp"
+	"go.opentelemetry.io/collector/config/configoptional"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -99,3 +102,15 @@ type statusHost struct {
 }
 
 func (h *statusHost) Report(ev *componentstatus.Event) { h.events <- ev }
+
+// The auth and storage extensions this one uses start before it and stop
+// after it (the collector orders extensions by Dependencies).
+func TestDependencies(t *testing.T) {
+	assert.Empty(t, newTestExt(t).Dependencies())
+	auth, store := component.MustNewID("bearertokenauth"), component.MustNewIDWithName("file_storage", "history")
+	wh := newTestExt(t, func(c *Config) {
+		c.Auth = configoptional.Some(confighttp.AuthConfig{Config: configauth.Config{AuthenticatorID: auth}})
+		c.History.StorageID = &store
+	})
+	assert.Equal(t, []component.ID{auth, store}, wh.Dependencies())
+}
