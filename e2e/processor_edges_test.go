@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -265,5 +266,144 @@ func TestCorruptStateFile(t *testing.T) {
 				t.Errorf("exit code %d after SIGTERM:\n%s", code, second.tail())
 			}
 		})
+	}
+}
+
+// floodJSON is one OTLP/HTTP JSON logs request from workers first..first+n-1
+// (made-up ids), each claiming runs run ids, and the metrics request of the
+// same ids (a runs.active gauge each, as the worker's own SDK would send).
+func floodJSON(first, n, runs int) (logs, metrics string) {
+	var rls, rms []string
+	for w := first; w < first+n; w++ {
+		res := fmt.Sprintf(`{"attributes":[{"key":"cicd.worker.id","value":{"stringValue":"flood-%d"}}]}`, w)
+		var recs []string
+		for r := range runs {
+			recs = append(recs, fmt.Sprintf(`{"eventName":"workerwatch.run.claimed","attributes":[{"key":"cicd.pipeline.run.id","value":{"stringValue":"flood-%d-%d"}}]}`, w, r))
+		}
+		rls = append(rls, `{"resource":`+res+`,"scopeLogs":[{"logRecords":[`+strings.Join(recs, ",")+`]}]}`)
+		rms = append(rms, `{"resource":`+res+`,"scopeMetrics":[{"metrics":[{"name":"workerwatch.worker.runs.active","gauge":{"dataPoints":[{"asInt":"1"}]}}]}]}`)
+	}
+	return `{"resourceLogs":[` + strings.Join(rls, ",") + `]}`, `{"resourceMetrics":[` + strings.Join(rms, ",") + `]}`
+}
+
+// schedulerClaimJSON: the scheduler (service.name scheduler) assigns run to worker.
+func schedulerClaimJSON(worker, run string) string {
+	return fmt.Sprintf(`{"resourceLogs":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"scheduler"}}]},"scopeLogs":[{"logRecords":[{"eventName":"workerwatch.run.claimed","attributes":[{"key":"cicd.worker.id","value":{"stringValue":%q}},{"key":"cicd.pipeline.run.id","value":{"stringValue":%q}}]}]}]}]}`, worker, run)
+}
+
+// Issues 14.1 and 14.2 through the binary, with the default config (its
+// worker table cut to 600 so the flood fills it): a flood of made-up worker
+// ids (records and their own metrics) leaves the processor's state, its
+// exported series and its checkpoint bounded, a real worker the scheduler
+// names in the middle of it is tracked although the table is full, and a
+// restart on the same state brings back the real workers only.
+func TestProcessorFloodBounds(t *testing.T) {
+	t.Parallel()
+	bin := collectorBinary(t)
+	state := t.TempDir()
+	health, otlp, prom := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
+	telemetry := freePort(t)
+	run := func(name string) *proc {
+		p := start(t, name, []string{
+			"WORKERWATCH_STATE_DIR=" + state, "PE_HEALTH=" + health, "PE_OTLP_GRPC=" + loopbackAddr(t),
+			"PE_OTLP_HTTP=" + otlp, "PE_PROM=" + prom, "PE_BACKEND=" + loopbackAddr(t),
+			fmt.Sprintf("PE_TELEMETRY_PORT=%d", telemetry),
+		}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
+			"--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-flood.overlay.yaml"),
+			// A table the flood fills, so the newcomer arrives when it is full.
+			"--set=processors::worker_health::limits::max_workers=600")
+		waitReady(t, p, health)
+		return p
+	}
+	own := func(name string, labels ...string) float64 {
+		body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := metricSum(body, name, labels...)
+		return v
+	}
+	col := run("processor-flood-first")
+	post := func(path, body string) {
+		if err := postJSON("http://"+otlp+path, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		post("/v1/logs", schedulerClaimJSON(fmt.Sprintf("real-%d", i), fmt.Sprintf("real-run-%d", i)))
+	}
+	const ids, per, runs = 20000, 200, 5
+	for first := 0; first < ids; first += per {
+		logs, metrics := floodJSON(first, per, runs)
+		post("/v1/logs", logs)
+		post("/v1/metrics", metrics)
+		if first == ids/2 {
+			post("/v1/logs", schedulerClaimJSON("newcomer", "newcomer-run"))
+		}
+	}
+	eventually(t, 30*time.Second, 500*time.Millisecond, "the newcomer on the health API", func() error {
+		var w struct {
+			State string `json:"state"`
+		}
+		code, err := getJSON("http://"+health+"/health/workers/newcomer", &w)
+		if err == nil && code == http.StatusNotFound {
+			err = fmt.Errorf("404")
+		}
+		return err
+	})
+	once := own("otelcol_processor_worker_health_workers_tracked", `evidence="seen_once"`)
+	confirmed := own("otelcol_processor_worker_health_workers_tracked", `evidence="tree_or_scheduler"`)
+	refused := own("otelcol_processor_worker_health_workers_refused")
+	dropped := own("otelcol_processor_worker_health_dropped_metric_points")
+	runsTracked := own("otelcol_processor_worker_health_runs_tracked")
+	t.Logf("e2e: after %d made-up ids with %d runs each: tracked %v seen once, %v confirmed; %v refused; %v runs tracked; %v of their metric points dropped",
+		ids, runs, once, confirmed, refused, runsTracked, dropped)
+	if once+confirmed > 600 {
+		t.Errorf("%v workers tracked, limits.max_workers is 600", once+confirmed)
+	}
+	if confirmed != 5 {
+		t.Errorf("%v confirmed workers tracked, want the 3 real ones, the newcomer and the receiver's no-process", confirmed)
+	}
+	// Refused once per resource naming an id (its logs and its metrics).
+	if refused < ids-600 || dropped < ids {
+		t.Errorf("refused %v, dropped %v: want at least %d and %d", refused, dropped, ids-600, ids)
+	}
+	body, err := httpGet("http://" + prom + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(body, `cicd_worker_id="flood-`); n > 0 {
+		t.Errorf("%d series of made-up ids on the Prometheus endpoint", n)
+	}
+	col.stop(t)
+
+	var size int64
+	_ = filepath.Walk(state, func(_ string, fi os.FileInfo, _ error) error {
+		if fi != nil && !fi.IsDir() && strings.HasPrefix(fi.Name(), "processor_worker_health") {
+			size += fi.Size()
+		}
+		return nil
+	})
+	t.Logf("e2e: the processor's state file after the flood: %d bytes", size)
+	if size > 1<<20 {
+		t.Errorf("the checkpoint is %d bytes after a flood of ids seen once", size)
+	}
+
+	run("processor-flood-second")
+	var list struct {
+		Workers []struct {
+			ID string `json:"id"`
+		} `json:"workers"`
+	}
+	if _, err := getJSON("http://"+health+"/health/workers", &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range list.Workers {
+		got = append(got, w.ID)
+	}
+	slices.Sort(got)
+	if want := []string{"newcomer", "no-process", "real-0", "real-1", "real-2"}; !slices.Equal(got, want) {
+		t.Errorf("restored %v, want %v", got, want)
 	}
 }
