@@ -36,6 +36,9 @@ type Config struct {
 	// History is what the worker pages (/workers/{id}) and
 	// /health/workers/{id}/history keep of each worker.
 	History HistoryConfig `mapstructure:"history"`
+	// Cluster makes this collector one shard of a sharded gateway tier
+	// (cluster_config.go, docs/scaling.md). Off by default.
+	Cluster ClusterConfig `mapstructure:"cluster"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -96,6 +99,9 @@ func (cfg *Config) Validate() error {
 	case historySize(h.Window, h.Resolution) > maxHistorySamples:
 		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
 			h.Window, h.Resolution, historySize(h.Window, h.Resolution), maxHistorySamples))
+	}
+	if err := cfg.Cluster.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -33,6 +33,8 @@ type workerHealth struct {
 	handler   http.Handler
 	// challenge is the WWW-Authenticate value of a 401.
 	challenge []string
+	// cluster is nil unless cluster.self is set (cluster.go).
+	cluster *cluster
 	// listen is cfg.ToListener; tests replace it to make Serve fail.
 	listen func(context.Context) (net.Listener, error)
 
@@ -69,6 +71,9 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,
+	}
+	if cfg.Cluster.enabled() {
+		wh.cluster = newCluster(&cfg.Cluster, set.Logger)
 	}
 	wh.handler = wh.routes()
 	wh.challenge = authChallenge(cfg)
@@ -112,6 +117,12 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if !wh.cfg.TLS.HasValue() {
 		ln = targetGuardListener{ln}
 	}
+	if wh.cluster != nil {
+		if err := wh.cluster.start(ctx, host, wh.telemetry); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
 	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
 	wh.server, wh.addr = srv, ln.Addr()
 	wh.served.Add(1)
@@ -134,6 +145,9 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	defer wh.mu.Unlock()
 	if wh.server == nil {
 		return nil
+	}
+	if wh.cluster != nil {
+		wh.cluster.shutdown()
 	}
 	// Graceful first, so a probe in flight gets its answer; forced if the
 	// collector's shutdown deadline runs out.

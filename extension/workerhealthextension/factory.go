@@ -53,6 +53,7 @@ func createDefaultConfig() component.Config {
 			Window:     defaultHistoryWindow,
 			Resolution: defaultHistoryResolution,
 		},
+		Cluster: defaultClusterConfig(),
 	}
 }
 

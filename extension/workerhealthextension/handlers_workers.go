@@ -73,7 +73,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
 	withTrend := q.Get("trend") == "1"
-	v := wh.store.load()
+	v := wh.viewFor(r)
 	if v.listHead == nil {
 		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
 	}

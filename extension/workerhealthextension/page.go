@@ -65,7 +65,7 @@ func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
-	return wh.page.render(w, wh.page.tmpl, wh.page.data(wh.store.load(), keep, wh.store.history), "the status page")
+	return wh.page.render(w, wh.page.tmpl, wh.page.data(wh.viewFor(r), keep, wh.store.history), "the status page")
 }
 
 // render executes tmpl into a buffer (a failure is a clean 500, not half a

@@ -11,6 +11,7 @@ import (
 // (docs/http-api.md). Route names double as the "endpoint" telemetry label.
 const (
 	pathWorkers  = "/health/workers"
+	pathFleet    = "/health/fleet"
 	prefixWorker = "/health/workers/"
 	pathLivez    = "/livez"
 	pathReadyz   = "/readyz"
@@ -21,6 +22,7 @@ const (
 	routeHistory  = "/health/workers/{id}/history"
 	routeWorkerPg = "/workers/{id}"
 	routeWorkers  = pathWorkers
+	routeFleet    = pathFleet
 	routeLivez    = pathLivez
 	routeReadyz   = pathReadyz
 	routePage     = pathPage
@@ -60,6 +62,8 @@ func routeOf(p string) string {
 		return routeWorkerPg
 	case p == pathWorkers:
 		return routeWorkers
+	case p == pathFleet:
+		return routeFleet
 	case p == pathLivez:
 		return routeLivez
 	case p == pathReadyz:
@@ -82,14 +86,18 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 	case routeWorker: // the hot path, called without a closure below
 	case routeHistory:
 		handle = func(w http.ResponseWriter, r *http.Request) int {
-			return wh.handleHistory(w, r, p[len(prefixWorker):len(p)-len(suffixHistory)])
+			esc := p[len(prefixWorker) : len(p)-len(suffixHistory)]
+			return wh.owned(w, r, esc, p, func() int { return wh.handleHistory(w, r, esc) })
 		}
 	case routeWorkerPg:
 		handle = func(w http.ResponseWriter, r *http.Request) int {
-			return wh.handleWorkerPage(w, r, p[len(prefixPage):])
+			esc := p[len(prefixPage):]
+			return wh.owned(w, r, esc, p, func() int { return wh.handleWorkerPage(w, r, esc) })
 		}
 	case routeWorkers:
 		handle = wh.handleWorkers
+	case routeFleet:
+		handle = wh.handleFleet
 	case routeLivez:
 		handle = wh.handleLivez
 	case routeReadyz:
@@ -107,6 +115,10 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 		return route, writeError(w, http.StatusMethodNotAllowed, "only GET and HEAD")
 	}
 	if handle == nil {
+		if wh.cluster != nil && !localScope(r) {
+			esc := p[len(prefixWorker):]
+			return route, wh.owned(w, r, esc, p, func() int { return wh.handleWorker(w, r, esc) })
+		}
 		return route, wh.handleWorker(w, r, p[len(prefixWorker):])
 	}
 	return route, handle(w, r)

@@ -41,6 +41,8 @@ type sourceInfo struct {
 	ID      string    `json:"id"`
 	Time    time.Time `json:"time"`
 	Workers int       `json:"workers"`
+	// Error: a shard of the cluster that did not answer (docs/scaling.md).
+	Error string `json:"error,omitempty"`
 }
 
 // view is the merged, immutable picture every reader shares. A new view is

@@ -1,0 +1,527 @@
+package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// cluster is this shard's view of the gateway tier (docs/scaling.md): the
+// ring of members (the load_balancing exporter's, rebuilt from the same
+// resolver), the other shards' fleet figures, and the merged fleet list.
+type cluster struct {
+	cfg    *ClusterConfig
+	self   string
+	logger *zap.Logger
+	res    membersResolver
+	now    func() time.Time
+	// client asks the other shards; built at start from cfg.Client.
+	client *http.Client
+	// passAuth: no client auth is configured, so a caller's Authorization
+	// header is passed on to the shard that answers for it.
+	passAuth bool
+
+	state atomic.Pointer[ringState]
+
+	mu     sync.Mutex
+	fleets map[string]peerFleet // the other members' last fleet figures
+	cached *view                // the merged fleet, reused for ListCache
+	at     time.Time
+	// gather is held while the shards are asked for their lists, so
+	// concurrent list requests ask them once and share the result.
+	gather sync.Mutex
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// ringState is one resolution of the members. Immutable once stored.
+type ringState struct {
+	ring    *ring
+	members map[string]member // by endpoint
+	names   []string          // endpoints in ring order input (sorted)
+	// changed is when this ring replaced another, or when the cluster
+	// started: until changed+settle a worker its owner does not know is
+	// "moving", not unknown.
+	changed time.Time
+}
+
+// peerFleet is what another shard last said of its own fleet.
+type peerFleet struct {
+	fleet contract.Fleet
+	time  time.Time // the shard's snapshot time
+	err   error
+}
+
+var (
+	_ contract.Ownership    = (*workerHealth)(nil)
+	_ contract.ClusterFleet = (*workerHealth)(nil)
+)
+
+func newCluster(cfg *ClusterConfig, logger *zap.Logger) *cluster {
+	return &cluster{
+		cfg:      cfg,
+		self:     cfg.Self,
+		logger:   logger.With(zap.String("shard", cfg.Self)),
+		res:      newMembersResolver(cfg),
+		now:      time.Now,
+		passAuth: !cfg.Client.Auth.HasValue(),
+		fleets:   map[string]peerFleet{},
+	}
+}
+
+func (c *cluster) start(ctx context.Context, host component.Host, set component.TelemetrySettings) error {
+	client, err := c.cfg.Client.ToClient(ctx, host.GetExtensions(), set)
+	if err != nil {
+		return fmt.Errorf("worker_health: cluster.client: %w", err)
+	}
+	c.client = client
+	// The first resolution before serving, so the first request already
+	// has a ring (a failed one is retried every sync_interval; until one
+	// succeeds this shard answers for what it has).
+	c.resolve(ctx)
+	loopCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(c.cfg.SyncInterval)
+		defer t.Stop()
+		for {
+			c.pollFleets(loopCtx)
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+				c.resolve(loopCtx)
+			}
+		}
+	}()
+	return nil
+}
+
+func (c *cluster) shutdown() {
+	if c.cancel != nil {
+		c.cancel()
+		c.wg.Wait()
+		c.cancel = nil
+	}
+	if c.client != nil {
+		c.client.CloseIdleConnections()
+	}
+}
+
+// resolve asks the resolver and swaps in a new ring when the members
+// changed, logging the change once.
+func (c *cluster) resolve(ctx context.Context) {
+	rctx := ctx
+	if d := c.cfg.DNS.Get(); c.cfg.DNS.HasValue() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	ms, err := c.res.resolve(rctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.logger.Warn("cluster: cannot resolve the shards; keeping the last ring", zap.Error(err))
+		}
+		return
+	}
+	names := make([]string, len(ms))
+	byName := make(map[string]member, len(ms))
+	for i, m := range ms {
+		names[i] = m.endpoint
+		byName[m.endpoint] = m
+	}
+	old := c.state.Load()
+	if old != nil && slices.Equal(old.names, names) {
+		return
+	}
+	st := &ringState{ring: newRing(names), members: byName, names: names, changed: c.now()}
+	c.state.Store(st)
+	_, in := byName[c.self]
+	c.logger.Info("cluster: shard ring", zap.Strings("members", names), zap.Bool("self_is_member", in))
+	if !in && len(names) > 0 {
+		// Normal for a shard the DNS name does not list yet (not ready);
+		// a mistake when it persists: cluster.self must be written as the
+		// exporter writes this shard's endpoint.
+		c.logger.Warn("cluster: this shard is not on the ring: it owns no worker; check cluster.self against the agents' load_balancing resolver", zap.String("self", c.self))
+	}
+	c.mu.Lock()
+	c.cached = nil
+	c.mu.Unlock()
+}
+
+// owner is the member that owns the worker, or "" without a ring.
+func (c *cluster) owner(id string) (string, *ringState) {
+	st := c.state.Load()
+	if st == nil || len(st.names) == 0 {
+		return "", st
+	}
+	return st.ring.owner(id), st
+}
+
+// Owns implements contract.Ownership. Without a ring (the members could not
+// be resolved yet) every worker is owned: judging what arrives is safer
+// than forgetting it.
+func (wh *workerHealth) Owns(id string) bool {
+	if wh.cluster == nil {
+		return true
+	}
+	o, _ := wh.cluster.owner(id)
+	return o == "" || o == wh.cluster.self
+}
+
+// ClusterPending implements contract.ClusterFleet: the freshest pending
+// count another shard reported.
+func (wh *workerHealth) ClusterPending() (int64, time.Time, bool) {
+	if wh.cluster == nil {
+		return 0, time.Time{}, false
+	}
+	c := wh.cluster
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best peerFleet
+	ok := false
+	for _, f := range c.fleets {
+		if f.err == nil && f.fleet.Pending >= 0 && (!ok || f.time.After(best.time)) {
+			best, ok = f, true
+		}
+	}
+	return best.fleet.Pending, best.time, ok
+}
+
+// pollFleets reads every other shard's own fleet figures.
+func (c *cluster) pollFleets(ctx context.Context) {
+	st := c.state.Load()
+	if st == nil {
+		return
+	}
+	peers := c.peers(st)
+	got := make([]peerFleet, len(peers))
+	var wg sync.WaitGroup
+	for i, m := range peers {
+		wg.Go(func() {
+			var body fleetBody
+			err := c.getJSON(ctx, m, pathFleet+"?"+contract.QueryScope+"="+contract.ScopeLocal, "", &body)
+			got[i] = peerFleet{fleet: body.Fleet, err: err}
+			if body.Time != nil {
+				got[i].time = *body.Time
+			}
+		})
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.fleets)
+	for i, m := range peers {
+		prev := c.fleets[m.endpoint]
+		if got[i].err != nil && prev.err == nil && ctx.Err() == nil {
+			c.logger.Debug("cluster: a shard does not answer", zap.String("peer", m.endpoint), zap.Error(got[i].err))
+		}
+		c.fleets[m.endpoint] = got[i]
+	}
+}
+
+// peers are the members other than this shard.
+func (c *cluster) peers(st *ringState) []member {
+	out := make([]member, 0, len(st.members))
+	for _, name := range st.names {
+		if name != c.self {
+			out = append(out, st.members[name])
+		}
+	}
+	return slices.CompactFunc(out, func(a, b member) bool { return a.endpoint == b.endpoint })
+}
+
+// maxPeerBody bounds what is read from another shard: a whole fleet list of
+// 100,000 workers is about 150 MB; anything beyond this is not a shard.
+const maxPeerBody = 1 << 30
+
+var errPeerStatus = errors.New("unexpected HTTP status")
+
+// getJSON GETs path from a member into v.
+func (c *cluster) getJSON(ctx context.Context, m member, path, auth string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.Scheme+"://"+m.api+path, http.NoBody)
+	if err != nil {
+		return err
+	}
+	if auth != "" && c.passAuth {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%w %d from %s", errPeerStatus, resp.StatusCode, m.api)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, maxPeerBody)).Decode(v)
+}
+
+// settling reports whether the ring changed (or the cluster started) less
+// than cluster.settle ago.
+func (c *cluster) settling(st *ringState) bool {
+	return st == nil || c.now().Sub(st.changed) < c.cfg.Settle
+}
+
+// owned answers a request about one worker (/health/workers/{id}, its
+// history, its page) for the whole tier: with local() when this shard owns
+// the worker (or there is no cluster), else with the owner's answer to the
+// same path, asked in one hop. escapedID is the id as in the path; path is
+// the whole escaped path.
+func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID, path string, local func() int) int {
+	c := wh.cluster
+	if c == nil || localScope(r) {
+		return local()
+	}
+	id, err := url.PathUnescape(escapedID)
+	if err != nil || id == "" {
+		return local() // the local handler's answer
+	}
+	owner, st := c.owner(id)
+	if owner == "" || owner == c.self {
+		if wh.store.load().byID[id] == nil && c.settling(st) {
+			return writeUnknown(w, id, c.self, contract.ReasonMoving,
+				"this shard owns the worker since the shard ring changed and has not judged it yet", st)
+		}
+		w.Header()[contract.HeaderShard] = []string{c.self}
+		return local()
+	}
+	m := st.members[owner]
+	q := r.URL.Query() // the caller's parameters (a history window...), and scope=local
+	q.Set(contract.QueryScope, contract.ScopeLocal)
+	u := c.cfg.Scheme + "://" + m.api + path + "?" + q.Encode()
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, u, http.NoBody)
+	if err != nil {
+		return writeError(w, http.StatusInternalServerError, "cannot ask the owning shard")
+	}
+	if a := r.Header.Get("Authorization"); a != "" && c.passAuth {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return writeUnknown(w, id, owner, contract.ReasonOwnerUnreachable,
+			"the shard that owns the worker does not answer: "+err.Error(), st)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound && c.settling(st) {
+		return writeUnknown(w, id, owner, contract.ReasonMoving,
+			"the shard ring changed and the worker's new owner has not judged it yet", st)
+	}
+	h := w.Header()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	h[contract.HeaderShard] = []string{owner}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, maxPeerBody))
+	return resp.StatusCode
+}
+
+// writeUnknown is the answer for a worker whose owner's verdict cannot be
+// had: unknown, may not take work (503), with the reason.
+func writeUnknown(w http.ResponseWriter, id, shard, code, msg string, st *ringState) int {
+	var since time.Time
+	if st != nil {
+		since = st.changed.UTC()
+	}
+	wk := &contract.Worker{
+		ID: id, State: contract.Unknown, Since: since,
+		Reasons: []contract.Reason{{Code: code, Message: msg, Since: since}},
+	}
+	w.Header()[contract.HeaderShard] = []string{shard}
+	return writeJSON(w, http.StatusServiceUnavailable, withEmptyLists(wk))
+}
+
+// fleetBody is GET /health/fleet.
+type fleetBody struct {
+	// Time is the newest snapshot's evaluation time; null before any.
+	Time    *time.Time     `json:"time"`
+	Fleet   contract.Fleet `json:"fleet"`
+	Sources []sourceInfo   `json:"sources"`
+}
+
+// handleFleet answers GET /health/fleet: the fleet figures without the
+// workers; across every shard unless ?scope=local.
+func (wh *workerHealth) handleFleet(w http.ResponseWriter, r *http.Request) int {
+	v := wh.viewFor(r)
+	body := fleetBody{Fleet: v.fleet, Sources: v.sources}
+	if !v.time.IsZero() {
+		body.Time = &v.time
+	}
+	return writeJSON(w, http.StatusOK, body)
+}
+
+// viewFor is the view a list request reads: this shard's own, or the whole
+// tier's when clustered and not asked for ?scope=local.
+func (wh *workerHealth) viewFor(r *http.Request) *view {
+	if wh.cluster == nil || localScope(r) {
+		return wh.store.load()
+	}
+	return wh.cluster.fleetView(r.Context(), wh.store.load(), r.Header.Get("Authorization"))
+}
+
+func localScope(r *http.Request) bool {
+	return strings.Contains(r.URL.RawQuery, contract.QueryScope) && r.URL.Query().Get(contract.QueryScope) == contract.ScopeLocal
+}
+
+// peerList is a shard's GET /health/workers?scope=local.
+type peerList struct {
+	Time    *time.Time        `json:"time"`
+	Fleet   contract.Fleet    `json:"fleet"`
+	Workers []json.RawMessage `json:"workers"`
+}
+
+// fleetView merges every shard's own workers into one view: each worker
+// from the shard that owns it on the ring; a worker only a former owner
+// still lists shows as `unknown` / `moving` (503) until its new owner
+// judged it; an unreachable shard is named in `sources` with its error.
+// Reused for cluster.list_cache.
+func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view {
+	c.gather.Lock()
+	defer c.gather.Unlock()
+	c.mu.Lock()
+	if c.cached != nil && c.now().Sub(c.at) < c.cfg.ListCache {
+		v := c.cached
+		c.mu.Unlock()
+		return v
+	}
+	c.mu.Unlock()
+
+	st := c.state.Load()
+	if st == nil {
+		return local
+	}
+	peers := c.peers(st)
+	lists := make([]peerList, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, m := range peers {
+		wg.Go(func() {
+			errs[i] = c.getJSON(ctx, m, pathWorkers+"?"+contract.QueryScope+"="+contract.ScopeLocal, auth, &lists[i])
+		})
+	}
+	wg.Wait()
+
+	// Every shard's entries, this one's from its own view.
+	type shardEntries struct {
+		name    string
+		time    time.Time
+		fleet   contract.Fleet
+		entries []*entry
+	}
+	shards := make([]shardEntries, 0, len(peers)+1)
+	shards = append(shards, shardEntries{name: c.self, time: local.time, fleet: local.fleet, entries: local.byIDOrder})
+	var failed []sourceInfo
+	for i, m := range peers {
+		if errs[i] != nil {
+			failed = append(failed, sourceInfo{ID: shardSourceID(m.endpoint).String(), Error: errs[i].Error()})
+			continue
+		}
+		se := shardEntries{name: m.endpoint, fleet: lists[i].Fleet}
+		if lists[i].Time != nil {
+			se.time = *lists[i].Time
+		}
+		for _, raw := range lists[i].Workers {
+			wk := &contract.Worker{}
+			if json.Unmarshal(raw, wk) != nil || wk.ID == "" {
+				continue
+			}
+			se.entries = append(se.entries, &entry{w: wk, json: raw, at: se.time})
+		}
+		shards = append(shards, se)
+	}
+
+	// Owned entries first; a worker listed only by a shard that does not
+	// own it is moving (or its owner is unreachable).
+	owned := map[string]bool{}
+	for _, s := range shards {
+		for _, e := range s.entries {
+			if st.ring.owner(e.w.ID) == s.name {
+				owned[e.w.ID] = true
+			}
+		}
+	}
+	srcs := make([]*sourceIndex, 0, len(shards))
+	var pendingFrom time.Time
+	pendingIdx := -1
+	for i, s := range shards {
+		si := &sourceIndex{
+			snap:  &contract.Snapshot{Source: shardSourceID(s.name), Time: s.time, Fleet: s.fleet},
+			byID:  make(map[string]*entry, len(s.entries)),
+			order: make([]*entry, 0, len(s.entries)),
+		}
+		for _, e := range s.entries {
+			o := st.ring.owner(e.w.ID)
+			switch {
+			case o == s.name:
+			case owned[e.w.ID] || si.byID[e.w.ID] != nil:
+				continue // its owner lists it
+			default:
+				e = movingEntry(e, s.name, o, st)
+				owned[e.w.ID] = true // once, from the first shard listing it
+			}
+			si.byID[e.w.ID] = e
+			si.order = append(si.order, e)
+		}
+		slices.SortFunc(si.order, byID)
+		// The scheduler's pending count reaches one shard; a former owner of
+		// the empty id may still hold an older one: the freshest counts once.
+		if s.fleet.Pending >= 0 && (pendingIdx < 0 || s.time.After(pendingFrom)) {
+			pendingIdx, pendingFrom = i, s.time
+		}
+		srcs = append(srcs, si)
+	}
+	for i, si := range srcs {
+		if i != pendingIdx {
+			si.snap.Fleet.Pending = -1
+		}
+	}
+	v := buildView(srcs)
+	if len(failed) > 0 {
+		v.sources = append(v.sources, failed...)
+		v.listHead = encodeListHead(v)
+	}
+	c.mu.Lock()
+	c.cached, c.at = v, c.now()
+	c.mu.Unlock()
+	return v
+}
+
+// movingEntry is a worker a shard lists that the ring gives to another
+// shard which does not list it (yet): unknown until its owner judges it.
+func movingEntry(e *entry, from, to string, st *ringState) *entry {
+	wk := *e.w
+	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.w.State, from)
+	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.changed.UTC()}}, e.w.Reasons...)
+	wk.State = contract.Unknown
+	b, err := json.Marshal(withEmptyLists(&wk))
+	if err != nil {
+		b, _ = json.Marshal(withEmptyLists(withFiniteEvidence(&wk)))
+	}
+	return &entry{w: &wk, json: b, at: e.at}
+}
+
+// shardSourceID names a shard in the list's sources:
+// "worker_health/shard:<its ring name>".
+func shardSourceID(name string) component.ID {
+	return component.NewIDWithName(metadata.Type, "shard:"+name)
+}

@@ -1,0 +1,352 @@
+package workerhealthextension
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"google.golang.org/grpc"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// idSink is an OTLP/gRPC logs backend recording the worker ids it got.
+type idSink struct {
+	plogotlp.UnimplementedGRPCServer
+	mu  sync.Mutex
+	ids map[string]bool
+	n   int
+}
+
+func (s *idSink) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rls := req.Logs().ResourceLogs()
+	for i := range rls.Len() {
+		sls := rls.At(i).ScopeLogs()
+		for j := range sls.Len() {
+			lrs := sls.At(j).LogRecords()
+			for k := range lrs.Len() {
+				id := ""
+				if v, ok := lrs.At(k).Attributes().Get(contract.AttrWorkerID); ok {
+					id = v.Str()
+				}
+				s.ids[id] = true
+				s.n++
+			}
+		}
+	}
+	return plogotlp.NewExportResponse(), nil
+}
+
+func (s *idSink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// The ring must send each worker where contrib's load_balancing exporter
+// (v0.161.0, the one in the distribution) sends its records, or shards
+// would answer for workers they never see. The real exporter routes 20,000
+// ids (and a record without one) to three backends; the ring must name the
+// same backend for every id.
+func TestRingMatchesLoadBalancingExporter(t *testing.T) {
+	sinks := make([]*idSink, 3)
+	var hostnames []string
+	for i := range sinks {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		sinks[i] = &idSink{ids: map[string]bool{}}
+		srv := grpc.NewServer()
+		plogotlp.RegisterGRPCServer(srv, sinks[i])
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(srv.Stop)
+		hostnames = append(hostnames, ln.Addr().String())
+	}
+
+	f := loadbalancingexporter.NewFactory()
+	cfg := f.CreateDefaultConfig().(*loadbalancingexporter.Config)
+	cfg.RoutingKey = "attributes"
+	cfg.RoutingAttributes = []string{contract.AttrWorkerID}
+	cfg.Protocol.OTLP.ClientConfig.TLS.Insecure = true
+	cfg.Resolver.Static = configoptional.Some(loadbalancingexporter.StaticResolver{Hostnames: hostnames})
+	exp, err := f.CreateLogs(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
+	require.NoError(t, err)
+	require.NoError(t, exp.Start(context.Background(), componenttest.NewNopHost()))
+	defer func() { require.NoError(t, exp.Shutdown(context.Background())) }()
+
+	const n = 20000
+	ld := plog.NewLogs()
+	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for i := range n {
+		// Ids of several shapes: pod names, numbers, unicode.
+		id := fmt.Sprintf("openfn-worker-%d", i)
+		switch i % 4 {
+		case 1:
+			id = fmt.Sprintf("%d", i*7919)
+		case 2:
+			id = fmt.Sprintf("wörker-%x", i)
+		}
+		lrs.AppendEmpty().Attributes().PutStr(contract.AttrWorkerID, id)
+	}
+	lrs.AppendEmpty() // no worker id: "cicd.worker.id=|"
+	require.NoError(t, exp.ConsumeLogs(context.Background(), ld))
+	require.Eventually(t, func() bool {
+		return sinks[0].count()+sinks[1].count()+sinks[2].count() == n+1
+	}, 30*time.Second, 20*time.Millisecond)
+
+	r := newRing(hostnames)
+	perSink := make([]int, len(sinks))
+	for i, s := range sinks {
+		for id := range s.ids {
+			require.Equal(t, hostnames[i], r.owner(id), "the exporter sent %q to %s", id, hostnames[i])
+			perSink[i]++
+		}
+	}
+	for i, c := range perSink {
+		assert.Greater(t, c, n/6, "backend %d got %d of %d ids: the ring spreads them", i, c, n)
+	}
+}
+
+func TestDNSMembersFormLikeTheExporter(t *testing.T) {
+	d := &dnsMembers{hostname: "shards", port: "4317", apiPort: "8090", lookup: func(context.Context, string) ([]net.IPAddr, error) {
+		return []net.IPAddr{{IP: net.ParseIP("10.0.0.9")}, {IP: net.ParseIP("10.0.0.10")}, {IP: net.ParseIP("fd00::1")}}, nil
+	}}
+	ms, err := d.resolve(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []member{
+		{endpoint: "10.0.0.10:4317", api: "10.0.0.10:8090"},
+		{endpoint: "10.0.0.9:4317", api: "10.0.0.9:8090"},
+		{endpoint: "[fd00::1]:4317", api: "[fd00::1]:8090"},
+	}, ms)
+	d.port = "" // the exporter's ring names are then the bare addresses
+	ms, err = d.resolve(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.10", ms[0].endpoint)
+	assert.Equal(t, "10.0.0.10:8090", ms[0].api)
+}
+
+// tier is three shards with static membership on loopback.
+type tier struct {
+	shards []*workerHealth
+	names  []string
+	bases  []string
+	ring   *ring
+}
+
+func newTier(t *testing.T, settle time.Duration) *tier {
+	t.Helper()
+	tr := &tier{}
+	var members []StaticMember
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		api := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		name := fmt.Sprintf("shard-%c.gateway:4317", 'a'+i)
+		members = append(members, StaticMember{Endpoint: name, API: api})
+		tr.names = append(tr.names, name)
+	}
+	for i := range 3 {
+		wh := newTestExt(t, func(c *Config) {
+			c.NetAddr.Endpoint = members[i].API
+			c.Cluster.Self = members[i].Endpoint
+			c.Cluster.Static = configoptional.Some(StaticMembers{Members: members})
+			c.Cluster.Settle = settle
+			c.Cluster.ListCache = 0
+		})
+		tr.shards = append(tr.shards, wh)
+		tr.bases = append(tr.bases, startTestExt(t, wh))
+	}
+	tr.ring = newRing(tr.names)
+	return tr
+}
+
+func (tr *tier) shardOf(id string) int {
+	o := tr.ring.owner(id)
+	for i, n := range tr.names {
+		if n == o {
+			return i
+		}
+	}
+	return -1
+}
+
+// publishAndWait publishes snap to wh and waits until its view serves it.
+func publishAndWait(t *testing.T, wh *workerHealth, snap *contract.Snapshot) {
+	t.Helper()
+	wh.Publish(snap)
+	require.Eventually(t, func() bool { return !wh.store.load().time.Before(snap.Time) }, 5*time.Second, time.Millisecond)
+}
+
+func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
+	tr := newTier(t, 0)
+	// 60 workers, each published by its owner only; states by id.
+	states := map[string]contract.State{}
+	per := make([][]contract.Worker, 3)
+	for i := range 60 {
+		id := fmt.Sprintf("worker-%d", i)
+		st := contract.AllStates[i%len(contract.AllStates)]
+		states[id] = st
+		s := tr.shardOf(id)
+		per[s] = append(per[s], worker(id, st))
+	}
+	for s := range 3 {
+		require.NotEmpty(t, per[s], "the ring spreads 60 workers over 3 shards")
+		snap := snapshot(testSource, t0.Add(time.Duration(s)*time.Second), per[s]...)
+		snap.Fleet.IdleCapacity = int64(10 * (s + 1))
+		if s == 1 {
+			snap.Fleet.Pending = 7 // the one shard the scheduler's gauge reaches
+		}
+		publishAndWait(t, tr.shards[s], snap)
+	}
+
+	for s, base := range tr.bases {
+		for id, st := range states {
+			resp, err := http.Get(workerURL(base, id))
+			require.NoError(t, err)
+			var w contract.Worker
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&w))
+			resp.Body.Close()
+			want := http.StatusServiceUnavailable
+			if st.MayTakeWork() {
+				want = http.StatusOK
+			}
+			assert.Equal(t, want, resp.StatusCode, "shard %d asked for %s", s, id)
+			assert.Equal(t, st, w.State, "shard %d asked for %s", s, id)
+			assert.Equal(t, tr.names[tr.shardOf(id)], resp.Header.Get(contract.HeaderShard), "the owner's verdict")
+		}
+		code, _ := get(t, workerURL(base, "no-such-worker"))
+		assert.Equal(t, http.StatusNotFound, code, "an unknown id is 404 in steady state")
+
+		// The whole fleet from any shard, figures added up once.
+		var list struct {
+			Count   int               `json:"count"`
+			Fleet   contract.Fleet    `json:"fleet"`
+			Workers []contract.Worker `json:"workers"`
+			Sources []sourceInfo      `json:"sources"`
+		}
+		code, body := get(t, base+"/health/workers")
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal([]byte(body), &list))
+		assert.Equal(t, 60, list.Count)
+		require.Len(t, list.Workers, 60)
+		for _, w := range list.Workers {
+			assert.Equal(t, states[w.ID], w.State)
+		}
+		assert.Equal(t, int64(7), list.Fleet.Pending, "pending counted once")
+		assert.Equal(t, int64(60), list.Fleet.IdleCapacity, "idle capacity summed over shards")
+		assert.Equal(t, 10, list.Fleet.ByState[contract.Healthy])
+		assert.Len(t, list.Sources, 3)
+
+		var fleet fleetBody
+		code, body = get(t, base+"/health/fleet")
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal([]byte(body), &fleet))
+		assert.Equal(t, list.Fleet, fleet.Fleet)
+
+		// ?scope=local is this shard's own.
+		code, body = get(t, base+"/health/workers?scope=local")
+		require.Equal(t, http.StatusOK, code)
+		require.NoError(t, json.Unmarshal([]byte(body), &list))
+		assert.Equal(t, len(per[s]), list.Count)
+
+		// The page shows the whole fleet.
+		code, body = get(t, base+"/")
+		require.Equal(t, http.StatusOK, code)
+		for id := range states {
+			assert.Contains(t, body, ">"+id+"<", "the page of shard %d lists %s", s, id)
+		}
+	}
+
+	// What the processors read: ownership and the pending figure.
+	for id := range states {
+		for s, wh := range tr.shards {
+			assert.Equal(t, s == tr.shardOf(id), wh.Owns(id))
+		}
+	}
+	require.Eventually(t, func() bool {
+		for s := range tr.shards {
+			tr.shards[s].cluster.pollFleets(context.Background())
+		}
+		p, _, ok := tr.shards[0].ClusterPending()
+		return ok && p == 7
+	}, 5*time.Second, 10*time.Millisecond)
+	_, _, ok := tr.shards[1].ClusterPending()
+	assert.False(t, ok, "the shard that has the figure does not get it back from the others")
+}
+
+func TestClusterMovingAndUnreachable(t *testing.T) {
+	tr := newTier(t, time.Hour) // the whole test is within the settle window
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("w-%d", i); tr.shardOf(c) == 2 {
+			id = c
+		}
+	}
+	// A former owner (shard 0) still lists the worker; its owner does not yet.
+	publishAndWait(t, tr.shards[0], snapshot(testSource, t0, worker(id, contract.Healthy)))
+	for s, base := range tr.bases {
+		resp, err := http.Get(workerURL(base, id))
+		require.NoError(t, err)
+		var w contract.Worker
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&w))
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "shard %d", s)
+		assert.Equal(t, contract.Unknown, w.State)
+		require.NotEmpty(t, w.Reasons)
+		assert.Equal(t, contract.ReasonMoving, w.Reasons[0].Code)
+	}
+	var list struct {
+		Workers []contract.Worker `json:"workers"`
+	}
+	code, body := get(t, tr.bases[1]+"/health/workers")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.Workers, 1, "listed once")
+	assert.Equal(t, contract.Unknown, list.Workers[0].State)
+	assert.Equal(t, contract.ReasonMoving, list.Workers[0].Reasons[0].Code)
+	assert.Contains(t, list.Workers[0].Reasons[0].Message, "last judged healthy")
+
+	// Once the owner has it, its verdict, and the former owner's copy is
+	// not listed twice.
+	publishAndWait(t, tr.shards[2], snapshot(testSource, t0, worker(id, contract.Degraded)))
+	code, body = get(t, tr.bases[1]+"/health/workers")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.Workers, 1)
+	assert.Equal(t, contract.Degraded, list.Workers[0].State)
+	code, _ = get(t, workerURL(tr.bases[0], id))
+	assert.Equal(t, http.StatusOK, code)
+
+	// The owner goes down (still in the static ring): 503 owner_unreachable,
+	// and the list says which shard is missing.
+	require.NoError(t, tr.shards[2].Shutdown(context.Background()))
+	resp, err := http.Get(workerURL(tr.bases[0], id))
+	require.NoError(t, err)
+	var w contract.Worker
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&w))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, contract.ReasonOwnerUnreachable, w.Reasons[0].Code)
+	assert.Equal(t, tr.names[2], resp.Header.Get(contract.HeaderShard))
+	code, body = get(t, tr.bases[0]+"/health/workers")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"error":`)
+	assert.Contains(t, body, strings.ReplaceAll(tr.names[2], ":", ":"))
+}
