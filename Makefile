@@ -91,11 +91,17 @@ e2e: deps build
 # Every collector config shipped is valid for the real binary (with the
 # environment the deploy/ manifests set), and the
 # Prometheus rules load and pass their unit tests.
+# An *.overlay.yaml is valid merged onto the shipped config it names on its
+# first line ("# overlay of deploy/collector/X.yaml [and Y.yaml]").
+CONFIG_ENV := GATEWAY_ENDPOINT=gateway:4317 TRACES_ENDPOINT=tempo:4317 LOGS_ENDPOINT=http://loki:3100/otlp \
+	K8S_NODE_NAME=node-a POD_NAME=worker-0 WORKERWATCH_SELF=gw-1.example.internal:4317 WORKERWATCH_API_TOKEN=t0ken WORKERWATCH_HEALTH_ENDPOINT=127.0.0.1:0
 check-configs: deps build
-	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' | grep -v '/bad-'); do \
-		GATEWAY_ENDPOINT=gateway:4317 TRACES_ENDPOINT=tempo:4317 LOGS_ENDPOINT=http://loki:3100/otlp \
-		K8S_NODE_NAME=node-a POD_NAME=worker-0 WORKERWATCH_API_TOKEN=t0ken WORKERWATCH_HEALTH_ENDPOINT=127.0.0.1:0 \
-		$(COLLECTOR) validate --config $$f >/dev/null || { echo "invalid: $$f"; exit 1; }; echo "valid: $$f"; done
+	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' | grep -v '/bad-' | grep -v '\.overlay\.yaml$$'); do \
+		$(CONFIG_ENV) $(COLLECTOR) validate --config $$f >/dev/null || { echo "invalid: $$f"; exit 1; }; echo "valid: $$f"; done
+	@for o in $$(git ls-files '*.overlay.yaml'); do \
+		for base in $$(head -1 $$o | grep -o 'deploy/collector/[a-z-]*\.yaml'); do \
+		$(CONFIG_ENV) $(COLLECTOR) validate --config $$base --config $$o >/dev/null || { echo "invalid: $$base + $$o"; exit 1; }; \
+		echo "valid: $$base + $$o"; done; done
 	promtool check rules deploy/prometheus/alerts.yaml
 	promtool test rules deploy/prometheus/alerts_test.yaml
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml

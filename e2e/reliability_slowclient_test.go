@@ -58,7 +58,9 @@ func TestReliabilitySlowClients(t *testing.T) {
 	for _, pattern := range []string{"config.yaml", "deploy/collector/*.yaml", "presets/*/*.yaml", "e2e/testdata/*.yaml", "testdata/*.yaml"} {
 		m, _ := filepath.Glob(filepath.Join(repoRoot, pattern))
 		for _, f := range m {
-			if !strings.HasPrefix(filepath.Base(f), "bad-") && isCollectorConfig(f) {
+			// An *.overlay.yaml is a part merged onto a shipped config (the
+			// scale test's), not a config of its own.
+			if !strings.HasPrefix(filepath.Base(f), "bad-") && !strings.HasSuffix(f, ".overlay.yaml") && isCollectorConfig(f) {
 				configs = append(configs, f)
 			}
 		}
@@ -381,6 +383,9 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string)
 				c["endpoint"] = loopbackAddr(t) // nothing listens: never someone else's
 			case "exporters::otlphttp", "exporters::otlp_http":
 				c["endpoint"] = "http://" + loopbackAddr(t)
+			case "exporters::load_balancing":
+				// The shards: one that nobody listens at.
+				c["resolver"] = map[string]any{"static": map[string]any{"hostnames": []any{loopbackAddr(t)}}}
 			default:
 				problems = append(problems, fmt.Sprintf("%s: a component this test does not know; if it listens, add it here", name))
 			}
@@ -435,6 +440,8 @@ func slowConfigEnv(t *testing.T, tmp string) []string {
 		"LOGS_ENDPOINT=http://" + loopbackAddr(t), "K8S_NODE_NAME=node-a", "POD_NAME=worker-0",
 		"WORKERWATCH_API_TOKEN=t0ken", "WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"),
 		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t),
+		// A gateway shard's name on its ring (deploy/collector/gateway*.yaml).
+		"WORKERWATCH_SELF=gw-1.example.internal:4317",
 	}
 }
 

@@ -64,6 +64,10 @@ type healthProcessor struct {
 	cpMu     sync.Mutex
 	storage  storage.Client
 	lastMeta cpMeta // the meta record last written or read
+
+	// shard: the cluster hooks of a sharded gateway (cluster.go), set at
+	// start from the health extension; read under mu.
+	shard *shard
 }
 
 // pipeline is one processorhelper wrapper: the next consumer of its
@@ -153,6 +157,9 @@ func (p *healthProcessor) startShared(ctx context.Context, host component.Host) 
 		return err
 	}
 	p.subscriber = sub
+	p.mu.Lock()
+	p.shard = newShard(sub, p.logger)
+	p.mu.Unlock()
 	if err := p.openStorage(ctx, host); err != nil {
 		return err
 	}
@@ -288,6 +295,7 @@ func (p *healthProcessor) lastStop() {
 func (p *healthProcessor) tick(ctx context.Context) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
+	handed := p.shard.handOver(p.tracker, now)
 	trs, unjoined := p.tracker.evaluate(now)
 	var mTo []consumer.Metrics
 	var lTo []consumer.Logs
@@ -322,6 +330,7 @@ func (p *healthProcessor) tick(ctx context.Context) {
 	p.mu.Unlock()
 
 	p.admissionTelemetry(ctx, &counts)
+	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersHandedOver, handed)
 	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
 	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
 

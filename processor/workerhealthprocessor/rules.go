@@ -73,7 +73,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 	if after := int64(t.cfg.Stall.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
-		pending := !t.cfg.Stall.RequirePending || (t.pendingFresh(now) && t.pending > 0)
+		pending := !t.cfg.Stall.RequirePending || t.pendingNow(now) > 0
 		last := max(w.lastClaim, w.firstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
@@ -205,7 +205,7 @@ func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, 
 // fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
 func (t *tracker) fleet(now int64) {
 	t.idle = t.idleCapacity()
-	if t.pendingFresh(now) && t.pending > 0 && t.idle > 0 {
+	if t.pendingNow(now) > 0 && t.idle > 0 {
 		t.idleIntervals++
 	} else {
 		t.idleIntervals = 0

@@ -196,6 +196,10 @@ type tracker struct {
 	pendingAt     int64
 	schedulerSeen int64 // last scheduler record: orphaned drift needs one
 
+	// clusterPending: the pending gauge as another shard of a sharded
+	// gateway reported it (cluster.go), -1 = none; at its snapshot time.
+	clusterPending, clusterPendingAt int64
+
 	// idle is the fleet's idle capacity at the last evaluation (the metric
 	// and the snapshot of one tick show the same figure).
 	idle             int64
@@ -246,6 +250,8 @@ func newTracker(cfg *Config) *tracker {
 		hists:     newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
 		pending:   -1,
 		roleNames: map[string]string{},
+
+		clusterPending: -1,
 	}
 	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
 	effects := defaultKillEffects()

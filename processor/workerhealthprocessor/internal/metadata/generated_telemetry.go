@@ -40,6 +40,7 @@ type TelemetryBuilder struct {
 	ProcessorWorkerHealthRunsTracked         metric.Int64ObservableGauge
 	ProcessorWorkerHealthWorkersEvicted      metric.Int64Counter
 	ProcessorWorkerHealthWorkersExpired      metric.Int64Counter
+	ProcessorWorkerHealthWorkersHandedOver   metric.Int64Counter
 	ProcessorWorkerHealthWorkersRefused      metric.Int64Counter
 	ProcessorWorkerHealthWorkersTracked      metric.Int64ObservableGauge
 	ProcessorWorkerHealthWorkersUnjoined     metric.Int64Counter
@@ -183,6 +184,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ProcessorWorkerHealthWorkersExpired, err = builder.meter.Int64Counter(
 		"otelcol_processor_worker_health_workers_expired",
 		metric.WithDescription("Workers forgotten without a record for limits.worker_ttl, or seen once and not again within lost.after, by evidence. [Development]"),
+		metric.WithUnit("{worker}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthWorkersHandedOver, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_workers_handed_over",
+		metric.WithDescription("Workers forgotten because the shard ring of a clustered worker_health extension gives them to another shard (docs/scaling.md). [Development]"),
 		metric.WithUnit("{worker}"),
 	)
 	errs = errors.Join(errs, err)

@@ -211,6 +211,22 @@ func AssertEqualProcessorWorkerHealthWorkersExpired(t *testing.T, tt *componentt
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualProcessorWorkerHealthWorkersHandedOver(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_processor_worker_health_workers_handed_over",
+		Description: "Workers forgotten because the shard ring of a clustered worker_health extension gives them to another shard (docs/scaling.md). [Development]",
+		Unit:        "{worker}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_processor_worker_health_workers_handed_over")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualProcessorWorkerHealthWorkersRefused(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_processor_worker_health_workers_refused",

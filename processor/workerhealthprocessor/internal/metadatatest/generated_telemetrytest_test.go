@@ -39,6 +39,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorWorkerHealthRunsRefused.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersEvicted.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersExpired.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthWorkersHandedOver.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersRefused.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersUnjoined.Add(context.Background(), 1)
 	AssertEqualProcessorWorkerHealthCheckpointErrors(t, testTel,
@@ -75,6 +76,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersExpired(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthWorkersHandedOver(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersRefused(t, testTel,
