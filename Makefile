@@ -27,7 +27,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: all build run deps test lint vet cross fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
+.PHONY: scale-figures all build run deps test lint vet cross fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
 
 all: build
 
@@ -125,6 +125,12 @@ $(MDATAGEN):
 
 bench:
 	@scripts/bench.sh
+
+# The figures of docs/scaling.md: 1 shard vs 3 shards side by side (events/s
+# and CPU, memory at 100,000 workers, health API latency through one address).
+scale-figures: build
+	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \
+		grep -E 'RESULT|^ |--- |^(ok|FAIL)'
 
 # 30-minute soak of the default config with 100 simulated workers (a 2-minute
 # version runs in `make e2e`); docs/reliability.md.

@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,7 +177,7 @@ scrape_configs:
 	}
 
 	fleetStart := time.Now()
-	start(t, "scale-fleet", nil, simBin, "fleet", "--workers", fmt.Sprint(scaleWorkers), "--faults", scaleFaults,
+	start(t, "scale-fleet", nil, simBin, "fleet", "--workers", strconv.Itoa(scaleWorkers), "--faults", scaleFaults,
 		"--seed", "15", "--otlp-endpoint", agentHTTP,
 		// One slot per worker, runs of ~20 s, a little more work than the
 		// fleet can do: work stays pending (the stall rule needs it) with
@@ -401,8 +402,10 @@ func (tr *scaleTier) startShard(unshare string, i int) {
 // in a new mount namespace whose /etc/hosts is the test's file: unshare,
 // then a shell that bind-mounts the file and execs the collector (same pid).
 func (tr *scaleTier) namespaced(configs ...string) []string {
-	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-		`mount --bind "$0" /etc/hosts && exec "$@"`, tr.hosts, tr.bin}
+	args := []string{
+		"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+		`mount --bind "$0" /etc/hosts && exec "$@"`, tr.hosts, tr.bin,
+	}
 	for _, c := range configs {
 		args = append(args, "--config", c)
 	}

@@ -1,0 +1,353 @@
+//go:build e2e
+
+package e2e
+
+// The figures of docs/scaling.md, measured side by side in one run: a tier
+// of ONE shard and a tier of THREE shards, each behind its own agent
+// (agent-sharded-static.yaml, gateway-static.yaml as shipped, with the
+// checkpoint off as on a Kubernetes shard), both running all along and
+// driven in alternating rounds by the same synthetic load: lifecycle events
+// of the workers and of the scheduler over OTLP/HTTP to the agent.
+//
+//   - throughput: lifecycle events/s the shards accepted, and the CPU the
+//     shards (and the agent) spent on them, per round;
+//   - memory per shard at 100,000 workers in total (each holding a run);
+//   - the health API through the one address (a shard that asks the owner
+//     for 2/3 of the ids) against the single shard that owns every id,
+//     wrk with random ids of the 100,000.
+//
+// Not part of `make test` (minutes of full load): `make scale-figures`.
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+type figTier struct {
+	name   string
+	agent  *proc
+	http   string // the agent's OTLP/HTTP
+	shards []*proc
+	apis   []string // base URLs
+	tels   []string // shards' telemetry base URLs
+}
+
+func TestScaleFigures(t *testing.T) {
+	if os.Getenv("WORKERWATCH_SCALE_FIGURES") == "" {
+		t.Skip("set WORKERWATCH_SCALE_FIGURES=1 (make scale-figures): minutes of full load")
+	}
+	bin := collectorBinary(t)
+	wrk := need(t, "wrk", "/usr/bin/wrk")
+	tmp := t.TempDir()
+	one := startFigTier(t, bin, tmp, "fig1", 1)
+	three := startFigTier(t, bin, tmp, "fig3", 3)
+
+	// Throughput: rounds alternate so that both see the same machine.
+	rounds := 3
+	if v := os.Getenv("WORKERWATCH_SCALE_ROUNDS"); v != "" {
+		if _, err := fmt.Sscan(v, &rounds); err != nil {
+			t.Fatalf("WORKERWATCH_SCALE_ROUNDS: %v", err)
+		}
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-8s %5s %12s %14s %14s %16s\n", "tier", "round", "events/s", "shards CPU s", "agent CPU s", "events/shard-CPU-s")
+	for r := 1; r <= rounds; r++ {
+		for _, tr := range []*figTier{one, three} {
+			ev, shardCPU, agentCPU := tr.throughput(t, 1000, 20*time.Second)
+			fmt.Fprintf(&table, "%-8s %5d %12.0f %14.1f %14.1f %16.0f\n", tr.name, r, ev, shardCPU, agentCPU, ev*20/shardCPU)
+		}
+	}
+	t.Logf("e2e: RESULT throughput, 20 s per round, 4 senders, 1,000 workers:\n%s", table.String())
+
+	// Memory at 100,000 workers, and the API through the one address.
+	const fleet = 100000
+	ids := filepath.Join(tmp, "ids.txt")
+	var idList strings.Builder
+	for i := range fleet {
+		fmt.Fprintf(&idList, "fig-worker-%06d\n", i)
+	}
+	writeFile(t, ids, idList.String())
+	table.Reset()
+	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB")
+	for _, tr := range []*figTier{one, three} {
+		tr.load(t, fleet)
+		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
+		for i, p := range tr.shards {
+			u, _ := readProcUsage(p.cmd.Process.Pid)
+			text, _ := httpGet(tr.tels[i] + "/metrics")
+			n, _ := metricSum(text, "otelcol_processor_worker_health_workers_tracked")
+			heap, _ := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes")
+			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f\n", tr.name, p.name, n, float64(u.rss)/(1<<20), heap/(1<<20))
+		}
+	}
+	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
+
+	table.Reset()
+	for r := 1; r <= 2; r++ {
+		for _, tr := range []*figTier{one, three} {
+			out, err := exec.Command(wrk, "-t2", "-c16", "-d15s", "--latency", "-s",
+				filepath.Join(repoRoot, "extension", "workerhealthextension", "testdata", "wrk", "random_ids.lua"),
+				tr.apis[0], "--", ids).CombinedOutput()
+			if err != nil {
+				t.Fatalf("wrk: %v\n%s", err, out)
+			}
+			fmt.Fprintf(&table, "%s round %d, %s:\n%s\n", tr.name, r, tr.apis[0], wrkSummary(string(out)))
+		}
+	}
+	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d:\n%s", fleet, table.String())
+}
+
+// startFigTier starts an agent and n shards on loopback, static members.
+func startFigTier(t *testing.T, bin, tmp, name string, n int) *figTier {
+	tr := &figTier{name: fmt.Sprintf("%d shard", n)}
+	if n > 1 {
+		tr.name += "s"
+	}
+	type member struct{ otlp, api, tel string }
+	ms := make([]member, n)
+	var hostnames, members []string
+	for i := range ms {
+		ms[i] = member{loopbackAddr(t), loopbackAddr(t), strconv.Itoa(freePort(t))}
+		hostnames = append(hostnames, fmt.Sprintf("%q", ms[i].otlp))
+		members = append(members, fmt.Sprintf("{endpoint: %q, api: %q}", ms[i].otlp, ms[i].api))
+	}
+	shardOverlay := filepath.Join(tmp, name+"-shard.yaml")
+	writeFile(t, shardOverlay, fmt.Sprintf(`# the figures' shards: gateway-static.yaml with these members, no checkpoint
+# (as on a Kubernetes shard), room for 100,000 workers, traces and logs dropped.
+extensions:
+  worker_health:
+    cluster:
+      static:
+        members: [%s]
+processors:
+  worker_health:
+    storage_id: null
+    limits:
+      max_workers: 200000
+exporters:
+  file/sink:
+    path: /dev/null
+service:
+  extensions: [worker_health]
+  pipelines:
+    logs:
+      exporters: [file/sink]
+    traces:
+      exporters: [file/sink]
+`, strings.Join(members, ", ")))
+	for i, m := range ms {
+		pname := fmt.Sprintf("%s-shard-%d", name, i+1)
+		p := start(t, pname, []string{
+			"WORKERWATCH_SELF=" + m.otlp, "WORKERWATCH_OTLP_GRPC=" + m.otlp, "WORKERWATCH_API=" + m.api,
+			"WORKERWATCH_PROMETHEUS=" + loopbackAddr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+			"WORKERWATCH_TELEMETRY_PORT=" + m.tel, "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
+		}, bin, "--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay)
+		tr.shards = append(tr.shards, p)
+		tr.apis = append(tr.apis, "http://"+m.api)
+		tr.tels = append(tr.tels, "http://127.0.0.1:"+m.tel)
+	}
+	for i, p := range tr.shards {
+		waitReady(t, p, strings.TrimPrefix(tr.apis[i], "http://"))
+	}
+	agentOverlay := filepath.Join(tmp, name+"-agent.yaml")
+	writeFile(t, agentOverlay, fmt.Sprintf(`# the figures' agent: agent-sharded-static.yaml with these shards
+exporters:
+  load_balancing:
+    resolver:
+      static:
+        hostnames: [%s]
+`, strings.Join(hostnames, ", ")))
+	tr.http = loopbackAddr(t)
+	api := loopbackAddr(t)
+	tr.agent = start(t, name+"-agent", []string{
+		"WORKERWATCH_OTLP_GRPC=" + loopbackAddr(t), "WORKERWATCH_OTLP_HTTP=" + tr.http, "WORKERWATCH_API=" + api,
+		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, name+"-agent"), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freePort(t)),
+	}, bin, "--config", deployConfig("agent-sharded-static.yaml"), "--config", agentOverlay)
+	waitReady(t, tr.agent, api)
+	return tr
+}
+
+// accepted is the log records the shards' OTLP receivers accepted so far.
+func (tr *figTier) accepted() float64 {
+	var sum float64
+	for _, u := range tr.tels {
+		text, _ := httpGet(u + "/metrics")
+		n, _ := metricSum(text, "otelcol_receiver_accepted_log_records")
+		sum += n
+	}
+	return sum
+}
+
+func (tr *figTier) cpu(ps ...*proc) float64 {
+	var s float64
+	for _, p := range ps {
+		u, _ := readProcUsage(p.cmd.Process.Pid)
+		s += u.cpu
+	}
+	return s
+}
+
+// throughput drives the tier for d with runs of `workers` workers, 4
+// senders as fast as the agent accepts, and returns lifecycle events/s the
+// shards accepted and the CPU seconds the shards and the agent used.
+func (tr *figTier) throughput(_ *testing.T, workers int, d time.Duration) (float64, float64, float64) {
+	warm := 5 * time.Second
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for s := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				n := seq.Add(1)
+				body := runBatch(workers, int(n), s, 100)
+				_ = postLogs(tr.http, body)
+			}
+		}()
+	}
+	time.Sleep(warm)
+	a0, s0, g0 := tr.accepted(), tr.cpu(tr.shards...), tr.cpu(tr.agent)
+	time.Sleep(d)
+	a1, s1, g1 := tr.accepted(), tr.cpu(tr.shards...), tr.cpu(tr.agent)
+	stop.Store(true)
+	wg.Wait()
+	time.Sleep(3 * time.Second) // let the queue drain before the next round
+	return (a1 - a0) / d.Seconds(), s1 - s0, g1 - g0
+}
+
+// load makes n workers known to the tier, each holding one run.
+func (tr *figTier) load(t *testing.T, n int) {
+	const per = 500
+	var wg sync.WaitGroup
+	ch := make(chan int)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for from := range ch {
+				ld := plog.NewLogs()
+				sched := schedulerResource(ld)
+				for i := from; i < min(n, from+per); i++ {
+					id := fmt.Sprintf("fig-worker-%06d", i)
+					run := fmt.Sprintf("fig-run-%06d", i)
+					wrs := workerResource(ld, id)
+					lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
+					lifecycle(wrs, contract.EventClaimed, run, nil)
+					lifecycle(wrs, contract.EventStarted, run, nil)
+					lr := lifecycle(sched, contract.EventClaimed, run, nil)
+					lr.Attributes().PutStr(contract.AttrWorkerID, id)
+				}
+				body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+				for postLogs(tr.http, body) != nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	for from := 0; from < n; from += per {
+		ch <- from
+	}
+	close(ch)
+	wg.Wait()
+	eventually(t, 3*time.Minute, time.Second, fmt.Sprintf("%d workers tracked by %s", n, tr.name), func() error {
+		var sum float64
+		for _, u := range tr.tels {
+			text, err := httpGet(u + "/metrics")
+			if err != nil {
+				return err
+			}
+			v, _ := metricSum(text, "otelcol_processor_worker_health_workers_tracked")
+			sum += v
+		}
+		if sum < float64(n) {
+			return fmt.Errorf("%v tracked", sum)
+		}
+		return nil
+	})
+}
+
+// runBatch is one request: `runs` runs on workers drawn from a pool, each
+// with the worker's claimed, started and finished and the scheduler's
+// claimed and finished (5 lifecycle events a run).
+func runBatch(workers, n, sender, runs int) []byte {
+	ld := plog.NewLogs()
+	sched := schedulerResource(ld)
+	for r := range runs {
+		id := fmt.Sprintf("fig-worker-%06d", (n*runs+r)%workers)
+		run := fmt.Sprintf("fig-%d-%d-%d", sender, n, r)
+		wrs := workerResource(ld, id)
+		lifecycle(wrs, contract.EventClaimed, run, nil)
+		lifecycle(wrs, contract.EventStarted, run, nil)
+		lifecycle(wrs, contract.EventFinished, run, nil).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+		for _, ev := range []string{contract.EventClaimed, contract.EventFinished} {
+			lifecycle(sched, ev, run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
+		}
+	}
+	body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	return body
+}
+
+func schedulerResource(ld plog.Logs) plog.LogRecordSlice {
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
+	return rl.ScopeLogs().AppendEmpty().LogRecords()
+}
+
+func workerResource(ld plog.Logs, id string) plog.LogRecordSlice {
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr(contract.AttrServiceName, "bench-worker")
+	rl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
+	return rl.ScopeLogs().AppendEmpty().LogRecords()
+}
+
+func lifecycle(lrs plog.LogRecordSlice, event, run string, ints map[string]int64) plog.LogRecord {
+	lr := lrs.AppendEmpty()
+	lr.SetEventName(event)
+	lr.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+	if run != "" {
+		lr.Attributes().PutStr(contract.AttrRunID, run)
+	}
+	for k, v := range ints {
+		lr.Attributes().PutInt(k, v)
+	}
+	return lr
+}
+
+var protoClient = &http.Client{Timeout: 30 * time.Second}
+
+func postLogs(addr string, body []byte) error {
+	resp, err := protoClient.Post("http://"+addr+"/v1/logs", "application/x-protobuf", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+var wrkLine = regexp.MustCompile(`(?m)^\s*(Requests/sec:.*|\s+50%.*|\s+99%.*|.*requests in .*|Non-2xx.*|.*unexpected.*)$`)
+
+func wrkSummary(out string) string {
+	return strings.Join(wrkLine.FindAllString(out, -1), "\n")
+}
