@@ -79,6 +79,13 @@ func (s *shard) handOver(t *tracker, now int64) int64 {
 	if len(s.owners) == 0 {
 		return 0
 	}
+	// The pending gauge names no worker: the exporter routes it with the
+	// empty id. A shard that no longer owns the empty id stops reporting its
+	// last figure at once (the new owner has it), so the fleet's pending count
+	// is exported by one shard even across a ring change.
+	if t.pending >= 0 && !s.owns("") {
+		t.pending = -1
+	}
 	var n int64
 	var stuck string
 	for id, w := range t.workers {

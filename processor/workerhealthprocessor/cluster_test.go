@@ -156,6 +156,16 @@ func TestStallUsesTheClusterPending(t *testing.T) {
 	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.False(t, hasMetric(md, contract.MetricFleetPending), "nor to emit")
 
+	// A shard that no longer owns the empty id (where the exporter routes
+	// the gauge) forgets its own last report at once.
+	h.metrics(pendingMetrics(9))
+	h.tick()
+	require.Equal(t, int64(9), h.p.tracker.snapshot(h.clock.Now().UnixNano()).Fleet.Pending)
+	fc.move("")
+	h.tick()
+	assert.Equal(t, int64(-1), h.p.tracker.snapshot(h.clock.Now().UnixNano()).Fleet.Pending, "the empty id moved away")
+	assert.Equal(t, int64(5), h.p.tracker.pendingNow(h.clock.Now().UnixNano()), "the other shard's figure still counts")
+
 	// A stale report (older than lost.after) no longer counts.
 	h.advance(cfg.Lost.After + time.Second)
 	hb()
