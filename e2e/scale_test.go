@@ -3,8 +3,9 @@
 package e2e
 
 // Issue 15: gateway shards behind the real load_balancing exporter, on one
-// machine. Two agents (deploy/collector/agent-sharded.yaml) watch half of a
-// simulated fleet of 100 workers each and route every record by
+// machine. Two agents (deploy/collector/agent-sharded.yaml) each watch the
+// trees and receive the OTLP of half of a simulated fleet of 100 workers
+// (the scheduler's OTLP goes to the first) and route every record by
 // cicd.worker.id to three shards (deploy/collector/gateway.yaml) found by
 // the exporter's DNS resolver; a single gateway (gateway-static.yaml with
 // one member) receives the same records from the same agents. Everything is
@@ -156,14 +157,13 @@ scrape_configs:
 		"--storage.tsdb.path="+filepath.Join(tr.tmp, "prom"), "--web.listen-address="+promWeb)
 	waitListening(t, prom, promWeb)
 
-	// Two agents, each watching the trees of half the workers; the fleet's
-	// OTLP (workers and scheduler) goes to the first.
-	agentHTTP := ""
+	// Two agents, each watching the trees of half the workers (odd, even)
+	// and receiving those workers' OTLP, as on two hosts; the scheduler
+	// sends to the first.
+	var agentHTTP []string
 	for i, digits := range []string{"13579", "02468"} {
 		grpcAddr, httpAddr, api, tel := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
-		if i == 0 {
-			agentHTTP = httpAddr
-		}
+		agentHTTP = append(agentHTTP, httpAddr)
 		name := fmt.Sprintf("scale-agent-%c", 'a'+i)
 		tr.agents = append(tr.agents, fmt.Sprintf("http://127.0.0.1:%d", tel))
 		a := start(t, name, []string{
@@ -178,7 +178,7 @@ scrape_configs:
 
 	fleetStart := time.Now()
 	start(t, "scale-fleet", nil, simBin, "fleet", "--workers", strconv.Itoa(scaleWorkers), "--faults", scaleFaults,
-		"--seed", "15", "--otlp-endpoint", agentHTTP,
+		"--seed", "15", "--otlp-endpoint", strings.Join(agentHTTP, ","),
 		// One slot per worker, runs of ~20 s, a little more work than the
 		// fleet can do: work stays pending (the stall rule needs it) with
 		// about 5 runs starting a second, not hundreds.
