@@ -234,6 +234,17 @@ func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
 		code, _ := get(t, workerURL(base, "no-such-worker"))
 		assert.Equal(t, http.StatusNotFound, code, "an unknown id is 404 in steady state")
 
+		// A worker's history and page come from its owner too.
+		for _, id := range []string{"worker-1", "worker-2", "worker-3"} {
+			for _, path := range []string{workerURL(base, id) + "/history", base + "/workers/" + id} {
+				resp, err := http.Get(path)
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode, "shard %d: %s", s, path)
+				assert.Equal(t, tr.names[tr.shardOf(id)], resp.Header.Get(contract.HeaderShard), "shard %d: %s", s, path)
+			}
+		}
+
 		// The whole fleet from any shard, figures added up once.
 		var list struct {
 			Count   int               `json:"count"`
