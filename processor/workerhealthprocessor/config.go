@@ -89,6 +89,13 @@ type SchedulerConfig struct {
 	// holds. A worker not restated for three intervals loses the runs its
 	// last snapshot listed (counted as healed). Default 30s.
 	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	// SignOfLife: which of these schedulers' records about a worker count as
+	// a sign of its life for the lost rule: "claims" (a claims_only
+	// scheduler's claims: it is pulled, a claim exists because the worker
+	// just asked for work), "any" (every record or snapshot naming the
+	// worker: a queue whose snapshots state only workers with an open
+	// connection) or "none". Default "claims".
+	SignOfLife string `mapstructure:"sign_of_life"`
 	// Sources are further schedulers, each with its own settings; a field
 	// left out takes the value above.
 	Sources []SchedulerSource `mapstructure:"sources"`
@@ -104,6 +111,8 @@ type SchedulerSource struct {
 	WorkerIDAttributes []string `mapstructure:"worker_id_attributes"`
 	// SnapshotInterval. Default: scheduler.snapshot_interval.
 	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	// SignOfLife: claims, any or none. Default: scheduler.sign_of_life.
+	SignOfLife string `mapstructure:"sign_of_life"`
 }
 
 // EventNames lists, per lifecycle kind, the event names (log record
@@ -626,7 +635,17 @@ type schedSource struct {
 	view     string
 	keys     []string // worker id attributes, cicd.worker.id last
 	interval time.Duration
+	life     string // sign_of_life
 }
+
+// Values of scheduler.sign_of_life.
+const (
+	lifeClaims = "claims"
+	lifeAny    = "any"
+	lifeNone   = "none"
+)
+
+var signsOfLife = []string{lifeClaims, lifeAny, lifeNone}
 
 // withTreeKey returns keys with contract.AttrWorkerID appended when absent:
 // the receiver's tree always carries it, so it always joins.
@@ -647,10 +666,13 @@ func (c *Config) schedulers() []schedSource {
 	}
 	var out []schedSource
 	for _, n := range sc.ServiceNames {
-		out = append(out, schedSource{name: n, view: sc.View, keys: withTreeKey(defKeys), interval: sc.SnapshotInterval})
+		out = append(out, schedSource{name: n, view: sc.View, keys: withTreeKey(defKeys), interval: sc.SnapshotInterval, life: sc.SignOfLife})
 	}
 	for _, s := range sc.Sources {
-		r := schedSource{name: s.ServiceName, view: cmp.Or(s.View, sc.View), keys: defKeys, interval: cmp.Or(s.SnapshotInterval, sc.SnapshotInterval)}
+		r := schedSource{
+			name: s.ServiceName, view: cmp.Or(s.View, sc.View), keys: defKeys,
+			interval: cmp.Or(s.SnapshotInterval, sc.SnapshotInterval), life: cmp.Or(s.SignOfLife, sc.SignOfLife),
+		}
 		if len(s.WorkerIDAttributes) > 0 {
 			r.keys = s.WorkerIDAttributes
 		}
@@ -682,6 +704,12 @@ func (c *Config) validateScheduler(add func(key, format string, a ...any)) {
 		}
 	}
 	validView("scheduler.view", sc.View)
+	validLife := func(key, v string) {
+		if !slices.Contains(signsOfLife, v) {
+			add(key, "unknown value %q (one of %v)", v, signsOfLife)
+		}
+	}
+	validLife("scheduler.sign_of_life", sc.SignOfLife)
 	if sc.SnapshotInterval <= 0 {
 		add("scheduler.snapshot_interval", "must be positive, got %v", sc.SnapshotInterval)
 	}
@@ -703,6 +731,9 @@ func (c *Config) validateScheduler(add func(key, format string, a ...any)) {
 		dup(key+".service_name", s.ServiceName)
 		if s.View != "" {
 			validView(key+".view", s.View)
+		}
+		if s.SignOfLife != "" {
+			validLife(key+".sign_of_life", s.SignOfLife)
 		}
 		if s.SnapshotInterval < 0 {
 			add(key+".snapshot_interval", "must not be negative, got %v", s.SnapshotInterval)

@@ -38,8 +38,15 @@ const (
 // and the worker's record is rewritten at the next checkpoint.
 func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
 	release(r, side, now)
+	r.flags |= fLetGo
 	t.healed[side]++
 	t.markDirty(w)
+	if side == srcWorker && r.has(fSchedHeld) && t.schedOf(w).view == contract.ViewClaimsOnly {
+		// The worker's end closes a claims-only scheduler's claim: let go
+		// because its own count says it ended, the run ended all the same.
+		release(r, srcScheduler, now)
+		t.healed[srcScheduler]++
+	}
 }
 
 // release ends one side's hold of a run that was let go without an end

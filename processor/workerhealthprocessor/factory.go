@@ -45,6 +45,7 @@ func createDefaultConfig() component.Config {
 			ServiceNames:     []string{"workersim-scheduler", "scheduler"},
 			View:             contract.ViewEvents,
 			SnapshotInterval: 30 * time.Second,
+			SignOfLife:       lifeClaims,
 		},
 		Mapping: MappingConfig{
 			EventNameAttribute:    contract.AttrEventName,

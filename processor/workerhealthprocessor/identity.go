@@ -75,6 +75,7 @@ func (w *worker) sourcesOf() (n int, last origin) {
 func (t *tracker) checkJoin(now int64) []unjoined {
 	within := int64(t.cfg.Identity.JoinWithin)
 	var out []unjoined
+	var sorted []*worker // made once, only when a worker is reported
 	for _, w := range t.workers {
 		if w.unjoinedReported || w.evidence == evidenceOnce || now-w.firstMention < within {
 			continue
@@ -85,7 +86,10 @@ func (t *tracker) checkJoin(now int64) []unjoined {
 		}
 		w.unjoinedReported = true
 		u := unjoined{worker: w.id, origin: originNames[o], ids: t.idsOf(w, o)}
-		for _, x := range t.byID() {
+		if sorted == nil {
+			sorted = t.byID()
+		}
+		for _, x := range sorted {
 			if len(u.others) >= 5 {
 				break
 			}

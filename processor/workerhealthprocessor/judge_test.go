@@ -103,6 +103,24 @@ func TestIdentity(t *testing.T) {
 			),
 		},
 		{
+			// bullmq helper's finding: a queue that states only connected
+			// workers names a live worker in every snapshot.
+			name: "sign_of_life any: a snapshot naming the worker keeps it from lost",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewSnapshots
+				c.Scheduler.SignOfLife = "any"
+			},
+			steps: seq(repeat(10, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec, want: unknown, noCode: codeNoTelemetry})),
+		},
+		{
+			name: "by default a snapshot is not a sign of life",
+			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewSnapshots },
+			steps: seq(
+				repeat(5, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec}),
+				step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
 			name: "several id attributes: the first present names the worker",
 			cfg:  func(c *Config) { c.Mapping.WorkerIDAttributes = []string{"worker_name", "host.name"} },
 			steps: seq(
@@ -309,6 +327,24 @@ func TestDriftHeals(t *testing.T) {
 			),
 		},
 		{
+			// openfn helper's finding: with a claims-only scheduler, the
+			// worker's own count letting a run go is the worker's end, and
+			// that closes the scheduler's claim (no missing for heal_after).
+			name: "claims only: the worker's count letting its side go closes the scheduler's claim too",
+			cfg:  func(c *Config) { heal(c); c.Scheduler.View = contract.ViewClaimsOnly },
+			steps: seq(
+				step{do: feed(hb, sClaim("r1"), wClaim("r1"), activeMetrics(1)), advance: sec, want: healthy},
+				step{do: feed(hb, activeMetrics(0)), advance: 4 * sec},
+				step{do: feed(hb, activeMetrics(0)), advance: 4 * sec, check: codes(0, 0)},
+				repeat(5, step{do: feed(hb, activeMetrics(0)), advance: sec, want: healthy, check: func(h *harness) {
+					codes(0, 0)(h)
+					w := h.snap("w1")
+					assert.Empty(h.t, w.Runs.Scheduler)
+					assert.Empty(h.t, w.Runs.Recent, "a run let go is not a recent run: its end was never seen")
+				}}),
+			),
+		},
+		{
 			// Before (openfn helper's finding): never-started runs counted
 			// twice, as missing and again as capacity excess.
 			name: "runs already missing do not count again as over capacity",
@@ -425,6 +461,20 @@ func TestKills(t *testing.T) {
 				step{do: feed(hb, finished("r1")), advance: 4 * sec, want: healthy, check: kills("child_exit", 0)},
 				// Three children die, no run ends.
 				step{do: feed(hb, exits(0, 4)), advance: 4 * sec, want: unhealthy, code: codeKills, check: kills("child_exit", 3)},
+			),
+		},
+		{
+			// bullmq helper's finding: a graceful restart (the pool closed,
+			// then the main process) was 1 worker_exit + 2 child_exit.
+			name: "children that exit just before their root are the root's exit",
+			cfg:  win,
+			steps: seq(
+				step{do: feed(hb, exits(0, 0)), advance: sec},
+				step{do: feed(hb, exits(0, 2)), advance: sec},
+				step{do: feed(hb, exits(1, 2)), advance: 5 * sec, want: healthy, check: func(h *harness) {
+					kills("worker_exit", 1)(h)
+					kills("child_exit", 0)(h)
+				}},
 			),
 		},
 		{
@@ -701,9 +751,9 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
 		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
 	))
-	h1.advance(sec)
-	h1.p.tick(ctx)
-	h1.metrics(treeMetrics("w1", 10, -1, 1)) // its tree: confirmed, so checkpointed (admission.go)
+	// Its tree confirms it at once (admission.go): checkpointed whenever
+	// the timer (driven by the fake clock too) evaluates.
+	h1.metrics(treeMetrics("w1", 100, -1, 1))
 	h1.advance(sec)
 	h1.p.tick(ctx)
 	require.Equal(t, healthy, h1.state("w1"))
@@ -717,6 +767,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	pl2 := &pipeline{}
 	require.NoError(t, h2.p.start(ctx, hst, pl2))
 	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
+	h2.metrics(treeMetrics("w1", 100, -1, 1))
 	h2.logs(workerLogs("worker",
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(time.Hour)},
 		rec{worker: "w1", event: "workerwatch.run.finished", run: "r2", ts: t0.Add(time.Hour + 2*sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},

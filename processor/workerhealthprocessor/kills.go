@@ -179,8 +179,11 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 	}
 	childExits := delta(s.exitChild, &w.exitChildBase)
 	if mainExits > 0 {
-		// Children die with their root: the worker's exit explains them.
+		// Children die with their root, in the same scrape or just before
+		// it (a worker stopping closes its pool first): the worker's exit
+		// explains them, not N more kills.
 		childExits = 0
+		w.exitPend = nil
 	}
 	if childExits > 0 {
 		if len(w.exitPend) >= maxPending {
@@ -222,7 +225,8 @@ func (w *worker) runEnded(now int64) {
 	w.endNext = (w.endNext + 1) % endRing
 }
 
-// matchExits blames the child exits older than kills.exit_window on runs
+// matchExits blames the child exits older than kills.exit_window (a main
+// exit within it explains them: treeKills drops them) on runs
 // that ended from the sample before them until kills.exit_window after them
 // (the run's end event and the tree sample travel apart: seconds apart on a
 // loaded host); the rest are child deaths with no run to blame (child_exit). A run end explains one exit,

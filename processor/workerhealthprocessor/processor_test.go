@@ -40,8 +40,8 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
 			assert.Equal(t, []schedSource{
-				{name: "lightning", view: "claims_only", keys: []string{"worker_name", "cicd.worker.id"}, interval: 30 * time.Second},
-				{name: "queue-snapshots", view: "snapshots", keys: []string{"worker_name", "cicd.worker.id"}, interval: 15 * time.Second},
+				{name: "lightning", view: "claims_only", keys: []string{"worker_name", "cicd.worker.id"}, interval: 30 * time.Second, life: "claims"},
+				{name: "queue-snapshots", view: "snapshots", keys: []string{"worker_name", "cicd.worker.id"}, interval: 15 * time.Second, life: "any"},
 			}, c.schedulers())
 			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
 			assert.Equal(t, int64(268435456), c.Memory.Roles["main"].SoftLimitBytes)
@@ -59,6 +59,7 @@ func TestLoadConfig(t *testing.T) {
 		{id: "worker_health/bad_kill_reason", wantErr: `kills.effects: unknown kill reason "exploded"`},
 		{id: "worker_health/bad_kill_effect", wantErr: `kills.effects: "timeout": unknown effect "furious"`},
 		{id: "worker_health/bad_view", wantErr: `scheduler.sources[0].view: unknown view "telepathy"`},
+		{id: "worker_health/bad_life", wantErr: `scheduler.sign_of_life: unknown value "sometimes"`},
 		{id: "worker_health/bad_source", wantErr: `scheduler.sources[0].service_name: service name "lightning" is listed twice`},
 		{id: "worker_health/bad_role_limit", wantErr: `memory.roles: "main": soft_limit_bytes must be positive`},
 		{id: "worker_health/bad_heal", wantErr: "drift.heal_after: must be longer than drift.grace"},

@@ -38,7 +38,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			if r.has(fSchedHeld) {
 				sr = append(sr, string(r.id))
 			}
-			if r.has(fWorkerEnded) && !r.has(fReleased) && r.wEnd > 0 {
+			if r.has(fWorkerEnded) && !r.has(fReleased|fLetGo) && r.wEnd > 0 {
 				ended = append(ended, r)
 			}
 		}

@@ -23,6 +23,9 @@ const (
 	fListed
 	// fReleased: the worker's end was a release (not run: not a recent run).
 	fReleased
+	// fLetGo: a side was let go without an end (drift.go heal): not a
+	// recent run either.
+	fLetGo
 )
 
 // run is one run as both sides see it. Times are unix ns: *At are arrival
@@ -352,11 +355,9 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		t.seenBy(w, originScheduler, e.key, now)
 		w.schedKnown = true
 		w.sched = e.sched
-		if e.kind == evClaimed && t.schedOf(w).view == contract.ViewClaimsOnly {
-			// A claims-only scheduler (OpenFn's Lightning) is pulled: its
-			// claim exists because the worker just asked for work, so it is
-			// a sign of life. Not of the worker's own view: still unknown
-			// without its telemetry or tree.
+		if t.signOfLife(e) {
+			// Not the worker's own view: still unknown without its
+			// telemetry or tree, but not lost.
 			w.lastAlive = now
 		}
 	}
@@ -436,6 +437,24 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			t.hists.duration(e.result, e.ts-r.startTS)
 		}
 	}
+}
+
+// signOfLife: a scheduler's record that shows the worker alive
+// (scheduler.sign_of_life): a claims-only scheduler's claim (it is pulled: a
+// claim exists because the worker just asked for work), or with "any" every
+// record naming the worker (not a count, which a gauge keeps restating for a
+// worker long gone).
+func (t *tracker) signOfLife(e *event) bool {
+	if int(e.sched) >= len(t.scheds) {
+		return false
+	}
+	switch src := &t.scheds[e.sched]; src.life {
+	case lifeAny:
+		return e.kind != evHeldCount
+	case lifeClaims:
+		return e.kind == evClaimed && src.view == contract.ViewClaimsOnly
+	}
+	return false
 }
 
 // run finds or creates the run entry. When the worker is at its limit, or
