@@ -307,9 +307,9 @@ func TestProcessorFloodBounds(t *testing.T) {
 		p := start(t, name, []string{
 			"WORKERWATCH_STATE_DIR=" + state, "PE_HEALTH=" + health, "PE_OTLP_GRPC=" + loopbackAddr(t),
 			"PE_OTLP_HTTP=" + otlp, "PE_PROM=" + prom, "PE_BACKEND=" + loopbackAddr(t),
-			fmt.Sprintf("PE_TELEMETRY_PORT=%d", telemetry),
 		}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
 			"--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-flood.overlay.yaml"),
+			fmt.Sprintf("--set=service::telemetry::metrics::readers=[{pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}}]", telemetry),
 			// A table the flood fills, so the newcomer arrives when it is full.
 			"--set=processors::worker_health::limits::max_workers=600")
 		waitReady(t, p, health)
