@@ -153,7 +153,7 @@ func openfnConfig(t *testing.T) string {
 func TestJudgeOpenFn(t *testing.T) {
 	t.Parallel()
 	// Faster than the preset: the main-role limit low enough for a leak of
-	// 10 MiB per run to cross within seconds, no tree limit (OpenFn's
+	// 15 MiB per run to cross within seconds, no tree limit (OpenFn's
 	// mapping has none; judge.yaml's would apply otherwise).
 	fast := filepath.Join(t.TempDir(), "fast.yaml")
 	writeFile(t, fast, `processors:
@@ -170,8 +170,8 @@ func TestJudgeOpenFn(t *testing.T) {
 	)
 	j.fleet(t, "--workers", "5", "--faults", "oom,timeout,leak,drop-claims,none", "--seed", "12",
 		"--dialect", "openfn", "--scheduler-view", "claims_only", "--drop-every", "3",
-		"--capacity", "2", "--run-rate", "4", "--run-duration", "1500ms", "--run-memory", "16MiB",
-		"--run-timeout", "3s", "--run-memory-limit", "60MiB", "--leak-bytes", "10MiB")
+		"--capacity", "2", "--run-rate", "8", "--run-duration", "1500ms", "--run-memory", "16MiB",
+		"--run-timeout", "3s", "--run-memory-limit", "60MiB", "--leak-bytes", "15MiB")
 
 	var (
 		violations     []string
