@@ -155,6 +155,21 @@ func (c *targetGuardConn) endHeaderLine() {
 	}
 }
 
+// plainPath reports whether target is an origin-form path without escapes
+// or control bytes: url.ParseRequestURI accepts every such target, so the
+// hot path skips parsing (and allocating) it.
+func plainPath(target []byte) bool {
+	if len(target) == 0 || target[0] != '/' {
+		return false
+	}
+	for _, b := range target {
+		if b == '%' || b < 0x21 || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // checkedRequestLine returns line, or line with its target replaced by
 // pathBadTarget when net/http would refuse the target. It splits the line
 // as net/http's parseRequestLine does.
@@ -163,6 +178,9 @@ func checkedRequestLine(line []byte) []byte {
 	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
 	if !ok1 || !ok2 || string(method) == http.MethodConnect || string(target) == "*" {
 		return line
+	}
+	if plainPath(target) {
+		return line // the usual request: nothing url.ParseRequestURI could refuse
 	}
 	if _, err := url.ParseRequestURI(string(target)); err == nil {
 		return line

@@ -2,6 +2,7 @@ package workerhealthextension
 
 import (
 	"bytes"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,33 @@ func TestTargetGuardRewrites(t *testing.T) {
 		if got := string(guarded([]byte(in), n)); got != want {
 			t.Fatalf("chunks of %d: %q", n, got)
 		}
+	}
+}
+
+// plainPath is only a shortcut: wherever it says yes, url.ParseRequestURI
+// agrees.
+func FuzzPlainPath(f *testing.F) {
+	for _, s := range []string{"/health/workers/a", "/a:b", "//x", "/?q=%zz", "/\x7f", "/#frag", "/a b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		if plainPath([]byte(target)) {
+			if _, err := url.ParseRequestURI(target); err != nil {
+				t.Fatalf("plainPath(%q) but ParseRequestURI: %v", target, err)
+			}
+		}
+	})
+}
+
+// BenchmarkTargetGuard is what the guard adds to a keep-alive connection's
+// request: one request line and its headers fed through.
+func BenchmarkTargetGuard(b *testing.B) {
+	req := []byte("GET /health/workers/openfn-worker-04242 HTTP/1.1\r\nHost: 127.0.0.1:8090\r\nUser-Agent: wrk\r\n\r\n")
+	c := &targetGuardConn{}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(req)))
+	for b.Loop() {
+		c.feed(req)
+		c.out = c.out[:0]
 	}
 }
