@@ -149,7 +149,8 @@ FUZZTIME ?= 2m
 FUZZ := procfs:FuzzParseStat procfs:FuzzParsePidList \
 	procfs:FuzzKeyValueFiles procfs:FuzzCgroupFiles \
 	procfs:FuzzEnviron workerhealthprocessor:FuzzMapLogs \
-	workerhealthprocessor:FuzzMapSpans workerhealthextension:FuzzRouter
+	workerhealthprocessor:FuzzMapSpans workerhealthextension:FuzzRouter \
+	workerhealthextension:FuzzTargetGuard workerhealthextension:FuzzPlainPath
 fuzz:
 	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; dir=$$(ls -d */$$pkg); \
 		echo "== $$fn ($$dir, $(FUZZTIME))"; \
