@@ -573,25 +573,7 @@ func sumPointsIn(mt pmetric.Metric, key string, values []string) (float64, bool)
 	if key == "" {
 		return sumPoints(mt, "", "")
 	}
-	dps, ok := numberPoints(mt)
-	if !ok {
-		return 0, false
-	}
-	var total float64
-	n := 0
-	for i := 0; i < dps.Len(); i++ {
-		dp := dps.At(i)
-		if v, found := dp.Attributes().Get(key); !found || !slices.Contains(values, v.Str()) {
-			continue
-		}
-		v := pointValue(dp)
-		if !(v >= 0) {
-			return 0, false
-		}
-		total += v
-		n++
-	}
-	return total, n > 0
+	return sumWhere(mt, key, func(v string, found bool) bool { return found && slices.Contains(values, v) })
 }
 
 func numberPoints(mt pmetric.Metric) (pmetric.NumberDataPointSlice, bool) {
@@ -636,6 +618,16 @@ func (m *mapper) runPrefix(name string) bool {
 // point per role), optionally only those whose attribute key equals value.
 // Negative or NaN values are malformed and make the whole metric unusable.
 func sumPoints(mt pmetric.Metric, key, value string) (float64, bool) {
+	if key == "" {
+		return sumWhere(mt, "", nil)
+	}
+	return sumWhere(mt, key, func(v string, found bool) bool { return !found || v == value })
+}
+
+// sumWhere sums the points keep takes (by their attribute key's value and
+// whether they have it; every point when keep is nil). Negative or NaN
+// values are malformed and make the whole metric unusable.
+func sumWhere(mt pmetric.Metric, key string, keep func(v string, found bool) bool) (float64, bool) {
 	dps, ok := numberPoints(mt)
 	if !ok {
 		return 0, false
@@ -644,8 +636,13 @@ func sumPoints(mt pmetric.Metric, key, value string) (float64, bool) {
 	n := 0
 	for i := 0; i < dps.Len(); i++ {
 		dp := dps.At(i)
-		if key != "" {
-			if v, ok := dp.Attributes().Get(key); ok && v.Str() != value {
+		if keep != nil {
+			s := ""
+			v, found := dp.Attributes().Get(key)
+			if found {
+				s = v.Str()
+			}
+			if !keep(s, found) {
 				continue
 			}
 		}
