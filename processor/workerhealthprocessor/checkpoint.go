@@ -334,6 +334,7 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	// by default after a restart).
 	w.state, w.since = contract.Unknown, now
 	w.reasons = []contract.Reason{notReported(w, now, true)}
+	w.restoredAt = now
 	if len(cw.Runs) > 0 {
 		for rid, r := range cw.Runs {
 			if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {

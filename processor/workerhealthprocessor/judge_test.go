@@ -464,6 +464,19 @@ func TestKills(t *testing.T) {
 			),
 		},
 		{
+			// openfn helper's finding: OpenFn starts a run's time limit at
+			// the hand-over to a child, so a run killed before it started
+			// still has its child killed.
+			name: "a run killed before it started explains its child's exit",
+			cfg:  win,
+			steps: seq(
+				step{do: feed(hb, exits(0, 0)), advance: sec},
+				step{do: feed(hb, exits(0, 1), wl("w1", "workerwatch.run.claimed", "k1", nil),
+					wl("w1", "workerwatch.run.killed", "k1", map[string]any{"workerwatch.kill.reason": "timeout"})), advance: 5 * sec,
+					want: healthy, check: kills("child_exit", 0)},
+			),
+		},
+		{
 			// bullmq helper's finding: a graceful restart (the pool closed,
 			// then the main process) was 1 worker_exit + 2 child_exit.
 			name: "children that exit just before their root are the root's exit",
@@ -801,4 +814,35 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 		assert.Equal(t, start, durations.At(i).StartTimestamp(), "histograms from the first start")
 	}
 	assert.Equal(t, uint64(2), total, "the run before the restart and the one after")
+}
+
+// openfn helper's finding: a restart longer than lost.after made idle
+// workers lost at once (their restored last sign of life was old). Silence
+// the processor did not witness counts from the restore.
+func TestRestoredSilenceCountsFromTheRestore(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	ctx := context.Background()
+	hst := host{ext: map[component.ID]component.Component{storageID: store}}
+	h1 := newHarness(t, cfg)
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
+	h1.metrics(treeMetrics("w1", 100, -1, 1))
+	h1.advance(sec)
+	h1.p.tick(ctx)
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
+
+	// Down for longer than lost.after (5 s in the test config).
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(20 * sec)
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
+	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
+	h2.eval()
+	assert.Equal(t, unknown, h2.state("w1"), "not lost for silence nobody witnessed")
+	h2.advance(6 * sec)
+	h2.eval()
+	assert.Equal(t, lost, h2.state("w1"), "lost after lost.after of silence since the restore")
 }

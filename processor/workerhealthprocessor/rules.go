@@ -46,7 +46,9 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	var unhealthy, stalled, degraded []contract.Reason
 
 	lostAfter := int64(t.cfg.Lost.After)
-	lastAlive := max(w.lastAlive, w.firstMention)
+	// Silence the processor did not witness (it was down) is no evidence: a
+	// restored worker's counts from the restore.
+	lastAlive := max(w.lastAlive, w.firstMention, w.restoredAt)
 	if now-lastAlive >= lostAfter {
 		return contract.Lost, []contract.Reason{{
 			Code:      codeNoTelemetry,

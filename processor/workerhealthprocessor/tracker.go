@@ -69,6 +69,8 @@ type worker struct {
 	// start.
 	firstMention, lastMention, lastAlive int64
 	fresh                                bool
+	// restoredAt: when it was restored from the checkpoint (0 = not).
+	restoredAt int64
 
 	// origins: which sources named it, when and by which id attributes.
 	origins          [nOrigins]originSeen
@@ -430,7 +432,9 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		if e.result != "" {
 			r.result = uint8(resultIndex(e.result) + 1)
 		}
-		if r.has(fStarted) {
+		if r.has(fStarted) || e.kind == evKilled {
+			// A run killed before it started still had its child killed
+			// (OpenFn's engine starts the time limit at the hand-over).
 			w.runEnded(now)
 		}
 		if r.startTS > 0 && e.ts >= r.startTS {
