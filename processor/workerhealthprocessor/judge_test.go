@@ -471,9 +471,11 @@ func TestKills(t *testing.T) {
 			cfg:  win,
 			steps: seq(
 				step{do: feed(hb, exits(0, 0)), advance: sec},
-				step{do: feed(hb, exits(0, 1), wl("w1", "workerwatch.run.claimed", "k1", nil),
-					wl("w1", "workerwatch.run.killed", "k1", map[string]any{"workerwatch.kill.reason": "timeout"})), advance: 5 * sec,
-					want: healthy, check: kills("child_exit", 0)},
+				step{
+					do: feed(hb, exits(0, 1), wl("w1", "workerwatch.run.claimed", "k1", nil),
+						wl("w1", "workerwatch.run.killed", "k1", map[string]any{"workerwatch.kill.reason": "timeout"})), advance: 5 * sec,
+					want: healthy, check: kills("child_exit", 0),
+				},
 			),
 		},
 		{
