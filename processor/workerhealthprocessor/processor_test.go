@@ -52,6 +52,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 20, c.Capacity.PerWorker["big-worker"])
 			assert.Equal(t, 10, c.Limits.MaxUnconfirmedWorkers)
 			assert.Equal(t, 500, c.Limits.MaxRuns)
+			assert.False(t, c.Limits.DropUntrackedMetrics)
 			assert.False(t, c.Stall.RequirePending)
 		}},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
