@@ -37,6 +37,7 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{id: "worker_health/custom", check: func(t *testing.T, c *Config) {
 			assert.Equal(t, 2*time.Second, c.EmitInterval)
+			assert.Equal(t, component.MustNewIDWithName("worker_health", "api"), *c.HealthExtension)
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
 			assert.Equal(t, []schedSource{
