@@ -70,15 +70,21 @@ if [ ${#apt_pkgs[@]} -gt 0 ]; then
 fi
 
 # go_tool NAME MODULE@VERSION PACKAGE: build a Go tool in its own scratch
-# module (so it cannot move this repository's dependencies), once.
+# module (so it cannot move this repository's dependencies), once. Another
+# checkout's `make test` building the same tool at the same time waits for
+# it (flock) instead of racing it; the binary appears complete or not at all.
 go_tool() {
 	local name=$1 modver=$2 pkg=$3 dir="$CACHE/src/$1"
 	[ -x "$CACHE/bin/$name" ] && return 0
-	say "building $name ($modver), once; cached in $CACHE/bin"
 	mkdir -p "$dir"
-	(cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
-		GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
-		go build -o "$CACHE/bin/$name" "$pkg")
+	(
+		flock 9
+		[ -x "$CACHE/bin/$name" ] && exit 0
+		say "building $name ($modver), once; cached in $CACHE/bin"
+		cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
+			GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
+			go build -o "$CACHE/bin/$name.tmp" "$pkg" && mv "$CACHE/bin/$name.tmp" "$CACHE/bin/$name"
+	) 9>"$dir.lock"
 }
 go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
 go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
