@@ -81,9 +81,12 @@ unit:
 # End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (`make deps` installs them).
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
+# Scenarios that bound latency or count events run first, alone; the others
+# (t.Parallel) then run side by side, up to E2E_PARALLEL at once.
+E2E_PARALLEL ?= 8
 e2e: deps build
 	@mkdir -p $(CACHE)
-	@$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
+	@$(GO) test -tags e2e -count=1 -timeout 30m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
 		grep -E '^\s*(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 # (testdata/bad-*.yaml are refused with their exact errors by

@@ -13,6 +13,9 @@ import (
 // examples/bullmq-worker/test/): what its worker and queue side send, against
 // a redis-server and an OTLP sink they start themselves.
 func TestBullMQExample(t *testing.T) {
+	// Independent of the other scenarios (own ports, directories, processes):
+	// runs beside them (docs/e2e.md, "Time").
+	t.Parallel()
 	need(t, "redis-server", "/usr/bin/redis-server")
 	exampleNodeTests(t, "bullmq-worker", "bullmq")
 }
@@ -21,6 +24,9 @@ func TestBullMQExample(t *testing.T) {
 // (examples/openfn-worker/test/): the host of the real engine and the
 // Lightning stand-in, every reason the engine reports, against an OTLP sink.
 func TestOpenFnExample(t *testing.T) {
+	// Independent of the other scenarios (own ports, directories, processes):
+	// runs beside them (docs/e2e.md, "Time").
+	t.Parallel()
 	exampleNodeTests(t, "openfn-worker", filepath.Join("@openfn", "engine-multi"))
 }
 

@@ -274,6 +274,9 @@ func withBystanders(run func() int) int {
 // all, quickly, and leave the bystanders (a Prometheus of the user's among
 // them) running. The old script ran `pkill -x prometheus`.
 func TestReliabilityInstallerLeavesOthersAlone(t *testing.T) {
+	// Independent of the other scenarios (own ports, directories, processes):
+	// runs beside them (docs/e2e.md, "Time").
+	t.Parallel()
 	for _, tool := range []string{"prometheus", "promtool", "wrk", "chromium", "node", "npm"} {
 		need(t, tool)
 	}

@@ -21,6 +21,9 @@ import (
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilityOutageAndRestart ./e2e/
 func TestReliabilityOutageAndRestart(t *testing.T) {
+	// Independent of the other scenarios (own ports, directories, processes):
+	// runs beside them (docs/e2e.md, "Time").
+	t.Parallel()
 	bin := collectorBinary(t)
 	tmp := t.TempDir()
 	backendAddr := loopbackAddr(t)

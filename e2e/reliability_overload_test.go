@@ -27,6 +27,8 @@ import (
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilityOverload ./e2e/
 func TestReliabilityOverload(t *testing.T) {
+	// Not parallel: it bounds the health API's latency under load, so it runs
+	// first, alone (docs/e2e.md, "Time").
 	bin, tg := collectorBinary(t), telemetrygenBinary(t)
 	cfg := filepath.Join(repoRoot, "e2e", "testdata", "reliability-overload.yaml")
 	raw, err := os.ReadFile(cfg)

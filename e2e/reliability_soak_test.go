@@ -25,6 +25,9 @@ import (
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilitySoak ./e2e/
 func TestReliabilitySoak(t *testing.T) {
+	// Independent of the other scenarios (own ports, directories, processes):
+	// runs beside them (docs/e2e.md, "Time").
+	t.Parallel()
 	bin := collectorBinary(t)
 	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
 	total := envMinutes("WORKERWATCH_SOAK_MINUTES", 2)
