@@ -27,7 +27,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: scale-figures all build run deps test lint vet cross fmt-check check-generate generate unit e2e check-configs bench fuzz soak overhead clean
+.PHONY: scale-figures all build run deps test lint vet cross fmt-check check-generate generate unit e2e check-configs bench fuzz soak flood overhead clean
 
 all: build
 
@@ -134,6 +134,21 @@ bench:
 scale-figures: build
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \
 		grep -E 'RESULT|^ |--- |^(ok|FAIL)'
+
+# Issue 14's flood (docs/reliability.md): the default config under
+# FLOOD_WORKERS distinct worker ids and FLOOD_RUNS run ids over OTLP/gRPC,
+# real workers sending meanwhile, then a restart on the flood's state; RSS
+# against limit_mib, the real workers' requests accepted, the health API's
+# p99, printed as tables (a 1 % version runs in `make e2e`).
+FLOOD_WORKERS ?= 1000000
+FLOOD_RUNS ?= 10000000
+flood: build
+	@mkdir -p $(CACHE)
+	WORKERWATCH_FLOOD_WORKERS=$(FLOOD_WORKERS) WORKERWATCH_FLOOD_RUNS=$(FLOOD_RUNS) \
+	WORKERWATCH_FLOOD_AFTER_SECONDS=60 WORKERWATCH_STRICT_LATENCY=1 WORKERWATCH_FLOOD_PPROF=1 \
+		$(GO) test -tags e2e -count=1 -timeout 90m -v -run '^TestReliabilityFlood$$' ./e2e/ 2>&1 | tee $(CACHE)/flood.log | \
+		grep -E '^\s*(--- |PASS|FAIL|ok)|e2e: |_test.go:[0-9]+: [a-z-]+: |^\s+(\||t\(s\)|[0-9]+ +(warm-up|flood|after|stopping|restart) )' ; \
+		exit $${PIPESTATUS[0]}
 
 # 30-minute soak of the default config with 100 simulated workers (a 2-minute
 # version runs in `make e2e`); docs/reliability.md.

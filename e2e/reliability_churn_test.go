@@ -18,13 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestMain lets the test binary double as the churn test's worker: with
-// WW_CHURNER set it forks and reaps children instead of running tests.
+// TestMain lets the test binary double as the churn test's worker (with
+// WW_CHURNER set it forks and reaps children instead of running tests) and
+// as the flood test's client (WW_FLOODER).
 // Otherwise the suite runs beside bystanders it must leave alone
 // (reliability_bystander_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv("WW_CHURNER") != "" {
 		os.Exit(churnMain())
+	}
+	if os.Getenv("WW_FLOODER") != "" {
+		os.Exit(floodMain())
 	}
 	os.Exit(withBystanders(m.Run))
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -18,6 +19,41 @@ func init() {
 		return
 	}
 	os.Args = withDefaultConfig(os.Args)
+	if limit, ok := defaultMemoryLimit(os.Args, os.Getenv); ok {
+		debug.SetMemoryLimit(limit)
+	}
+}
+
+// defaultMemoryLimit is the Go runtime's soft memory limit for a run of the
+// built-in configuration without GOMEMLIMIT in the environment
+// (defaultconfig.MemoryLimit: 70 % of its memory_limiter's limit_mib). With
+// any other configuration the runtime's own default stands: GOMEMLIMIT is
+// the user's to set, with their limit_mib.
+func defaultMemoryLimit(args []string, getenv func(string) string) (int64, bool) {
+	if getenv("GOMEMLIMIT") != "" || !usesDefaultConfig(args) {
+		return 0, false
+	}
+	limit, err := defaultconfig.MemoryLimit()
+	return limit, err == nil
+}
+
+// usesDefaultConfig reports whether the built-in configuration is one of the
+// --config URIs.
+func usesDefaultConfig(args []string) bool {
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		v, ok := strings.CutPrefix(a, "--config=")
+		if !ok {
+			v, ok = strings.CutPrefix(a, "-config=")
+		}
+		if !ok && (a == "--config" || a == "-config") && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok && v == defaultconfig.URI {
+			return true
+		}
+	}
+	return false
 }
 
 // withDefaultConfig appends --config=workerwatch:default unless the user named

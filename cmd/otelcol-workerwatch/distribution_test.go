@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/defaultconfig"
 )
 
 func TestWithDefaultConfig(t *testing.T) {
@@ -31,6 +33,41 @@ func TestWithDefaultConfig(t *testing.T) {
 		{[]string{"c", "--version"}, []string{"c", "--version"}},
 	} {
 		assert.Equal(t, tc.want, withDefaultConfig(tc.args), "args %q", tc.args)
+	}
+}
+
+// The built-in configuration runs with a soft memory limit of 70 % of its
+// limit_mib unless GOMEMLIMIT is set; any other configuration keeps the
+// runtime's default.
+func TestDefaultMemoryLimit(t *testing.T) {
+	want := int64(512 << 20 * 7 / 10) // config.yaml's limit_mib
+	limit, err := defaultconfig.MemoryLimit()
+	require.NoError(t, err)
+	assert.Equal(t, want, limit)
+	noEnv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		env  func(string) string
+		want bool
+	}{
+		{[]string{"c", "--config=workerwatch:default"}, noEnv, true},
+		{[]string{"c", "--config", "workerwatch:default", "--config", "ports.yaml"}, noEnv, true},
+		{[]string{"c", "--config=x.yaml", "-config=workerwatch:default"}, noEnv, true},
+		{[]string{"c", "--config=x.yaml"}, noEnv, false},
+		{[]string{"c", "--config", "config.yaml"}, noEnv, false},
+		{[]string{"c", "--config"}, noEnv, false},
+		{[]string{"c", "--config=workerwatch:default"}, func(k string) string {
+			if k == "GOMEMLIMIT" {
+				return "1GiB"
+			}
+			return ""
+		}, false},
+	} {
+		got, ok := defaultMemoryLimit(tc.args, tc.env)
+		assert.Equal(t, tc.want, ok, "args %q", tc.args)
+		if ok {
+			assert.Equal(t, want, got)
+		}
 	}
 }
 
