@@ -23,17 +23,19 @@ import (
 // (when its npm packages are installed) the Node.js example worker.
 const faults = "leak,hang,drop-claims,orphan,timeout,oom,none,none"
 
-// Worker ids, in the order of faults.
-const (
-	wLeak    = "worker-1"
-	wHang    = "worker-2"
-	wDrop    = "worker-3"
-	wOrphan  = "worker-4"
-	wTimeout = "worker-5"
-	wOOM     = "worker-6"
-	wHealthy = "worker-7"
-	wKilled  = "worker-8" // healthy until the suite SIGKILLs its root
-	wNode    = "node-1"
+// Worker ids, in the order of faults: the fleet's --id-prefix is
+// runPrefix+"worker-", so this run's worker-1 is e<pid>-worker-1.
+var (
+	wLeak    = runPrefix + "worker-1"
+	wHang    = runPrefix + "worker-2"
+	wDrop    = runPrefix + "worker-3"
+	wOrphan  = runPrefix + "worker-4"
+	wTimeout = runPrefix + "worker-5"
+	wOOM     = runPrefix + "worker-6"
+	wHealthy = runPrefix + "worker-7"
+	wKilled  = runPrefix + "worker-8" // healthy until the suite SIGKILLs its root
+	wNode    = runPrefix + "node-1"
+	wSteady  = runPrefix + "steady-1"
 )
 
 // Documented bounds (docs/e2e.md): how long each state may take to show,
@@ -83,7 +85,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	collector := start(t, "collector", []string{
 		"E2E_HEALTH=" + healthAddr, "E2E_OTLP_HTTP=" + otlpHTTP, "E2E_PROM_EXPORTER=" + promExp,
 		"E2E_JAEGER_OTLP=" + jaegerOTLP, "E2E_STATE_DIR=" + filepath.Join(tmp, "state"),
-		"E2E_LOGS_FILE=" + e.logsFile,
+		"E2E_LOGS_FILE=" + e.logsFile, "E2E_ID_PREFIX=" + runPrefix,
 	}, collectorBin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "collector.yaml"))
 	waitReady(t, collector, healthAddr)
 
@@ -104,7 +106,7 @@ scrape_configs:
 	waitListening(t, prom, promWeb)
 
 	fleetStart := time.Now()
-	fleet := start(t, "fleet", nil, simBin, "fleet", "--workers", "8", "--faults", faults,
+	fleet := start(t, "fleet", nil, simBin, "fleet", "--workers", "8", "--faults", faults, "--id-prefix", runPrefix+"worker-",
 		"--seed", "42", "--otlp-endpoint", otlpHTTP, "--pid-dir", e.pidDir,
 		// More work than the fleet can do, so work is pending (stalled needs it).
 		"--run-rate", "8", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
@@ -114,7 +116,7 @@ scrape_configs:
 	// A second, one-worker fleet whose runs hold their memory for 30 s, so the
 	// run role's memory is steady long enough to compare with /proc.
 	steadyPids := filepath.Join(tmp, "steady-pids")
-	steadyFleet := start(t, "steady-fleet", nil, simBin, "fleet", "--workers", "1", "--id-prefix", "steady-",
+	steadyFleet := start(t, "steady-fleet", nil, simBin, "fleet", "--workers", "1", "--id-prefix", runPrefix+"steady-",
 		"--seed", "7", "--otlp-endpoint", otlpHTTP, "--pid-dir", steadyPids,
 		"--run-duration", "30s", "--run-timeout", "60s", "--run-memory", "30MiB", "--run-rate", "1")
 
@@ -190,11 +192,11 @@ scrape_configs:
 		}
 		// The simulator's run role, on the steady fleet's worker.
 		steady := env{pidDir: steadyPids}
-		checkRoleMemory(t, e, "steady-1", "main", func() (int64, error) { return rssOfPidFile(steady, "steady-1") })
-		checkRoleMemory(t, e, "steady-1", "run", func() (int64, error) {
-			root := pidOfOrZero(steady, "steady-1")
+		checkRoleMemory(t, e, wSteady, "main", func() (int64, error) { return rssOfPidFile(steady, wSteady) })
+		checkRoleMemory(t, e, wSteady, "run", func() (int64, error) {
+			root := pidOfOrZero(steady, wSteady)
 			if root == 0 {
-				return 0, fmt.Errorf("no pid for steady-1")
+				return 0, fmt.Errorf("no pid for %s", wSteady)
 			}
 			return rssWhere(`workersim run-child `, root)
 		})

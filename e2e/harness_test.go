@@ -31,6 +31,12 @@ var (
 	cacheDir    = cmp.Or(os.Getenv("CACHE"), filepath.Join(os.Getenv("HOME"), ".cache", "workerwatch"))
 )
 
+// runPrefix makes the ids of this run's simulated workers (and the
+// selectors that find their processes) unique on the host: another session's
+// `workersim worker --id worker-1` (a make run, another checkout's suite) is
+// never taken for ours. A pid is unique among running processes.
+var runPrefix = fmt.Sprintf("e%d-", os.Getpid())
+
 // need returns the path of an executable the suite cannot run without. Missing
 // tools skip the suite locally, but fail it in CI where .ci/run installs them.
 func need(t testing.TB, name string, candidates ...string) string {

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,61 +27,39 @@ import (
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
-// statFields returns the fields of /proc/<pid>/stat after the command name:
-// [0] state, [1] ppid, [2] process group, [3] session, [11] utime,
-// [12] stime, [19] start time (clock ticks after boot), [21] rss (pages).
-func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may hold one
-	if i < 0 || i+2 > len(s) {
-		return nil, fmt.Errorf("malformed stat of %d", pid)
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 22 {
-		return nil, fmt.Errorf("short stat of %d", pid)
-	}
-	return f, nil
-}
-
 // family is everything a process the suite started became: the process, its
 // descendants (each with its start time, so a reused pid is not mistaken for
 // it) and the process groups and sessions they lead or belong to (what a
 // daemonizing child, reparented away from the tree, still carries).
 type family struct {
 	root    int
-	members map[int]string // pid -> start time
-	groups  map[int]bool   // process group and session ids
+	members map[int]uint64 // pid -> start time
+	groups  map[int32]bool // process group and session ids
 }
 
 // familyOf records root's family as it is now.
 func familyOf(root int) family {
-	f := family{root: root, members: map[int]string{}, groups: map[int]bool{}}
+	f := family{root: root, members: map[int]uint64{}, groups: map[int32]bool{}}
 	todo := []int{root}
 	for len(todo) > 0 {
 		pid := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
-		st, err := statFields(pid)
+		st, err := procfs.StatOf(pid)
 		if err != nil {
 			continue
 		}
-		f.members[pid] = st[19]
-		for _, g := range st[2:4] {
-			if n, err := strconv.Atoi(g); err == nil && n > 1 {
-				f.groups[n] = true
+		f.members[pid] = st.Starttime
+		for _, g := range []int32{st.Pgrp, st.Session} {
+			if g > 1 {
+				f.groups[g] = true
 			}
 		}
 		todo = append(todo, procfs.Children(pid)...)
 	}
 	// The suite's own group and session are not the family's.
-	if st, err := statFields(os.Getpid()); err == nil {
-		for _, g := range st[2:4] {
-			n, _ := strconv.Atoi(g)
-			delete(f.groups, n)
-		}
+	if st, err := procfs.StatOf(os.Getpid()); err == nil {
+		delete(f.groups, st.Pgrp)
+		delete(f.groups, st.Session)
 	}
 	return f
 }
@@ -92,17 +69,12 @@ func familyOf(root int) family {
 func (f family) left() string {
 	var out []string
 	for _, pid := range procfs.Pids() {
-		if !procfs.Alive(pid) {
+		st, err := procfs.StatOf(pid)
+		if err != nil || st.Exited() {
 			continue
 		}
-		st, err := statFields(pid)
-		if err != nil {
-			continue
-		}
-		pg, _ := strconv.Atoi(st[2])
-		sid, _ := strconv.Atoi(st[3])
-		if start, ok := f.members[pid]; (ok && start == st[19]) || f.groups[pg] || f.groups[sid] {
-			out = append(out, fmt.Sprintf("%d (group %d, session %d) %s", pid, pg, sid, strings.Join(procfs.Cmdline(pid), " ")))
+		if start, ok := f.members[pid]; (ok && start == st.Starttime) || f.groups[st.Pgrp] || f.groups[st.Session] {
+			out = append(out, fmt.Sprintf("%d (group %d, session %d) %s", pid, st.Pgrp, st.Session, strings.Join(procfs.Cmdline(pid), " ")))
 		}
 	}
 	sort.Strings(out)
@@ -113,7 +85,7 @@ func (f family) left() string {
 type bystander struct {
 	name  string
 	cmd   *exec.Cmd
-	start string // its start time, to tell it from a new process on its pid
+	start uint64 // its start time, to tell it from a new process on its pid
 	ready string // a URL that answers 200 while it is healthy
 	done  chan struct{}
 }
@@ -208,8 +180,8 @@ func startBystander(name, ready string, env []string, bin string, args ...string
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if st, err := statFields(cmd.Process.Pid); err == nil {
-		b.start = st[19]
+	if st, err := procfs.StatOf(cmd.Process.Pid); err == nil {
+		b.start = st.Starttime
 	}
 	return b, nil
 }
@@ -221,9 +193,10 @@ func (b *bystander) untouched() error {
 		return fmt.Errorf("%s (pid %d) is gone: %v", b.name, b.cmd.Process.Pid, b.cmd.ProcessState)
 	default:
 	}
-	st, err := statFields(b.cmd.Process.Pid)
-	if err != nil || st[19] != b.start || st[0] == "T" {
-		return fmt.Errorf("%s (pid %d) is not the process started (or is stopped): %v %v", b.name, b.cmd.Process.Pid, st, err)
+	st, err := procfs.StatOf(b.cmd.Process.Pid)
+	if err != nil || st.Starttime != b.start || st.State == 'T' {
+		return fmt.Errorf("%s (pid %d) is not the process started (or is stopped): state %c, start %d (was %d) %v",
+			b.name, b.cmd.Process.Pid, st.State, st.Starttime, b.start, err)
 	}
 	if code, err := getJSON(b.ready, nil); err != nil || code != 200 {
 		return fmt.Errorf("%s (pid %d) does not answer %s: %d %v", b.name, b.cmd.Process.Pid, b.ready, code, err)

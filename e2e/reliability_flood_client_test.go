@@ -53,7 +53,10 @@ type floodStats struct {
 // host:port), WW_FLOOD_WORKERS and WW_FLOOD_RUNS (totals), WW_FLOOD_BATCH
 // (worker ids per request, default 100), WW_FLOOD_INFLIGHT (requests in
 // flight, default 4), WW_FLOOD_SIGNALS (default "metrics,logs,traces"),
-// WW_FLOOD_OUT (the stats file).
+// WW_FLOOD_PASSES (default 1: every worker id once; 2 sends them all again,
+// with new run ids, as a sender keeping its ids alive would), WW_FLOOD_OUT
+// (the stats file), WW_FLOOD_PASS_GAP (a pause between passes, e.g. 15s:
+// ids seen again two evaluations later count as seen more than once).
 func floodMain() int {
 	env := func(k string, def int64) int64 {
 		if v, err := strconv.ParseInt(os.Getenv(k), 10, 64); err == nil && v > 0 {
@@ -64,6 +67,8 @@ func floodMain() int {
 	addr, out := os.Getenv("WW_FLOOD_ADDR"), os.Getenv("WW_FLOOD_OUT")
 	workers, runs := env("WW_FLOOD_WORKERS", 10000), env("WW_FLOOD_RUNS", 100000)
 	batch, inflight := env("WW_FLOOD_BATCH", 100), env("WW_FLOOD_INFLIGHT", 4)
+	passes := env("WW_FLOOD_PASSES", 1)
+	gap, _ := time.ParseDuration(os.Getenv("WW_FLOOD_PASS_GAP"))
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flood:", err)
@@ -139,7 +144,12 @@ func floodMain() int {
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
 	var runSeq int64
-	for first := int64(0); first < workers; first += batch {
+	for i := int64(0); i < passes*workers; i += batch {
+		first := i % workers
+		if first == 0 && i > 0 && gap > 0 {
+			wg.Wait()
+			time.Sleep(gap)
+		}
 		n := min(batch, workers-first)
 		ids := make([]string, n)
 		for i := range ids {

@@ -92,19 +92,19 @@ func TestReliabilityFlood(t *testing.T) {
 		extensions = "[file_storage, worker_health, pprof]"
 		pprofCfg = "  pprof:\n    endpoint: " + pprofAddr + "\n"
 	}
-	// The default config with its listeners moved: merged over config.yaml.
+	// The default config with its listeners moved, watching this run's
+	// simulated workers only: merged over config.yaml.
 	override := filepath.Join(tmp, "ports.yaml")
-	writeFile(t, override, fmt.Sprintf(`extensions:
-  worker_health:
-    endpoint: %s
-%sreceivers:
-  otlp:
+	writeFile(t, override, ownFleetSelector(runPrefix)+fmt.Sprintf(`  otlp:
     protocols:
       grpc:
         endpoint: %s
       http:
         endpoint: %s
-exporters:
+extensions:
+  worker_health:
+    endpoint: %s
+%sexporters:
   prometheus:
     endpoint: %s
 service:
@@ -117,7 +117,7 @@ service:
               prometheus:
                 host: 127.0.0.1
                 port: %d
-`, health, pprofCfg, grpcAddr, httpAddr, prom, extensions, telemetry))
+`, grpcAddr, httpAddr, health, pprofCfg, prom, extensions, telemetry))
 	colEnv := []string{"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"), "WORKERWATCH_OTLP_ENDPOINT=" + sink.URL}
 	// The built-in configuration (config.yaml, embedded), as the binary runs
 	// it when given no --config, with the listeners moved.
@@ -137,10 +137,10 @@ service:
 	// The real workers.
 	const realWorkers = 4
 	fleet := start(t, "rel-flood-fleet", nil, sim, "fleet", "--workers", strconv.Itoa(realWorkers),
-		"--id-prefix", "real-", "--seed", "5", "--otlp-endpoint", httpAddr, "--run-rate", "2")
+		"--id-prefix", runPrefix+"real-", "--seed", "5", "--otlp-endpoint", httpAddr, "--run-rate", "2")
 	var realIDs []string
 	for i := 1; i <= realWorkers; i++ {
-		realIDs = append(realIDs, fmt.Sprintf("real-%d", i))
+		realIDs = append(realIDs, fmt.Sprintf("%sreal-%d", runPrefix, i))
 	}
 	eventually(t, 90*time.Second, 500*time.Millisecond, "the real workers healthy", func() error {
 		if fleet.exited() {
@@ -179,14 +179,39 @@ service:
 	flood := start(t, "rel-flood-client", []string{
 		"WW_FLOODER=1", "WW_FLOOD_ADDR=" + grpcAddr, "WW_FLOOD_OUT=" + statsPath,
 		fmt.Sprintf("WW_FLOOD_WORKERS=%d", workers), fmt.Sprintf("WW_FLOOD_RUNS=%d", runs),
-		"WW_FLOOD_SIGNALS=" + os.Getenv("WORKERWATCH_FLOOD_SIGNALS"),
+		"WW_FLOOD_SIGNALS=" + os.Getenv("WORKERWATCH_FLOOD_SIGNALS"), "WW_FLOOD_PASSES=" + os.Getenv("WORKERWATCH_FLOOD_PASSES"),
+		"WW_FLOOD_PASS_GAP=" + os.Getenv("WORKERWATCH_FLOOD_PASS_GAP"),
 	}, "nice", "-n", "10", self, "-test.run=^$")
 	m.floodStats = statsPath
+	// A new real worker (a tree, a scheduler) that starts once a third of
+	// the flood is sent, when the processor's table is full of flood ids:
+	// it must be admitted and judged (200) all the same.
+	lateID := runPrefix + "late-1"
+	var late *proc
+	var lateStart time.Time
+	lateOK := make(chan time.Duration, 1)
 	var peakProfile string
 	var profiledRSS int64
 	var profiledAt time.Time
+	const lateWithin = 90 * time.Second
+	startLate := func() {
+		late, lateStart = start(t, "rel-flood-late-fleet", nil, sim, "fleet", "--workers", "1",
+			"--id-prefix", runPrefix+"late-", "--seed", "6", "--otlp-endpoint", httpAddr), time.Now()
+		go func() {
+			for time.Since(lateStart) < lateWithin {
+				if code, err := getJSON("http://"+health+"/health/workers/"+lateID, nil); err == nil && code == 200 {
+					lateOK <- time.Since(lateStart)
+					return
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}()
+	}
 	for !flood.exited() {
 		time.Sleep(250 * time.Millisecond)
+		if late == nil && readFloodStats(statsPath).Workers >= int64(workers)/3 {
+			startLate()
+		}
 		// One profile when the RSS first passes 3/4 of the limit, one at
 		// each new maximum over the limit (at most one a minute).
 		if rss := m.maxRSS("flood"); profile && (peakProfile == "" && rss > limit*3/4 ||
@@ -206,6 +231,17 @@ service:
 		st.Workers, st.Runs, st.Requests, st.Seconds, st.Accepted, st.Refused, st.OtherError, st.FirstError)
 
 	m.phase("after")
+	if late == nil {
+		// A short flood can end before its progress is written once.
+		t.Logf("e2e: the flood ended before a third of it was seen sent; %s starts now", lateID)
+		startLate()
+	}
+	select {
+	case d := <-lateOK:
+		t.Logf("e2e: %s, a new real worker started during the flood, answered 200 after %s", lateID, d.Round(100*time.Millisecond))
+	case <-time.After(max(0, lateWithin-time.Since(lateStart))):
+		t.Errorf("%s, a new real worker started during the flood, did not answer 200 within %s", lateID, lateWithin)
+	}
 	time.Sleep(after)
 	if profile {
 		saveHeapProfile(t, pprofAddr, "flood-end")

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,4 +314,21 @@ func envMinutes(name string, def float64) time.Duration {
 		}
 	}
 	return time.Duration(def * float64(time.Minute))
+}
+
+// ownFleetSelector is the worker_process receiver's part of a config laid
+// over config.yaml (a second --config; lists replace lists): config.yaml's
+// selector of simulated workers, narrowed to the ids that start with prefix,
+// so the collector watches this run's fleet and no other session's.
+func ownFleetSelector(prefix string) string {
+	return fmt.Sprintf(`receivers:
+  worker_process:
+    workers:
+      - selector:
+          cmdline: 'workersim worker --id (?P<id>%s\S*)( |$)'
+        name: "{env:WORKER_NAME}"
+        roles:
+          - name: run
+            cmdline: 'workersim run-child'
+`, regexp.QuoteMeta(prefix))
 }

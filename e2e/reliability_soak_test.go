@@ -44,10 +44,14 @@ func TestReliabilitySoak(t *testing.T) {
 	tmp := t.TempDir()
 	be := startBackend(t, "rel-soak-backend", loopbackAddr(t), tmp)
 	health, grpc, httpAddr, prom := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
+	// This run's simulated workers only (another session's are not ours).
+	prefix := runPrefix + "soak-"
+	overlay := filepath.Join(tmp, "own-fleet.yaml")
+	writeFile(t, overlay, ownFleetSelector(prefix))
 	col := start(t, "rel-soak-collector", []string{
 		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"),
 		"WORKERWATCH_OTLP_ENDPOINT=http://" + be.addr,
-	}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
+	}, bin, "--config", filepath.Join(repoRoot, "config.yaml"), "--config", overlay,
 		"--set=extensions::worker_health::endpoint="+health,
 		"--set=receivers::otlp::protocols::grpc::endpoint="+grpc,
 		"--set=receivers::otlp::protocols::http::endpoint="+httpAddr,
@@ -55,7 +59,7 @@ func TestReliabilitySoak(t *testing.T) {
 		"--set=service::telemetry::metrics::level=none")
 	waitReady(t, col, health)
 	start(t, "rel-soak-fleet", nil, sim, "fleet", "--workers", strconv.Itoa(workers), "--seed", "11",
-		"--otlp-endpoint", httpAddr)
+		"--id-prefix", prefix, "--otlp-endpoint", httpAddr)
 	eventually(t, 120*time.Second, time.Second, "all workers known to the health API", func() error {
 		var fleet struct {
 			Count int `json:"count"`
