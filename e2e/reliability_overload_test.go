@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -31,15 +30,7 @@ func TestReliabilityOverload(t *testing.T) {
 	// first, alone (docs/e2e.md, "Time").
 	bin, tg := collectorBinary(t), telemetrygenBinary(t)
 	cfg := filepath.Join(repoRoot, "e2e", "testdata", "reliability-overload.yaml")
-	raw, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^\s+limit_mib: (\d+)`).FindSubmatch(raw)
-	if m == nil {
-		t.Fatal("no limit_mib in " + cfg)
-	}
-	limitMiB, _ := strconv.Atoi(string(m[1]))
+	limitMiB := limitMiBOf(t, cfg)
 	limit := int64(limitMiB) << 20
 	load := 15 * time.Second
 	if v, err := strconv.Atoi(os.Getenv("WORKERWATCH_OVERLOAD_SECONDS")); err == nil && v > 0 {
