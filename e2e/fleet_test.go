@@ -332,7 +332,7 @@ func waitState(t *testing.T, e env, id string, within time.Duration, want contra
 	eventually(t, within, 250*time.Millisecond, id+" "+string(want), func() error {
 		var err error
 		if w, err = worker(e, id); err == nil && w.State != want {
-			err = fmt.Errorf("state %s %v", w.State, reasonCodes(w))
+			err = fmt.Errorf("state %s %+v", w.State, w.Reasons)
 		}
 		return err
 	})

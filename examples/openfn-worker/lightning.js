@@ -225,7 +225,10 @@ const server = http.createServer(async (req, res) => {
     reply(res, e.status || 400, { error: e.message });
   }
 });
-server.headersTimeout = 10000;
+// Longer than a worker's pause between two messages: a connection the
+// server closes as the worker reuses it fails the request (ECONNRESET).
+server.keepAliveTimeout = 65000;
+server.headersTimeout = 66000;
 server.requestTimeout = 0; // a dropped claim reply stays open until the worker gives up
 server.listen(Number(port), host, () => {
   log(`listening on ${host}:${server.address().port}; grace ${GRACE_MS / 1000}s; OTLP ${process.env.OTEL_EXPORTER_OTLP_ENDPOINT}`);

@@ -199,9 +199,24 @@ async function execute({ id, token }) {
 // send pushes one message on the run channel, in order, and forwards it as OTLP.
 function send(ctx, eventName, payload, severity) {
   emit(eventName, { run_id: ctx.id, worker_name: NAME, ...flatten(payload) }, ctx.span, severity);
-  ctx.chain = ctx.chain
-    .then(() => lightning('POST', `/run/${encodeURIComponent(ctx.id)}/${eventName}${ctx.q}`, payload))
-    .catch((e) => log(`${ctx.id}: ${eventName} not delivered to Lightning: ${e.message}`));
+  ctx.chain = ctx.chain.then(() => push(ctx, eventName, payload));
+}
+
+// push delivers one message to Lightning, retrying as ws-worker does on a
+// timeout (util/send-event.ts: timeoutRetryCount): a message it cannot
+// deliver loses the run, which Lightning then marks lost.
+async function push(ctx, eventName, payload) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await lightning('POST', `/run/${encodeURIComponent(ctx.id)}/${eventName}${ctx.q}`, payload);
+    } catch (e) {
+      if (attempt >= 10) {
+        log(`${ctx.id}: failed to send ${eventName}; this run will be lost: ${e.message}`);
+        return undefined;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
 }
 
 // flatten keeps the scalar fields of a payload, nested objects as a.b keys

@@ -1,0 +1,180 @@
+//go:build e2e
+
+package e2e
+
+// Helpers for the presets' end-to-end tests (preset_*_test.go): the real
+// collector started with a shipped preset (presets/<system>/collector.yaml)
+// on loopback ports picked here, plus an overlay that narrows the preset's
+// worker selectors to one scenario's processes (scenarios run in parallel on
+// one host) and shortens its timings for the test; and one Prometheus
+// scraping every scenario's collector.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+)
+
+// presetCollector is one scenario's collector running a preset.
+type presetCollector struct {
+	name, preset                        string
+	otlpHTTP, otlpGRPC, health, promExp string
+	telemetryPort                       int
+	stateDir, overlay                   string
+	p                                   *proc
+	starts                              int
+}
+
+// newPresetCollector picks the collector's ports (its Prometheus endpoint must
+// be known before the shared Prometheus starts).
+func newPresetCollector(t *testing.T, name, preset string) *presetCollector {
+	return &presetCollector{name: name, preset: preset,
+		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
+		telemetryPort: freePort(t)}
+}
+
+// prepare gives the collector its state directory and its overlay: the
+// preset's worker selectors narrowed to command lines ending in
+// `--scenario <scenario>`, and the keys of set ("a::b::c" paths, as the
+// collector's --set) replaced.
+func (c *presetCollector) prepare(t *testing.T, scenario string, set map[string]any) {
+	dir := t.TempDir()
+	c.stateDir = filepath.Join(dir, "state")
+	conf, err := confmaptest.LoadConf(c.preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers, ok := conf.Get("receivers::worker_process::workers").([]any)
+	if !ok || len(workers) == 0 {
+		t.Fatalf("%s: no receivers.worker_process.workers", c.preset)
+	}
+	for _, w := range workers {
+		sel := w.(map[string]any)["selector"].(map[string]any)
+		re, _ := sel["cmdline"].(string)
+		if re == "" {
+			t.Fatalf("%s: a worker selector without cmdline: %v", c.preset, sel)
+		}
+		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(scenario) + "$"
+	}
+	overlay := map[string]any{}
+	put(overlay, "receivers::worker_process::workers", workers)
+	for k, v := range set {
+		put(overlay, k, v)
+	}
+	b, err := json.Marshal(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.overlay = filepath.Join(dir, "overlay.json") // JSON is YAML
+	writeFile(t, c.overlay, string(b))
+}
+
+// put sets path ("a::b::c") in the nested map m.
+func put(m map[string]any, path string, v any) {
+	keys := strings.Split(path, "::")
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[keys[len(keys)-1]] = v
+}
+
+// start starts the real binary with the preset and the overlay on the
+// collector's ports and state directory, and waits until it is ready.
+func (c *presetCollector) start(t *testing.T) {
+	c.starts++
+	c.p = start(t, fmt.Sprintf("%s-collector-%d", c.name, c.starts), []string{
+		"WORKERWATCH_HEALTH_ENDPOINT=" + c.health,
+		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + c.otlpHTTP,
+		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + c.otlpGRPC,
+		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + c.promExp,
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", c.telemetryPort),
+		"WORKERWATCH_STATE_DIR=" + c.stateDir,
+		// Nothing listens there: traces and logs queue on disk (the preset's
+		// exporter), which the scenarios do not read.
+		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t),
+	}, collectorBinary(t), "--config", c.preset, "--config", c.overlay)
+	waitReady(t, c.p, c.health)
+}
+
+// kill SIGKILLs the collector and waits until it is gone.
+func (c *presetCollector) kill(t *testing.T) {
+	if err := c.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.p.done
+}
+
+// stop stops the collector with SIGTERM (a clean shutdown: the checkpoint is
+// written) and waits until it is gone.
+func (c *presetCollector) stop(t *testing.T) { c.p.stop(t) }
+
+// startPrometheus starts one Prometheus scraping every target every second.
+func startPrometheus(t *testing.T, name string, targets ...string) string {
+	promBin := need(t, "prometheus", "/usr/bin/prometheus")
+	dir := t.TempDir()
+	quoted := make([]string, len(targets))
+	for i, tg := range targets {
+		quoted[i] = fmt.Sprintf("%q", tg)
+	}
+	cfg := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, cfg, fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: %s
+    static_configs:
+      - targets: [%s]
+`, name, strings.Join(quoted, ", ")))
+	web := loopbackAddr(t)
+	p := start(t, name+"-prometheus", nil, promBin, "--config.file="+cfg,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
+	waitListening(t, p, web)
+	return "http://" + web
+}
+
+// logHas reports whether p's log contains s.
+func logHas(p *proc, s string) bool {
+	b, _ := os.ReadFile(p.log)
+	return strings.Contains(string(b), s)
+}
+
+// promValue runs an instant query that must return at most one sample and
+// returns its value (ok false when it returned none).
+func promValue(base, q string) (v float64, ok bool, err error) {
+	res, err := promQuery(base, q)
+	if err != nil {
+		return 0, false, err
+	}
+	switch len(res) {
+	case 0:
+		return 0, false, nil
+	case 1:
+		return res[0].float(), true, nil
+	}
+	return 0, false, fmt.Errorf("%q: %d samples, want at most one", q, len(res))
+}
+
+// promEquals waits until the query returns exactly want (no sample counts as 0).
+func promEquals(t *testing.T, prom, q string, want float64, within time.Duration) {
+	t.Helper()
+	eventually(t, within, time.Second, fmt.Sprintf("PromQL %s == %g", q, want), func() error {
+		v, _, err := promValue(prom, q)
+		if err == nil && v != want {
+			err = fmt.Errorf("got %g", v)
+		}
+		return err
+	})
+}
