@@ -82,8 +82,9 @@ unit:
 # and the Node.js example (`make deps` installs them).
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
 # Scenarios that bound latency or count events run first, alone; the others
-# (t.Parallel) then run side by side, up to E2E_PARALLEL at once.
-E2E_PARALLEL ?= 8
+# (t.Parallel) then run side by side, up to E2E_PARALLEL at once (the presets'
+# scenarios mostly wait on their systems, so more than GOMAXPROCS).
+E2E_PARALLEL ?= 12
 e2e: deps build
 	@mkdir -p $(CACHE)
 	@$(GO) test -tags e2e -count=1 -timeout 30m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
@@ -99,7 +100,7 @@ e2e: deps build
 CONFIG_ENV := GATEWAY_ENDPOINT=gateway:4317 TRACES_ENDPOINT=tempo:4317 LOGS_ENDPOINT=http://loki:3100/otlp \
 	K8S_NODE_NAME=node-a POD_NAME=worker-0 WORKERWATCH_SELF=gw-1.example.internal:4317 WORKERWATCH_API_TOKEN=t0ken WORKERWATCH_HEALTH_ENDPOINT=127.0.0.1:0
 check-configs: deps build
-	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' | grep -v '/bad-' | grep -v '\.overlay\.yaml$$'); do \
+	@for f in config.yaml $$(git ls-files 'deploy/collector/*.yaml' 'testdata/*.yaml' 'e2e/testdata/*.yaml' 'presets/*/collector.yaml' | grep -v '/bad-' | grep -v '\.overlay\.yaml$$'); do \
 		$(CONFIG_ENV) $(COLLECTOR) validate --config $$f >/dev/null || { echo "invalid: $$f"; exit 1; }; echo "valid: $$f"; done
 	@for o in $$(git ls-files '*.overlay.yaml'); do \
 		for base in $$(head -1 $$o | grep -o 'deploy/collector/[a-z-]*\.yaml'); do \

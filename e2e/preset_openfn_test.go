@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
@@ -496,35 +498,43 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 // ofHealed waits until each worker's drift is exactly the missing runs
 // given (nothing orphaned, nothing over capacity) and has stayed so for
 // drift.grace and two evaluations (a disagreement shows only after the
-// grace), and logs how long that took.
+// grace), and logs when that began and the drift that healed before it.
 func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Time) {
 	t.Helper()
 	const settle = 12 * time.Second // drift.grace (10 s) + 2 evaluations
-	for id, missing := range want {
-		var exactSince time.Time
-		var seen []string // the drift that healed
-		eventually(t, ofBoundHealed, 500*time.Millisecond, id+" drift exact", func() error {
+	exactSince := map[string]time.Time{}
+	seen := map[string][]string{}
+	eventually(t, ofBoundHealed, 500*time.Millisecond, "drift exact", func() error {
+		var errs []string
+		for id, missing := range want {
 			wk, err := worker(w.e, id)
 			if err != nil {
 				return err
 			}
 			d := wk.Drift
 			if !slices.Equal(d.Missing, missing) || len(d.Orphaned) > 0 || d.OverCapacity > 0 {
-				exactSince = time.Time{}
-				if s := fmt.Sprintf("%+v", d); !slices.Contains(seen, s) {
-					seen = append(seen, s)
+				delete(exactSince, id)
+				if s := fmt.Sprintf("%+v", d); !slices.Contains(seen[id], s) {
+					seen[id] = append(seen[id], s)
 				}
-				return fmt.Errorf("drift %+v, want missing %v only", d, missing)
+				errs = append(errs, fmt.Sprintf("%s: drift %+v, want missing %v only", id, d, missing))
+				continue
 			}
-			if exactSince.IsZero() {
-				exactSince = time.Now()
+			if _, ok := exactSince[id]; !ok {
+				exactSince[id] = time.Now()
 			}
-			if time.Since(exactSince) < settle {
-				return fmt.Errorf("exact for %s only", time.Since(exactSince).Round(time.Second))
+			if time.Since(exactSince[id]) < settle {
+				errs = append(errs, fmt.Sprintf("%s: exact for %s only", id, time.Since(exactSince[id]).Round(time.Second)))
 			}
-			return nil
-		})
-		t.Logf("e2e: %s drift exact since %.1fs after the collector came back (bound %s); before: %v", id, exactSince.Sub(since).Seconds(), ofBoundHealed, seen)
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%s", strings.Join(errs, "; "))
+		}
+		return nil
+	})
+	for id := range want {
+		t.Logf("e2e: %s drift exact from %.1fs after the collector came back (bound %s); healed before that: %v",
+			id, exactSince[id].Sub(since).Seconds(), ofBoundHealed, seen[id])
 	}
 }
 
@@ -689,4 +699,36 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		waitLog(t, w.c.p, line, 30*time.Second)
 	}
 	sim.stop(t)
+}
+
+// TestPresetOpenFnAgreesWithProcessorExample: the processor's OpenFn example
+// (processor/workerhealthprocessor/testdata/openfn.yaml, shown in
+// docs/processor.md) and the preset say the same: every key the example sets
+// has the same value in the preset's worker_health processor.
+func TestPresetOpenFnAgreesWithProcessorExample(t *testing.T) {
+	example, err := confmaptest.LoadConf(filepath.Join(repoRoot, "processor", "workerhealthprocessor", "testdata", "openfn.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := example.Sub("worker_health/openfn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	preset, err := confmaptest.LoadConf(openfnPreset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, err := preset.Sub("processors::worker_health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := ex.AllKeys()
+	if len(keys) < 20 {
+		t.Fatalf("the example has only %d keys: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if a, b := fmt.Sprint(ex.Get(k)), fmt.Sprint(pre.Get(k)); a != b {
+			t.Errorf("%s: processor example %s, preset %s", k, a, b)
+		}
+	}
 }
