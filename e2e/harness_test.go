@@ -105,7 +105,10 @@ func start(t testing.TB, name string, env []string, bin string, args ...string) 
 }
 
 // stop sends SIGTERM and waits up to 20 s, then kills the whole group.
-func (p *proc) stop(t testing.TB) {
+func (p *proc) stop(t testing.TB) { p.stopWithin(t, 20*time.Second) }
+
+// stopWithin sends SIGTERM and waits up to d, then kills the whole group.
+func (p *proc) stopWithin(t testing.TB, d time.Duration) {
 	select {
 	case <-p.done:
 		return
@@ -114,8 +117,8 @@ func (p *proc) stop(t testing.TB) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Errorf("%s did not stop within 20s of SIGTERM; killing its group", p.name)
+	case <-time.After(d):
+		t.Errorf("%s did not stop within %s of SIGTERM; killing its group", p.name, d)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
