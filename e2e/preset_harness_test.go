@@ -36,9 +36,11 @@ type presetCollector struct {
 // newPresetCollector picks the collector's ports (its Prometheus endpoint must
 // be known before the shared Prometheus starts).
 func newPresetCollector(t *testing.T, name, preset string) *presetCollector {
-	return &presetCollector{name: name, preset: preset,
+	return &presetCollector{
+		name: name, preset: preset,
 		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
-		telemetryPort: freePort(t)}
+		telemetryPort: freePort(t),
+	}
 }
 
 // prepare gives the collector its state directory and its overlay: the
@@ -167,10 +169,16 @@ func promValue(base, q string) (v float64, ok bool, err error) {
 	return 0, false, fmt.Errorf("%q: %d samples, want at most one", q, len(res))
 }
 
-// promEquals waits until the query returns exactly want (no sample counts as 0).
-func promEquals(t *testing.T, prom, q string, want float64, within time.Duration) {
+// presetVerdictBound is how long a verdict may take to show in Prometheus
+// once what causes it happened: a batch of the sender's SDK, two
+// evaluations, a scrape; generous for a loaded 2-core machine.
+const presetVerdictBound = 30 * time.Second
+
+// promEquals waits until the query returns exactly want (no sample counts as
+// 0), within presetVerdictBound.
+func promEquals(t *testing.T, prom, q string, want float64) {
 	t.Helper()
-	eventually(t, within, time.Second, fmt.Sprintf("PromQL %s == %g", q, want), func() error {
+	eventually(t, presetVerdictBound, time.Second, fmt.Sprintf("PromQL %s == %g", q, want), func() error {
 		v, _, err := promValue(prom, q)
 		if err == nil && v != want {
 			err = fmt.Errorf("got %g", v)

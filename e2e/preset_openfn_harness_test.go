@@ -115,8 +115,10 @@ func (w *ofWorld) begin(t *testing.T, prom string, set map[string]any) {
 	w.c.start(t)
 	addr := loopbackAddr(t)
 	w.lightning = "http://" + addr
-	l := start(t, w.name+"-lightning", []string{"LIGHTNING_LISTEN=" + addr, "LIGHTNING_GRACE_SECONDS=10",
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + w.c.otlpHTTP},
+	l := start(t, w.name+"-lightning", []string{
+		"LIGHTNING_LISTEN=" + addr, "LIGHTNING_GRACE_SECONDS=10",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + w.c.otlpHTTP,
+	},
 		w.node, filepath.Join(openfnDir, "lightning.js"))
 	waitListening(t, l, addr)
 }
@@ -129,8 +131,10 @@ func (w *ofWorld) startWorker(t *testing.T, id string, env ...string) *proc {
 	w.starts[id]++
 	name := fmt.Sprintf("%s-%s-%d", w.name, id, w.starts[id])
 	w.mu.Unlock()
-	full := append([]string{"WORKER_NAME=" + id, "WORKER_QUEUES=" + id, "WORKER_LIGHTNING_SERVICE_URL=" + w.lightning,
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + w.c.otlpHTTP, "WORKER_REPO_DIR=" + filepath.Join(t.TempDir(), "repo")},
+	full := append([]string{
+		"WORKER_NAME=" + id, "WORKER_QUEUES=" + id, "WORKER_LIGHTNING_SERVICE_URL=" + w.lightning,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + w.c.otlpHTTP, "WORKER_REPO_DIR=" + filepath.Join(t.TempDir(), "repo"),
+	},
 		append(slices.Clone(ofWorkerEnv), env...)...)
 	p := start(t, name, full, w.node, filepath.Join(openfnDir, "worker.js"), "--scenario", w.name)
 	// A worker stops within 5 s of SIGTERM (runs in flight, the engine, the
@@ -179,8 +183,10 @@ func (w *ofWorld) control(t *testing.T, path string, body, out any) {
 func (w *ofWorld) enqueue(t *testing.T, queue, job string, count int, params, options map[string]any) []string {
 	t.Helper()
 	var out struct{ IDs []string }
-	w.control(t, "/_control/enqueue", map[string]any{"queue": queue, "job": job, "count": count,
-		"params": params, "options": options}, &out)
+	w.control(t, "/_control/enqueue", map[string]any{
+		"queue": queue, "job": job, "count": count,
+		"params": params, "options": options,
+	}, &out)
 	if len(out.IDs) != count {
 		t.Fatalf("enqueued %d runs, want %d", len(out.IDs), count)
 	}
@@ -206,10 +212,10 @@ func (w *ofWorld) runs(t *testing.T) map[string]ofRun {
 var ofFinal = []string{"success", "fail", "crash", "kill", "cancel", "exception", "lost"}
 
 // waitFinal waits until Lightning holds every run of ids in a final state.
-func (w *ofWorld) waitFinal(t *testing.T, ids []string, within time.Duration) map[string]ofRun {
+func (w *ofWorld) waitFinal(t *testing.T, ids []string) map[string]ofRun {
 	t.Helper()
 	var runs map[string]ofRun
-	eventually(t, within, 500*time.Millisecond, fmt.Sprintf("%d runs final at Lightning", len(ids)), func() error {
+	eventually(t, ofWait, 500*time.Millisecond, fmt.Sprintf("%d runs final at Lightning", len(ids)), func() error {
 		runs = w.runs(t)
 		for _, id := range ids {
 			if r := runs[id]; !slices.Contains(ofFinal, r.State) {
