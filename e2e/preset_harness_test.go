@@ -12,6 +12,9 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,18 +32,25 @@ type presetCollector struct {
 	otlpHTTP, otlpGRPC, health, promExp string
 	telemetryPort                       int
 	stateDir, overlay                   string
+	promTargets                         string // the shared Prometheus's file_sd directory
+	exportTo                            string // OTLP/HTTP base URL of the preset's traces and logs exporter
 	p                                   *proc
+	logs                                []string // of every start that got ready
 	starts                              int
 }
 
-// newPresetCollector picks the collector's ports (its Prometheus endpoint must
-// be known before the shared Prometheus starts).
-func newPresetCollector(t *testing.T, name, preset string) *presetCollector {
-	return &presetCollector{
-		name: name, preset: preset,
-		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
-		telemetryPort: freePort(t),
-	}
+// newPresetCollector picks the collector's ports; promTargets is the shared
+// Prometheus's target directory (startPrometheus), where the collector's
+// Prometheus endpoint is written when it starts.
+func newPresetCollector(t *testing.T, name, preset, promTargets string) *presetCollector {
+	c := &presetCollector{name: name, preset: preset, promTargets: promTargets}
+	c.pickPorts(t)
+	return c
+}
+
+func (c *presetCollector) pickPorts(t *testing.T) {
+	c.otlpHTTP, c.otlpGRPC, c.health, c.promExp = loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
+	c.telemetryPort = freePort(t)
 }
 
 // prepare gives the collector its state directory and its overlay: the
@@ -94,21 +104,71 @@ func put(m map[string]any, path string, v any) {
 }
 
 // start starts the real binary with the preset and the overlay on the
-// collector's ports and state directory, and waits until it is ready.
+// collector's ports and state directory, and waits until it is ready. A
+// port picked free can be taken before the collector binds it (by another
+// test's outgoing connections): the first start then picks new ports, a
+// restart (whose senders know its ports) tries the same ones again.
 func (c *presetCollector) start(t *testing.T) {
-	c.starts++
-	c.p = start(t, fmt.Sprintf("%s-collector-%d", c.name, c.starts), []string{
-		"WORKERWATCH_HEALTH_ENDPOINT=" + c.health,
-		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + c.otlpHTTP,
-		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + c.otlpGRPC,
-		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + c.promExp,
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", c.telemetryPort),
-		"WORKERWATCH_STATE_DIR=" + c.stateDir,
-		// Nothing listens there: traces and logs queue on disk (the preset's
-		// exporter), which the scenarios do not read.
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t),
-	}, collectorBinary(t), "--config", c.preset, "--config", c.overlay)
-	waitReady(t, c.p, c.health)
+	first := c.starts == 0
+	for attempt := 1; ; attempt++ {
+		c.starts++
+		writeFile(t, filepath.Join(c.promTargets, c.name+".json"), fmt.Sprintf(`[{"targets": [%q]}]`, c.promExp))
+		p := start(t, fmt.Sprintf("%s-collector-%d", c.name, c.starts), []string{
+			"WORKERWATCH_HEALTH_ENDPOINT=" + c.health,
+			"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + c.otlpHTTP,
+			"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + c.otlpGRPC,
+			"WORKERWATCH_PROMETHEUS_ENDPOINT=" + c.promExp,
+			fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", c.telemetryPort),
+			"WORKERWATCH_STATE_DIR=" + c.stateDir,
+			"WORKERWATCH_OTLP_ENDPOINT=" + c.exportTo,
+		}, collectorBinary(t), "--config", c.preset, "--config", c.overlay)
+		var exited bool
+		eventually(t, time.Minute, 200*time.Millisecond, p.name+" ready", func() error {
+			if exited = p.exited(); exited {
+				return nil
+			}
+			code, err := getJSON("http://"+c.health+"/readyz", nil)
+			if err == nil && code != 200 {
+				err = fmt.Errorf("/readyz %d", code)
+			}
+			return err
+		})
+		if !exited {
+			c.p = p
+			c.logs = append(c.logs, p.log)
+			return
+		}
+		if attempt >= 5 || !logHas(p, "address already in use") {
+			t.Fatalf("%s exited:\n%s", p.name, p.tail())
+		}
+		t.Logf("e2e: %s: a port was taken before it bound it; again", p.name)
+		if first {
+			c.pickPorts(t)
+		} else {
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+// otlpSink is an OTLP/HTTP endpoint that accepts everything and keeps
+// nothing: where a preset's traces and logs exporter sends in tests that
+// assert through the health API and Prometheus only.
+func otlpSink(t *testing.T) string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// errorLines are the error-level lines of every start's log.
+func (c *presetCollector) errorLines() []string {
+	var out []string
+	for _, l := range c.logs {
+		out = append(out, errorLines(l)...)
+	}
+	return out
 }
 
 // kill SIGKILLs the collector and waits until it is gone.
@@ -123,13 +183,15 @@ func (c *presetCollector) kill(t *testing.T) {
 // written) and waits until it is gone.
 func (c *presetCollector) stop(t *testing.T) { c.p.stop(t) }
 
-// startPrometheus starts one Prometheus scraping every target every second.
-func startPrometheus(t *testing.T, name string, targets ...string) string {
+// startPrometheus starts one Prometheus scraping, every second, every
+// target written into the directory it returns (file_sd: a JSON file per
+// collector, re-read when it changes).
+func startPrometheus(t *testing.T, name string) (url, targets string) {
 	promBin := need(t, "prometheus", "/usr/bin/prometheus")
 	dir := t.TempDir()
-	quoted := make([]string, len(targets))
-	for i, tg := range targets {
-		quoted[i] = fmt.Sprintf("%q", tg)
+	targets = filepath.Join(dir, "targets")
+	if err := os.MkdirAll(targets, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, cfg, fmt.Sprintf(`global:
@@ -137,14 +199,15 @@ func startPrometheus(t *testing.T, name string, targets ...string) string {
   evaluation_interval: 1s
 scrape_configs:
   - job_name: %s
-    static_configs:
-      - targets: [%s]
-`, name, strings.Join(quoted, ", ")))
+    file_sd_configs:
+      - files: [%q]
+        refresh_interval: 1s
+`, name, filepath.Join(targets, "*.json")))
 	web := loopbackAddr(t)
 	p := start(t, name+"-prometheus", nil, promBin, "--config.file="+cfg,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
 	waitListening(t, p, web)
-	return "http://" + web
+	return "http://" + web, targets
 }
 
 // logHas reports whether p's log contains s.

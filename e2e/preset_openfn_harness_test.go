@@ -88,10 +88,8 @@ type ofWorld struct {
 	starts map[string]int // worker id -> processes started with it
 }
 
-func newOFWorld(t *testing.T, name string) *ofWorld {
-	w := &ofWorld{name: name, c: newPresetCollector(t, name, openfnPreset), starts: map[string]int{}}
-	w.e.health = "http://" + w.c.health
-	return w
+func newOFWorld(t *testing.T, name, promTargets string) *ofWorld {
+	return &ofWorld{name: name, c: newPresetCollector(t, name, openfnPreset, promTargets), starts: map[string]int{}}
 }
 
 // ofStalledAfter is stalled.after where a scenario waits for stalled.
@@ -113,6 +111,7 @@ func (w *ofWorld) begin(t *testing.T, prom string, set map[string]any) {
 	maps.Copy(timings, set)
 	w.c.prepare(t, w.name, timings)
 	w.c.start(t)
+	w.e.health = "http://" + w.c.health
 	addr := loopbackAddr(t)
 	w.lightning = "http://" + addr
 	l := start(t, w.name+"-lightning", []string{
