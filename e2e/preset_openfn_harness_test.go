@@ -152,6 +152,7 @@ type ofRun struct {
 	ErrorType    string `json:"error_type"`
 	WorkerName   string `json:"worker_name"`
 	ReplyDropped bool   `json:"reply_dropped"`
+	ClaimedAt    int64  `json:"claimed_at"` // Unix ms
 }
 
 func (w *ofWorld) control(t *testing.T, path string, body, out any) {

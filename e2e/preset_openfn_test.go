@@ -662,16 +662,23 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		w.name + "-sim-2": {false, true, false},
 	}
 	// check fails on drift anywhere and on a lost worker, except the one only
-	// Lightning names once it has claimed nothing for lost.after: Lightning
-	// keeps no record of a claim that found no run, so nothing says it is
-	// there.
-	check := func(idleSched bool) {
+	// Lightning names when Lightning has assigned it nothing for nearly
+	// lost.after (8 s): its claims are its only signs of life, and Lightning
+	// keeps no record of a claim that found no run.
+	check := func() {
+		var lastClaim int64
+		for _, r := range w.runs(t) {
+			if r.WorkerName == sched {
+				lastClaim = max(lastClaim, r.ClaimedAt)
+			}
+		}
+		schedAlive := lastClaim > 0 && time.Since(time.UnixMilli(lastClaim)) < 5*time.Second
 		for id := range cases {
 			wk, err := worker(w.e, id)
 			if err != nil {
 				continue // not named by anything yet
 			}
-			if wk.State == contract.Lost && (id != sched || !idleSched) {
+			if wk.State == contract.Lost && (id != sched || schedAlive) {
 				t.Fatalf("%s is running but shown lost: %v %+v", id, reasonCodes(wk), wk.Sources)
 			}
 			if d := wk.Drift; len(d.Missing)+len(d.Orphaned)+d.OverCapacity > 0 {
@@ -680,7 +687,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		}
 	}
 	eventually(t, ofWait, 500*time.Millisecond, "the runs final at Lightning", func() error {
-		check(false)
+		check()
 		all := w.runs(t)
 		for _, id := range runs {
 			if r := all[id]; r.State != "success" {
@@ -695,7 +702,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 	// Long enough for lost.after (8 s), identity.join_within (10 s) and
 	// drift.grace (30 s) to have passed for every one of them.
 	for settled := time.Now().Add(40 * time.Second); time.Now().Before(settled); time.Sleep(500 * time.Millisecond) {
-		check(true)
+		check()
 	}
 	for id, c := range cases {
 		wk, err := worker(w.e, id)

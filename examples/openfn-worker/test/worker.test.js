@@ -112,9 +112,17 @@ test('the real engine: every reason, under OpenFn names, claims-only Lightning',
   assert.deepEqual(state[never], ['lost', 'LostAfterClaim', 'of-1']);
 
   // The worker's records: OpenFn's names, worker_name on the resource, run_id on each.
-  for (const id of Object.values(ids)) {
+  // The engine's time limit runs from when it hands the run to a child: on a
+  // loaded machine the run can be killed before its thread starts, and then
+  // (as in ws-worker) the run ends with no run:start and no step.
+  for (const [job, id] of Object.entries(ids)) {
     const names = sink.logs.filter((l) => l.attributes.run_id === id && l.resource.worker_name === 'of-1').map((l) => l.eventName);
-    assert.deepEqual(names.filter((n) => n !== 'step:start' && n !== 'step:complete'), ['claim', 'run:start', 'run:complete'], id);
+    const lifecycle = names.filter((n) => n !== 'step:start' && n !== 'step:complete');
+    if (job === 'sleep' && !lifecycle.includes('run:start')) {
+      assert.deepEqual(lifecycle, ['claim', 'run:complete'], id);
+      continue;
+    }
+    assert.deepEqual(lifecycle, ['claim', 'run:start', 'run:complete'], id);
     assert.ok(names.includes('step:complete'), `${id}: ${names}`);
   }
   const step = sink.logs.find((l) => l.eventName === 'step:complete' && l.attributes.run_id === ids.ok);
