@@ -276,9 +276,10 @@ func ofLeak(t *testing.T, w *ofWorld, id string) {
 	w.startWorker(t, id, "RETAIN_FINAL_STATES=1")
 	w.waitFinal(t, w.enqueue(t, id, "ok", 1, nil, nil))
 	eventually(t, ofBoundRecovered, 200*time.Millisecond, id+" 200 after restart", func() error {
-		code, err := getJSON(w.e.health+"/health/workers/"+url.PathEscape(id), nil)
+		var wk contract.Worker
+		code, err := getJSON(w.e.health+"/health/workers/"+url.PathEscape(id), &wk)
 		if err == nil && code != 200 {
-			err = fmt.Errorf("HTTP %d", code)
+			err = fmt.Errorf("HTTP %d: %s %+v", code, wk.State, wk.Reasons)
 		}
 		return err
 	})
@@ -649,9 +650,9 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 	for _, id := range []string{pod, tree} {
 		runs = append(runs, w.enqueue(t, id, "ok", 3, nil, nil)...)
 	}
-	// The worker only Lightning names claims a run every few seconds for a
+	// The worker only Lightning names claims a run every second or so for a
 	// while: each claim is a sign of life (Lightning's claims are pulled).
-	runs = append(runs, w.enqueue(t, sched, "sleep", 6, map[string]any{"ms": 3000}, nil)...)
+	runs = append(runs, w.enqueue(t, sched, "sleep", 20, map[string]any{"ms": 1000}, nil)...)
 
 	type want struct{ tree, telemetry, scheduler bool }
 	cases := map[string]want{
@@ -662,21 +663,32 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		w.name + "-sim-2": {false, true, false},
 	}
 	// check fails on drift anywhere and on a lost worker, except the one only
-	// Lightning names when Lightning has assigned it nothing for nearly
-	// lost.after (8 s): its claims are its only signs of life, and Lightning
-	// keeps no record of a claim that found no run.
+	// Lightning names: its claims are its only signs of life (Lightning keeps
+	// no record of a claim that found no run), so it may be lost after a gap
+	// of lost.after (8 s) in them, until a claim and two evaluations of
+	// hysteresis bring it back. It must not be lost when Lightning has
+	// claimed for it at least every 6 s for the last 12 s, the last one
+	// within 5 s.
+	schedChecked := 0
 	check := func() {
-		var lastClaim int64
+		var claims []time.Time
 		for _, r := range w.runs(t) {
-			if r.WorkerName == sched {
-				lastClaim = max(lastClaim, r.ClaimedAt)
+			if r.WorkerName == sched && r.ClaimedAt > 0 {
+				claims = append(claims, time.UnixMilli(r.ClaimedAt))
 			}
 		}
-		schedAlive := lastClaim > 0 && time.Since(time.UnixMilli(lastClaim)) < 5*time.Second
+		slices.SortFunc(claims, func(a, b time.Time) int { return a.Compare(b) })
+		schedAlive := len(claims) > 0 && time.Since(claims[len(claims)-1]) < 5*time.Second
+		for i := len(claims) - 1; schedAlive && i >= 0 && time.Since(claims[i]) < 12*time.Second; i-- {
+			schedAlive = i > 0 && claims[i].Sub(claims[i-1]) < 6*time.Second
+		}
 		for id := range cases {
 			wk, err := worker(w.e, id)
 			if err != nil {
 				continue // not named by anything yet
+			}
+			if id == sched && schedAlive {
+				schedChecked++
 			}
 			if wk.State == contract.Lost && (id != sched || schedAlive) {
 				t.Fatalf("%s is running but shown lost: %v %+v", id, reasonCodes(wk), wk.Sources)
@@ -704,6 +716,9 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 	for settled := time.Now().Add(40 * time.Second); time.Now().Before(settled); time.Sleep(500 * time.Millisecond) {
 		check()
 	}
+	// (How often the Lightning-only worker was checked while its claims said
+	// it was alive: on a loaded machine its runs may be too slow for that.)
+	t.Logf("e2e: %s checked %d times while Lightning's claims said it was alive", sched, schedChecked)
 	for id, c := range cases {
 		wk, err := worker(w.e, id)
 		if err != nil {
