@@ -509,10 +509,10 @@ func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Tim
 				return err
 			}
 			d := wk.Drift
-			// Alive all along: never lost. (The first evaluations after a
-			// restart longer than lost.after still judge the silence the
-			// collector did not witness: tolerated for 5 s, reported.)
-			if wk.State == contract.Lost && time.Since(since) > 5*time.Second {
+			// Alive all along: never lost, not even in the first
+			// evaluations after a restart longer than lost.after (the
+			// silence the collector did not witness is no evidence).
+			if wk.State == contract.Lost {
 				t.Fatalf("%s lost %.1fs after the collector came back: %+v", id, time.Since(since).Seconds(), wk.Reasons)
 			}
 			if !slices.Equal(d.Missing, missing) || len(d.Orphaned) > 0 || d.OverCapacity > 0 {
