@@ -1,0 +1,256 @@
+//go:build e2e
+
+package e2e
+
+// The BullMQ preset's harness (preset_bullmq_test.go has the scenarios): per
+// scenario its own redis-server, real BullMQ workers and queue side from
+// examples/bullmq-worker, and the real collector started with
+// presets/bullmq/collector.yaml; one Prometheus scrapes every scenario's
+// collector. Everything on loopback ports picked here, everything ended by pid.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+)
+
+var (
+	bullmqExampleDir = filepath.Join(repoRoot, "examples", "bullmq-worker")
+	bullmqPreset     = filepath.Join(repoRoot, "presets", "bullmq", "collector.yaml")
+)
+
+// bullScenario is one scenario's world: a queue on its own Redis, its workers,
+// the queue side, and its own collector running the preset.
+type bullScenario struct {
+	t    *testing.T
+	name string // short and unique: in worker ids, process names and the selector
+	dir  string
+	node string
+
+	redisURL string
+	queue    string
+
+	otlpHTTP, otlpGRPC, health, promExp string
+	telemetryPort                       int
+	stateDir                            string
+	collector                           *proc
+	restarts                            int
+
+	e env // health API and Prometheus base URLs, for the fleet test's helpers
+}
+
+// newBullScenario picks the scenario's ports; its collector's Prometheus
+// endpoint must be known before the shared Prometheus starts.
+func newBullScenario(t *testing.T, name string) *bullScenario {
+	s := &bullScenario{name: name, queue: "jobs", // each scenario has its own Redis
+		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
+		telemetryPort: freePort(t)}
+	s.e.health = "http://" + s.health
+	return s
+}
+
+// begin binds the scenario to its (parallel) subtest and starts its Redis.
+func (s *bullScenario) begin(t *testing.T, prom string) {
+	s.t = t
+	s.e.prom = prom
+	s.dir = t.TempDir()
+	s.stateDir = filepath.Join(s.dir, "state")
+	s.node = need(t, "node")
+	if _, err := os.Stat(filepath.Join(bullmqExampleDir, "node_modules", "bullmq")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("examples/bullmq-worker/node_modules missing (scripts/install-test-deps.sh runs npm ci)")
+		}
+		t.Skipf("examples/bullmq-worker/node_modules missing: run npm ci there")
+	}
+	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
+	addr := loopbackAddr(t)
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	redisDir := filepath.Join(s.dir, "redis")
+	if err := os.MkdirAll(redisDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// No persistence: each run starts from an empty queue. noeviction is what
+	// BullMQ requires (its docs: keys must never be evicted).
+	r := start(t, s.name+"-redis", nil, redisBin, "--port", port, "--bind", "127.0.0.1",
+		"--dir", redisDir, "--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--maxmemory-policy", "noeviction", "--logfile", "")
+	waitListening(t, r, addr)
+	s.redisURL = "redis://" + addr
+}
+
+// overlay writes a config that narrows the preset's worker selectors to this
+// scenario's workers (their command line ends with `--scenario <name>`):
+// scenarios run in parallel on one host, and a collector must not sample
+// another scenario's workers. Everything else comes from the preset as shipped.
+func (s *bullScenario) overlay() string {
+	conf, err := confmaptest.LoadConf(bullmqPreset)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	workers, ok := conf.Get("receivers::worker_process::workers").([]any)
+	if !ok || len(workers) == 0 {
+		s.t.Fatalf("%s: no receivers.worker_process.workers", bullmqPreset)
+	}
+	for _, w := range workers {
+		sel := w.(map[string]any)["selector"].(map[string]any)
+		re, _ := sel["cmdline"].(string)
+		if re == "" {
+			s.t.Fatalf("%s: a worker selector without cmdline: %v", bullmqPreset, sel)
+		}
+		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(s.name) + "$"
+	}
+	b, err := json.Marshal(map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	path := filepath.Join(s.dir, "overlay.json") // JSON is YAML
+	writeFile(s.t, path, string(b))
+	return path
+}
+
+// startCollector starts the real binary with the preset (and the overlay) on
+// the scenario's ports and state directory, and waits until it is ready.
+func (s *bullScenario) startCollector() {
+	s.restarts++
+	s.collector = start(s.t, fmt.Sprintf("%s-collector-%d", s.name, s.restarts), []string{
+		"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
+		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
+		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
+		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
+		"WORKERWATCH_STATE_DIR=" + s.stateDir,
+	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
+	waitReady(s.t, s.collector, s.health)
+}
+
+// nodeEnv is the environment every program of the example gets.
+func (s *bullScenario) nodeEnv(extra ...string) []string {
+	return append([]string{"REDIS_URL=" + s.redisURL, "QUEUE=" + s.queue,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + s.otlpHTTP}, extra...)
+}
+
+// startWorker starts a BullMQ worker (examples/bullmq-worker/worker.js) named
+// id and waits until BullMQ says it is ready. With matched=false its command
+// line lacks the scenario's marker, so the preset's selector does not find it.
+func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc {
+	args := []string{filepath.Join(bullmqExampleDir, "worker.js")}
+	if matched {
+		args = append(args, "--scenario", s.name)
+	}
+	p := start(s.t, s.name+"-worker-"+id, s.nodeEnv(append([]string{"WORKER_NAME=" + id}, env...)...), s.node, args...)
+	waitLog(s.t, p, " ready (pid ", 60*time.Second)
+	return p
+}
+
+// startQueueSide starts the queue monitor (the scheduler's view).
+func (s *bullScenario) startQueueSide(env ...string) *proc {
+	p := start(s.t, s.name+"-queue", s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
+	waitLog(s.t, p, "watching ", 60*time.Second)
+	return p
+}
+
+// add enqueues count jobs with data and returns their ids.
+func (s *bullScenario) add(count int, data string) []string {
+	s.t.Helper()
+	cmd := exec.Command(s.node, filepath.Join(bullmqExampleDir, "producer.js"), "add", "--count", fmt.Sprint(count), data)
+	cmd.Env = append(os.Environ(), s.nodeEnv()...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		s.t.Fatalf("producer add %s: %v %s", data, err, stderr)
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) != count {
+		s.t.Fatalf("producer added %d jobs, want %d: %q", len(ids), count, out)
+	}
+	return ids
+}
+
+// steady starts a producer adding one job with data every everyMs.
+func (s *bullScenario) steady(everyMs int, data string) *proc {
+	return start(s.t, s.name+"-producer", s.nodeEnv(), s.node,
+		filepath.Join(bullmqExampleDir, "producer.js"), "steady", "--every-ms", fmt.Sprint(everyMs), data)
+}
+
+// logLines returns the lines of p's log that contain substr.
+func logLines(p *proc, substr string) []string {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), substr) {
+			out = append(out, sc.Text())
+		}
+	}
+	return out
+}
+
+// startSharedPrometheus starts one Prometheus scraping every scenario's
+// collector every second.
+func startSharedPrometheus(t *testing.T, scenarios []*bullScenario) string {
+	promBin := need(t, "prometheus", "/usr/bin/prometheus")
+	dir := t.TempDir()
+	var targets []string
+	for _, s := range scenarios {
+		targets = append(targets, fmt.Sprintf("%q", s.promExp))
+	}
+	cfg := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, cfg, fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: workerwatch-bullmq
+    static_configs:
+      - targets: [%s]
+`, strings.Join(targets, ", ")))
+	web := loopbackAddr(t)
+	p := start(t, "bullmq-prometheus", nil, promBin, "--config.file="+cfg,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
+	waitListening(t, p, web)
+	return "http://" + web
+}
+
+// promSeries is one series of a range query.
+type promSeries struct {
+	Metric map[string]string `json:"metric"`
+	Values [][2]any          `json:"values"`
+}
+
+// promRange runs a PromQL range query.
+func promRange(base, q string, from, to time.Time, step time.Duration) ([]promSeries, error) {
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []promSeries `json:"result"`
+		} `json:"data"`
+	}
+	u := fmt.Sprintf("%s/api/v1/query_range?query=%s&start=%.3f&end=%.3f&step=%gs", base, url.QueryEscape(q),
+		float64(from.UnixNano())/1e9, float64(to.UnixNano())/1e9, step.Seconds())
+	code, err := getJSON(u, &out)
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 || out.Status != "success" {
+		return nil, fmt.Errorf("range query %q: HTTP %d %s", q, code, out.Error)
+	}
+	return out.Data.Result, nil
+}
