@@ -129,6 +129,8 @@ func (s *bullScenario) startCollector() {
 		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
 		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
 		"WORKERWATCH_STATE_DIR=" + s.stateDir,
+		// Nothing listens there: traces and logs queue on disk, unread.
+		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(s.t),
 	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
 	waitReady(s.t, s.collector, s.health)
 }
