@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +151,13 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 		args = append(args, "--scenario", s.name)
 	}
 	p := start(s.t, s.name+"-worker-"+id, s.nodeEnv(append([]string{"WORKER_NAME=" + id}, env...)...), s.node, args...)
+	// BullMQ's sandboxed children outlive a worker killed with SIGKILL (one
+	// busy child went on spinning at init, and ignored SIGTERM): after the
+	// worker's own stop, end what is left of its process group.
+	s.t.Cleanup(func() {
+		p.stop(s.t)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	})
 	waitLog(s.t, p, " ready (pid ", 60*time.Second)
 	return p
 }

@@ -48,6 +48,10 @@ const (
 	bullBoundHealed = 2*time.Second + 60*time.Second + 2*time.Second + 15*time.Second
 )
 
+// A worker killed: no telemetry and no process for lost.after (60 s), then
+// the next evaluation (2 s); 10 s slack.
+const bullBoundLost = 60*time.Second + 2*time.Second + 10*time.Second
+
 func TestPresetBullMQ(t *testing.T) {
 	collectorBinary(t)
 	scenarios := map[string]func(*testing.T, *bullScenario){
@@ -189,13 +193,23 @@ func bullLeak(t *testing.T, s *bullScenario) {
 	// Restart: stop the work and the worker, start it again under the same name.
 	prod.stop(t)
 	w.stop(t)
-	s.startWorker("leak-a", true, "LEAK_MB_PER_JOB=16")
+	w = s.startWorker("leak-a", true, "LEAK_MB_PER_JOB=16")
 	restarted := time.Now()
 	eventually(t, bullBoundRecovered, 500*time.Millisecond, "leak-a 200 after its restart", func() error {
 		return s.codeIs("leak-a", 200)
 	})
 	t.Logf("e2e: leak-a may take work %.1fs after its restart (bound %s)", time.Since(restarted).Seconds(), bullBoundRecovered)
 	s.neverIn("leak-a", contract.Lost)
+
+	// The worker dies (SIGKILL): lost, 503, its root gone.
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	waitState(t, s.e, "leak-a", bullBoundLost, contract.Lost)
+	t.Logf("e2e: leak-a lost %.1fs after SIGKILL (bound %s)", time.Since(killed).Seconds(), bullBoundLost)
+	requireCode(t, s.e, "leak-a", 503)
+	promAtLeast(t, s.e, `workerwatch_worker_present_ratio{cicd_worker_id="leak-a"} == 0`, 0)
 }
 
 // bullHang: worker hang-a's main event loop is blocked (synchronous work in
