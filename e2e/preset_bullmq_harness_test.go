@@ -82,7 +82,7 @@ func (s *bullScenario) begin(t *testing.T, prom string) {
 	}
 	// No persistence: each run starts from an empty queue. noeviction is what
 	// BullMQ requires (its docs: keys must never be evicted).
-	r := start(t, s.name+"-redis", nil, redisBin, "--port", port, "--bind", "127.0.0.1",
+	r := start(t, s.proc("redis"), nil, redisBin, "--port", port, "--bind", "127.0.0.1",
 		"--dir", redisDir, "--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--maxmemory-policy", "noeviction", "--logfile", "")
 	waitListening(t, r, addr)
@@ -123,7 +123,7 @@ func (s *bullScenario) overlay() string {
 // the scenario's ports and state directory, and waits until it is ready.
 func (s *bullScenario) startCollector() {
 	s.restarts++
-	s.collector = start(s.t, fmt.Sprintf("%s-collector-%d", s.name, s.restarts), []string{
+	s.collector = start(s.t, s.proc(fmt.Sprintf("collector-%d", s.restarts)), []string{
 		"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
 		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
 		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
@@ -135,6 +135,9 @@ func (s *bullScenario) startCollector() {
 	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
 	waitReady(s.t, s.collector, s.health)
 }
+
+// proc names a process of the scenario (its log is e2e-logs/<name>.log).
+func (s *bullScenario) proc(what string) string { return "bullmq-" + s.name + "-" + what }
 
 // nodeEnv is the environment every program of the example gets.
 func (s *bullScenario) nodeEnv(extra ...string) []string {
@@ -150,7 +153,7 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 	if matched {
 		args = append(args, "--scenario", s.name)
 	}
-	p := start(s.t, s.name+"-worker-"+id, s.nodeEnv(append([]string{"WORKER_NAME=" + id}, env...)...), s.node, args...)
+	p := start(s.t, s.proc("worker-"+id), s.nodeEnv(append([]string{"WORKER_NAME=" + id}, env...)...), s.node, args...)
 	// BullMQ's sandboxed children outlive a worker killed with SIGKILL (one
 	// busy child went on spinning at init, and ignored SIGTERM): after the
 	// worker's own stop, end what is left of its process group.
@@ -164,7 +167,7 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 
 // startQueueSide starts the queue monitor (the scheduler's view).
 func (s *bullScenario) startQueueSide(env ...string) *proc {
-	p := start(s.t, s.name+"-queue", s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
+	p := start(s.t, s.proc("queue"), s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
 	waitLog(s.t, p, "watching ", 60*time.Second)
 	return p
 }
@@ -191,7 +194,7 @@ func (s *bullScenario) add(count int, data string) []string {
 
 // steady starts a producer adding one job with data every everyMs.
 func (s *bullScenario) steady(everyMs int, data string) *proc {
-	return start(s.t, s.name+"-producer", s.nodeEnv(), s.node,
+	return start(s.t, s.proc("producer"), s.nodeEnv(), s.node,
 		filepath.Join(bullmqExampleDir, "producer.js"), "steady", "--every-ms", fmt.Sprint(everyMs), data)
 }
 

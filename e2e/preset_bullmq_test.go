@@ -384,16 +384,7 @@ func bullClaims(t *testing.T, s *bullScenario) {
 	exactDrift(bullBoundHealed-time.Since(back), "drift healed to exactly the dropped claims")
 	t.Logf("e2e: drift exactly the dropped claims %.1fs after the collector came back (bound %s)", time.Since(back).Seconds(), bullBoundHealed)
 	// The lost end was healed and counted, not just never noticed.
-	eventually(t, 10*time.Second, time.Second, "runs healed counted", func() error {
-		txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.telemetryPort))
-		if err != nil {
-			return err
-		}
-		if v, _ := metricSum(txt, "otelcol_processor_worker_health_runs_healed"); v < 1 {
-			return fmt.Errorf("otelcol_processor_worker_health_runs_healed %v", v)
-		}
-		return nil
-	})
+	s.selfMetricAtLeast("otelcol_processor_worker_health_runs_healed", 1, 10*time.Second)
 	if err := s.killsAre(ids, wantKills); err != nil {
 		t.Errorf("after the outage: %v", err)
 	}
@@ -436,25 +427,38 @@ func bullBadInput(t *testing.T, s *bullScenario) {
 			return nil
 		})
 	}
-	// The diagnostics: a counter and one log line naming the ids.
-	eventually(t, 2*time.Minute, time.Second, "workers_unjoined counted", func() error {
-		txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.telemetryPort))
-		if err != nil {
-			return err
+	// The diagnostics: each worker only one source names is counted and
+	// logged once, with its ids.
+	s.selfMetricAtLeast("otelcol_processor_worker_health_workers_unjoined", 2, 2*time.Minute)
+	for _, line := range []string{"worker bad-name is named only by its tree", "worker bad-sched is named only by its scheduler"} {
+		if len(logLines(s.collector, line)) != 1 {
+			t.Errorf("the collector's log has not exactly one %q: %q", line, logLines(s.collector, "is named only by"))
 		}
-		if v, _ := metricSum(txt, "otelcol_processor_worker_health_workers_unjoined"); v < 1 {
-			return fmt.Errorf("otelcol_processor_worker_health_workers_unjoined %v", v)
-		}
-		return nil
-	})
+	}
 	for id := range cases {
 		s.neverIn(id, contract.Lost)
 		s.noDrift(id)
 	}
 }
 
+// selfMetricAtLeast waits until the collector's own counter name is at least
+// min.
+func (s *bullScenario) selfMetricAtLeast(name string, min float64, within time.Duration) {
+	s.t.Helper()
+	eventually(s.t, within, time.Second, name, func() error {
+		txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.telemetryPort))
+		if err != nil {
+			return err
+		}
+		if v, _ := metricSum(txt, name); v < min {
+			return fmt.Errorf("%s %v, want at least %v", name, v, min)
+		}
+		return nil
+	})
+}
+
 // workerID is a worker process's id (its WORKER_NAME).
-func (s *bullScenario) workerID(w *proc) string { return strings.TrimPrefix(w.name, s.name+"-worker-") }
+func (s *bullScenario) workerID(w *proc) string { return strings.TrimPrefix(w.name, s.proc("worker-")) }
 
 // waitFor polls the health API until cond holds for worker id.
 func (s *bullScenario) waitFor(id string, within time.Duration, what string, cond func(contract.Worker) error) contract.Worker {
@@ -627,15 +631,6 @@ func (s *bullScenario) checkRoleMemoryAPI(id, role string, procRSS func() (int64
 	})
 }
 
-func roleOf(w contract.Worker, role string) contract.RoleMemory {
-	for _, r := range w.Memory.Roles {
-		if r.Role == role {
-			return r
-		}
-	}
-	return contract.RoleMemory{Role: role}
-}
-
 func hasReason(w contract.Worker, code string) bool {
 	return slices.ContainsFunc(w.Reasons, func(r contract.Reason) bool { return r.Code == code })
 }
@@ -667,7 +662,7 @@ func (s *bullScenario) promFirst(expr string, from, to time.Time) time.Time {
 // persistent queue keeps that data for the next start (docs/reliability.md).
 func (s *bullScenario) noCollectorErrors() {
 	for i := 1; i <= s.restarts; i++ {
-		for _, l := range errorLines(filepath.Join(logDir, fmt.Sprintf("%s-collector-%d.log", s.name, i))) {
+		for _, l := range errorLines(filepath.Join(logDir, s.proc(fmt.Sprintf("collector-%d", i))+".log")) {
 			if !strings.Contains(l, "interrupted due to shutdown") {
 				s.t.Errorf("collector %d logged an error: %.400s", i, l)
 			}

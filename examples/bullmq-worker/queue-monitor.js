@@ -4,11 +4,14 @@
 //
 //  - BullMQ's own queue gauge, bullmq.queue.jobs {bullmq.queue.jobs.state}, through
 //    Queue.recordJobCountsMetric() (bullmq-otel): how many jobs wait, are active, ...
-//  - one log record per worker, event.name bullmq.queue.active, with the ids of every
-//    job Redis lists as active and processed by that worker (Queue.getActive(),
-//    grouped by job.processedBy, BullMQ's name for the worker that took the job), for
-//    every worker Queue.getWorkers() lists (an empty list for an idle one) and every
-//    worker that holds an active job. BullMQ sends nothing like it: see README.md.
+//  - one log record per worker connected to Redis (Queue.getWorkers(): BullMQ names a
+//    worker's blocking connection after it, and a dead worker's connection closes at
+//    once), event.name bullmq.queue.active, with the ids of every job Redis lists as
+//    active and processed by that worker (Queue.getActive(), grouped by job.processedBy,
+//    BullMQ's name for the worker that took the job); an empty list for an idle worker.
+//    A statement is therefore also a sign of the worker's life. Jobs still active under
+//    a worker whose connection is gone are not stated: BullMQ's stalled check hands them
+//    to another worker. BullMQ sends nothing like it: see README.md.
 //
 // A snapshot, not events: BullMQ's QueueEvents stream says a job became active but
 // not who took it, and a reader that was down misses what happened meanwhile; a
@@ -49,6 +52,7 @@ function workerName(client) {
 }
 
 let unattributedWarned = false;
+const orphanedWarned = new Set();
 async function snapshot() {
   await queue.recordJobCountsMetric();
   const activeCount = await queue.getActiveCount();
@@ -67,10 +71,12 @@ async function snapshot() {
     if (!job) continue; // removed between the list and the read
     if (!job.processedBy) {
       unattributed++;
-      continue;
+    } else if (held.has(job.processedBy)) {
+      held.get(job.processedBy).push(String(job.id));
+    } else if (!orphanedWarned.has(job.processedBy)) {
+      orphanedWarned.add(job.processedBy);
+      process.stderr.write(`${PROG}: active jobs of ${job.processedBy}, which is not connected: not stated (BullMQ's stalled check will hand them on)\n`);
     }
-    if (!held.has(job.processedBy)) held.set(job.processedBy, []);
-    held.get(job.processedBy).push(String(job.id));
   }
   if (unattributed > 0 && !unattributedWarned) {
     unattributedWarned = true;
