@@ -11,12 +11,14 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,9 +55,12 @@ type bullScenario struct {
 // newBullScenario picks the scenario's ports; its collector's Prometheus
 // endpoint must be known before the shared Prometheus starts.
 func newBullScenario(t *testing.T, name string) *bullScenario {
-	s := &bullScenario{name: name, queue: "jobs", // each scenario has its own Redis
+	s := &bullScenario{
+		name:     name,
+		queue:    "jobs", // each scenario has its own Redis
 		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
-		telemetryPort: freePort(t)}
+		telemetryPort: freePort(t),
+	}
 	s.e.health = "http://" + s.health
 	return s
 }
@@ -141,8 +146,10 @@ func (s *bullScenario) proc(what string) string { return "bullmq-" + s.name + "-
 
 // nodeEnv is the environment every program of the example gets.
 func (s *bullScenario) nodeEnv(extra ...string) []string {
-	return append([]string{"REDIS_URL=" + s.redisURL, "QUEUE=" + s.queue,
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + s.otlpHTTP}, extra...)
+	return append([]string{
+		"REDIS_URL=" + s.redisURL, "QUEUE=" + s.queue,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + s.otlpHTTP,
+	}, extra...)
 }
 
 // startWorker starts a BullMQ worker (examples/bullmq-worker/worker.js) named
@@ -166,21 +173,20 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 }
 
 // startQueueSide starts the queue monitor (the scheduler's view).
-func (s *bullScenario) startQueueSide(env ...string) *proc {
+func (s *bullScenario) startQueueSide(env ...string) {
 	p := start(s.t, s.proc("queue"), s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
 	waitLog(s.t, p, "watching ", 60*time.Second)
-	return p
 }
 
 // add enqueues count jobs with data and returns their ids.
 func (s *bullScenario) add(count int, data string) []string {
 	s.t.Helper()
-	cmd := exec.Command(s.node, filepath.Join(bullmqExampleDir, "producer.js"), "add", "--count", fmt.Sprint(count), data)
+	cmd := exec.Command(s.node, filepath.Join(bullmqExampleDir, "producer.js"), "add", "--count", strconv.Itoa(count), data)
 	cmd.Env = append(os.Environ(), s.nodeEnv()...)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		s.t.Fatalf("producer add %s: %v %s", data, err, stderr)
@@ -195,7 +201,7 @@ func (s *bullScenario) add(count int, data string) []string {
 // steady starts a producer adding one job with data every everyMs.
 func (s *bullScenario) steady(everyMs int, data string) *proc {
 	return start(s.t, s.proc("producer"), s.nodeEnv(), s.node,
-		filepath.Join(bullmqExampleDir, "producer.js"), "steady", "--every-ms", fmt.Sprint(everyMs), data)
+		filepath.Join(bullmqExampleDir, "producer.js"), "steady", "--every-ms", strconv.Itoa(everyMs), data)
 }
 
 // logLines returns the lines of p's log that contain substr.

@@ -441,17 +441,17 @@ func bullBadInput(t *testing.T, s *bullScenario) {
 	}
 }
 
-// selfMetricAtLeast waits until the collector's own counter name is at least
-// min.
-func (s *bullScenario) selfMetricAtLeast(name string, min float64, within time.Duration) {
+// selfMetricAtLeast waits until the collector's own counter name is at
+// least least.
+func (s *bullScenario) selfMetricAtLeast(name string, least float64, within time.Duration) {
 	s.t.Helper()
 	eventually(s.t, within, time.Second, name, func() error {
 		txt, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.telemetryPort))
 		if err != nil {
 			return err
 		}
-		if v, _ := metricSum(txt, name); v < min {
-			return fmt.Errorf("%s %v, want at least %v", name, v, min)
+		if v, _ := metricSum(txt, name); v < least {
+			return fmt.Errorf("%s %v, want at least %v", name, v, least)
 		}
 		return nil
 	})
@@ -629,10 +629,6 @@ func (s *bullScenario) checkRoleMemoryAPI(id, role string, procRSS func() (int64
 		s.t.Logf("e2e: %s/%s memory: health API %.1f MiB, /proc %.1f MiB", id, role, float64(got)/(1<<20), float64(after)/(1<<20))
 		return nil
 	})
-}
-
-func hasReason(w contract.Worker, code string) bool {
-	return slices.ContainsFunc(w.Reasons, func(r contract.Reason) bool { return r.Code == code })
 }
 
 // promFirst returns the first time in [from, to] (1 s steps) at which the
