@@ -201,6 +201,13 @@ func bullLeak(t *testing.T, s *bullScenario) {
 	})
 	t.Logf("e2e: leak-a may take work %.1fs after its restart was ready, %.1fs after its old process was stopped (bound %s)",
 		time.Since(restarted).Seconds(), time.Since(stopped).Seconds(), bullBoundRecovered)
+	// ... and stays so: a clean restart (its children leaving with it) is no
+	// kill of the worker's.
+	s.waitEvaluations(3)
+	if err := s.codeIs("leak-a", 200); err != nil {
+		wk, _ := worker(s.e, "leak-a")
+		t.Errorf("leak-a after its clean restart: %v: %s %v kills %v", err, wk.State, reasonCodes(wk), wk.Runs.Kills)
+	}
 	s.neverIn("leak-a", contract.Lost)
 
 	// The worker dies (SIGKILL): lost, 503, its root gone.
