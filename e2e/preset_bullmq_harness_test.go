@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -40,8 +41,11 @@ type bullScenario struct {
 	dir  string
 	node string
 
-	redisURL string
-	queue    string
+	redisURL  string
+	redisAddr string
+	queue     string
+	// otlpSink is where the collector's traces and logs go: nothing listens.
+	otlpSink string
 
 	otlpHTTP, otlpGRPC, health, promExp string
 	telemetryPort                       int
@@ -52,17 +56,40 @@ type bullScenario struct {
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
 
-// newBullScenario picks the scenario's ports; its collector's Prometheus
-// endpoint must be known before the shared Prometheus starts.
-func newBullScenario(t *testing.T, name string) *bullScenario {
-	s := &bullScenario{
-		name:     name,
-		queue:    "jobs", // each scenario has its own Redis
-		otlpHTTP: loopbackAddr(t), otlpGRPC: loopbackAddr(t), health: loopbackAddr(t), promExp: loopbackAddr(t),
-		telemetryPort: freePort(t),
+// newBullScenarios picks every scenario's ports at once, each from a
+// listener held open until all are picked: ports asked of the kernel one at
+// a time and released at once can come back twice, and two of the parallel
+// scenarios then collide. Each collector's Prometheus endpoint must be known
+// before the shared Prometheus starts.
+func newBullScenarios(t *testing.T, names []string) (scenarios []*bullScenario, promWeb string) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	addr := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		return l.Addr().String()
 	}
-	s.e.health = "http://" + s.health
-	return s
+	promWeb = addr()
+	for _, n := range names {
+		s := &bullScenario{
+			name:     n,
+			queue:    "jobs", // each scenario has its own Redis
+			otlpHTTP: addr(), otlpGRPC: addr(), health: addr(), promExp: addr(),
+			redisAddr: addr(), otlpSink: addr(),
+		}
+		tel := addr()
+		s.telemetryPort, _ = strconv.Atoi(tel[strings.LastIndexByte(tel, ':')+1:])
+		s.e.health = "http://" + s.health
+		scenarios = append(scenarios, s)
+	}
+	return scenarios, promWeb
 }
 
 // begin binds the scenario to its (parallel) subtest and starts its Redis.
@@ -79,7 +106,7 @@ func (s *bullScenario) begin(t *testing.T, prom string) {
 		t.Skipf("examples/bullmq-worker/node_modules missing: run npm ci there")
 	}
 	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
-	addr := loopbackAddr(t)
+	addr := s.redisAddr
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	redisDir := filepath.Join(s.dir, "redis")
 	if err := os.MkdirAll(redisDir, 0o755); err != nil {
@@ -136,7 +163,7 @@ func (s *bullScenario) startCollector() {
 		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
 		"WORKERWATCH_STATE_DIR=" + s.stateDir,
 		// Nothing listens there: traces and logs queue on disk, unread.
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(s.t),
+		"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
 	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
 	waitReady(s.t, s.collector, s.health)
 }
@@ -222,9 +249,9 @@ func logLines(p *proc, substr string) []string {
 	return out
 }
 
-// startSharedPrometheus starts one Prometheus scraping every scenario's
-// collector every second.
-func startSharedPrometheus(t *testing.T, scenarios []*bullScenario) string {
+// startSharedPrometheus starts one Prometheus on web scraping every
+// scenario's collector every second.
+func startSharedPrometheus(t *testing.T, web string, scenarios []*bullScenario) string {
 	promBin := need(t, "prometheus", "/usr/bin/prometheus")
 	dir := t.TempDir()
 	var targets []string
@@ -240,7 +267,6 @@ scrape_configs:
     static_configs:
       - targets: [%s]
 `, strings.Join(targets, ", ")))
-	web := loopbackAddr(t)
 	p := start(t, "bullmq-prometheus", nil, promBin, "--config.file="+cfg,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
 	waitListening(t, p, web)

@@ -66,11 +66,8 @@ func TestPresetBullMQ(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var all []*bullScenario
-	for _, n := range names {
-		all = append(all, newBullScenario(t, n))
-	}
-	prom := startSharedPrometheus(t, all)
+	all, web := newBullScenarios(t, names)
+	prom := startSharedPrometheus(t, web, all)
 	for i, n := range names {
 		s := all[i]
 		t.Run(n, func(t *testing.T) {
