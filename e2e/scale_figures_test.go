@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ func TestScaleFigures(t *testing.T) {
 	tmp := t.TempDir()
 	one := startFigTier(t, bin, tmp, "fig1", 1)
 	three := startFigTier(t, bin, tmp, "fig3", 3)
+	var stops strings.Builder
 
 	// Throughput: rounds alternate so that both see the same machine.
 	rounds := 3
@@ -75,6 +77,13 @@ func TestScaleFigures(t *testing.T) {
 		}
 	}
 	t.Logf("e2e: RESULT throughput, 20 s per round, 4 senders, 1,000 workers:\n%s", table.String())
+	one.stop(&stops)
+	three.stop(&stops)
+
+	// Fresh tiers for memory and the API: the throughput rounds' ended runs
+	// (kept as tombstones for drift.tombstone_ttl) must not count.
+	one = startFigTier(t, bin, tmp, "mem1", 1)
+	three = startFigTier(t, bin, tmp, "mem3", 3)
 
 	// Memory at 100,000 workers, and the API through the one address.
 	const fleet = 100000
@@ -85,16 +94,27 @@ func TestScaleFigures(t *testing.T) {
 	}
 	writeFile(t, ids, idList.String())
 	table.Reset()
-	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB")
+	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s %10s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB", "KiB/worker")
 	for _, tr := range []*figTier{one, three} {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
+		// 20 samples a second apart: the heap's lowest (nearest to what
+		// is live: heap_alloc includes garbage until the next GC) and the
+		// RSS's highest.
 		for i, p := range tr.shards {
-			u, _ := readProcUsage(p.cmd.Process.Pid)
-			text, _ := httpGet(tr.tels[i] + "/metrics")
-			n, _ := metricSum(text, "otelcol_processor_worker_health_workers_tracked")
-			heap, _ := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes")
-			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f\n", tr.name, p.name, n, float64(u.rss)/(1<<20), heap/(1<<20))
+			var n, heap, rss float64
+			for range 20 {
+				u, _ := readProcUsage(p.cmd.Process.Pid)
+				rss = max(rss, float64(u.rss))
+				if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
+					n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
+					if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
+						heap = h
+					}
+				}
+				time.Sleep(time.Second)
+			}
+			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f %10.1f\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024)
 		}
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
@@ -112,6 +132,26 @@ func TestScaleFigures(t *testing.T) {
 		}
 	}
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d:\n%s", fleet, table.String())
+	one.stop(&stops)
+	three.stop(&stops)
+	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
+}
+
+// stop ends the tier, the agent first, each process with SIGTERM, and
+// notes how long each took to exit (SIGKILL after 90 s).
+func (tr *figTier) stop(out *strings.Builder) {
+	for _, p := range append([]*proc{tr.agent}, tr.shards...) {
+		start := time.Now()
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			fmt.Fprintf(out, "%-22s %6.1f s\n", p.name, time.Since(start).Seconds())
+		case <-time.After(90 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+			fmt.Fprintf(out, "%-22s > 90 s (killed)\n", p.name)
+		}
+	}
 }
 
 // startFigTier starts an agent and n shards on loopback, static members.
@@ -167,12 +207,17 @@ service:
 		waitReady(t, p, strings.TrimPrefix(tr.apis[i], "http://"))
 	}
 	agentOverlay := filepath.Join(tmp, name+"-agent.yaml")
-	writeFile(t, agentOverlay, fmt.Sprintf(`# the figures' agent: agent-sharded-static.yaml with these shards
+	writeFile(t, agentOverlay, fmt.Sprintf(`# the figures' agent: agent-sharded-static.yaml with these shards, and
+# only the synthetic load (no process trees of this host).
 exporters:
   load_balancing:
     resolver:
       static:
         hostnames: [%s]
+service:
+  pipelines:
+    metrics:
+      receivers: [otlp]
 `, strings.Join(hostnames, ", ")))
 	tr.http = loopbackAddr(t)
 	api := loopbackAddr(t)

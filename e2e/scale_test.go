@@ -486,6 +486,7 @@ func (tr *scaleTier) requireOneOwnerEach(t *testing.T, ids []string, shards []*s
 func (tr *scaleTier) requireSameVerdicts(t *testing.T, one, when string) {
 	t.Helper()
 	start := time.Now()
+	var lastDiff error
 	eventually(t, boundEqual, time.Second, "the tier's verdicts equal the single gateway's ("+when+")", func() error {
 		a, err := fleetList(one)
 		if err != nil {
@@ -495,8 +496,15 @@ func (tr *scaleTier) requireSameVerdicts(t *testing.T, one, when string) {
 		if err != nil {
 			return err
 		}
-		return sameVerdicts(a, b)
+		err = sameVerdicts(a, b)
+		if err != nil {
+			lastDiff = err
+		}
+		return err
 	})
+	if lastDiff != nil {
+		t.Logf("e2e: %s: the last difference before they agreed: %v", when, lastDiff)
+	}
 	a, _ := fleetList(one)
 	states := map[contract.State]int{}
 	drift := 0
