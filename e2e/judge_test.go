@@ -28,8 +28,9 @@ import (
 // drift.heal_after 20 s, snapshot_interval 2 s) on a loaded 2-core machine.
 const (
 	// After the collector is back: drift.heal_after + drift.grace + a few
-	// export and emit intervals (the scheduler sends events: its side heals
-	// by heal_after after the worker's count let the worker's side go).
+	// export and emit intervals (the scheduler sends events or claims only:
+	// its side heals by heal_after after the worker's count let the worker's
+	// side go, or closes with it in claims_only).
 	boundHealEvents = 45 * time.Second
 	// Snapshots: one snapshot interval + the grace period for the worker's
 	// count, + export and emit intervals.
@@ -287,8 +288,10 @@ func roleOf(w contract.Worker, role string) contract.RoleMemory {
 // runs; the workers' and the scheduler's SDKs drop what they cannot send
 // (3 s of retries). Once the collector is back, every false drift the lost
 // events left behind heals within the documented bound and none returns: with
-// a scheduler that sends events (drift.heal_after, the workers' runs.active)
-// and with one that sends snapshots (the next snapshot). A drop-claims worker
+// a scheduler that sends events (drift.heal_after, the workers' runs.active),
+// with one that sends claims only (OpenFn's Lightning: the worker's end, or
+// its count, closes the claim; drift.heal_after the rest) and with one that
+// sends snapshots (the next snapshot). A drop-claims worker
 // in the snapshots fleet shows that real drift is still seen.
 func TestJudgeLostEvents(t *testing.T) {
 	t.Parallel()
@@ -297,6 +300,7 @@ func TestJudgeLostEvents(t *testing.T) {
 		bound        time.Duration
 	}{
 		{contract.ViewEvents, "le-", boundHealEvents},
+		{contract.ViewClaimsOnly, "lc-", boundHealEvents},
 		{contract.ViewSnapshots, "ls-", boundHealSnapshots},
 	} {
 		t.Run(tc.view, func(t *testing.T) {

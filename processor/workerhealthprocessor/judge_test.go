@@ -437,6 +437,15 @@ func TestKills(t *testing.T) {
 					assert.InDelta(h.t, 7, r.Value, 0, "every kill in the window")
 					assert.Equal(h.t, t0.Add(sec), r.Since, "the episode's start does not move")
 				}},
+				// The first two kills slide out of the window (1m), five
+				// still count: the same episode, its start unmoved. Fails
+				// with since = the oldest kill in the window at each
+				// evaluation (t0+2s here).
+				step{do: feed(hb, oomTree(14)), advance: 58 * sec, want: unhealthy, check: func(h *harness) {
+					r := h.reason(codeKills)
+					assert.InDelta(h.t, 5, r.Value, 0, "the kills still in the window")
+					assert.Equal(h.t, t0.Add(sec), r.Since, "the episode's start does not move")
+				}},
 			),
 		},
 		{
@@ -847,4 +856,69 @@ func TestRestoredSilenceCountsFromTheRestore(t *testing.T) {
 	h2.advance(6 * sec)
 	h2.eval()
 	assert.Equal(t, lost, h2.state("w1"), "lost after lost.after of silence since the restore")
+}
+
+// TestTruthTable walks docs/health-rules.md, "Which evidence makes which
+// state", row by row: each case holds exactly its row's evidence and checks
+// the state and the reasons listed (every rule that holds, worst first; a
+// lost worker's only reason is its silence). Row 2 (restored evidence
+// enough for unhealthy) is TestRestoreAfterRestart's w2.
+func TestTruthTable(t *testing.T) {
+	// The stalled rule on free capacity alone, within 3 s.
+	stallFast := func(c *Config) { c.Stall.After = 3 * sec; c.Stall.RequirePending = false }
+	// A sample of w1's tree: memory (1000 is the soft limit) and the main
+	// process's share of its 4 CPUs (0.25 = one full core: saturated).
+	sample := func(mem int64, cpu float64) func(*harness) {
+		return both(hb, func(h *harness) { h.metrics(treeMetrics("w1", mem, cpu, 1)) })
+	}
+	codes := func(want ...string) func(*harness) {
+		return func(h *harness) { assert.Equal(h.t, want, h.codes("w1")) }
+	}
+	runSteps(t, []stepCase{
+		{
+			name: "row 1: no sign of life for lost.after: lost, whatever else held",
+			cfg:  stallFast,
+			steps: seq(
+				repeat(3, step{do: sample(1200, 0.25), advance: sec}),
+				step{want: unhealthy},
+				step{advance: 5 * sec, want: lost, check: codes(codeNoTelemetry)},
+			),
+		},
+		{
+			name: "row 3: a sign of life (a claims-only scheduler's claims) and nothing of its own: unknown, not lost",
+			cfg:  func(c *Config) { stallFast(c); c.Scheduler.View = contract.ViewClaimsOnly },
+			steps: seq(
+				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "r0")) }, advance: sec},
+				repeat(8, step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("r%d", autoRun.Add(1)))) }, advance: sec}),
+				step{want: unknown, check: codes(codeNotReported)},
+			),
+		},
+		{
+			name: "row 4: a memory latch with the stalled rule and a saturated CPU: unhealthy, every reason listed worst first",
+			cfg:  stallFast,
+			steps: seq(
+				repeat(2, step{do: sample(1200, 0.25), advance: sec}),
+				step{do: sample(1200, 0.25), advance: sec, want: unhealthy, check: codes(codeMemory, codeNoClaim, codeCPU)},
+			),
+		},
+		{
+			name: "row 5: the stalled rule and a saturated CPU, no latch: stalled, the degraded reason listed",
+			cfg:  stallFast,
+			steps: seq(
+				repeat(2, step{do: sample(100, 0.25), advance: sec}),
+				step{do: sample(100, 0.25), advance: sec, want: stalled, check: codes(codeNoClaim, codeCPU)},
+			),
+		},
+		{
+			name: "row 6: a saturated CPU, no latch, nothing pending: degraded",
+			steps: seq(
+				repeat(2, step{do: sample(100, 0.25), advance: sec}),
+				step{do: sample(100, 0.25), advance: sec, want: degraded, check: codes(codeCPU)},
+			),
+		},
+		{
+			name:  "row 7: nothing holds: healthy, no reason",
+			steps: seq(repeat(6, step{do: sample(100, 0.01), advance: sec, want: healthy, check: codes()})),
+		},
+	})
 }

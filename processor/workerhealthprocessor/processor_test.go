@@ -413,8 +413,16 @@ func TestRestoreAfterRestart(t *testing.T) {
 	}
 	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
 
+	restored := h2.clock.Now()
+	h2.advance(time.Second)
 	h2.eval()
 	assert.Equal(t, unknown, h2.state("w1"), "no telemetry since the restart: never healthy")
+	// Evaluated, it keeps saying why, since the restore (before: the
+	// reason lost "restored" and its since went back to when the previous
+	// process first saw the worker).
+	r := h2.reason(codeNotReported)
+	assert.Contains(t, r.Message, "restored from the checkpoint")
+	assert.Equal(t, restored, r.Since)
 	assert.Equal(t, unhealthy, h2.state("w2"), "restored evidence still counts")
 	hb(h2)
 	h2.eval()

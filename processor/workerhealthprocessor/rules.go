@@ -123,7 +123,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, notReported(w, w.firstMention, false))
+		return contract.Unknown, append(reasons, notReported(w, max(w.firstMention, w.restoredAt), w.restoredAt > 0))
 	}
 	switch {
 	case len(unhealthy) > 0:
