@@ -233,6 +233,21 @@ func TestSchedulerViews(t *testing.T) {
 			),
 		},
 		{
+			// A run every snapshot lists is held by the scheduler: real
+			// drift, never let go by drift.heal_after (that bound is for
+			// views nothing else corrects). Fails if heal_after applies to
+			// a scheduler whose fresh snapshots list the run.
+			name: "snapshots: a run the latest snapshots keep listing stays missing past drift.heal_after",
+			cfg:  func(c *Config) { snapshots(c); c.Drift.HealAfter = 10 * sec },
+			steps: seq(
+				repeat(12, step{do: feed(hb, snap("r9")), advance: 2 * sec}),
+				step{want: degraded, code: codeMissing, check: func(h *harness) {
+					drift([]string{"r9"}, none)(h)
+					assert.Equal(h.t, [2]int64{0, 0}, h.healed(), "nothing let go")
+				}},
+			),
+		},
+		{
 			name: "snapshots: a worker the scheduler stops restating loses its runs after three intervals",
 			cfg:  snapshots,
 			steps: seq(
