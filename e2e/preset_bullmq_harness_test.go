@@ -31,6 +31,13 @@ import (
 var (
 	bullmqExampleDir = filepath.Join(repoRoot, "examples", "bullmq-worker")
 	bullmqPreset     = filepath.Join(repoRoot, "presets", "bullmq", "collector.yaml")
+	// bullmqRun tells this run's processes from another run's on the same
+	// machine (a second checkout's suite, a CI run beside a developer's):
+	// in the workers' command-line marker, which the collectors' selectors
+	// match, and in the logs' directory (e2e-logs/bullmq-<pid>/), which the
+	// scenarios read. Without it two runs' collectors sampled each other's
+	// workers of the same names, and their logs were written into one file.
+	bullmqRun = fmt.Sprintf("bullmq-%d", os.Getpid())
 )
 
 // bullScenario is one scenario's world: a queue on its own Redis, its workers,
@@ -122,7 +129,7 @@ func (s *bullScenario) begin(t *testing.T, prom string) {
 }
 
 // overlay writes a config that narrows the preset's worker selectors to this
-// scenario's workers (their command line ends with `--scenario <name>`):
+// scenario's workers (their command line ends with `--scenario <name>.<pid>`):
 // scenarios run in parallel on one host, and a collector must not sample
 // another scenario's workers. Everything else comes from the preset as shipped.
 func (s *bullScenario) overlay() string {
@@ -140,7 +147,7 @@ func (s *bullScenario) overlay() string {
 		if re == "" {
 			s.t.Fatalf("%s: a worker selector without cmdline: %v", bullmqPreset, sel)
 		}
-		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(s.name) + "$"
+		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(s.marker()) + "$"
 	}
 	b, err := json.Marshal(map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}})
 	if err != nil {
@@ -169,7 +176,11 @@ func (s *bullScenario) startCollector() {
 }
 
 // proc names a process of the scenario (its log is e2e-logs/<name>.log).
-func (s *bullScenario) proc(what string) string { return "bullmq-" + s.name + "-" + what }
+func (s *bullScenario) proc(what string) string { return bullmqRun + "/" + s.name + "-" + what }
+
+// marker ends the command line of the scenario's workers: this run's, this
+// scenario's.
+func (s *bullScenario) marker() string { return s.name + "." + strconv.Itoa(os.Getpid()) }
 
 // nodeEnv is the environment every program of the example gets.
 func (s *bullScenario) nodeEnv(extra ...string) []string {
@@ -179,20 +190,26 @@ func (s *bullScenario) nodeEnv(extra ...string) []string {
 	}, extra...)
 }
 
+// bullWorkerStop is how long a worker may take from SIGTERM to its exit:
+// BullMQ's close waits for its running jobs (worker.js forces it after 5 s),
+// then the SDK flushes (at most 5 s); on a loaded machine (a load of 40 on 2
+// cores was seen) that took more than 20 s.
+const bullWorkerStop = time.Minute
+
 // startWorker starts a BullMQ worker (examples/bullmq-worker/worker.js) named
 // id and waits until BullMQ says it is ready. With matched=false its command
 // line lacks the scenario's marker, so the preset's selector does not find it.
 func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc {
 	args := []string{filepath.Join(bullmqExampleDir, "worker.js")}
 	if matched {
-		args = append(args, "--scenario", s.name)
+		args = append(args, "--scenario", s.marker())
 	}
 	p := start(s.t, s.proc("worker-"+id), s.nodeEnv(append([]string{"WORKER_NAME=" + id}, env...)...), s.node, args...)
 	// BullMQ's sandboxed children outlive a worker killed with SIGKILL (one
 	// busy child went on spinning at init, and ignored SIGTERM): after the
 	// worker's own stop, end what is left of its process group.
 	s.t.Cleanup(func() {
-		p.stop(s.t)
+		p.stopWithin(s.t, bullWorkerStop)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	})
 	waitLog(s.t, p, " ready (pid ", 60*time.Second)
@@ -267,7 +284,7 @@ scrape_configs:
     static_configs:
       - targets: [%s]
 `, strings.Join(targets, ", ")))
-	p := start(t, "bullmq-prometheus", nil, promBin, "--config.file="+cfg,
+	p := start(t, bullmqRun+"/prometheus", nil, promBin, "--config.file="+cfg,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
 	waitListening(t, p, web)
 	return "http://" + web

@@ -14,6 +14,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,6 +67,9 @@ func TestPresetBullMQ(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	if err := os.MkdirAll(filepath.Join(logDir, bullmqRun), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	all, web := newBullScenarios(t, names)
 	prom := startSharedPrometheus(t, web, all)
 	for i, n := range names {
@@ -190,7 +194,7 @@ func bullLeak(t *testing.T, s *bullScenario) {
 	// Restart: stop the work and the worker, start it again under the same name.
 	prod.stop(t)
 	stopped := time.Now()
-	w.stop(t)
+	w.stopWithin(t, bullWorkerStop)
 	w = s.startWorker("leak-a", true, "LEAK_MB_PER_JOB=16")
 	restarted := time.Now()
 	eventually(t, bullBoundRecovered, 500*time.Millisecond, "leak-a 200 after its restart", func() error {
@@ -287,7 +291,8 @@ func bullHang(t *testing.T, s *bullScenario) {
 func bullClaims(t *testing.T, s *bullScenario) {
 	s.startCollector()
 	s.startQueueSide("SNAPSHOT_INTERVAL_MS=2000")
-	limits := []string{"JOB_MAX_OLD_SPACE_MB=96", "JOB_TIMEOUT_MS=8000"}
+	// The time limit leaves the outage's job below (ended on cue) its time.
+	limits := []string{"JOB_MAX_OLD_SPACE_MB=96", "JOB_TIMEOUT_MS=20000"}
 	// claims-d alone first, with three long jobs: its processing slot takes
 	// one, its dropper the other two.
 	d := s.startWorker("claims-d", true, append(limits, "CONCURRENCY=1", "DROP_CLAIMS=2", "DROP_LOCK_MS=900000")...)
@@ -357,14 +362,17 @@ func bullClaims(t *testing.T, s *bullScenario) {
 		return nil
 	})
 
-	// Stopped for 15 s while the workers go on: their SDKs retry for 10 s,
-	// then drop what they could not send. A job whose start the collector
-	// saw ends 3 s after it started, early in the outage: its end is lost for
-	// sure (its retries give up 10 s later, before the collector is back),
-	// so after the restart its worker still holds it while Redis lists it
-	// nowhere, until drift.heal_after lets it go.
+	// Stopped for 15 s while the workers go on: their SDKs retry for 10 s
+	// (the JS exporters' deadline), then drop what they could not send. A
+	// job whose start the collector saw is ended just after the collector
+	// stopped (its file gate): its end is lost for sure (its retries give up
+	// before the collector is back), so after the restart its worker still
+	// holds it while Redis lists it nowhere, until drift.heal_after lets it
+	// go. (A job that ends on its own time may end before the stop: the
+	// API shows a start up to an evaluation late.)
 	s.neverDrift("claims-e", time.Time{}, time.Now())
-	phantom := s.add(1, `{"durationMs":3000}`)[0]
+	gate := filepath.Join(s.dir, "phantom-end")
+	phantom := s.add(1, fmt.Sprintf(`{"durationMs":15000,"untilFile":%q}`, gate))[0]
 	holder := ""
 	eventually(t, 30*time.Second, 100*time.Millisecond, "job "+phantom+" started, as the collector saw it", func() error {
 		for _, id := range []string{"claims-d", "claims-e"} {
@@ -376,6 +384,7 @@ func bullClaims(t *testing.T, s *bullScenario) {
 		return fmt.Errorf("not held by a worker yet")
 	})
 	s.collector.stop(t)
+	writeFile(t, gate, "")
 	time.Sleep(15 * time.Second) // the outage itself, not a wait for a condition
 	s.startCollector()
 	back := time.Now()

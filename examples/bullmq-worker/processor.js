@@ -9,6 +9,9 @@
 //               --max-old-space-size, V8 aborts the child: a job over its
 //               memory limit)
 //   throw       an error message: the job throws it (a job that fails)
+//   untilFile   a path: the job ends as soon as that file exists (checked
+//               every 100 ms), at the latest after durationMs (to end a job
+//               at a moment of one's choosing, e.g. while the collector is down)
 //
 // Time limit: BullMQ has no job timeout of its own. This is the pattern of
 // BullMQ's documentation ("Timeout for sandboxed processors",
@@ -16,6 +19,8 @@
 // JOB_TIMEOUT_MS the child exits with TTL_EXIT_CODE, BullMQ fails the job with
 // "Unexpected exit code: 10 signal: null" and forks a fresh child for the next
 // job. The child inherits the worker's environment (fork's default).
+
+const fs = require('node:fs');
 
 const TTL_EXIT_CODE = 10;
 const JOB_TIMEOUT_MS = Number(process.env.JOB_TIMEOUT_MS || 30000);
@@ -47,7 +52,12 @@ module.exports = async function process_(job) {
   try {
     let held = touchBuffers(Math.max(0, Number(data.memoryMb) || 0));
     if (data.heapMb) held = held.concat(fillHeap(Number(data.heapMb)));
-    await sleep(Number(data.durationMs ?? 1000));
+    const until = Date.now() + Number(data.durationMs ?? 1000);
+    if (data.untilFile) {
+      while (Date.now() < until && !fs.existsSync(String(data.untilFile))) await sleep(100);
+    } else {
+      await sleep(until - Date.now());
+    }
     if (data.throw) throw new Error(String(data.throw));
     completed = true;
     return { pid: process.pid, heldMb: held.length };
