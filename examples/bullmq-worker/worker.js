@@ -1,7 +1,7 @@
 'use strict';
 // A BullMQ worker as BullMQ users write one: a Worker with a SANDBOXED processor
 // (processor.js, run by BullMQ in forked child processes), BullMQ's own OpenTelemetry
-// (bullmq-otel: traces and metrics), and two small log records BullMQ does not send
+// (bullmq-otel: traces and metrics), and three small log records BullMQ does not send
 // (README.md, "What the worker sends").
 //
 // Environment (README.md has the full table):
@@ -66,10 +66,10 @@ const worker = new Worker(QUEUE, path.join(__dirname, 'processor.js'), {
   telemetry,
 });
 
-// The two records BullMQ does not send. bullmq-otel's job span ("process <queue>")
+// The three records BullMQ does not send. bullmq-otel's job span ("process <queue>")
 // is exported only when the job ends, so nothing says a job started while it
-// runs; and its failure reason is only on a span event. Both records use
-// BullMQ's own attribute names.
+// runs; and how the job ended (completed, failed and why) is only in span events.
+// The records use BullMQ's own attribute names.
 function jobRecord(eventName, job, attrs, severityNumber = SeverityNumber.INFO) {
   logger.emit({
     eventName,
@@ -115,7 +115,8 @@ worker.on('failed', (job, err) => {
 });
 
 const leaked = [];
-worker.on('completed', () => {
+worker.on('completed', (job) => {
+  jobRecord('bullmq.job.completed', job, { 'bullmq.job.state': 'completed' });
   if (LEAK_MB_PER_JOB > 0) leaked.push(Buffer.alloc(LEAK_MB_PER_JOB << 20, 1));
 });
 worker.on('stalled', (jobId) => process.stdout.write(`${PROG}: found job ${jobId} stalled, moved back to wait\n`));

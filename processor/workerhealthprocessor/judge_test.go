@@ -593,6 +593,42 @@ func TestKills(t *testing.T) {
 	})
 }
 
+func TestResultFromEitherEnd(t *testing.T) {
+	started := func(run string) plog.Logs { return wl("w1", "workerwatch.run.started", run, nil) }
+	end := func(run, result string) plog.Logs {
+		if result == "" {
+			return wl("w1", "workerwatch.run.finished", run, nil)
+		}
+		return wl("w1", "workerwatch.run.finished", run, map[string]any{"cicd.pipeline.result": result})
+	}
+	result := func(run, want string) func(*harness) {
+		return func(h *harness) {
+			for _, r := range h.snap("w1").Runs.Recent {
+				if r.ID == run {
+					assert.Equal(h.t, want, r.Result, run)
+					return
+				}
+			}
+			h.t.Errorf("run %s not among the recent runs", run)
+		}
+	}
+	runSteps(t, []stepCase{{
+		// Before: the first end won, so a BullMQ job whose span (no result)
+		// came before the worker's record (completed, failed) had none.
+		name: "a run ended twice takes the result of whichever end has one",
+		steps: seq(
+			step{do: feed(hb, started("r1"), started("r2")), advance: sec},
+			step{do: feed(hb, end("r1", ""), end("r2", "failure")), advance: sec},
+			step{do: feed(hb, end("r1", "success"), end("r2", "")), advance: sec, want: healthy, check: func(h *harness) {
+				result("r1", "success")(h)
+				result("r2", "failure")(h)
+			}},
+			// A later end does not overwrite a known result.
+			step{do: feed(hb, end("r2", "success")), advance: sec, check: result("r2", "failure")},
+		),
+	}})
+}
+
 func TestRoleMemory(t *testing.T) {
 	roles := func(c *Config) {
 		c.Memory.SoftLimitBytes = 0

@@ -416,7 +416,13 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			t.kill(w, k, now)
 		}
 		if r.has(fWorkerEnded) {
-			return // duplicate end
+			// A duplicate end (BullMQ's job span, which carries no result, and
+			// the worker's record of the same end, which does, in either
+			// order): the first that knows the result gives it.
+			if r.result == 0 && e.result != "" {
+				r.result = uint8(resultIndex(e.result) + 1)
+			}
+			return
 		}
 		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
 		r.wEnd = now

@@ -99,6 +99,8 @@ test('the worker and the queue side send what the preset reads', { skip: !redisB
   const failed = await until('the failed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.failed' && l.attributes['bullmq.job.id'] === bad));
   assert.strictEqual(failed.attributes['bullmq.job.failed.reason'], 'boom');
   assert.strictEqual(failed.attributes['bullmq.job.state'], 'failed');
+  const completed = await until('the completed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.completed' && l.attributes['bullmq.job.id'] === ok));
+  assert.strictEqual(completed.attributes['bullmq.job.state'], 'completed');
   await until('BullMQ\'s queue gauge', () => sink.metrics.some((m) => m.name === 'bullmq.queue.jobs' && m.resource['service.name'] === 'bullmq-queue'));
   await until('an empty snapshot once the jobs are done', () => sink.logs.some((l) => l.eventName === 'bullmq.queue.active'
     && l.attributes['bullmq.worker.name'] === 'example-w1' && Array.isArray(l.attributes['bullmq.job.ids']) && l.attributes['bullmq.job.ids'].length === 0));
