@@ -190,6 +190,8 @@ service:
 	var late *proc
 	var lateStart time.Time
 	lateOK := make(chan time.Duration, 1)
+	var lateLast atomic.Value // the last answer for lateID that was not 200
+	lateLast.Store("none")
 	var peakProfile string
 	var profiledRSS int64
 	var profiledAt time.Time
@@ -199,10 +201,18 @@ service:
 			"--id-prefix", runPrefix+"late-", "--seed", "6", "--otlp-endpoint", httpAddr), time.Now()
 		go func() {
 			for time.Since(lateStart) < lateWithin {
-				if code, err := getJSON("http://"+health+"/health/workers/"+lateID, nil); err == nil && code == 200 {
+				var w struct {
+					State   string `json:"state"`
+					Reasons []struct {
+						Code string `json:"code"`
+					} `json:"reasons"`
+				}
+				code, err := getJSON("http://"+health+"/health/workers/"+lateID, &w)
+				if err == nil && code == 200 {
 					lateOK <- time.Since(lateStart)
 					return
 				}
+				lateLast.Store(fmt.Sprintf("%d %s %v %v after %s", code, w.State, w.Reasons, err, time.Since(lateStart).Round(time.Second)))
 				time.Sleep(500 * time.Millisecond)
 			}
 		}()
@@ -240,7 +250,7 @@ service:
 	case d := <-lateOK:
 		t.Logf("e2e: %s, a new real worker started during the flood, answered 200 after %s", lateID, d.Round(100*time.Millisecond))
 	case <-time.After(max(0, lateWithin-time.Since(lateStart))):
-		t.Errorf("%s, a new real worker started during the flood, did not answer 200 within %s", lateID, lateWithin)
+		t.Errorf("%s, a new real worker started during the flood, did not answer 200 within %s (last answer: %s)", lateID, lateWithin, lateLast.Load())
 	}
 	time.Sleep(after)
 	if profile {

@@ -74,7 +74,7 @@ func TestReliabilitySlowClients(t *testing.T) {
 	var checks []slowCheck
 	for _, cfg := range configs {
 		rel, _ := filepath.Rel(repoRoot, cfg)
-		ls, problems := runShippedConfig(t, bin, cfg)
+		ls, problems, _ := runShippedConfig(t, bin, cfg)
 		for _, p := range problems {
 			t.Errorf("%s: %s", rel, p)
 		}
@@ -294,7 +294,7 @@ func h2Frame(typ byte, stream uint32, length int) []byte {
 // runShippedConfig starts the config (rewritten to run here, see the test's
 // comment) and returns its listeners, and what it lacks: a listener without
 // one of the required limits, or one this test does not know.
-func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string) {
+func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string, *proc) {
 	t.Helper()
 	rel, _ := filepath.Rel(repoRoot, path)
 	raw, err := os.ReadFile(path)
@@ -429,7 +429,7 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string)
 	writeFile(t, file, string(out))
 	col := start(t, name, slowConfigEnv(t, tmp), bin, "--config", file)
 	waitLog(t, col, readyLine, 90*time.Second)
-	return ls, problems
+	return ls, problems, col
 }
 
 // slowConfigEnv is the environment the shipped configs read (as the deploy/
