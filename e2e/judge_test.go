@@ -199,7 +199,7 @@ func TestJudgeOpenFn(t *testing.T) {
 		}
 		for _, id := range []string{wOOM, wTimeout, wOK} {
 			if ws[id].State == contract.Unhealthy {
-				violations = append(violations, fmt.Sprintf("%s unhealthy %v", id, reasonCodes(ws[id])))
+				violations = append(violations, fmt.Sprintf("%s unhealthy %+v, kills %v", id, ws[id].Reasons, ws[id].Runs.Kills))
 			}
 		}
 		for _, id := range []string{wOOM, wTimeout, wLeak, wOK} {

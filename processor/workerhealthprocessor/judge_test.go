@@ -580,6 +580,31 @@ func TestKills(t *testing.T) {
 			),
 		},
 		{
+			// Found by TestJudgeOpenFn on a loaded host: a worker whose runs
+			// die at their memory limit 4 times a second ends more runs
+			// within kills.exit_window than the 64 ends kept, so exits
+			// whose end was pushed out counted as child_exit (3 of 388:
+			// unhealthy). Fails with the ring of 64.
+			name: "a worker ending runs faster than 64 per exit window still has each child exit explained by its run's end",
+			cfg: func(c *Config) {
+				win(c)
+				c.Kills.ExitWindow = 15 * time.Second
+			},
+			steps: func() []step {
+				var s []step
+				s = append(s, step{do: feed(hb, exits(0, 0)), advance: sec})
+				for i := 1; i <= 25; i++ {
+					ends := []any{hb, exits(0, int64(5*i))}
+					for j := range 5 {
+						run := fmt.Sprintf("fast-%d-%d", i, j)
+						ends = append(ends, started(run), finished(run))
+					}
+					s = append(s, step{do: feed(ends...), advance: sec})
+				}
+				return append(s, step{do: feed(hb, exits(0, 125)), advance: 20 * sec, want: healthy, check: kills("child_exit", 0)})
+			}(),
+		},
+		{
 			name: "each reason's effect is configurable",
 			cfg: func(c *Config) {
 				win(c)

@@ -207,22 +207,24 @@ type exitRec struct {
 // maxPending bounds the child exits waiting to be matched per worker.
 const maxPending = 256
 
-// endRing is how many recent run ends a worker keeps for matching: a ring,
-// so recording an end never allocates once it exists.
-const endRing = 64
+// maxEnds bounds the run ends a worker keeps for matching; beyond it the
+// oldest go. matchExits drops those no exit can match any more, so a worker
+// keeps only the ends of about two exit windows, whatever its rate (a fixed
+// ring of 64 lost ends a worker ending 4 runs a second still needed, and
+// their exits counted as child_exit).
+const maxEnds = 1024
 
 // runEnded remembers that a started run of the worker ended (its child, if
 // any, exits too): a child exit around it is to blame on the run. Only for
-// workers whose tree reports exits: nothing else needs it.
+// workers whose tree reports exits: nothing else needs it. In arrival order.
 func (w *worker) runEnded(now int64) {
 	if w.exitChildBase < 0 {
 		return
 	}
-	if w.endTimes == nil {
-		w.endTimes = make([]int64, endRing)
+	if len(w.endTimes) >= maxEnds {
+		w.endTimes = slices.Delete(w.endTimes, 0, 1)
 	}
-	w.endTimes[w.endNext] = now
-	w.endNext = (w.endNext + 1) % endRing
+	w.endTimes = append(w.endTimes, now)
 }
 
 // matchExits blames the child exits older than kills.exit_window (a main
@@ -245,6 +247,7 @@ func (t *tracker) matchExits(w *worker, now int64) {
 			from = ex.at - grace
 		}
 		n := int(ex.n)
+		// The oldest ends first: exits are matched oldest first too.
 		for i := range w.endTimes {
 			if n == 0 {
 				break
@@ -264,6 +267,29 @@ func (t *tracker) matchExits(w *worker, now int64) {
 	}
 	if len(w.exitPend) == 0 {
 		w.exitPend = nil
+	}
+	w.dropSpentEnds(now, grace)
+}
+
+// dropSpentEnds forgets the run ends no child exit can match any more: the
+// spent ones, and those before every window still to come (an exit waiting
+// matches ends after its previous tree sample - exit_window, a later exit
+// ends after the last tree sample - exit_window).
+func (w *worker) dropSpentEnds(now, grace int64) {
+	from := now
+	if w.treeAt > 0 {
+		from = w.treeAt
+	}
+	for _, ex := range w.exitPend {
+		if ex.after > 0 {
+			from = min(from, ex.after)
+		} else {
+			from = min(from, ex.at-grace)
+		}
+	}
+	w.endTimes = slices.DeleteFunc(w.endTimes, func(e int64) bool { return e == 0 || e <= from-grace })
+	if len(w.endTimes) == 0 {
+		w.endTimes = nil
 	}
 }
 

@@ -123,8 +123,7 @@ type worker struct {
 	killSince                            int64
 	oomBase, exitMainBase, exitChildBase int64
 	exitPend                             []exitRec
-	endTimes                             []int64 // a ring of endRing, 0 = spent
-	endNext                              int
+	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
 
 	kills       [nKillReasons]int64 // cumulative by reason
