@@ -187,6 +187,7 @@ async function execute({ id, token }) {
       'workflow-complete': (e) => onRunComplete(ctx, e),
       'workflow-error': (e) => onRunError(ctx, e),
     });
+    ctx.handedAt = Date.now();
     engine.execute(plan, { data: {} }, opts);
   } catch (e) {
     // As in ws-worker: a run that cannot be joined is dropped, and Lightning
@@ -296,6 +297,9 @@ function onRunError(ctx, e) {
 function complete(ctx, reason) {
   if (ctx.done) return;
   ctx.done = true;
+  // A run the engine's time limit killed before its thread started has no
+  // run:start: its span covers the time the engine held it.
+  ctx.span ??= tracer.startSpan('run', { attributes: { run_id: ctx.id, worker_name: NAME }, startTime: ctx.handedAt });
   send(ctx, 'run:complete', reason, reason.reason === 'success' || reason.reason === 'fail' ? SeverityNumber.INFO : SeverityNumber.WARN);
   endSpan(ctx.span, reason);
   log(`${ctx.id}: ${reason.reason}${reason.error_type ? ` (${reason.error_type})` : ''}`);
