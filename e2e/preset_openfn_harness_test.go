@@ -138,7 +138,7 @@ func (w *ofWorld) startWorker(t *testing.T, id string, env ...string) *proc {
 	p := start(t, name, full, w.node, filepath.Join(openfnDir, "worker.js"), "--scenario", w.name)
 	// A worker stops within 5 s of SIGTERM (runs in flight, the engine, the
 	// SDK's flush): more on a loaded machine.
-	t.Cleanup(func() { p.stopWithin(t, time.Minute) })
+	t.Cleanup(func() { p.stopWithin(t, ofWait) })
 	waitLog(t, p, "started: engine-multi", 3*time.Minute)
 	return p
 }
@@ -155,15 +155,21 @@ type ofRun struct {
 	ClaimedAt    int64  `json:"claimed_at"` // Unix ms
 }
 
+// ofControlClient waits up to ofWait for the Lightning stand-in: one Node
+// process, which on a loaded machine can be starved for more than the
+// suite's usual 10 s (every group's Lightning timed out at once at a load
+// average of 65 on 2 cores); its answer is the ground truth, not a bound.
+var ofControlClient = &http.Client{Timeout: ofWait}
+
 func (w *ofWorld) control(t *testing.T, path string, body, out any) {
 	t.Helper()
 	var resp *http.Response
 	var err error
 	if body == nil {
-		resp, err = httpClient.Get(w.lightning + path)
+		resp, err = ofControlClient.Get(w.lightning + path)
 	} else {
 		b, _ := json.Marshal(body)
-		resp, err = httpClient.Post(w.lightning+path, "application/json", bytes.NewReader(b))
+		resp, err = ofControlClient.Post(w.lightning+path, "application/json", bytes.NewReader(b))
 	}
 	if err != nil {
 		t.Fatalf("lightning %s: %v", path, err)

@@ -282,7 +282,7 @@ func ofLeak(t *testing.T, w *ofWorld, id string) {
 
 	// Restart: a new main process, same name, nothing retained.
 	waitIdle(t, w, id)
-	p.stopWithin(t, time.Minute)
+	p.stopWithin(t, ofWait)
 	restarted := time.Now()
 	w.startWorker(t, id, "RETAIN_FINAL_STATES=1")
 	w.waitFinal(t, w.enqueue(t, id, "ok", 1, nil, nil))
@@ -653,7 +653,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		"WORKER_LIGHTNING_SERVICE_URL=" + w.lightning, nowhere,
 	}, ofWorkerEnv...),
 		w.node, filepath.Join(openfnDir, "worker.js"))
-	t.Cleanup(func() { sp.stopWithin(t, time.Minute) })
+	t.Cleanup(func() { sp.stopWithin(t, ofWait) })
 	waitLog(t, sp, "started: engine-multi", ofWait)
 	sim := start(t, w.name+"-workersim", nil, need(t, "workersim", filepath.Join(binDir, "workersim")), "fleet",
 		"--workers", "2", "--id-prefix", w.name+"-sim-", "--otlp-endpoint", w.c.otlpHTTP, "--run-rate", "1")
