@@ -152,7 +152,11 @@ func (t *tracker) drift(w *worker, now int64) {
 	// Over capacity: the runs held beyond the capacity, once that lasted the
 	// grace period (claims and ends cross in flight).
 	w.overCap = 0
-	if c := t.capacityOf(w); c > 0 {
+	// A claims-only scheduler never says a run ended: without the worker's
+	// own view its claims only add up (until drift.heal_after), which says
+	// nothing of the worker's load.
+	judged := w.origins[originTelemetry].last > 0 || src.view != contract.ViewClaimsOnly
+	if c := t.capacityOf(w); c > 0 && judged {
 		if held := w.heldForCapacity(); held > c {
 			if w.overCapSince == 0 {
 				w.overCapSince = now

@@ -110,6 +110,23 @@ func TestIdentity(t *testing.T) {
 			),
 		},
 		{
+			// Before (openfn helper's finding, e2e bad input: a worker only
+			// Lightning names showed over_capacity 14): its claims never
+			// end, so they added up to capacity excess until heal_after.
+			name: "a claims-only scheduler alone is no measure of load: no over capacity",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewClaimsOnly
+				c.Capacity.Default = 2
+			},
+			steps: seq(
+				repeat(12, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec, noCode: codeOverCapacity, check: func(h *harness) {
+					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
+				}}),
+			),
+		},
+		{
 			// bullmq helper's finding: a queue that states only connected
 			// workers names a live worker in every snapshot.
 			name: "sign_of_life any: a snapshot naming the worker keeps it from lost",
