@@ -87,7 +87,7 @@ unit:
 E2E_PARALLEL ?= 12
 e2e: deps build
 	@mkdir -p $(CACHE)
-	@$(GO) test -tags e2e -count=1 -timeout 30m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
+	@$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
 		grep -E '^\s*(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 # (testdata/bad-*.yaml are refused with their exact errors by
