@@ -5,7 +5,8 @@ package e2e
 // The judgement of issue 12 through the real binary, the real simulator and
 // its real processes (docs/e2e.md, "Judgement"): OpenFn's names with a
 // claims-only scheduler; events lost while the collector is down, with a
-// scheduler that sends events and with one that sends snapshots; a worker
+// scheduler that sends events, one that sends claims only and one that
+// sends snapshots; a worker
 // pinned to one CPU. Each scenario has its own collector watching only its
 // own fleet, so they run in parallel.
 //
