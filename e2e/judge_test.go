@@ -6,9 +6,8 @@ package e2e
 // its real processes (docs/e2e.md, "Judgement"): OpenFn's names with a
 // claims-only scheduler; events lost while the collector is down, with a
 // scheduler that sends events, one that sends claims only and one that
-// sends snapshots; a worker
-// pinned to one CPU. Each scenario has its own collector watching only its
-// own fleet, so they run in parallel.
+// sends snapshots; a worker pinned to one CPU. Each scenario has its own
+// collector watching only its own fleet, so they run in parallel.
 //
 //	make build && go test -tags e2e -count=1 -v -run TestJudge ./e2e/
 
