@@ -1064,3 +1064,50 @@ func TestTruthTable(t *testing.T) {
 		},
 	})
 }
+
+// Each scheduler source has its own view and its own id attributes
+// (scheduler.sources): the same record sequence (a claim from the
+// scheduler; the worker's claim, start and end) closes the run for a worker
+// a claims-only source names, and leaves it missing for a worker an
+// events-view source names (that scheduler's end never came). Fails if one
+// view applied to every source.
+func TestSchedulerViewPerSource(t *testing.T) {
+	cfg := testCfg()
+	cfg.Scheduler.View = contract.ViewEvents // workersim-scheduler's
+	cfg.Scheduler.Sources = []SchedulerSource{{ServiceName: "lightning", View: contract.ViewClaimsOnly, WorkerIDAttributes: []string{"worker_name"}}}
+	require.NoError(t, cfg.Validate())
+	h := newHarness(t, cfg)
+	lightning := func(worker, run string) plog.Logs {
+		ld := plog.NewLogs()
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", "lightning")
+		lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		fillRec(lr, rec{event: "workerwatch.run.claimed", run: run})
+		lr.Attributes().PutStr("worker_name", worker)
+		return ld
+	}
+	for _, w := range []string{"lw", "ew"} {
+		if w == "lw" {
+			h.logs(lightning(w, w+"-r1"))
+		} else {
+			h.logs(sl(w, "workerwatch.run.claimed", w+"-r1"))
+		}
+		h.logs(wl(w, "workerwatch.run.claimed", w+"-r1", nil))
+		h.logs(wl(w, "workerwatch.run.started", w+"-r1", nil))
+	}
+	h.advance(sec)
+	h.eval()
+	for _, w := range []string{"lw", "ew"} {
+		h.logs(wl(w, "workerwatch.run.finished", w+"-r1", map[string]any{"cicd.pipeline.result": "success"}))
+	}
+	h.advance(4 * sec)
+	h.eval()
+	lw, ew := h.snap("lw"), h.snap("ew")
+	assert.Equal(t, []string{"cicd.worker.id=lw"}, lw.Sources.Telemetry.IDs)
+	assert.Equal(t, []string{"worker_name=lw"}, lw.Sources.Scheduler.IDs, "lightning names it by worker_name")
+	assert.Empty(t, lw.Drift.Missing, "claims only: the worker's end closed lightning's claim")
+	assert.Empty(t, lw.Runs.Scheduler)
+	assert.Equal(t, []string{"ew-r1"}, ew.Drift.Missing, "events: the scheduler's end never came")
+	assert.Equal(t, degraded, h.state("ew"))
+	assert.Equal(t, healthy, h.state("lw"))
+}
