@@ -137,6 +137,19 @@ func TestIdentity(t *testing.T) {
 			steps: seq(repeat(10, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec, want: unknown, noCode: codeNoTelemetry})),
 		},
 		{
+			name: "sign_of_life none: even a claims-only scheduler's claims do not keep the worker from lost",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewClaimsOnly
+				c.Scheduler.SignOfLife = "none"
+			},
+			steps: seq(
+				repeat(5, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec}),
+				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "c-last")) }, want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
 			name: "by default a snapshot is not a sign of life",
 			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewSnapshots },
 			steps: seq(
