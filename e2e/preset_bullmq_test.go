@@ -53,6 +53,11 @@ const (
 // the next evaluation (2 s); 10 s slack.
 const bullBoundLost = 60*time.Second + 2*time.Second + 10*time.Second
 
+// A worker with free slots taking no job while jobs wait: stalled.after
+// (2 min) from when it was first seen, then the next evaluation (2 s); 20 s
+// slack (the worker's start and its first sample are in it).
+const bullBoundStalled = 2*time.Minute + 2*time.Second + 20*time.Second
+
 func TestPresetBullMQ(t *testing.T) {
 	collectorBinary(t)
 	scenarios := map[string]func(*testing.T, *bullScenario){
@@ -61,6 +66,7 @@ func TestPresetBullMQ(t *testing.T) {
 		"hang":     bullHang,
 		"claims":   bullClaims,
 		"badinput": bullBadInput,
+		"stalled":  bullStalled,
 	}
 	names := make([]string, 0, len(scenarios))
 	for n := range scenarios {
@@ -424,6 +430,33 @@ func bullClaims(t *testing.T, s *bullScenario) {
 	}
 	s.neverIn("claims-e", contract.Unhealthy, contract.Lost)
 	s.neverIn("claims-d", contract.Unhealthy, contract.Lost)
+}
+
+// bullStalled: worker stall-a is alive and connected but paused
+// (Worker.pause) while jobs wait: no job starts, nothing else is wrong. It
+// turns stalled (503, no_claim) once stalled.after (2 min) passed since it was
+// first seen with free slots and waiting jobs, and is never lost.
+func bullStalled(t *testing.T, s *bullScenario) {
+	s.startCollector()
+	s.startQueueSide("SNAPSHOT_INTERVAL_MS=2000")
+	w := s.startWorker("stall-a", true, "PAUSED=1")
+	started := time.Now()
+	waitLog(t, w, "paused: taking no jobs", 60*time.Second)
+	s.add(3, `{"durationMs":1000}`)
+	wk := s.waitFor("stall-a", bullBoundStalled, "stalled", func(w contract.Worker) error {
+		if w.State != contract.Stalled {
+			return fmt.Errorf("%s %v", w.State, reasonCodes(w))
+		}
+		return nil
+	})
+	t.Logf("e2e: stall-a stalled %.1fs after it started (stalled.after 2m, bound %s)", time.Since(started).Seconds(), bullBoundStalled)
+	requireReason(t, wk, "no_claim")
+	requireCode(t, s.e, "stall-a", 503)
+	if len(wk.Runs.Worker)+len(wk.Runs.Scheduler) > 0 {
+		t.Errorf("stall-a holds jobs: worker %v, queue %v", wk.Runs.Worker, wk.Runs.Scheduler)
+	}
+	s.neverIn("stall-a", contract.Lost, contract.Unhealthy)
+	s.noDrift("stall-a")
 }
 
 // bullBadInput: the preset pointed at workers that do not send what it reads.

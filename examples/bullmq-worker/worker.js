@@ -19,6 +19,8 @@
 //   LEAK_MB_PER_JOB      the main process keeps this many MiB per completed job
 //   DROP_CLAIMS          take this many jobs from the queue and never start them
 //   DROP_LOCK_MS         the lock those jobs are taken with (default 120000)
+//   PAUSED               1: pause the Worker once it is ready (Worker.pause): alive and
+//                        connected, it takes no job (a worker paused and forgotten)
 //   a job with data {hangWorker: WORKER_NAME, hangMainMs: N} blocks this worker's main
 //   event loop for N ms, one second after it started the job
 
@@ -41,6 +43,7 @@ const JOB_MAX_OLD_SPACE_MB = intFromEnv(PROG, 'JOB_MAX_OLD_SPACE_MB', 256, 16);
 const LEAK_MB_PER_JOB = intFromEnv(PROG, 'LEAK_MB_PER_JOB', 0);
 const DROP_CLAIMS = intFromEnv(PROG, 'DROP_CLAIMS', 0);
 const DROP_LOCK_MS = intFromEnv(PROG, 'DROP_LOCK_MS', 120000, 1);
+const PAUSED = intFromEnv(PROG, 'PAUSED', 0);
 intFromEnv(PROG, 'JOB_TIMEOUT_MS', 30000, 1); // read by processor.js in the children
 const connection = redisConnection(PROG, { worker: true });
 
@@ -148,6 +151,10 @@ let dropperP = null;
 worker.on('ready', () => {
   process.stdout.write(`${PROG}: ${BULLMQ_NAME} ready (pid ${process.pid}, queue ${QUEUE}, concurrency ${CONCURRENCY})\n`);
   if (DROP_CLAIMS > 0) dropperP = dropClaims().catch((err) => process.stderr.write(`${PROG}: drop: ${err.message}\n`));
+  if (PAUSED > 0) {
+    worker.pause().then(() => process.stdout.write(`${PROG}: paused: taking no jobs\n`),
+      (err) => process.stderr.write(`${PROG}: pause: ${err.message}\n`));
+  }
 });
 
 async function shutdown(signal) {
