@@ -94,16 +94,20 @@ func TestScaleFigures(t *testing.T) {
 	}
 	writeFile(t, ids, idList.String())
 	table.Reset()
-	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s %10s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB", "KiB/worker")
+	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s %10s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB", "KiB/worker", "points/emission", "emissions/60s")
 	for _, tr := range []*figTier{one, three} {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
-		// 20 samples a second apart: the heap's lowest (nearest to what
-		// is live: heap_alloc includes garbage until the next GC) and the
-		// RSS's highest.
+		// 60 samples a second apart: the heap's lowest (nearest to what
+		// is live: heap_alloc includes garbage until the next GC), the
+		// RSS's highest, and the processor's emitted points, which step
+		// by one emission each time the next consumer (Prometheus's
+		// exporter) has taken it: how many emissions of emit_interval
+		// (10 s) it keeps up with.
 		for i, p := range tr.shards {
-			var n, heap, rss float64
-			for range 20 {
+			var n, heap, rss, last, size float64
+			steps := 0
+			for range 60 {
 				u, _ := readProcUsage(p.cmd.Process.Pid)
 				rss = max(rss, float64(u.rss))
 				if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
@@ -111,10 +115,16 @@ func TestScaleFigures(t *testing.T) {
 					if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
 						heap = h
 					}
+					e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
+					if last > 0 && e > last {
+						steps++
+						size = e - last
+					}
+					last = e
 				}
 				time.Sleep(time.Second)
 			}
-			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f %10.1f\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024)
+			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
 		}
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
@@ -154,8 +164,9 @@ func (tr *figTier) stop(out *strings.Builder) {
 	}
 }
 
-// startFigTier starts an agent and n shards on loopback, static members.
-func startFigTier(t *testing.T, bin, tmp, name string, n int) *figTier {
+// startFigTier starts an agent and n shards on loopback, static members;
+// extra are more arguments for the shards (another --config).
+func startFigTier(t *testing.T, bin, tmp, name string, n int, extra ...string) *figTier {
 	tr := &figTier{name: fmt.Sprintf("%d shard", n)}
 	if n > 1 {
 		tr.name += "s"
@@ -198,7 +209,7 @@ service:
 			"WORKERWATCH_SELF=" + m.otlp, "WORKERWATCH_OTLP_GRPC=" + m.otlp, "WORKERWATCH_API=" + m.api,
 			"WORKERWATCH_PROMETHEUS=" + loopbackAddr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
 			"WORKERWATCH_TELEMETRY_PORT=" + m.tel, "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
-		}, bin, "--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay)
+		}, bin, append([]string{"--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay}, extra...)...)
 		tr.shards = append(tr.shards, p)
 		tr.apis = append(tr.apis, "http://"+m.api)
 		tr.tels = append(tr.tels, "http://127.0.0.1:"+m.tel)
