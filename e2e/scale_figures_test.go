@@ -98,34 +98,42 @@ func TestScaleFigures(t *testing.T) {
 	for _, tr := range []*figTier{one, three} {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
-		// 60 samples a second apart: the heap's lowest (nearest to what
+		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
 		// is live: heap_alloc includes garbage until the next GC), the
 		// RSS's highest, and the processor's emitted points, which step
 		// by one emission each time the next consumer (Prometheus's
 		// exporter) has taken it: how many emissions of emit_interval
 		// (10 s) it keeps up with.
+		rows := make([]string, len(tr.shards))
+		var wg sync.WaitGroup
 		for i, p := range tr.shards {
-			var n, heap, rss, last, size float64
-			steps := 0
-			for range 60 {
-				u, _ := readProcUsage(p.cmd.Process.Pid)
-				rss = max(rss, float64(u.rss))
-				if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
-					n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
-					if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
-						heap = h
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var n, heap, rss, last, size float64
+				steps := 0
+				for range 60 {
+					u, _ := readProcUsage(p.cmd.Process.Pid)
+					rss = max(rss, float64(u.rss))
+					if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
+						n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
+						if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
+							heap = h
+						}
+						e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
+						if last > 0 && e > last {
+							steps++
+							size = e - last
+						}
+						last = e
 					}
-					e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
-					if last > 0 && e > last {
-						steps++
-						size = e - last
-					}
-					last = e
+					time.Sleep(time.Second)
 				}
-				time.Sleep(time.Second)
-			}
-			fmt.Fprintf(&table, "%-8s %-22s %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
+				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
+			}()
 		}
+		wg.Wait()
+		table.WriteString(strings.Join(rows, ""))
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
 
