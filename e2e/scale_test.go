@@ -46,15 +46,21 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// The fleet's ids carry the run's prefix (runPrefix): the agents' selector
+// matches this run's workers only, never another session's on the host.
+var (
+	scaleIDPrefix = runPrefix + "worker-"
+	wScaleLeak    = scaleIDPrefix + "1"
+	wScaleHang    = scaleIDPrefix + "2"
+	wScaleDrop    = scaleIDPrefix + "3"
+	wScaleOrph    = scaleIDPrefix + "4"
+)
+
 const (
 	scaleWorkers = 100
 	// Workers 1-4 have a fault, the other 96 none: verdicts differ from
 	// worker to worker (unhealthy, stalled, missing and orphaned drift).
 	scaleFaults = "leak,hang,drop-claims,orphan"
-	wScaleLeak  = "worker-1"
-	wScaleHang  = "worker-2"
-	wScaleDrop  = "worker-3"
-	wScaleOrph  = "worker-4"
 	shardsName  = "shards.scale.e2e"
 
 	// Documented bounds (docs/scaling.md), generous for a loaded 2-core
@@ -171,13 +177,13 @@ scrape_configs:
 			"WORKERWATCH_STATE_DIR=" + filepath.Join(tr.tmp, name), "WORKERWATCH_SHARDS=" + shardsName,
 			fmt.Sprintf("WORKERWATCH_SHARDS_PORT=%d", tr.ports.otlp), "WORKERWATCH_SYNC_INTERVAL=1s",
 			"WORKERWATCH_TELEMETRY_HOST=127.0.0.1", fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", tel),
-			"K8S_NODE_NAME=" + name, "E2E_DIGITS=" + digits, "E2E_SINGLE=" + singleOTLP,
+			"K8S_NODE_NAME=" + name, "E2E_DIGITS=" + digits, "E2E_SINGLE=" + singleOTLP, "E2E_ID_PREFIX=" + runPrefix,
 		}, unshare, tr.namespaced(deployConfig("agent-sharded.yaml"), e2eConfig("scale-agent.overlay.yaml"))...)
 		waitReady(t, a, api)
 	}
 
 	fleetStart := time.Now()
-	start(t, "scale-fleet", nil, simBin, "fleet", "--workers", strconv.Itoa(scaleWorkers), "--faults", scaleFaults,
+	start(t, "scale-fleet", nil, simBin, "fleet", "--workers", strconv.Itoa(scaleWorkers), "--faults", scaleFaults, "--id-prefix", scaleIDPrefix,
 		"--seed", "15", "--otlp-endpoint", strings.Join(agentHTTP, ","),
 		// One slot per worker, runs of ~20 s, a little more work than the
 		// fleet can do: work stays pending (the stall rule needs it) with
@@ -188,7 +194,7 @@ scrape_configs:
 
 	ids := make([]string, scaleWorkers)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("worker-%d", i+1)
+		ids[i] = fmt.Sprintf("%s%d", scaleIDPrefix, i+1)
 	}
 	one := tr.shards[0].api // provisional; fixed below, before the poller starts
 
