@@ -289,7 +289,7 @@ func (c *cluster) settling(st *ringState) bool {
 // the whole escaped path.
 func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID, path string, local func() int) int {
 	c := wh.cluster
-	if c == nil || localScope(r) {
+	if c == nil {
 		return local()
 	}
 	id, err := url.PathUnescape(escapedID)
@@ -297,6 +297,18 @@ func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID,
 		return local() // the local handler's answer
 	}
 	owner, st := c.owner(id)
+	if localScope(r) {
+		// Another shard asks in one hop. Its ring may be a moment behind
+		// this one's (each resolves every sync_interval): it asks the
+		// former owner, which has handed the worker over already. While
+		// this shard's ring settles, a worker it does not know is moving,
+		// never 404 (the asker, settled on its old ring, passes a 404 on).
+		if wh.store.load().byID[id] == nil && c.settling(st) {
+			return writeUnknown(w, id, c.self, contract.ReasonMoving,
+				"the shard ring changed and this shard does not judge the worker (it moves here or away)", st)
+		}
+		return local()
+	}
 	if owner == "" || owner == c.self {
 		if wh.store.load().byID[id] == nil && c.settling(st) {
 			return writeUnknown(w, id, c.self, contract.ReasonMoving,

@@ -361,3 +361,53 @@ func TestClusterMovingAndUnreachable(t *testing.T) {
 	assert.Contains(t, body, `"error":`)
 	assert.Contains(t, body, tr.names[2])
 }
+
+// TestClusterStaleAskerGetsMoving: during a ring change the shard asked
+// may still have the old ring for a moment (each resolves every
+// sync_interval) and ask the former owner, which already has the new ring
+// and has handed the worker over. The former owner must say `moving`, not
+// 404: the asker, settled on its old ring, would pass a 404 on, and a
+// scheduler reads 404 as "no such worker".
+func TestClusterStaleAskerGetsMoving(t *testing.T) {
+	var all []StaticMember
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		api := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		all = append(all, StaticMember{Endpoint: fmt.Sprintf("shard-%c.gateway:4317", 'a'+i), API: api})
+	}
+	oldRing := newRing([]string{all[0].Endpoint, all[1].Endpoint})
+	newRing := newRing([]string{all[0].Endpoint, all[1].Endpoint, all[2].Endpoint})
+	id := ""
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("w-%d", i); oldRing.owner(c) == all[1].Endpoint && newRing.owner(c) == all[2].Endpoint {
+			id = c
+		}
+	}
+	shard := func(i int, members []StaticMember, settle time.Duration) string {
+		wh := newTestExt(t, func(c *Config) {
+			c.NetAddr.Endpoint = all[i].API
+			c.Cluster.Self = all[i].Endpoint
+			c.Cluster.Static = configoptional.Some(StaticMembers{Members: members})
+			c.Cluster.Settle = settle
+			c.Cluster.ListCache = 0
+		})
+		return startTestExt(t, wh)
+	}
+	asker := shard(0, all[:2], 0)     // the old ring, settled
+	_ = shard(1, all, time.Hour)      // the former owner: the new ring, just changed
+	owner := shard(2, all, time.Hour) // the new owner has not judged it yet either
+	resp, err := http.Get(workerURL(asker, id))
+	require.NoError(t, err)
+	var w contract.Worker
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&w))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "not 404 while the ring changes")
+	assert.Equal(t, contract.Unknown, w.State)
+	require.NotEmpty(t, w.Reasons)
+	assert.Equal(t, contract.ReasonMoving, w.Reasons[0].Code)
+	assert.Equal(t, all[1].Endpoint, resp.Header.Get(contract.HeaderShard))
+
+	_ = owner
+}

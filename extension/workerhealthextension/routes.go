@@ -115,7 +115,7 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 		return route, writeError(w, http.StatusMethodNotAllowed, "only GET and HEAD")
 	}
 	if handle == nil {
-		if wh.cluster != nil && !localScope(r) {
+		if wh.cluster != nil {
 			esc := p[len(prefixWorker):]
 			return route, wh.owned(w, r, esc, p, func() int { return wh.handleWorker(w, r, esc) })
 		}
