@@ -741,6 +741,8 @@ func e2eConfig(name string) string    { return filepath.Join(repoRoot, "e2e", "t
 
 // answer is one answer the polling scheduler got.
 type answer struct {
+	// at is when the answer came: a request sent just before a shard was
+	// killed is answered `owner_unreachable` after it, inside the window.
 	at     time.Time
 	id     string
 	code   int
@@ -771,8 +773,9 @@ func startScheduler(base string, ids []string) *scheduler {
 					return
 				default:
 				}
-				a := answer{at: time.Now(), id: id}
+				a := answer{id: id}
 				resp, err := httpClient.Get(base + "/health/workers/" + url.PathEscape(id))
+				a.at = time.Now()
 				if err != nil {
 					a.err = err.Error()
 				} else {
