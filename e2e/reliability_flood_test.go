@@ -309,6 +309,11 @@ service:
 			t.Logf("%s: first refused probe: %s", ph, s.probeErr)
 		}
 	}
+	for _, ph := range []string{"flood", "after", "restart"} {
+		if st := m.phaseStats(ph).notOKStates; len(st) > 0 {
+			t.Logf("e2e: %s: the real workers' answers that were not 200, by code and state: %v", ph, st)
+		}
+	}
 	if peakProfile != "" {
 		t.Logf("e2e: heap at the flood's peak: %s", peakProfile)
 	}
@@ -409,6 +414,7 @@ type phaseStats struct {
 	// collector's GC, not the health API's work (a control for latencies).
 	livez               []time.Duration
 	notFound, unhealthy int
+	notOKStates         map[string]int // the state in each answer that was not 200
 	probeSent, probeOK  int
 	probeErr            string
 	httpAccepted        float64 // the collector's OTLP/HTTP receiver, items
@@ -551,11 +557,15 @@ func (m *floodMonitor) sampleHealth() {
 		t0 := time.Now()
 		resp, err := floodClient.Get("http://" + m.health + "/health/workers/" + id)
 		d := time.Since(t0)
-		code := 0
+		code, state := 0, "no answer"
 		if err == nil {
+			var w struct {
+				State string `json:"state"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&w)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			code = resp.StatusCode
+			code, state = resp.StatusCode, w.State
 		}
 		m.mu.Lock()
 		s := m.stats()
@@ -566,6 +576,10 @@ func (m *floodMonitor) sampleHealth() {
 				s.notFound++
 			case code != http.StatusOK:
 				s.unhealthy++
+				if s.notOKStates == nil {
+					s.notOKStates = map[string]int{}
+				}
+				s.notOKStates[fmt.Sprintf("%d %s", code, state)]++
 			}
 		}
 		m.mu.Unlock()
