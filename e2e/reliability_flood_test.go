@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -552,8 +553,16 @@ func (m *floodMonitor) sampleRSS() {
 
 var floodClient = &http.Client{Timeout: 5 * time.Second}
 
+// sampleHealth asks the health API for each real worker, and /livez once
+// at a random place among them: the first request after the monitor's
+// tickers fire meets this process's own sampling, and a control always
+// asked last would miss that.
 func (m *floodMonitor) sampleHealth() {
-	for _, id := range m.realIDs {
+	livezAt := rand.IntN(len(m.realIDs) + 1)
+	for i, id := range m.realIDs {
+		if i == livezAt {
+			m.sampleLivez()
+		}
 		t0 := time.Now()
 		resp, err := floodClient.Get("http://" + m.health + "/health/workers/" + id)
 		d := time.Since(t0)
@@ -584,6 +593,12 @@ func (m *floodMonitor) sampleHealth() {
 		}
 		m.mu.Unlock()
 	}
+	if livezAt == len(m.realIDs) {
+		m.sampleLivez()
+	}
+}
+
+func (m *floodMonitor) sampleLivez() {
 	t0 := time.Now()
 	resp, err := floodClient.Get("http://" + m.health + "/livez")
 	d := time.Since(t0)
