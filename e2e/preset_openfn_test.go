@@ -370,7 +370,7 @@ func ofHang(t *testing.T, w *ofWorld) {
 	w.waitFinal(t, pending)
 	waitState(t, w.e, id, ofBoundRecovered, contract.Healthy)
 	requireCode(t, w.e, id, 200)
-	ofHealed(t, w, map[string][]string{id: nil}, time.Now())
+	ofHealed(t, w, map[string][]string{id: nil}, time.Now(), "it took its runs")
 }
 
 // ofNeverStarted: Lightning claims runs for the worker whose claim replies
@@ -499,7 +499,7 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 	w.waitFinal(t, inflight)
 	// (The never-started runs were checked right after the restart; Lightning
 	// marks them lost soon after, which ends their drift.)
-	ofHealed(t, w, map[string][]string{limits: nil, leak: nil}, restarted)
+	ofHealed(t, w, map[string][]string{limits: nil, leak: nil}, restarted, "the collector came back")
 }
 
 // ofHealed waits until each worker's drift is exactly the missing runs
@@ -507,7 +507,7 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 // drift.grace and two evaluations (a disagreement shows only after the
 // grace), failing if a worker is lost meanwhile, and logs when that began and
 // the drift that healed before it.
-func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Time) {
+func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Time, sinceWhat string) {
 	t.Helper()
 	const settle = 32 * time.Second // drift.grace (30 s) + 2 evaluations
 	exactSince := map[string]time.Time{}
@@ -524,7 +524,7 @@ func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Tim
 			// evaluations after a restart longer than lost.after (the
 			// silence the collector did not witness is no evidence).
 			if wk.State == contract.Lost {
-				t.Fatalf("%s lost %.1fs after the collector came back: %+v", id, time.Since(since).Seconds(), wk.Reasons)
+				t.Fatalf("%s lost %.1fs after %s: %+v", id, time.Since(since).Seconds(), sinceWhat, wk.Reasons)
 			}
 			if !slices.Equal(d.Missing, missing) || len(d.Orphaned) > 0 || d.OverCapacity > 0 {
 				delete(exactSince, id)
@@ -547,8 +547,8 @@ func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Tim
 		return nil
 	})
 	for id := range want {
-		t.Logf("e2e: %s drift exact from %.1fs after the collector came back (bound %s); healed before that: %v",
-			id, exactSince[id].Sub(since).Seconds(), ofBoundHealed, seen[id])
+		t.Logf("e2e: %s drift exact from %.1fs after %s (bound %s); healed before that: %v",
+			id, exactSince[id].Sub(since).Seconds(), sinceWhat, ofBoundHealed, seen[id])
 	}
 }
 
@@ -596,7 +596,7 @@ func ofOutage(t *testing.T, w *ofWorld) {
 	}
 	// Lightning marked the never-started runs lost meanwhile, or will soon
 	// (claimed_at + 20 s + 10 s); its run:lost may have been lost too.
-	ofHealed(t, w, map[string][]string{busy: nil, drop: nil}, restarted)
+	ofHealed(t, w, map[string][]string{busy: nil, drop: nil}, restarted, "the collector came back")
 	for _, id := range []string{busy, drop} {
 		neverEntered(t, w.e, id, contract.Unhealthy)
 	}
