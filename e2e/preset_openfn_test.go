@@ -68,7 +68,14 @@ func TestPresetOpenFn(t *testing.T) {
 		{"hang", ofStalledAfter, ofHang},
 		{"sigkill", nil, ofSigkill},
 		{"outage", nil, ofOutage},
-		{"badinput", map[string]any{"processors::worker_health::identity::join_within": "10s"}, ofBadInput},
+		// lost.after 20 s (8 s elsewhere): the worker with no telemetry is
+		// alive by its tree samples alone, and on a loaded machine one
+		// collector went 8 s without one (that worker shown lost, then
+		// recovering).
+		{"badinput", map[string]any{
+			"processors::worker_health::identity::join_within": "10s",
+			"processors::worker_health::lost::after":           "20s",
+		}, ofBadInput},
 	}
 	prom, targets := startPrometheus(t, "openfn")
 	backend := otlpSink(t)
@@ -452,14 +459,8 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 	killed = append(killed, w.enqueue(t, limits, "sleep", 2, map[string]any{"ms": 60000}, map[string]any{"run_timeout_ms": 3000})...)
 	w.enqueue(t, leak, "bigstate", 30, map[string]any{"mb": 8}, nil)
 	w.waitFinal(t, killed)
-	// The never-started runs last, so Lightning still holds them (it marks
-	// them lost 70 s after their claim) after the restart.
-	w.dropClaimReplies(t, drop, 2)
-	never := w.enqueue(t, drop, "ok", 2, nil, map[string]any{"run_timeout_ms": ofLostAfterMs})
-	slices.Sort(never)
-	w.startWorker(t, drop, ofDropEnv)
 
-	verdicts := func(when string) {
+	killsAndLeak := func(when string) {
 		t.Helper()
 		kills := func(reason string) string {
 			return fmt.Sprintf(`sum(workerwatch_worker_kills_total{cicd_worker_id=%q,workerwatch_kill_reason=%q})`, limits, reason)
@@ -468,6 +469,11 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 		promEquals(t, w.e.prom, kills("timeout"), 2)
 		waitState(t, w.e, leak, 2*time.Minute, contract.Unhealthy)
 		requireCode(t, w.e, leak, 503)
+		t.Logf("e2e: verdicts %s: kills memory_limit 2, timeout 2; %s unhealthy", when, leak)
+	}
+	var never []string
+	dropMissing := func(when string) {
+		t.Helper()
 		eventually(t, ofBoundDrift, 250*time.Millisecond, drop+" missing "+when, func() error {
 			wk, err := worker(w.e, drop)
 			if err == nil && !slices.Equal(wk.Drift.Missing, never) {
@@ -475,9 +481,18 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 			}
 			return err
 		})
-		t.Logf("e2e: verdicts %s: kills memory_limit 2, timeout 2; %s unhealthy; %s missing %v", when, leak, drop, never)
+		t.Logf("e2e: verdicts %s: %s missing %v", when, drop, never)
 	}
-	verdicts("before the SIGKILL")
+	killsAndLeak("before the SIGKILL")
+	// The never-started runs only now, so that Lightning still holds them
+	// after the restart however long the verdicts above took on a loaded
+	// machine: it marks them lost 140 s after their claim (run_timeout_ms
+	// 130 s + its 10 s grace; still before heal_after, 150 s).
+	w.dropClaimReplies(t, drop, 2)
+	never = w.enqueue(t, drop, "ok", 2, nil, map[string]any{"run_timeout_ms": 130000})
+	slices.Sort(never)
+	w.startWorker(t, drop, ofDropEnv)
+	dropMissing("before the SIGKILL")
 
 	// Runs in flight: the SIGKILL lands mid-run.
 	inflight := w.enqueue(t, limits, "hold", 6, map[string]any{"mb": 20, "ms": 4000}, nil)
@@ -491,7 +506,9 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 	w.c.kill(t)
 	w.c.start(t)
 	restarted := time.Now()
-	verdicts("after the SIGKILL restart")
+	// The never-started runs first: Lightning lets them go soonest.
+	dropMissing("after the SIGKILL restart")
+	killsAndLeak("after the SIGKILL restart")
 	// Restored workers are unknown (503) until they report again.
 	waitState(t, w.e, limits, ofBoundVerdict, contract.Healthy)
 	requireCode(t, w.e, limits, 200)
@@ -676,7 +693,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 	// check fails on drift anywhere and on a lost worker, except the one only
 	// Lightning names: its claims are its only signs of life (Lightning keeps
 	// no record of a claim that found no run), so it may be lost after a gap
-	// of lost.after (8 s) in them, until a claim and two evaluations of
+	// of lost.after (20 s in this group) in them, until a claim and two evaluations of
 	// hysteresis bring it back. It must not be lost when Lightning has
 	// claimed for it at least every 6 s for the last 12 s, the last one
 	// within 5 s.
@@ -722,7 +739,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 		}
 		return nil
 	})
-	// Long enough for lost.after (8 s), identity.join_within (10 s) and
+	// Long enough for lost.after (20 s), identity.join_within (10 s) and
 	// drift.grace (30 s) to have passed for every one of them.
 	for settled := time.Now().Add(40 * time.Second); time.Now().Before(settled); time.Sleep(500 * time.Millisecond) {
 		check()
