@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestBullMQExample runs the BullMQ example's own tests (node's test runner,
@@ -40,9 +44,25 @@ func exampleNodeTests(t *testing.T, example, pkg string) {
 		}
 		t.Skipf("examples/%s/node_modules missing: run npm ci there", example)
 	}
-	cmd := exec.Command(need(t, "node"), "--test", "test/")
+	// Bounded: a test that hangs (a worker that never exits, a server that
+	// never answers) fails with node's own report of which test timed out,
+	// and the whole run, with whatever it started, is ended by its process
+	// group (in CI this once hung until the package's timeout).
+	const perTest, whole = 3 * time.Minute, 6 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), whole)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, need(t, "node"), "--test", fmt.Sprintf("--test-timeout=%d", perTest.Milliseconds()), "test/")
 	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever the tests left behind
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("node --test in %s: not done within %s (killed)\n%s", dir, whole, out)
+	}
 	if err != nil {
 		t.Fatalf("node --test in %s: %v\n%s", dir, err, out)
 	}
