@@ -3,6 +3,7 @@ package workerhealthprocessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -336,4 +337,86 @@ func TestOwnTelemetryWithoutPipelineAttributes(t *testing.T) {
 	for _, p := range ps {
 		require.NoError(t, p.Shutdown(ctx))
 	}
+}
+
+// A metrics consumer slower than emit_interval (a Prometheus exporter taking
+// a large shard's emission) holds neither the evaluation nor the verdicts:
+// every tick publishes on time while the consumer is blocked, the emissions
+// it could not take are replaced by the newest (counted as superseded), and
+// once it is free it gets that newest one. With the emission on the timer
+// loop, the second and third snapshots never came while the consumer was
+// blocked.
+func TestSlowConsumerDoesNotDelayVerdicts(t *testing.T) {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	cfg := testCfg()
+	healthID := component.MustNewID("worker_health")
+	cfg.HealthExtension = &healthID
+	h := newHarness(t, cfg)
+	p, err := newHealthProcessor(metadatatest.NewSettings(tt), cfg, h.clock)
+	require.NoError(t, err)
+	t.Cleanup(p.tel.Shutdown)
+	ctx := context.Background()
+	sub := &subscriber{}
+	down := newBlockingMetrics()
+	got := new(consumertest.MetricsSink)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(down.release)
+		}
+	}
+	t.Cleanup(release)
+	pl := &pipeline{metrics: fanout{down, got}}
+	require.NoError(t, p.start(ctx, host{ext: map[component.ID]component.Component{healthID: sub}}, pl))
+	_, err = p.processMetrics(ctx, treeMetrics("w1", 10, -1, 1))
+	require.NoError(t, err)
+
+	published := func() int {
+		sub.mu.Lock()
+		defer sub.mu.Unlock()
+		return len(sub.snaps)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within a minute: %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	start := published() // the one published at Start
+	require.NoError(t, h.clock.BlockUntilContext(ctx, 1))
+	h.clock.Advance(cfg.EmitInterval)
+	waitFor("the first emission reaches the consumer", func() bool { return down.calls.Load() == 1 })
+	for i := 2; i <= 4; i++ {
+		require.NoError(t, h.clock.BlockUntilContext(ctx, 1))
+		h.clock.Advance(cfg.EmitInterval)
+		waitFor(fmt.Sprintf("evaluation %d published while the consumer is blocked", i), func() bool { return published() == start+i })
+	}
+	assert.Equal(t, int64(1), down.calls.Load(), "the consumer is still in the first emission")
+	release()
+	waitFor("the newest emission reaches the consumer", func() bool { return got.DataPointCount() > 0 && down.calls.Load() == 2 })
+	points := int64(got.DataPointCount()) / 2 // two emissions of the same size: the first and the newest
+	one := func(v int64) []metricdata.DataPoint[int64] { return []metricdata.DataPoint[int64]{{Value: v}} }
+	// Evaluations 2 and 3 were replaced before the emitter took them.
+	metadatatest.AssertEqualProcessorWorkerHealthSupersededMetricPoints(t, tt, one(2*points), metricdatatest.IgnoreTimestamp())
+	require.NoError(t, p.shutdown(ctx, pl))
+}
+
+// fanout hands each emission to a consumer that may block, then records it.
+type fanout struct {
+	first consumer.Metrics
+	then  *consumertest.MetricsSink
+}
+
+func (f fanout) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+func (f fanout) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	if err := f.first.ConsumeMetrics(ctx, md); err != nil {
+		return err
+	}
+	return f.then.ConsumeMetrics(ctx, md)
 }

@@ -68,6 +68,31 @@ type healthProcessor struct {
 	// shard: the cluster hooks of a sharded gateway (cluster.go), set at
 	// start from the health extension; read under mu.
 	shard *shard
+
+	// latest is the derived metrics waiting for the emitter goroutine: one
+	// slot, a newer evaluation's replaces an older one not yet taken.
+	latest latestMetrics
+}
+
+// latestMetrics is a one-slot mailbox between the timer loop and the
+// emitter. The derived metrics are cumulative sums and gauges of every
+// worker, so a newer emission carries everything an older one did: when
+// the next consumer is slower than emit_interval (a Prometheus exporter
+// taking a large shard's emission, a blocked batch processor), the loop
+// keeps evaluating and publishing verdicts on time and only the newest
+// emission waits. The state-change log records are not replaceable and go
+// out on the loop itself.
+type latestMetrics struct {
+	mu      sync.Mutex
+	pending *emission
+	wake    chan struct{} // capacity 1
+}
+
+// emission is one evaluation's derived metrics and where they go.
+type emission struct {
+	md   pmetric.Metrics
+	to   []consumer.Metrics
+	gone []*atomic.Bool
 }
 
 // pipeline is one processorhelper wrapper: the next consumer of its
@@ -178,17 +203,35 @@ func (p *healthProcessor) startShared(ctx context.Context, host component.Host) 
 	loopCtx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.loopDone, p.stopped = cancel, make(chan struct{}), false
 	ticker := p.clock.NewTicker(p.cfg.EmitInterval)
+	p.latest.wake = make(chan struct{}, 1)
+	var loops sync.WaitGroup
+	loops.Add(2)
 	go func() {
-		defer close(p.loopDone)
+		defer loops.Done()
 		defer ticker.Stop()
 		for {
 			select {
 			case <-loopCtx.Done():
 				return
 			case <-ticker.Chan():
-				p.tick(loopCtx)
+				p.offer(loopCtx, p.evaluate(loopCtx))
 			}
 		}
+	}()
+	go func() {
+		defer loops.Done()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-p.latest.wake:
+				p.sendMetrics(loopCtx, p.take())
+			}
+		}
+	}()
+	go func() {
+		loops.Wait()
+		close(p.loopDone)
 	}()
 	return nil
 }
@@ -288,11 +331,18 @@ func (p *healthProcessor) lastStop() {
 	}
 }
 
-// tick evaluates, emits and publishes. Lock, build, unlock, then consume.
-// ctx is the loop's: canceled by the first Shutdown, and checked before
+// tick is one evaluation with its emission on the caller's goroutine (tests
+// and benchmarks); the timer loop hands the metrics to the emitter instead.
+func (p *healthProcessor) tick(ctx context.Context) {
+	p.sendMetrics(ctx, p.evaluate(ctx))
+}
+
+// evaluate judges, publishes the verdicts, sends the state-change records
+// and returns the derived metrics to emit. Lock, build, unlock, then call
+// out. ctx is the loop's: canceled by the first Shutdown, and checked before
 // every call out (consumer, subscriber, storage), so a loop released late by
 // a blocked consumer does nothing more.
-func (p *healthProcessor) tick(ctx context.Context) {
+func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
 	handed := p.shard.handOver(p.tracker, now)
@@ -338,26 +388,9 @@ func (p *healthProcessor) tick(ctx context.Context) {
 		p.logger.Debug("worker state changed", zap.String("worker", tr.worker),
 			zap.String("from", string(tr.from)), zap.String("to", string(tr.to)))
 	}
-	// Each pipeline gets its own copy: a downstream processor may mutate it.
-	if len(mTo) > 0 {
-		points := int64(md.DataPointCount())
-		for i, c := range mTo {
-			if ctx.Err() != nil || mGone[i].Load() {
-				continue
-			}
-			out := md
-			if i < len(mTo)-1 {
-				out = pmetric.NewMetrics()
-				md.CopyTo(out)
-			}
-			if err := c.ConsumeMetrics(ctx, out); err != nil {
-				p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
-				p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
-				continue
-			}
-			p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
-		}
-	}
+	// The verdicts first: whatever the consumers do, the health API has
+	// this evaluation now.
+	p.publish(ctx, snap)
 	if len(lTo) > 0 {
 		records := int64(ld.LogRecordCount())
 		for i, c := range lTo {
@@ -377,13 +410,69 @@ func (p *healthProcessor) tick(ctx context.Context) {
 			p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
 		}
 	}
-	p.publish(ctx, snap)
 	if doCheckpoint {
 		p.cpMu.Lock()
 		if ctx.Err() == nil {
 			p.writeCheckpoint(ctx)
 		}
 		p.cpMu.Unlock()
+	}
+	if len(mTo) == 0 {
+		return nil
+	}
+	return &emission{md: md, to: mTo, gone: mGone}
+}
+
+// offer leaves em for the emitter, replacing an emission it has not taken
+// yet (counted as superseded, once per metrics pipeline, as the others).
+func (p *healthProcessor) offer(ctx context.Context, em *emission) {
+	if em == nil {
+		return
+	}
+	p.latest.mu.Lock()
+	old := p.latest.pending
+	p.latest.pending = em
+	p.latest.mu.Unlock()
+	if old != nil {
+		p.count(ctx, p.tel.ProcessorWorkerHealthSupersededMetricPoints, int64(old.md.DataPointCount())*int64(len(old.to)))
+	}
+	select {
+	case p.latest.wake <- struct{}{}:
+	default: // the emitter has a wake-up already
+	}
+}
+
+// take empties the slot.
+func (p *healthProcessor) take() *emission {
+	p.latest.mu.Lock()
+	defer p.latest.mu.Unlock()
+	em := p.latest.pending
+	p.latest.pending = nil
+	return em
+}
+
+// sendMetrics hands one emission to each metrics pipeline still running.
+// Each pipeline gets its own copy: a downstream processor may mutate it.
+func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
+	if em == nil {
+		return
+	}
+	points := int64(em.md.DataPointCount())
+	for i, c := range em.to {
+		if ctx.Err() != nil || em.gone[i].Load() {
+			continue
+		}
+		out := em.md
+		if i < len(em.to)-1 {
+			out = pmetric.NewMetrics()
+			em.md.CopyTo(out)
+		}
+		if err := c.ConsumeMetrics(ctx, out); err != nil {
+			p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
+			p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
+			continue
+		}
+		p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
 	}
 }
 

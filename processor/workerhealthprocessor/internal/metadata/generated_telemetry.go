@@ -25,25 +25,26 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                    metric.Meter
-	mu                                       sync.Mutex
-	registrations                            []metric.Registration
-	ProcessorWorkerHealthCheckpointErrors    metric.Int64Counter
-	ProcessorWorkerHealthDroppedMetricPoints metric.Int64Counter
-	ProcessorWorkerHealthEmittedLogRecords   metric.Int64Counter
-	ProcessorWorkerHealthEmittedMetricPoints metric.Int64Counter
-	ProcessorWorkerHealthRecordsMalformed    metric.Int64Counter
-	ProcessorWorkerHealthRefusedLogRecords   metric.Int64Counter
-	ProcessorWorkerHealthRefusedMetricPoints metric.Int64Counter
-	ProcessorWorkerHealthRunsHealed          metric.Int64Counter
-	ProcessorWorkerHealthRunsRefused         metric.Int64Counter
-	ProcessorWorkerHealthRunsTracked         metric.Int64ObservableGauge
-	ProcessorWorkerHealthWorkersEvicted      metric.Int64Counter
-	ProcessorWorkerHealthWorkersExpired      metric.Int64Counter
-	ProcessorWorkerHealthWorkersHandedOver   metric.Int64Counter
-	ProcessorWorkerHealthWorkersRefused      metric.Int64Counter
-	ProcessorWorkerHealthWorkersTracked      metric.Int64ObservableGauge
-	ProcessorWorkerHealthWorkersUnjoined     metric.Int64Counter
+	meter                                       metric.Meter
+	mu                                          sync.Mutex
+	registrations                               []metric.Registration
+	ProcessorWorkerHealthCheckpointErrors       metric.Int64Counter
+	ProcessorWorkerHealthDroppedMetricPoints    metric.Int64Counter
+	ProcessorWorkerHealthEmittedLogRecords      metric.Int64Counter
+	ProcessorWorkerHealthEmittedMetricPoints    metric.Int64Counter
+	ProcessorWorkerHealthRecordsMalformed       metric.Int64Counter
+	ProcessorWorkerHealthRefusedLogRecords      metric.Int64Counter
+	ProcessorWorkerHealthRefusedMetricPoints    metric.Int64Counter
+	ProcessorWorkerHealthRunsHealed             metric.Int64Counter
+	ProcessorWorkerHealthRunsRefused            metric.Int64Counter
+	ProcessorWorkerHealthRunsTracked            metric.Int64ObservableGauge
+	ProcessorWorkerHealthSupersededMetricPoints metric.Int64Counter
+	ProcessorWorkerHealthWorkersEvicted         metric.Int64Counter
+	ProcessorWorkerHealthWorkersExpired         metric.Int64Counter
+	ProcessorWorkerHealthWorkersHandedOver      metric.Int64Counter
+	ProcessorWorkerHealthWorkersRefused         metric.Int64Counter
+	ProcessorWorkerHealthWorkersTracked         metric.Int64ObservableGauge
+	ProcessorWorkerHealthWorkersUnjoined        metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -173,6 +174,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_worker_health_runs_tracked",
 		metric.WithDescription("Runs currently tracked (held by either side, or ended and remembered for drift.tombstone_ttl), at most limits.max_runs. [Development]"),
 		metric.WithUnit("{run}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorWorkerHealthSupersededMetricPoints, err = builder.meter.Int64Counter(
+		"otelcol_processor_worker_health_superseded_metric_points",
+		metric.WithDescription("Data points of derived metrics replaced by a newer evaluation's before the next consumer took them (a consumer slower than emit_interval), counted once per metrics pipeline. [Development]"),
+		metric.WithUnit("{datapoint}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorWorkerHealthWorkersEvicted, err = builder.meter.Int64Counter(

@@ -37,6 +37,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRunsHealed.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthRunsRefused.Add(context.Background(), 1)
+	tb.ProcessorWorkerHealthSupersededMetricPoints.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersEvicted.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersExpired.Add(context.Background(), 1)
 	tb.ProcessorWorkerHealthWorkersHandedOver.Add(context.Background(), 1)
@@ -70,6 +71,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthRunsTracked(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualProcessorWorkerHealthSupersededMetricPoints(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualProcessorWorkerHealthWorkersEvicted(t, testTel,
