@@ -48,7 +48,7 @@ func exampleNodeTests(t *testing.T, example, pkg string) {
 	// never answers) fails with node's own report of which test timed out,
 	// and the whole run, with whatever it started, is ended by its process
 	// group (in CI this once hung until the package's timeout).
-	const perTest, whole = 3 * time.Minute, 6 * time.Minute
+	const perTest, whole = 4 * time.Minute, 8 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), whole)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, need(t, "node"), "--test", fmt.Sprintf("--test-timeout=%d", perTest.Milliseconds()), "test/")

@@ -234,7 +234,12 @@ func TestJudgeOpenFn(t *testing.T) {
 			return fmt.Errorf("kills so far: memory_limit %d, timeout %d", killsOOM, killsTimeout)
 		case leakUnhealthy == nil:
 			return fmt.Errorf("%s %s %v, main role %+v", wLeak, ws[wLeak].State, reasonCodes(ws[wLeak]), roleOf(ws[wLeak], "main"))
-		case exactSeen < 3:
+		case exactSeen < 1:
+			// Claims are dropped every few seconds, so the drift equals the
+			// dropped list only between the moment the last drop passed
+			// drift.grace and the next drop (on a loaded machine, seldom):
+			// one such sample proves every dropped run shows, while every
+			// sample is checked above for runs that reached the worker.
 			return fmt.Errorf("%s drift %v, dropped %v (exact %d times)", wDrop, d.Missing, dropped, exactSeen)
 		case time.Since(began) < 45*time.Second:
 			return fmt.Errorf("observing for 45s")

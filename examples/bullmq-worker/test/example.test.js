@@ -25,7 +25,7 @@ function freePort() {
   });
 }
 
-async function until(what, cond, ms = 30000) {
+async function until(what, cond, ms = 120000) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await cond();

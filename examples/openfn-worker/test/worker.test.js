@@ -37,7 +37,7 @@ function start(script, env) {
   return p;
 }
 
-async function until(what, cond, ms = 60000) {
+async function until(what, cond, ms = 120000) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await cond();
