@@ -6,7 +6,7 @@ package e2e
 // runs, TestMain starts two bystanders that stand for what a developer runs
 // on the same machine: another copy of the collector (the same binary, so a
 // check that matched processes by executable path would take it for a
-// leftover) and a Prometheus (which `pkill -x prometheus` used to kill). They
+// leftover) and a Prometheus (which the old installer ended by name). They
 // listen on their own ports. After the last test both must still be the same
 // processes, alive and answering; otherwise the suite fails. Processes the
 // tests started are counted by process group, session and descendants
@@ -245,7 +245,7 @@ func withBystanders(run func() int) int {
 // TestReliabilityInstallerLeavesOthersAlone runs scripts/install-test-deps.sh
 // (what `make test` runs first) with everything installed: it must skip it
 // all, quickly, and leave the bystanders (a Prometheus of the user's among
-// them) running. The old script ran `pkill -x prometheus`.
+// them) running. The old script ended every prometheus process by name.
 func TestReliabilityInstallerLeavesOthersAlone(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
