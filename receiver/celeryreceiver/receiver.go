@@ -1,0 +1,595 @@
+package celeryreceiver // import "github.com/workerwatch/workerwatch/receiver/celeryreceiver"
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/receiver"
+	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadata"
+)
+
+// service.name values of the two views this receiver emits.
+const (
+	serviceWorker = "celery-worker"
+	serviceBroker = "celery-broker"
+)
+
+// Attributes of the records, beyond the contract's (docs/telemetry.md).
+const (
+	attrTaskName      = "celery.task.name"
+	attrTaskRetries   = "celery.task.retries"
+	attrTaskRuntime   = "celery.task.runtime"
+	attrTaskFailure   = "celery.task.failure"
+	attrRedelivered   = "celery.task.redelivered"
+	attrReleaseReason = "celery.task.release_reason"
+	attrEventType     = "celery.event.type"
+	attrWorkerActive  = "celery.worker.active"
+	attrWorkerDone    = "celery.worker.processed"
+	attrWorkerFreq    = "celery.worker.freq"
+	attrWorkerPID     = "celery.worker.pid"
+	attrWorkerOffline = "celery.worker.offline"
+)
+
+// Values of attrReleaseReason.
+const (
+	releaseRetried   = "retried"
+	releaseRejected  = "rejected"
+	releaseRestarted = "worker_restarted"
+)
+
+// maxText bounds the failure text copied onto a record.
+const maxText = 1024
+
+// transport is a broker's side: the event stream and the queue lengths.
+type transport interface {
+	// run consumes the event stream until ctx ends, reconnecting; each
+	// message goes to handle (a kombu envelope for Redis, the event body
+	// for AMQP); ok reports the connection's state.
+	run(ctx context.Context)
+	// queueLengths reads the messages waiting in each queue.
+	queueLengths(ctx context.Context, queues []string) (map[string]int64, error)
+	close() error
+}
+
+type workerState struct {
+	pid       int64
+	freq      float64
+	last      time.Time // collector's clock, latest event
+	offline   bool
+	hasHB     bool
+	active    int64
+	processed int64
+	events    map[string]int64
+	fresh     bool // an event since the last metrics emission
+}
+
+type taskState struct {
+	worker  string
+	pid     int64
+	name    string
+	retries int64
+	started bool
+	// redelivered: received again while this holder still had it.
+	redelivered bool
+}
+
+type celeryReceiver struct {
+	cfg    *Config
+	broker parsedBroker
+	set    receiver.Settings
+	logger *zap.Logger
+
+	logs    consumer.Logs
+	metrics consumer.Metrics
+	tb      *metadata.TelemetryBuilder
+	mb      *metadata.MetricsBuilder
+
+	mu      sync.Mutex
+	workers map[string]*workerState
+	tasks   map[string]*taskState
+	order   []string // task ids in arrival order, for max_tracked_tasks
+	pending map[string]int64
+
+	tr      transport
+	host    component.Host
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started int
+	forget  func()
+	now     func() time.Time
+	// brokerDown is the last broker error reported as status ("" = up).
+	brokerDown string
+}
+
+func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
+	p, err := cfg.parseBroker()
+	if err != nil {
+		return nil, err
+	}
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &celeryReceiver{
+		cfg: cfg, broker: p, set: set, logger: set.Logger, tb: tb,
+		mb:      metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
+		workers: map[string]*workerState{}, tasks: map[string]*taskState{}, pending: map[string]int64{},
+		now: time.Now,
+	}, nil
+}
+
+// Start connects to the broker in the background: a broker that is down or
+// refuses the credentials is reported as the component's status and retried
+// every reconnect_interval, never a failed start.
+func (r *celeryReceiver) Start(_ context.Context, host component.Host) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started++
+	if r.started > 1 {
+		return nil
+	}
+	r.host = host
+	tr, err := r.newTransport()
+	if err != nil {
+		return err
+	}
+	r.tr = tr
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); tr.run(ctx) }()
+	go func() { defer r.wg.Done(); r.tick(ctx) }()
+	return nil
+}
+
+func (r *celeryReceiver) newTransport() (transport, error) {
+	if r.broker.kind == brokerAMQP {
+		return newAMQP(r)
+	}
+	return newRedis(r)
+}
+
+// Shutdown stops both loops and closes the connections.
+func (r *celeryReceiver) Shutdown(context.Context) error {
+	r.mu.Lock()
+	r.started--
+	last := r.started <= 0
+	cancel, tr := r.cancel, r.tr
+	r.mu.Unlock()
+	if !last {
+		return nil
+	}
+	if r.forget != nil {
+		r.forget()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	var err error
+	if tr != nil {
+		err = tr.close()
+	}
+	r.wg.Wait()
+	r.tb.Shutdown()
+	return err
+}
+
+// brokerState reports the broker connection as the component's status,
+// once per change (err nil: connected).
+func (r *celeryReceiver) brokerState(err error) {
+	r.mu.Lock()
+	host := r.host
+	was := r.brokerDown
+	if err == nil {
+		r.brokerDown = ""
+	} else {
+		r.brokerDown = err.Error()
+	}
+	now := r.brokerDown
+	r.mu.Unlock()
+	if err != nil {
+		r.tb.ReceiverCeleryBrokerErrors.Add(context.Background(), 1)
+	}
+	if was == now && err != nil {
+		return
+	}
+	if err != nil {
+		r.logger.Warn("celery broker unreachable; retrying", zap.String("broker", r.broker.u.Redacted()),
+			zap.Duration("every", r.cfg.ReconnectInterval), zap.Error(err))
+		if host != nil {
+			componentstatus.ReportStatus(host, componentstatus.NewRecoverableErrorEvent(err))
+		}
+		return
+	}
+	if was != "" {
+		r.logger.Info("celery broker connected", zap.String("broker", r.broker.u.Redacted()))
+	}
+	if host != nil {
+		componentstatus.ReportStatus(host, componentstatus.NewEvent(componentstatus.StatusOK))
+	}
+}
+
+// handleEnvelope reads a kombu message as the Redis transport publishes it:
+// JSON with the event body base64-encoded under "body".
+func (r *celeryReceiver) handleEnvelope(payload []byte) {
+	var env struct {
+		Body       string `json:"body"`
+		Properties struct {
+			BodyEncoding string `json:"body_encoding"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(payload, &env); err != nil || env.Body == "" {
+		r.malformed("not a kombu envelope", err)
+		return
+	}
+	body := []byte(env.Body)
+	if env.Properties.BodyEncoding == "base64" {
+		b, err := base64.StdEncoding.DecodeString(env.Body)
+		if err != nil {
+			r.malformed("envelope body is not base64", err)
+			return
+		}
+		body = b
+	}
+	r.handleBody(body)
+}
+
+func (r *celeryReceiver) malformed(what string, err error) {
+	r.tb.ReceiverCeleryMessagesMalformed.Add(context.Background(), 1)
+	r.logger.Debug("celery: skipped a malformed message", zap.String("why", what), zap.Error(err))
+}
+
+// event is the part of a Celery event the receiver reads.
+type event struct {
+	Type       string   `json:"type"`
+	Hostname   string   `json:"hostname"`
+	Timestamp  float64  `json:"timestamp"`
+	PID        int64    `json:"pid"`
+	Freq       float64  `json:"freq"`
+	Active     *int64   `json:"active"`
+	Processed  *int64   `json:"processed"`
+	UUID       string   `json:"uuid"`
+	Name       string   `json:"name"`
+	Retries    int64    `json:"retries"`
+	Runtime    *float64 `json:"runtime"`
+	Exception  string   `json:"exception"`
+	Traceback  string   `json:"traceback"`
+	Terminated bool     `json:"terminated"`
+	Expired    bool     `json:"expired"`
+	Requeue    bool     `json:"requeue"`
+}
+
+// handleBody reads one event, or a batch of them (task.multi: a JSON array).
+func (r *celeryReceiver) handleBody(body []byte) {
+	r.tb.ReceiverCeleryMessages.Add(context.Background(), 1)
+	var evs []event
+	if len(body) > 0 && body[0] == '[' {
+		if err := json.Unmarshal(body, &evs); err != nil {
+			r.malformed("event batch is not JSON", err)
+			return
+		}
+	} else {
+		var ev event
+		if err := json.Unmarshal(body, &ev); err != nil {
+			r.malformed("event is not JSON", err)
+			return
+		}
+		evs = []event{ev}
+	}
+	out := newLogsOut()
+	r.mu.Lock()
+	now := r.now()
+	for i := range evs {
+		r.apply(&evs[i], now, out)
+	}
+	r.mu.Unlock()
+	if out.n > 0 && r.logs != nil {
+		if err := r.logs.ConsumeLogs(context.Background(), out.ld); err != nil {
+			r.logger.Debug("celery: the logs pipeline refused records", zap.Error(err))
+		}
+	}
+}
+
+// logsOut collects the records of one message, one resource per worker
+// and one for the broker's view.
+type logsOut struct {
+	ld  plog.Logs
+	res map[string]plog.LogRecordSlice
+	n   int
+}
+
+func newLogsOut() *logsOut {
+	return &logsOut{ld: plog.NewLogs(), res: map[string]plog.LogRecordSlice{}}
+}
+
+// record appends a record with eventName to the worker's resource (worker
+// != "") or the broker's (worker == "").
+func (o *logsOut) record(worker, eventName string, ts time.Time) pcommon.Map {
+	sl, ok := o.res[worker]
+	if !ok {
+		rl := o.ld.ResourceLogs().AppendEmpty()
+		attrs := rl.Resource().Attributes()
+		if worker == "" {
+			attrs.PutStr(contract.AttrServiceName, serviceBroker)
+		} else {
+			attrs.PutStr(contract.AttrServiceName, serviceWorker)
+			attrs.PutStr(contract.AttrWorkerID, worker)
+		}
+		s := rl.ScopeLogs().AppendEmpty()
+		s.Scope().SetName(metadata.ScopeName)
+		sl = s.LogRecords()
+		o.res[worker] = sl
+	}
+	lr := sl.AppendEmpty()
+	lr.SetEventName(eventName)
+	lr.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+	o.n++
+	attrs := lr.Attributes()
+	attrs.PutStr(contract.AttrEventName, eventName)
+	return attrs
+}
+
+// brokerRecord is a record of the broker's view naming the worker.
+func (o *logsOut) brokerRecord(worker, eventName, run string, ts time.Time) pcommon.Map {
+	a := o.record("", eventName, ts)
+	a.PutStr(contract.AttrWorkerID, worker)
+	a.PutStr(contract.AttrRunID, run)
+	return a
+}
+
+func eventTime(ev *event, now time.Time) time.Time {
+	if ev.Timestamp <= 0 || math.IsNaN(ev.Timestamp) || math.IsInf(ev.Timestamp, 0) || ev.Timestamp > 1e11 {
+		return now
+	}
+	sec, frac := math.Modf(ev.Timestamp)
+	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+// apply reads one event into the state and the records. r.mu is held.
+func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
+	if ev.Type == "" || ev.Hostname == "" || len(ev.Hostname) > 255 {
+		r.malformed("event without type or hostname", errors.New(ev.Type))
+		return
+	}
+	host := ev.Hostname
+	ts := eventTime(ev, now)
+	w := r.workers[host]
+	if w == nil {
+		w = &workerState{events: map[string]int64{}}
+		r.workers[host] = w
+	}
+	// A new main process under the same hostname is a new incarnation: the
+	// runs the previous one started can no longer end (Celery leaves them
+	// STARTED); both views let them go.
+	if ev.PID > 0 && w.pid > 0 && ev.PID != w.pid {
+		r.endIncarnation(host, w.pid, ts, out)
+		w.hasHB, w.active, w.processed = false, 0, 0
+	}
+	if ev.PID > 0 {
+		w.pid = ev.PID
+	}
+	if len(w.events) < 64 || w.events[ev.Type] > 0 {
+		w.events[ev.Type]++
+	}
+	w.fresh = true
+	if ev.Type == "worker-offline" {
+		w.offline = true
+		w.last = now
+		return
+	}
+	w.offline = false
+	w.last = now
+	switch ev.Type {
+	case "worker-online", "worker-heartbeat":
+		if ev.Freq > 0 {
+			w.freq = ev.Freq
+		}
+		if ev.Active != nil {
+			w.active, w.hasHB = *ev.Active, true
+		}
+		if ev.Processed != nil {
+			w.processed = *ev.Processed
+		}
+		a := out.record(host, contract.EventHeartbeat, ts)
+		a.PutStr(attrEventType, ev.Type)
+		if c := r.cfg.capacity(host); c > 0 {
+			a.PutInt(contract.AttrCapacity, int64(c))
+		}
+		a.PutInt(attrWorkerActive, w.active)
+		a.PutInt(attrWorkerDone, w.processed)
+		a.PutDouble(attrWorkerFreq, w.freq)
+		a.PutInt(attrWorkerPID, w.pid)
+	case "task-received":
+		if ev.UUID == "" {
+			return
+		}
+		if t, ok := r.tasks[ev.UUID]; ok && (t.worker != host || t.pid != w.pid) {
+			// The same task id delivered again while another worker (or
+			// incarnation) holds it: a duplicate execution.
+			if !t.redelivered {
+				r.tb.ReceiverCeleryTasksRedelivered.Add(context.Background(), 1)
+			}
+			t.redelivered = true
+			return
+		}
+		r.track(ev.UUID, &taskState{worker: host, pid: w.pid, name: ev.Name, retries: ev.Retries})
+	case "task-started":
+		if ev.UUID == "" {
+			return
+		}
+		t := r.tasks[ev.UUID]
+		redelivered := false
+		if t == nil {
+			t = &taskState{worker: host, pid: w.pid}
+			r.track(ev.UUID, t)
+		} else if t.redelivered || (t.started && (t.worker != host || t.pid != w.pid)) {
+			if !t.redelivered {
+				r.tb.ReceiverCeleryTasksRedelivered.Add(context.Background(), 1)
+			}
+			redelivered = true
+		}
+		t.worker, t.pid, t.started, t.redelivered = host, w.pid, true, false
+		a := out.record(host, contract.EventStarted, ts)
+		a.PutStr(contract.AttrRunID, ev.UUID)
+		r.taskAttrs(a, t)
+		if redelivered {
+			a.PutBool(attrRedelivered, true)
+		}
+		b := out.brokerRecord(host, contract.EventClaimed, ev.UUID, ts)
+		r.taskAttrs(b, t)
+		if c := r.cfg.capacity(host); c > 0 {
+			b.PutInt(contract.AttrCapacity, int64(c))
+		}
+		if redelivered {
+			b.PutBool(attrRedelivered, true)
+		}
+	case "task-succeeded":
+		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
+			a.PutStr(contract.AttrResult, contract.ResultSuccess)
+			if ev.Runtime != nil {
+				a.PutDouble(attrTaskRuntime, *ev.Runtime)
+			}
+		}, contract.ResultSuccess)
+	case "task-failed":
+		f := classifyFailure(ev.Exception, ev.Traceback)
+		name := contract.EventFinished
+		if f.killReason != "" {
+			name = contract.EventKilled
+		}
+		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
+			a.PutStr(contract.AttrResult, f.result)
+			if f.errorType != "" {
+				a.PutStr(contract.AttrErrorType, f.errorType)
+			}
+			if f.killReason != "" {
+				a.PutStr(contract.AttrKillReason, f.killReason)
+			}
+			text := f.lastLine
+			if len(text) > maxText {
+				text = text[:maxText]
+			}
+			a.PutStr(attrTaskFailure, text)
+		}, f.result)
+	case "task-revoked":
+		name := contract.EventFinished
+		if ev.Terminated {
+			name = contract.EventKilled
+		}
+		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
+			a.PutStr(contract.AttrResult, contract.ResultCancellation)
+			if ev.Terminated {
+				a.PutStr(contract.AttrKillReason, contract.KillCancelled)
+			}
+		}, contract.ResultCancellation)
+	case "task-retried":
+		r.release(ev, host, ts, out, releaseRetried)
+	case "task-rejected":
+		r.release(ev, host, ts, out, releaseRejected)
+	}
+}
+
+func (r *celeryReceiver) taskAttrs(a pcommon.Map, t *taskState) {
+	if t.name != "" {
+		a.PutStr(attrTaskName, t.name)
+	}
+	a.PutInt(attrTaskRetries, t.retries)
+}
+
+// end closes a run on both views.
+func (r *celeryReceiver) end(ev *event, host string, ts time.Time, out *logsOut, name string, fill func(pcommon.Map), result string) {
+	if ev.UUID == "" {
+		return
+	}
+	t := r.tasks[ev.UUID]
+	if t == nil {
+		t = &taskState{worker: host}
+	}
+	delete(r.tasks, ev.UUID)
+	a := out.record(host, name, ts)
+	a.PutStr(contract.AttrRunID, ev.UUID)
+	r.taskAttrs(a, t)
+	fill(a)
+	if t.worker == host {
+		b := out.brokerRecord(host, contract.EventFinished, ev.UUID, ts)
+		b.PutStr(contract.AttrResult, result)
+	}
+}
+
+// release gives a run back on both views (a retry, a rejection, a restart).
+func (r *celeryReceiver) release(ev *event, host string, ts time.Time, out *logsOut, reason string) {
+	if ev.UUID == "" {
+		return
+	}
+	t := r.tasks[ev.UUID]
+	delete(r.tasks, ev.UUID)
+	a := out.record(host, contract.EventReleased, ts)
+	a.PutStr(contract.AttrRunID, ev.UUID)
+	a.PutStr(attrReleaseReason, reason)
+	if t != nil {
+		r.taskAttrs(a, t)
+	}
+	b := out.brokerRecord(host, contract.EventReleased, ev.UUID, ts)
+	b.PutStr(attrReleaseReason, reason)
+}
+
+// endIncarnation lets go of the runs an earlier main process of the worker
+// held. r.mu is held.
+func (r *celeryReceiver) endIncarnation(host string, pid int64, ts time.Time, out *logsOut) {
+	ids := make([]string, 0)
+	for id, t := range r.tasks {
+		if t.worker == host && t.pid == pid {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		t := r.tasks[id]
+		delete(r.tasks, id)
+		if !t.started {
+			continue
+		}
+		a := out.record(host, contract.EventReleased, ts)
+		a.PutStr(contract.AttrRunID, id)
+		a.PutStr(attrReleaseReason, releaseRestarted)
+		r.taskAttrs(a, t)
+		b := out.brokerRecord(host, contract.EventReleased, id, ts)
+		b.PutStr(attrReleaseReason, releaseRestarted)
+	}
+	r.logger.Info("celery worker restarted under the same hostname: a new incarnation",
+		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)))
+}
+
+// track adds a task, forgetting the oldest past max_tracked_tasks.
+func (r *celeryReceiver) track(id string, t *taskState) {
+	r.tasks[id] = t
+	r.order = append(r.order, id)
+	if len(r.order) > 2*r.cfg.MaxTrackedTasks {
+		// Compact: keep the ids still tracked, in order.
+		kept := r.order[:0]
+		for _, o := range r.order {
+			if _, ok := r.tasks[o]; ok {
+				kept = append(kept, o)
+			}
+		}
+		r.order = kept
+	}
+	for len(r.tasks) > r.cfg.MaxTrackedTasks && len(r.order) > 0 {
+		delete(r.tasks, r.order[0])
+		r.order = r.order[1:]
+	}
+}
