@@ -105,12 +105,17 @@ type SelectorConfig struct {
 	Cgroup string `mapstructure:"cgroup"`
 }
 
-// RoleConfig names a role and what matches it (cmdline and/or executable; both
-// must match when both are set).
+// RoleConfig names a role and what matches it (cmdline, executable and/or
+// depth; all that are set must match).
 type RoleConfig struct {
 	Name       string `mapstructure:"name"`
 	Cmdline    string `mapstructure:"cmdline"`
 	Executable string `mapstructure:"executable"`
+	// Depth is the role by position: 1 matches the root's direct children
+	// only (a prefork pool whose children keep the parent's command line,
+	// as Celery's ForkPoolWorkers without setproctitle). 0 (default): any
+	// depth. Only 0 and 1 are accepted.
+	Depth int `mapstructure:"depth"`
 }
 
 // Values of the process_events key.
@@ -231,8 +236,11 @@ func (w *WorkerConfig) validate(key string) []error {
 		case contract.RoleMain:
 			errs = append(errs, fmt.Errorf("%s.name: %q is reserved for the root process", rk, contract.RoleMain))
 		}
-		if r.Cmdline == "" && r.Executable == "" {
-			errs = append(errs, fmt.Errorf("%s: cmdline or executable is required", rk))
+		if r.Cmdline == "" && r.Executable == "" && r.Depth == 0 {
+			errs = append(errs, fmt.Errorf("%s: cmdline, executable or depth is required", rk))
+		}
+		if r.Depth != 0 && r.Depth != 1 {
+			errs = append(errs, fmt.Errorf("%s.depth: must be 0 (any) or 1 (the root's direct children), got %d", rk, r.Depth))
 		}
 		if r.Cmdline != "" {
 			if _, err := regexp.Compile(r.Cmdline); err != nil {

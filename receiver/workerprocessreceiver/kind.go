@@ -42,6 +42,8 @@ type workerKind struct {
 	roles   []string // 0 = main, then configured roles, then the default role
 	roleRe  []*regexp.Regexp
 	roleExe []string
+	// roleDirect: the role matches the root's direct children only (depth 1).
+	roleDirect []bool
 	defRole int
 
 	instances map[string]*worker
@@ -96,6 +98,7 @@ func newWorkerKind(i int, cfg WorkerConfig) (*workerKind, error) {
 		k.roles = append(k.roles, r.Name)
 		k.roleRe = append(k.roleRe, re)
 		k.roleExe = append(k.roleExe, r.Executable)
+		k.roleDirect = append(k.roleDirect, r.Depth == 1)
 	}
 	def := cfg.DefaultRole
 	if def == "" {
@@ -133,9 +136,13 @@ func exeMatches(want, comm, cmdline string) bool {
 	return false
 }
 
-// classify returns the role of a non-root member.
-func (k *workerKind) classify(comm, cmdline string) int {
+// classify returns the role of a non-root member; direct says whether its
+// parent is the root.
+func (k *workerKind) classify(comm, cmdline string, direct bool) int {
 	for j := range k.roleRe {
+		if k.roleDirect[j] && !direct {
+			continue
+		}
 		if k.roleExe[j] != "" && !exeMatches(k.roleExe[j], comm, cmdline) {
 			continue
 		}

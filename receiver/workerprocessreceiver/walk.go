@@ -255,7 +255,7 @@ func (s *workerScraper) account(w *worker, m *member, pid int32, st *procfs.Stat
 		w.setRole(m, 0)
 	case reread && (cmdErr == nil || isNew):
 		// Classify by command line.
-		role := k.classify(st.CommString(), cmd)
+		role := k.classify(st.CommString(), cmd, st.PPID == w.rootPid)
 		if isNew {
 			m.role = role
 		} else {
