@@ -1,0 +1,419 @@
+//go:build e2e
+
+package e2e
+
+// The Celery preset (presets/celery) end to end: Debian's real Celery 5.2.6
+// (python3-celery) on a real redis-server, workers started with -E and
+// nothing else, the real collector with the preset as shipped (its worker
+// selector narrowed to this run's hostnames, its timings shortened), and
+// every verdict of the preset README's table asserted through the health
+// API, every task accounted for with Celery's own outcome from the result
+// backend.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+var celeryDir = filepath.Join(repoRoot, "e2e", "testdata", "celery")
+
+// celeryRun is one run: a redis-server (broker and result backend), the
+// collector, and the helpers to start workers and send tasks.
+type celeryRun struct {
+	t      *testing.T
+	python string
+	broker string // redis://addr/0
+	env    []string
+	prefix string // of every hostname of this run
+	c      *presetCollector
+}
+
+func newCeleryRun(t *testing.T) *celeryRun {
+	python := need(t, "python3", "/usr/bin/python3")
+	if err := exec.Command(python, "-c", "import celery, redis").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3-celery / python3-redis missing (scripts/install-test-deps.sh installs them): %v", err)
+		}
+		t.Skipf("python3-celery / python3-redis missing: %v", err)
+	}
+	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
+	addr := loopbackAddr(t)
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	r := start(t, "celery-redis", nil, redisBin, "--port", port, "--bind", "127.0.0.1",
+		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--logfile", "")
+	waitListening(t, r, addr)
+	run := &celeryRun{
+		t: t, python: python, broker: "redis://" + addr + "/0",
+		prefix: fmt.Sprintf("ww%d", os.Getpid()),
+	}
+	run.env = []string{"BROKER=" + run.broker, "BACKEND=redis://" + addr + "/1", "PYTHONPATH=" + celeryDir}
+	return run
+}
+
+// host is a worker hostname of this run.
+func (r *celeryRun) host(name string) string { return r.prefix + "-" + name + "@e2e" }
+
+// startCollector starts the preset's collector with an overlay: the worker
+// selector's id capture narrowed to this run's hostnames, the broker, the
+// queues, and the timings of a test.
+func (r *celeryRun) startCollector(queues []string, set map[string]any) {
+	t := r.t
+	preset := filepath.Join(repoRoot, "presets", "celery", "collector.yaml")
+	c := newPresetCollector(t, "celery", preset, t.TempDir())
+	c.exportTo = otlpSink(t)
+	dir := t.TempDir()
+	c.stateDir = filepath.Join(dir, "state")
+	conf, err := confmaptest.LoadConf(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := conf.Get("receivers::worker_process::workers").([]any)
+	sel := workers[0].(map[string]any)["selector"].(map[string]any)
+	re := sel["cmdline"].(string)
+	if !strings.Contains(re, `(?P<id>\S+)`) {
+		t.Fatalf("the preset's selector has no id capture: %s", re)
+	}
+	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(r.prefix+"-")+`\S+)`, 1)
+	overlay := map[string]any{}
+	put(overlay, "receivers::worker_process::workers", workers)
+	put(overlay, "receivers::worker_process::collection_interval", "1s")
+	put(overlay, "receivers::celery::broker", r.broker)
+	put(overlay, "receivers::celery::queues", queues)
+	put(overlay, "receivers::celery::collection_interval", "1s")
+	for k, v := range set {
+		put(overlay, k, v)
+	}
+	b, _ := json.Marshal(overlay)
+	c.overlay = filepath.Join(dir, "overlay.json")
+	writeFile(t, c.overlay, string(b))
+	c.start(t)
+	r.c = c
+}
+
+// worker starts `python3 -m celery -A tasks worker -E` on queue with
+// concurrency c: the preset asks nothing more of a worker.
+func (r *celeryRun) worker(name, queue string, c int) *proc {
+	args := []string{"-m", "celery", "-A", "tasks", "worker", "-E", "-c", fmt.Sprint(c), "-Q", queue,
+		"-n", r.host(name), "--loglevel=INFO"}
+	p := start(r.t, "celery-"+name, r.env, r.python, args...)
+	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
+	return p
+}
+
+// send sends count tasks to queue and returns their ids.
+func (r *celeryRun) send(queue, task string, count int) []string {
+	out, err := r.client("send", queue, task, fmt.Sprint(count))
+	if err != nil {
+		r.t.Fatalf("send %s: %v\n%s", task, err, out)
+	}
+	return strings.Fields(out)
+}
+
+func (r *celeryRun) client(args ...string) (string, error) {
+	cmd := exec.Command(r.python, append([]string{filepath.Join(celeryDir, "client.py")}, args...)...)
+	cmd.Env = append(os.Environ(), r.env...)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
+}
+
+// states reads Celery's own outcome of each task from the result backend.
+func (r *celeryRun) states(ids []string) map[string][2]string {
+	out, err := r.client(append([]string{"states"}, ids...)...)
+	if err != nil {
+		r.t.Fatalf("states: %v\n%s", err, out)
+	}
+	var m map[string][2]string
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		r.t.Fatalf("states: %v\n%s", err, out)
+	}
+	return m
+}
+
+// health reads a worker from the health API.
+func (r *celeryRun) health(host string) (int, contract.Worker, error) {
+	var w contract.Worker
+	code, err := getJSON("http://"+r.c.health+"/health/workers/"+host, &w)
+	return code, w, err
+}
+
+// mainPID is the pid of a worker's main process.
+func mainPID(p *proc) int { return p.cmd.Process.Pid }
+
+// procState is the state letter of /proc/<pid>/stat (R, S, T...).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {
+	for _, rr := range w.Runs.Recent {
+		if rr.ID == id {
+			return rr, true
+		}
+	}
+	return contract.RunRecord{}, false
+}
+
+func TestPresetCelery(t *testing.T) {
+	r := newCeleryRun(t)
+	const qMain, qLeak, qBlock, qKill = "q-main", "q-leak", "q-block", "q-kill"
+	r.startCollector([]string{qMain, qLeak, qBlock, qKill}, map[string]any{
+		"processors::worker_health::stalled::after":                        "20s",
+		"processors::worker_health::lost::after":                           "15s",
+		"processors::worker_health::memory::roles::main::soft_limit_bytes": 150 << 20,
+		"processors::worker_health::hysteresis::recover_evaluations":       2,
+	})
+	hMain, hLeak, hBlock, hKill := r.host("main"), r.host("leak"), r.host("block"), r.host("kill")
+	r.worker("main", qMain, 2)
+	r.worker("leak", qLeak, 1)
+	pBlock := r.worker("block", qBlock, 2)
+	t.Cleanup(func() { _ = syscall.Kill(mainPID(pBlock), syscall.SIGCONT) })
+	pKill := r.worker("kill", qKill, 1)
+
+	// 1. Tasks that succeed, raise, exit their child, are SIGKILLed, hit the
+	// hard and the soft time limit, on one worker.
+	want := map[string]struct{ celery, exc, result, kill string }{}
+	add := func(task, celery, exc, result, kill string, n int) {
+		for _, id := range r.send(qMain, task, n) {
+			want[id] = struct{ celery, exc, result, kill string }{celery, exc, result, kill}
+		}
+	}
+	add("ok", "SUCCESS", "", contract.ResultSuccess, "", 3)
+	add("boom", "FAILURE", "ValueError", contract.ResultFailure, "", 1)
+	add("exit_child", "FAILURE", "WorkerLostError", contract.ResultFailure, contract.KillCrash, 1)
+	add("sigkill_self", "FAILURE", "WorkerLostError", contract.ResultFailure, contract.KillOOM, 1)
+	add("hard_limit", "FAILURE", "TimeLimitExceeded", contract.ResultTimeout, contract.KillTimeout, 1)
+	add("soft_limit", "FAILURE", "SoftTimeLimitExceeded", contract.ResultFailure, "", 1)
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	eventually(t, 3*time.Minute, time.Second, "every task of worker main ended, by Celery", func() error {
+		for id, st := range r.states(ids) {
+			if st[0] != "SUCCESS" && st[0] != "FAILURE" {
+				return fmt.Errorf("%s: %s", id, st[0])
+			}
+		}
+		return nil
+	})
+	for id, st := range r.states(ids) {
+		if w := want[id]; st[0] != w.celery || st[1] != w.exc {
+			t.Errorf("Celery's outcome of %s: %v, want %s %s", id, st, w.celery, w.exc)
+		}
+	}
+	checkMain := func(phase string) {
+		eventually(t, 2*time.Minute, time.Second, phase+": worker main's runs and kills", func() error {
+			code, w, err := r.health(hMain)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				rr, ok := recentRun(w, id)
+				if !ok {
+					return fmt.Errorf("run %s not in recent runs", id)
+				}
+				if rr.Result != want[id].result || rr.KillReason != want[id].kill {
+					return fmt.Errorf("run %s: %s/%s, want %s/%s", id, rr.Result, rr.KillReason, want[id].result, want[id].kill)
+				}
+			}
+			if w.Runs.Kills[contract.KillCrash] != 1 || w.Runs.Kills[contract.KillOOM] != 1 || w.Runs.Kills[contract.KillTimeout] != 1 {
+				return fmt.Errorf("kills %v, want crash, oom, timeout once each", w.Runs.Kills)
+			}
+			if code != 200 || w.State != contract.Healthy {
+				return fmt.Errorf("%d %s %v, want 200 healthy", code, w.State, w.Reasons)
+			}
+			if w.Runs.Capacity != 2 {
+				return fmt.Errorf("capacity %d, want 2", w.Runs.Capacity)
+			}
+			return nil
+		})
+	}
+	checkMain("before the collector restart")
+
+	// 2. The main process leaks (16 MiB per task, in a signal handler of
+	// the main process): unhealthy, memory over the main role's limit.
+	leakIDs := r.send(qLeak, "leak_main", 12)
+	eventually(t, 3*time.Minute, time.Second, "worker leak unhealthy for its main process's memory", func() error {
+		code, w, err := r.health(hLeak)
+		if err != nil {
+			return err
+		}
+		for _, rs := range w.Reasons {
+			if rs.Code == "memory_over_soft_limit" && rs.Role == contract.RoleMain && code == 503 && w.State == contract.Unhealthy {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+	})
+
+	// 3. A blocked main process: a task SIGSTOPs it; tasks then wait in its
+	// queue while it has a free slot: stalled (503), never lost.
+	stopID := r.send(qBlock, "stop_parent", 1)
+	eventually(t, time.Minute, 500*time.Millisecond, "worker block's main process stopped", func() error {
+		if s := procState(mainPID(pBlock)); s != "T" {
+			return fmt.Errorf("state %q", s)
+		}
+		return nil
+	})
+	blockedAt := time.Now()
+	waiting := r.send(qBlock, "ok", 3)
+	var stalledAfter time.Duration
+	eventually(t, 3*time.Minute, time.Second, "worker block stalled with no_claim", func() error {
+		code, w, err := r.health(hBlock)
+		if err != nil {
+			return err
+		}
+		if w.State == contract.Lost {
+			t.Fatalf("a blocked main process (its tree alive) was judged lost: %v", w.Reasons)
+		}
+		if code == 503 && w.State == contract.Stalled {
+			stalledAfter = time.Since(blockedAt)
+			return nil
+		}
+		return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+	})
+	// stalled.after counts from the worker's last start of a task: an idle
+	// worker is stalled as soon as work waits for it once it has been idle
+	// that long.
+	t.Logf("e2e: blocked main process: stalled %s after it stopped, with tasks waiting (stalled.after 20s since its last start)", stalledAfter.Round(time.Second))
+	metrics, err := httpGet("http://" + r.c.promExp + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gauge's unit "1" is the Prometheus exporter's _ratio suffix.
+	online := regexp.MustCompile(`(?m)^celery_worker_online(_ratio)?\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hBlock) + `"[^}]*\} (\S+)$`).FindStringSubmatch(metrics)
+	if online == nil || online[2] != "0" {
+		t.Errorf("celery_worker_online of the blocked worker: %v, want 0; exposition:\n%s", online, grepLines(metrics, "celery_worker"))
+	}
+	if err := syscall.Kill(mainPID(pBlock), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, time.Second, "worker block healthy once it runs again", func() error {
+		code, w, err := r.health(hBlock)
+		if err != nil {
+			return err
+		}
+		if code != 200 || w.State != contract.Healthy {
+			return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+		}
+		return nil
+	})
+
+	// 4. The collector restarts mid-run: the verdicts and kill counts of
+	// worker main survive (checkpoint), and tasks after it are read.
+	r.c.stop(t)
+	r.c.start(t)
+	checkMain("after the collector restart")
+	more := r.send(qMain, "ok", 2)
+	eventually(t, 2*time.Minute, time.Second, "tasks after the collector restart", func() error {
+		_, w, err := r.health(hMain)
+		if err != nil {
+			return err
+		}
+		for _, id := range more {
+			if rr, ok := recentRun(w, id); !ok || rr.Result != contract.ResultSuccess {
+				return fmt.Errorf("run %s: %+v", id, rr)
+			}
+		}
+		return nil
+	})
+
+	// 5. A worker SIGKILLed while it runs a task: lost once its tree is gone
+	// (its orphaned pool child finishes the task first), then restarted
+	// under the same hostname: a new incarnation, healthy, the task let go.
+	longID := r.send(qKill, "long", 1)[0]
+	eventually(t, time.Minute, 500*time.Millisecond, "the long task started on worker kill", func() error {
+		_, w, err := r.health(hKill)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(w.Runs.Worker, longID) {
+			return fmt.Errorf("held %v", w.Runs.Worker)
+		}
+		return nil
+	})
+	if err := pKill.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	eventually(t, 3*time.Minute, time.Second, "worker kill lost", func() error {
+		code, w, err := r.health(hKill)
+		if err != nil {
+			return err
+		}
+		if code == 503 && w.State == contract.Lost {
+			return nil
+		}
+		return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+	})
+	t.Logf("e2e: SIGKILLed worker: lost %s after the kill (lost.after 15s)", time.Since(killedAt).Round(time.Second))
+	r.worker("kill", qKill, 1)
+	eventually(t, 2*time.Minute, time.Second, "worker kill healthy again, its task let go, worker_exit counted", func() error {
+		code, w, err := r.health(hKill)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(w.Runs.Worker, longID) {
+			return fmt.Errorf("still holds %s", longID)
+		}
+		if w.Runs.Kills[contract.KillWorkerExit] < 1 {
+			return fmt.Errorf("kills %v", w.Runs.Kills)
+		}
+		if code != 200 || w.State != contract.Healthy {
+			return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+		}
+		return nil
+	})
+
+	// Every task of the run, with Celery's own outcome.
+	all := slices.Concat(ids, leakIDs, stopID, waiting, more, []string{longID})
+	final := r.states(all)
+	for _, id := range slices.Concat(leakIDs, stopID, waiting, more) {
+		if final[id][0] != "SUCCESS" {
+			t.Errorf("task %s: Celery says %v, want SUCCESS", id, final[id])
+		}
+	}
+	// The SIGKILLed worker's task: its orphaned child stores SUCCESS in the
+	// result backend (the child writes results), while no event ever says
+	// it ended; without a result, Celery leaves it PENDING.
+	if s := final[longID][0]; s != "SUCCESS" && s != "PENDING" {
+		t.Errorf("the killed worker's task: Celery says %v", final[longID])
+	}
+	t.Logf("e2e: every task, Celery's outcome: %v", final)
+	if lines := r.c.errorLines(); len(lines) > 0 {
+		t.Errorf("collector errors:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// grepLines keeps the lines of text containing s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

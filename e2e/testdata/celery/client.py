@@ -1,0 +1,35 @@
+"""Sends tasks and reads their outcome from Celery's result backend.
+
+  client.py send QUEUE TASK [COUNT]      one task id per line
+  client.py states ID...                 one JSON object: id -> [state, exc_type]
+"""
+import json
+import sys
+
+from celery.result import AsyncResult
+
+from tasks import app
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == 'send':
+        queue, task = sys.argv[2], sys.argv[3]
+        count = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        for _ in range(count):
+            print(app.send_task('tasks.' + task, queue=queue).id, flush=True)
+    elif cmd == 'states':
+        out = {}
+        for tid in sys.argv[2:]:
+            r = AsyncResult(tid, app=app)
+            exc = ''
+            if r.state == 'FAILURE':
+                exc = type(r.result).__name__ if isinstance(r.result, BaseException) else str(r.result)
+            out[tid] = [r.state, exc]
+        print(json.dumps(out))
+    else:
+        sys.exit('unknown command ' + cmd)
+
+
+if __name__ == '__main__':
+    main()
