@@ -7,7 +7,9 @@
 #   - Debian packages: prometheus + promtool (e2e, alert rule tests), wrk
 #     (health API bench), chromium (status page in a real browser), node + npm,
 #     redis-server (the BullMQ scenarios start their own, one per scenario on
-#     a free loopback port)
+#     a free loopback port), python3-celery + python3-redis (Debian's Celery
+#     5.2.6 for the Celery preset's e2e and receiver tests) and rabbitmq-server
+#     (the celery receiver's AMQP transport; no service is left running)
 #   - Go tools built in scratch modules OUTSIDE this repository's go.mod,
 #     cached in $CACHE/bin: Jaeger v2 (e2e trace backend), telemetrygen (load)
 #   - the npm packages of every examples/*/ with a package-lock.json
@@ -35,6 +37,9 @@ need_cmd chromium chromium
 need_cmd node nodejs
 need_cmd npm npm
 need_cmd redis-server redis-server
+# Celery has no command of its own on Debian (python3 -m celery): by import.
+/usr/bin/python3 -c 'import celery, redis' 2>/dev/null || apt_pkgs+=(python3-celery python3-redis)
+command -v rabbitmq-server >/dev/null || [ -x /usr/sbin/rabbitmq-server ] || apt_pkgs+=(rabbitmq-server)
 
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
 	mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
