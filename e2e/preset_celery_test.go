@@ -13,12 +13,16 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +43,22 @@ type celeryRun struct {
 	env    []string
 	prefix string // of every hostname of this run
 	c      *presetCollector
+	// exported counts the OTLP/HTTP log requests the preset's exporter sent.
+	exported atomic.Int64
+}
+
+// countingSink is an OTLP/HTTP endpoint that accepts everything and counts
+// the logs requests: the preset's OTLP out.
+func (r *celeryRun) countingSink() string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		if req.URL.Path == "/v1/logs" {
+			r.exported.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	r.t.Cleanup(s.Close)
+	return s.URL
 }
 
 func newCeleryRun(t *testing.T) *celeryRun {
@@ -73,7 +93,7 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	t := r.t
 	preset := filepath.Join(repoRoot, "presets", "celery", "collector.yaml")
 	c := newPresetCollector(t, "celery", preset, t.TempDir())
-	c.exportTo = otlpSink(t)
+	c.exportTo = r.countingSink()
 	dir := t.TempDir()
 	c.stateDir = filepath.Join(dir, "state")
 	conf, err := confmaptest.LoadConf(preset)
@@ -237,6 +257,9 @@ func TestPresetCelery(t *testing.T) {
 				if rr.Result != want[id].result || rr.KillReason != want[id].kill {
 					return fmt.Errorf("run %s: %s/%s, want %s/%s", id, rr.Result, rr.KillReason, want[id].result, want[id].kill)
 				}
+				if want[id].result == contract.ResultSuccess && rr.DurationSeconds <= 0 {
+					return fmt.Errorf("run %s: no runtime", id)
+				}
 			}
 			if w.Runs.Kills[contract.KillCrash] != 1 || w.Runs.Kills[contract.KillOOM] != 1 || w.Runs.Kills[contract.KillTimeout] != 1 {
 				return fmt.Errorf("kills %v, want crash, oom, timeout once each", w.Runs.Kills)
@@ -251,6 +274,22 @@ func TestPresetCelery(t *testing.T) {
 		})
 	}
 	checkMain("before the collector restart")
+	// The tree by role: the prefork pool's children (same command line as
+	// the main process) are role pool by position.
+	eventually(t, time.Minute, time.Second, "worker main's pool memory", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		re := regexp.MustCompile(`(?m)^workerwatch_process_count\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hMain) + `"[^}]*workerwatch_process_role="pool"[^}]*\} (\S+)$`)
+		if g := re.FindStringSubmatch(m); g == nil || g[1] != "2" {
+			return fmt.Errorf("pool processes: %v\n%s", g, grepLines(m, "workerwatch_process_count"))
+		}
+		if !strings.Contains(m, `workerwatch_process_role="pool"`) || !strings.Contains(m, "process_memory_usage_bytes{") {
+			return fmt.Errorf("no pool memory")
+		}
+		return nil
+	})
 
 	// 2. The main process leaks (16 MiB per task, in a signal handler of
 	// the main process): unhealthy, memory over the main role's limit.
@@ -298,14 +337,21 @@ func TestPresetCelery(t *testing.T) {
 	// worker is stalled as soon as work waits for it once it has been idle
 	// that long.
 	t.Logf("e2e: blocked main process: stalled %s after it stopped, with tasks waiting (stalled.after 20s since its last start)", stalledAfter.Round(time.Second))
-	metrics, err := httpGet("http://" + r.c.promExp + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The gauge's unit "1" is the Prometheus exporter's _ratio suffix.
-	online := regexp.MustCompile(`(?m)^celery_worker_online(_ratio)?\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hBlock) + `"[^}]*\} (\S+)$`).FindStringSubmatch(metrics)
-	if online == nil || online[2] != "0" {
-		t.Errorf("celery_worker_online of the blocked worker: %v, want 0; exposition:\n%s", online, grepLines(metrics, "celery_worker"))
+	// Flower's view: offline after 2 x freq without a heartbeat. The gauge's
+	// unit "1" is the Prometheus exporter's _ratio suffix.
+	eventually(t, time.Minute, time.Second, "celery_worker_online 0 for the blocked worker", func() error {
+		metrics, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		online := regexp.MustCompile(`(?m)^celery_worker_online(_ratio)?\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hBlock) + `"[^}]*\} (\S+)$`).FindStringSubmatch(metrics)
+		if online == nil || online[2] != "0" {
+			return fmt.Errorf("%v", online)
+		}
+		return nil
+	})
+	if s := procState(mainPID(pBlock)); s != "T" {
+		t.Fatalf("the blocked main process is %q, not stopped", s)
 	}
 	if err := syscall.Kill(mainPID(pBlock), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -402,6 +448,9 @@ func TestPresetCelery(t *testing.T) {
 		t.Errorf("the killed worker's task: Celery says %v", final[longID])
 	}
 	t.Logf("e2e: every task, Celery's outcome: %v", final)
+	if r.exported.Load() == 0 {
+		t.Errorf("the preset exported no logs over OTLP")
+	}
 	if lines := r.c.errorLines(); len(lines) > 0 {
 		t.Errorf("collector errors:\n%s", strings.Join(lines, "\n"))
 	}

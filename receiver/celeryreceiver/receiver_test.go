@@ -225,6 +225,12 @@ func TestRecordedRun(t *testing.T) {
 	if m["celery-worker/celery.worker.tasks.processed/"] != 6 {
 		t.Errorf("processed: %v", m["celery-worker/celery.worker.tasks.processed/"])
 	}
+	if v, ok := m["celery-worker/workerwatch.worker.runs.active/"]; !ok || v != 0 {
+		t.Errorf("runs.active (the last heartbeat's active): %v %v", v, ok)
+	}
+	if m["celery-broker/celery.worker.heartbeat.age/w1@host"] <= 0 {
+		t.Errorf("heartbeat age: %v", m["celery-broker/celery.worker.heartbeat.age/w1@host"])
+	}
 }
 
 // metricPoints: the latest value per service/metric/attribute value.
