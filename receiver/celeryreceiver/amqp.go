@@ -26,6 +26,9 @@ type amqpTransport struct {
 	conn *amqp.Connection
 }
 
+// errNoExchange: the event exchange does not exist yet.
+var errNoExchange = errors.New("event exchange not found")
+
 func newAMQP(r *celeryReceiver) (*amqpTransport, error) {
 	u := *r.broker.u
 	if u.Scheme == "pyamqp" {
@@ -64,10 +67,16 @@ func (t *amqpTransport) run(ctx context.Context) {
 			return
 		}
 		t.r.brokerState(err)
+		wait := t.r.cfg.ReconnectInterval
+		if errors.Is(err, errNoExchange) && wait > time.Second {
+			// The first worker with -E declares it any moment: its first
+			// events (worker-online) come right after.
+			wait = time.Second
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(t.r.cfg.ReconnectInterval):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -99,7 +108,7 @@ func (t *amqpTransport) consume(ctx context.Context) error {
 	// The exchange exists once a worker with -E has run; until then the
 	// bind fails and is retried.
 	if err := ch.ExchangeDeclarePassive(t.r.cfg.EventExchange, "topic", true, false, false, false, nil); err != nil {
-		return fmt.Errorf("exchange %q not found yet (no worker with -E has declared it): %w", t.r.cfg.EventExchange, err)
+		return fmt.Errorf("%w: %q (no worker with -E has declared it yet): %w", errNoExchange, t.r.cfg.EventExchange, err)
 	}
 	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(60000)})
 	if err != nil {

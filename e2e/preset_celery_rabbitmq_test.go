@@ -1,0 +1,148 @@
+//go:build e2e
+
+package e2e
+
+// The Celery preset on a real rabbitmq-server (Debian's 3.10.8): the
+// celery receiver's AMQP transport (its own exclusive queue bound to the
+// celeryev topic exchange; queue lengths by passive declare), a worker
+// with -E only, tasks that succeed, raise, exit their child and hit the
+// hard time limit, and tasks waiting in a queue no worker consumes.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// startRabbitMQ starts rabbitmq-server on free loopback ports (AMQP,
+// Erlang distribution, epmd) with its files in a temporary directory, and
+// returns its AMQP URL.
+func startRabbitMQ(t *testing.T) string {
+	bin := need(t, "rabbitmq-server", "/usr/sbin/rabbitmq-server")
+	ctl := need(t, "rabbitmqctl", "/usr/sbin/rabbitmqctl")
+	dir, err := os.MkdirTemp("", "ww-rabbitmq-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// Debian's wrapper runs the broker as the rabbitmq user.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "enabled_plugins"), "[].\n")
+	_ = os.Chmod(filepath.Join(dir, "enabled_plugins"), 0o666)
+	amqpPort := freePort(t)
+	env := []string{
+		fmt.Sprintf("RABBITMQ_NODENAME=ww%d@localhost", os.Getpid()),
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", amqpPort),
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", freePort(t)),
+		fmt.Sprintf("ERL_EPMD_PORT=%d", freePort(t)),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
+		"RABBITMQ_PID_FILE=" + filepath.Join(dir, "pid"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(dir, "rabbitmq"),
+		"HOME=" + dir,
+	}
+	p := start(t, "celery-rabbitmq", env, bin)
+	// The broker runs under su as another user: stop it with its own tool
+	// (run before the start helper's SIGTERM to the wrapper).
+	t.Cleanup(func() {
+		cmd := exec.Command(ctl, "shutdown")
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Logf("rabbitmqctl shutdown: %v\n%s", err, out)
+		}
+	})
+	waitListening(t, p, fmt.Sprintf("127.0.0.1:%d", amqpPort))
+	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d//", amqpPort)
+}
+
+func TestPresetCeleryRabbitMQ(t *testing.T) {
+	r := newCeleryRun(t)
+	amqpURL := startRabbitMQ(t)
+	r.broker = amqpURL
+	for i, e := range r.env {
+		if strings.HasPrefix(e, "BROKER=") {
+			r.env[i] = "BROKER=" + amqpURL
+		}
+	}
+	const q, idle = "q-rmq", "q-idle"
+	r.startCollector([]string{q, idle}, nil)
+	host := r.host("rmq")
+	r.worker("rmq", q, 2)
+	// The worker declared the celeryev exchange when it started; the
+	// receiver binds its queue within a second: once the worker's heartbeat
+	// is read, every later event is.
+	eventually(t, time.Minute, time.Second, "the worker's heartbeats read from RabbitMQ", func() error {
+		_, w, err := r.health(host)
+		if err != nil {
+			return err
+		}
+		if !w.Sources.Telemetry.Seen {
+			return fmt.Errorf("not seen yet")
+		}
+		return nil
+	})
+
+	want := map[string][2]string{} // id -> result, kill reason
+	for task, w := range map[string][2]string{
+		"ok": {contract.ResultSuccess, ""}, "boom": {contract.ResultFailure, ""},
+		"exit_child": {contract.ResultFailure, contract.KillCrash}, "hard_limit": {contract.ResultTimeout, contract.KillTimeout},
+	} {
+		for _, id := range r.send(q, task, 1) {
+			want[id] = w
+		}
+	}
+	waiting := r.send(idle, "ok", 3)
+	eventually(t, 3*time.Minute, time.Second, "every task's end read from RabbitMQ", func() error {
+		code, w, err := r.health(host)
+		if err != nil {
+			return err
+		}
+		for id, wr := range want {
+			rr, ok := recentRun(w, id)
+			if !ok || rr.Result != wr[0] || rr.KillReason != wr[1] {
+				return fmt.Errorf("run %s: %+v, want %v", id, rr, wr)
+			}
+		}
+		if code != 200 || w.State != contract.Healthy {
+			return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+		}
+		return nil
+	})
+	eventually(t, time.Minute, time.Second, "3 tasks pending in q-idle (passive declare)", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		g := regexp.MustCompile(`(?m)^workerwatch_scheduler_runs_pending\{[^}]*messaging_destination_name="` + idle + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
+		if g == nil || g[1] != "3" {
+			return fmt.Errorf("%v\n%s", g, grepLines(m, "pending"))
+		}
+		return nil
+	})
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	states := r.states(append(ids, waiting...))
+	for _, id := range waiting {
+		if states[id][0] != "PENDING" {
+			t.Errorf("a task of the unconsumed queue: Celery says %v", states[id])
+		}
+	}
+	t.Logf("e2e: RabbitMQ run, Celery's outcome: %v", states)
+	if lines := r.c.errorLines(); len(lines) > 0 {
+		t.Errorf("collector errors:\n%s", strings.Join(lines, "\n"))
+	}
+}
