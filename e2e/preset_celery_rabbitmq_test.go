@@ -38,13 +38,13 @@ func startRabbitMQ(t *testing.T) string {
 	}
 	writeFile(t, filepath.Join(dir, "enabled_plugins"), "[].\n")
 	_ = os.Chmod(filepath.Join(dir, "enabled_plugins"), 0o666)
-	amqpPort := freePort(t)
+	amqpPort, epmdPort := freePort(t), freePort(t)
 	env := []string{
 		fmt.Sprintf("RABBITMQ_NODENAME=ww%d@localhost", os.Getpid()),
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", amqpPort),
 		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", freePort(t)),
-		fmt.Sprintf("ERL_EPMD_PORT=%d", freePort(t)),
+		fmt.Sprintf("ERL_EPMD_PORT=%d", epmdPort),
 		"ERL_EPMD_ADDRESS=127.0.0.1",
 		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
@@ -61,6 +61,12 @@ func startRabbitMQ(t *testing.T) string {
 		cmd.Env = append(os.Environ(), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Logf("rabbitmqctl shutdown: %v\n%s", err, out)
+		}
+		// The broker started an epmd daemon on our epmd port: stop it too.
+		if epmd, err := exec.LookPath("epmd"); err == nil {
+			if out, err := exec.Command(epmd, "-port", fmt.Sprint(epmdPort), "-kill").CombinedOutput(); err != nil {
+				t.Logf("epmd -kill: %v\n%s", err, out)
+			}
 		}
 	})
 	waitListening(t, p, fmt.Sprintf("127.0.0.1:%d", amqpPort))
