@@ -76,3 +76,17 @@ def _on_received(request=None, **_):
 @app.task
 def leak_main():
     return 'leaked'
+
+
+_held = []
+
+
+@app.task
+def grow(mb=64):
+    # Keeps mb MiB in the pool child: past worker_max_memory_per_child the
+    # child is replaced after the task (no event says so).
+    b = bytearray(mb << 20)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    _held.append(b)
+    return mb
