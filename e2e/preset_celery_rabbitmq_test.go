@@ -3,10 +3,11 @@
 package e2e
 
 // The Celery preset on a real rabbitmq-server (Debian's 3.10.8): the
-// celery receiver's AMQP transport (its own exclusive queue bound to the
+// celery receiver's AMQP transport (its own named queue bound to the
 // celeryev topic exchange; queue lengths by passive declare), a worker
 // with -E only, tasks that succeed, raise, exit their child and hit the
-// hard time limit, and tasks waiting in a queue no worker consumes.
+// hard time limit, tasks waiting in a queue no worker consumes, and a
+// collector SIGKILLed and restarted while tasks run: none lost.
 
 import (
 	"fmt"
@@ -83,7 +84,9 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		}
 	}
 	const q, idle = "q-rmq", "q-idle"
-	r.startCollector([]string{q, idle}, nil)
+	// A named event queue: the events published while the collector
+	// restarts wait in it.
+	r.startCollector([]string{q, idle}, map[string]any{"receivers::celery::event_queue": r.prefix + "-events"})
 	host := r.host("rmq")
 	r.worker("rmq", q, 2)
 	// The worker declared the celeryev exchange when it started; the
@@ -137,6 +140,49 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		}
 		return nil
 	})
+	// The collector is SIGKILLed; tasks run while it is down; it starts
+	// again: it reads every one of them from its queue (none lost), and the
+	// kill counts from before are kept.
+	r.c.kill(t)
+	during := map[string][2]string{}
+	for _, id := range r.send(q, "ok", 2) {
+		during[id] = [2]string{contract.ResultSuccess, ""}
+	}
+	for _, id := range r.send(q, "exit_child", 1) {
+		during[id] = [2]string{contract.ResultFailure, contract.KillCrash}
+	}
+	duringIDs := make([]string, 0, len(during))
+	for id := range during {
+		duringIDs = append(duringIDs, id)
+	}
+	eventually(t, 2*time.Minute, time.Second, "the tasks run while the collector is down ended, by Celery", func() error {
+		for id, st := range r.states(duringIDs) {
+			if st[0] != "SUCCESS" && st[0] != "FAILURE" {
+				return fmt.Errorf("%s: %s", id, st[0])
+			}
+		}
+		return nil
+	})
+	r.c.start(t)
+	eventually(t, 2*time.Minute, time.Second, "every task run while the collector was down, read after its restart", func() error {
+		_, w, err := r.health(host)
+		if err != nil {
+			return err
+		}
+		for id, wr := range during {
+			rr, ok := recentRun(w, id)
+			if !ok || rr.Result != wr[0] || rr.KillReason != wr[1] {
+				return fmt.Errorf("run %s: %+v, want %v", id, rr, wr)
+			}
+		}
+		if w.Runs.Kills[contract.KillCrash] != 2 {
+			return fmt.Errorf("crash kills %d, want 2 (one before the restart, one while down)", w.Runs.Kills[contract.KillCrash])
+		}
+		return nil
+	})
+	for id, wr := range during {
+		want[id] = wr
+	}
 	ids := make([]string, 0, len(want))
 	for id := range want {
 		ids = append(ids, id)

@@ -110,14 +110,25 @@ func (t *amqpTransport) consume(ctx context.Context) error {
 	if err := ch.ExchangeDeclarePassive(t.r.cfg.EventExchange, "topic", true, false, false, false, nil); err != nil {
 		return fmt.Errorf("%w: %q (no worker with -E has declared it yet): %w", errNoExchange, t.r.cfg.EventExchange, err)
 	}
-	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(60000)})
+	var q amqp.Queue
+	if name := t.r.cfg.EventQueue; name != "" {
+		// Named, not exclusive, not auto-deleted: it keeps the events while
+		// the collector restarts; RabbitMQ drops it after
+		// event_queue_expires without a consumer.
+		q, err = ch.QueueDeclare(name, false, false, false, false, amqp.Table{
+			"x-expires":    t.r.cfg.EventQueueExpires.Milliseconds(),
+			"x-max-length": int64(t.r.cfg.EventQueueMaxLength),
+		})
+	} else {
+		q, err = ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-message-ttl": int32(60000)})
+	}
 	if err != nil {
 		return err
 	}
 	if err := ch.QueueBind(q.Name, "#", t.r.cfg.EventExchange, false, nil); err != nil {
 		return err
 	}
-	deliveries, err := ch.ConsumeWithContext(ctx, q.Name, "workerwatch-celery", true, true, false, false, nil)
+	deliveries, err := ch.ConsumeWithContext(ctx, q.Name, "workerwatch-celery", true, false, false, false, nil)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,19 @@ type Config struct {
 	// carry (Flower asks the workers with a broadcast; this receiver sends
 	// none).
 	Capacity CapacityConfig `mapstructure:"capacity"`
+	// EventQueue (RabbitMQ only) names the receiver's event queue: a named
+	// queue outlives the receiver's connection, so the events published
+	// while the collector restarts wait there (bounded by
+	// event_queue_expires and event_queue_max_length). Empty (default): an
+	// exclusive, auto-delete queue named by the server, which keeps nothing
+	// while the collector is down. Use one name per collector.
+	EventQueue string `mapstructure:"event_queue"`
+	// EventQueueExpires: RabbitMQ deletes the named queue after this long
+	// without a consumer (x-expires). Default 1h.
+	EventQueueExpires time.Duration `mapstructure:"event_queue_expires"`
+	// EventQueueMaxLength bounds the events the named queue keeps (the
+	// oldest are dropped past it, x-max-length). Default 100000.
+	EventQueueMaxLength int `mapstructure:"event_queue_max_length"`
 	// ReconnectInterval is the wait between two connection attempts to the
 	// broker. Default 5s.
 	ReconnectInterval time.Duration `mapstructure:"reconnect_interval"`
@@ -148,6 +161,15 @@ func (cfg *Config) Validate() error {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("capacity.per_worker.%s: must not be negative, got %d", h, n))
 		}
+	}
+	if cfg.EventQueue != "" && err == nil && p.kind != brokerAMQP {
+		errs = append(errs, errors.New("event_queue: only for an amqp:// or amqps:// broker (Redis pub/sub keeps no events)"))
+	}
+	if cfg.EventQueueExpires < time.Second {
+		errs = append(errs, fmt.Errorf("event_queue_expires: must be at least 1s, got %s", cfg.EventQueueExpires))
+	}
+	if cfg.EventQueueMaxLength < 1 {
+		errs = append(errs, fmt.Errorf("event_queue_max_length: must be positive, got %d", cfg.EventQueueMaxLength))
 	}
 	if cfg.ReconnectInterval <= 0 {
 		errs = append(errs, fmt.Errorf("reconnect_interval: must be positive, got %s", cfg.ReconnectInterval))

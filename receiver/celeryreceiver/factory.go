@@ -30,6 +30,8 @@ func createDefaultConfig() component.Config {
 		CollectionInterval:   5 * time.Second,
 		HeartbeatGrace:       2,
 		ReconnectInterval:    5 * time.Second,
+		EventQueueExpires:    time.Hour,
+		EventQueueMaxLength:  100000,
 		MaxTrackedTasks:      100000,
 	}
 }

@@ -47,6 +47,9 @@ func TestConfigValidate(t *testing.T) {
 		{"per worker", func(c *Config) { c.Capacity.PerWorker = map[string]int{"w@h": -2} }, "capacity.per_worker.w@h"},
 		{"reconnect", func(c *Config) { c.ReconnectInterval = 0 }, "reconnect_interval"},
 		{"tracked", func(c *Config) { c.MaxTrackedTasks = 0 }, "max_tracked_tasks"},
+		{"event queue on redis", func(c *Config) { c.EventQueue = "ww" }, "event_queue: only for an amqp://"},
+		{"expires", func(c *Config) { c.EventQueueExpires = 0 }, "event_queue_expires"},
+		{"max length", func(c *Config) { c.EventQueueMaxLength = 0 }, "event_queue_max_length"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig("redis://127.0.0.1:6379/0")
