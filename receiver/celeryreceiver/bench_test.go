@@ -14,7 +14,7 @@ import (
 // a task-received, a task-started and a task-succeeded (in task.multi
 // batches of one, as the recorded run shows), and a heartbeat every 10
 // tasks; 30 workers, unique task ids.
-func benchEnvelopes(b *testing.B) [][]byte {
+func benchEnvelopes() [][]byte {
 	var out [][]byte
 	wrap := func(body any) []byte {
 		raw, _ := json.Marshal(body)
@@ -44,9 +44,11 @@ func benchEnvelopes(b *testing.B) [][]byte {
 			n++
 		}
 		if task%10 == 0 && n < 1000 {
-			out = append(out, wrap(map[string]any{"type": "worker-heartbeat", "hostname": host, "pid": 100 + task%30,
+			out = append(out, wrap(map[string]any{
+				"type": "worker-heartbeat", "hostname": host, "pid": 100 + task%30,
 				"freq": 2.0, "active": 1, "processed": task, "loadavg": []float64{1, 1, 1}, "sw_ident": "py-celery",
-				"sw_ver": "5.2.6", "sw_sys": "Linux", "timestamp": 1796160474.5}))
+				"sw_ver": "5.2.6", "sw_sys": "Linux", "timestamp": 1796160474.5,
+			}))
 			n++
 		}
 	}
@@ -56,7 +58,7 @@ func benchEnvelopes(b *testing.B) [][]byte {
 // BenchmarkEvents: the receiver's cost per 1,000 events (one op), from the
 // kombu envelope to the records handed to the logs pipeline.
 func BenchmarkEvents(b *testing.B) {
-	envs := benchEnvelopes(b)
+	envs := benchEnvelopes()
 	r, err := newReceiver(receiverSettings(), testConfig("redis://127.0.0.1:1/0"))
 	if err != nil {
 		b.Fatal(err)

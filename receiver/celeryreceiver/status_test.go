@@ -123,9 +123,11 @@ func TestMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"", "{", `{"body": "!!!", "properties": {"body_encoding": "base64"}}`,
+	for _, p := range []string{
+		"", "{", `{"body": "!!!", "properties": {"body_encoding": "base64"}}`,
 		`{"body": "bm90IGpzb24=", "properties": {"body_encoding": "base64"}}`, `{"body": "W3sidHlwZSI6IDF9XQ==", "properties": {"body_encoding": "base64"}}`,
-		`{"body": "e30=", "properties": {"body_encoding": "base64"}}`} {
+		`{"body": "e30=", "properties": {"body_encoding": "base64"}}`,
+	} {
 		r.handleEnvelope([]byte(p))
 	}
 	_ = pcommon.NewMap

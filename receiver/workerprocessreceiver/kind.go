@@ -44,7 +44,7 @@ type workerKind struct {
 	roleExe []string
 	// roleDirect: the role matches the root's direct children only (depth 1).
 	roleDirect []bool
-	defRole int
+	defRole    int
 
 	instances map[string]*worker
 	lastScan  time.Time

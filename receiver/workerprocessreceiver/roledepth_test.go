@@ -4,7 +4,6 @@ package workerprocessreceiver
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,11 +56,11 @@ func TestRoleDepthValidate(t *testing.T) {
 		cfg.Workers[0].Roles = []RoleConfig{tc.role}
 		err := cfg.Validate()
 		if tc.want == "" {
-			assert.NoError(t, err)
+			require.NoError(t, err)
 			continue
 		}
 		if assert.Error(t, err) {
-			assert.True(t, strings.Contains(err.Error(), tc.want), err.Error())
+			assert.Contains(t, err.Error(), tc.want)
 		}
 	}
 }
