@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func startRabbitMQ(t *testing.T) string {
 		}
 		// The broker started an epmd daemon on our epmd port: stop it too.
 		if epmd, err := exec.LookPath("epmd"); err == nil {
-			if out, err := exec.Command(epmd, "-port", fmt.Sprint(epmdPort), "-kill").CombinedOutput(); err != nil {
+			if out, err := exec.Command(epmd, "-port", strconv.Itoa(epmdPort), "-kill").CombinedOutput(); err != nil {
 				t.Logf("epmd -kill: %v\n%s", err, out)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -126,8 +127,10 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 // worker starts `python3 -m celery -A tasks worker -E` on queue with
 // concurrency c: the preset asks nothing more of a worker.
 func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
-	args := append([]string{"-m", "celery", "-A", "tasks", "worker", "-E", "-c", fmt.Sprint(c), "-Q", queue,
-		"-n", r.host(name), "--loglevel=INFO"}, extra...)
+	args := append([]string{
+		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
+		"-n", r.host(name), "--loglevel=INFO",
+	}, extra...)
 	p := start(r.t, "celery-"+name, r.env, r.python, args...)
 	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
 	return p
@@ -135,7 +138,7 @@ func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
 
 // send sends count tasks to queue and returns their ids.
 func (r *celeryRun) send(queue, task string, count int) []string {
-	out, err := r.client("send", queue, task, fmt.Sprint(count))
+	out, err := r.client("send", queue, task, strconv.Itoa(count))
 	if err != nil {
 		r.t.Fatalf("send %s: %v\n%s", task, err, out)
 	}
