@@ -318,7 +318,9 @@ func (r *bullReceiver) report(err error) {
 // discover finds the queues under prefix: SCAN for <prefix>:*:meta (every
 // BullMQ queue has its meta hash once a Queue or Worker opened it).
 func (r *bullReceiver) discover(ctx context.Context) error {
-	if !r.discovered.IsZero() && time.Since(r.discovered) < r.cfg.DiscoveryInterval {
+	// Until a queue is found, every poll looks (the collector may start
+	// before the first Queue or Worker touched Redis).
+	if len(r.queues) > 0 && time.Since(r.discovered) < r.cfg.DiscoveryInterval {
 		return nil
 	}
 	pat := r.cfg.Prefix + ":*:meta"

@@ -245,7 +245,6 @@ func TestReceiverReadsBullMQState(t *testing.T) {
 	assert.Equal(t, componentstatus.StatusOK, h.host.last().Status())
 }
 
-
 // TestReceiverBadInput: a key of the wrong type and a queue that does not
 // exist each get a recoverable status and one log line naming the queue and
 // the key, and the good queue keeps being read; wrong credentials and an
