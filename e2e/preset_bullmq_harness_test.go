@@ -3,10 +3,12 @@
 package e2e
 
 // The BullMQ preset's harness (preset_bullmq_test.go has the scenarios): per
-// scenario its own redis-server, real BullMQ workers and queue side from
-// examples/bullmq-worker, and the real collector started with
-// presets/bullmq/collector.yaml; one Prometheus scrapes every scenario's
-// collector. Everything on loopback ports picked here, everything ended by pid.
+// scenario its own redis-server, real BullMQ workers from
+// examples/bullmq-worker with their OpenTelemetry SDK off (they send
+// nothing: the collector reads BullMQ's state in Redis), and the real
+// collector started with presets/bullmq/collector.yaml; one Prometheus
+// scrapes every scenario's collector. Everything on loopback ports picked
+// here, everything ended by pid.
 
 import (
 	"bufio"
@@ -25,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 )
 
@@ -57,8 +60,13 @@ type bullScenario struct {
 	otlpHTTP, otlpGRPC, health, promExp string
 	telemetryPort                       int
 	stateDir                            string
-	collector                           *proc
-	restarts                            int
+	// set: preset keys this scenario overrides ("a::b::c" paths), beside
+	// the selector.
+	set map[string]any
+	// allowErrors: collector error lines this scenario causes on purpose.
+	allowErrors []string
+	collector   *proc
+	restarts    int
 
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
@@ -149,7 +157,11 @@ func (s *bullScenario) overlay() string {
 		}
 		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(s.marker()) + "$"
 	}
-	b, err := json.Marshal(map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}})
+	over := map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}}
+	for k, v := range s.set {
+		put(over, k, v)
+	}
+	b, err := json.Marshal(over)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -171,6 +183,7 @@ func (s *bullScenario) startCollector() {
 		"WORKERWATCH_STATE_DIR=" + s.stateDir,
 		// Nothing listens there: traces and logs queue on disk, unread.
 		"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
+		"BULLMQ_REDIS_ENDPOINT=" + s.redisAddr,
 	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
 	waitReady(s.t, s.collector, s.health)
 }
@@ -182,12 +195,23 @@ func (s *bullScenario) proc(what string) string { return bullmqRun + "/" + s.nam
 // scenario's.
 func (s *bullScenario) marker() string { return s.name + "." + strconv.Itoa(os.Getpid()) }
 
-// nodeEnv is the environment every program of the example gets.
+// nodeEnv is the environment every program of the example gets: the
+// OpenTelemetry SDK off (no bullmq-otel, none of the example's records), so
+// the workers send nothing but what BullMQ itself keeps in Redis.
 func (s *bullScenario) nodeEnv(extra ...string) []string {
 	return append([]string{
 		"REDIS_URL=" + s.redisURL, "QUEUE=" + s.queue,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + s.otlpHTTP,
+		"OTEL_SDK_DISABLED=true",
 	}, extra...)
+}
+
+// redis is a client of the scenario's Redis, for the test's own ground
+// truth (BullMQ's completed and failed sets) and bad input.
+func (s *bullScenario) redis() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.redisAddr})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // bullWorkerStop is how long a worker may take from SIGTERM to its exit:
@@ -214,12 +238,6 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 	})
 	waitLog(s.t, p, " ready (pid ", 60*time.Second)
 	return p
-}
-
-// startQueueSide starts the queue monitor (the scheduler's view).
-func (s *bullScenario) startQueueSide(env ...string) {
-	p := start(s.t, s.proc("queue"), s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
-	waitLog(s.t, p, "watching ", 60*time.Second)
 }
 
 // add enqueues count jobs with data and returns their ids.
