@@ -88,6 +88,8 @@ func (c *Config) options(ctx context.Context) (*redis.UniversalOptions, error) {
 		// The collector's connection is named so an operator sees it in
 		// CLIENT LIST; it is no BullMQ name, so never read as a worker.
 		ClientName: "workerwatch-bullmq-receiver",
+		// No CLIENT SETINFO (Redis 7.2+): one command less to allow.
+		DisableIdentity: true,
 	}
 	if !c.TLS.Insecure {
 		tc, err := c.TLS.LoadTLSConfig(ctx)
