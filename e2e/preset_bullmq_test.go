@@ -587,7 +587,7 @@ func bullBadInput(t *testing.T, s *bullScenario) {
 	if lines := logLines(s.collector, "worker bad-name is named only by its tree"); len(lines) != 1 {
 		t.Errorf("the collector's log has not exactly one line for bad-name: %q", logLines(s.collector, "is named only by"))
 	}
-	s.selfMetricAtLeast("otelcol_receiver_bullmq_redis_errors", 3, time.Minute)
+	s.selfMetricAtLeast("otelcol_bullmq_redis_errors", 3, time.Minute)
 	lines := logLines(s.collector, "Cannot read a BullMQ queue")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"queue": "broken"`) || !strings.Contains(lines[0], `"key": "bull:broken:active"`) || !strings.Contains(lines[0], "WRONGTYPE") {
 		t.Errorf("want one log line naming the queue broken and its key bull:broken:active: %q", lines)

@@ -2,6 +2,7 @@ package bullmqreceiver // import "github.com/workerwatch/workerwatch/receiver/bu
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -14,6 +15,8 @@ import (
 // time.
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
+	// sent mirrors the commands counter for the benchmark.
+	sent atomic.Int64
 }
 
 func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
@@ -24,7 +27,10 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 	return &telemetry{tb: tb}, nil
 }
 
-func (t *telemetry) commands(ctx context.Context, n int64) { t.tb.BullmqRedisCommands.Add(ctx, n) }
+func (t *telemetry) commands(ctx context.Context, n int64) {
+	t.sent.Add(n)
+	t.tb.BullmqRedisCommands.Add(ctx, n)
+}
 func (t *telemetry) errored(ctx context.Context)           { t.tb.BullmqRedisErrors.Add(ctx, 1) }
 func (t *telemetry) eventsRead(ctx context.Context, n int64) {
 	if n > 0 {
