@@ -140,10 +140,10 @@ func (e *queueError) Unwrap() error { return e.err }
 var errNoQueue = errors.New("no such queue (none of its keys exist: check the queue name and prefix)")
 
 // pollQueue reads one queue: its new stream entries, its active jobs and
-// who holds them, its counts. It appends the worker-side records to wl, the
-// scheduler-side records to sl; workers are the names of the queue's
-// connected workers (CLIENT LIST).
-func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, wl, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice, now pcommon.Timestamp) (pollResult, error) {
+// who holds them, its counts. It appends the worker-side records to wres
+// (one resource per worker), the scheduler-side records to sl; workers are
+// the names of the queue's connected workers (CLIENT LIST).
+func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice, now pcommon.Timestamp) (pollResult, error) {
 	res := pollResult{}
 	c := r.client
 	if !q.positioned {
@@ -249,7 +249,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 
 	// The stream's entries, in order.
 	for _, e := range entries {
-		r.entry(q, e, info, wl, sl, wres)
+		r.entry(q, e, info, sl, wres)
 		q.lastID = e.ID
 	}
 	if len(entries) > 0 {
@@ -280,7 +280,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 			// receiver ran, between two reads, or in a stretch of the stream
 			// that was trimmed): the snapshot's run starts now.
 			q.held[ref.run] = ref.worker
-			r.workerRecord(wres, wl, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
+			r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
 		}
 	}
 	for w := range q.stated {
@@ -337,7 +337,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 }
 
 // entry turns one stream entry into records.
-func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, wl, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice) {
+func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice) {
 	ev, _ := e.Values[streamFieldEvent].(string)
 	id, _ := e.Values[streamFieldJobID].(string)
 	if id == "" {
@@ -364,7 +364,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 			return // already stated by a snapshot
 		}
 		q.held[ref.run] = ref.worker
-		r.workerRecord(wres, wl, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 		})
 	case eventCompleted, eventFailed:
@@ -377,7 +377,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		}
 		delete(q.held, ref.run)
 		reason, _ := e.Values[streamFieldReason].(string)
-		r.workerRecord(wres, wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			if ev == eventCompleted {
 				a.PutStr(contract.AttrResult, contract.ResultSuccess)
@@ -399,7 +399,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 			return
 		}
 		delete(q.held, ref.run)
-		r.workerRecord(wres, wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			a.PutStr(contract.AttrResult, contract.ResultFailure)
 			a.PutStr(attrJobState, "retrying")
@@ -434,7 +434,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 
 // workerRecord appends one record of a worker's run to that worker's
 // resource (the worker's own view of its runs, as BullMQ's stream states it).
-func (r *bullReceiver) workerRecord(wres map[string]plog.LogRecordSlice, _ plog.LogRecordSlice, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
+func (r *bullReceiver) workerRecord(wres map[string]plog.LogRecordSlice, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
 	lrs, ok := wres[worker]
 	if !ok {
 		lrs = r.newWorkerResource(worker)
@@ -490,9 +490,9 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return &queueError{q.name, q.key("events"), err}
 		}
-		if len(first) > 0 && streamLess(kept, first[0].ID) && !isPrevOf(kept, first[0].ID) {
+		if len(first) > 0 && streamLess(kept, first[0].ID) {
 			r.tel.gap(ctx)
-			r.set.Logger.Warn("The events stream was trimmed past the kept position: job events in between are lost; the active jobs are restated from Redis",
+			r.set.Logger.Warn("The events stream was trimmed past the kept position: job events between the two may be lost; the active jobs are restated from Redis",
 				zap.String("queue", q.name), zap.String("key", q.key("events")),
 				zap.String("kept_position", kept), zap.String("oldest_entry", first[0].ID))
 		} else {
@@ -515,11 +515,6 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 	// stream's end again and miss what came in between.
 	r.savePosition(ctx, q)
 	return nil
-}
-
-// isPrevOf: a is the entry right before b (nothing lost between them).
-func isPrevOf(a, b string) bool {
-	return a == b
 }
 
 // clientNames lists the connected BullMQ workers per queue from CLIENT

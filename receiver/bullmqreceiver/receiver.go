@@ -248,7 +248,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	var failed []error
 	for _, n := range qnames {
 		q := r.queues[n]
-		res, err := r.pollQueue(pctx, q, workersOf(q, names), plog.NewLogRecordSlice(), sl.LogRecords(), wres, now)
+		res, err := r.pollQueue(pctx, q, workersOf(q, names), sl.LogRecords(), wres, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

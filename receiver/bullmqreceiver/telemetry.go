@@ -31,7 +31,7 @@ func (t *telemetry) commands(ctx context.Context, n int64) {
 	t.sent.Add(n)
 	t.tb.BullmqRedisCommands.Add(ctx, n)
 }
-func (t *telemetry) errored(ctx context.Context)           { t.tb.BullmqRedisErrors.Add(ctx, 1) }
+func (t *telemetry) errored(ctx context.Context) { t.tb.BullmqRedisErrors.Add(ctx, 1) }
 func (t *telemetry) eventsRead(ctx context.Context, n int64) {
 	if n > 0 {
 		t.tb.BullmqEventsRead.Add(ctx, n)
