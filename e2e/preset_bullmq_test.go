@@ -82,6 +82,7 @@ func TestPresetBullMQ(t *testing.T) {
 		"nowork":   bullNoWork,
 		"badinput": bullBadInput,
 		"stalled":  bullStalled,
+		"stallcap": bullStallLimit,
 	}
 	names := make([]string, 0, len(scenarios))
 	for n := range scenarios {
@@ -541,6 +542,54 @@ func bullStalled(t *testing.T, s *bullScenario) {
 	}
 	s.neverIn("stall-a", contract.Lost, contract.Unhealthy)
 	s.noDrift("stall-a")
+}
+
+// bullStallLimit: a job stalled more often than maxStalledCount (0 here:
+// the first stall is one too many). sl-a hangs 15 s on it (lock 5 s), BullMQ's
+// stalled check marks it failed-to-be ("job stalled more than allowable
+// limit") and the next worker to pick it up, sl-b, fails it. sl-a shows the
+// job orphaned (degraded, never lost) as any hung worker; sl-b a failed run
+// <job>#2, no kill, healthy; the job's outcome is BullMQ's.
+func bullStallLimit(t *testing.T, s *bullScenario) {
+	s.set = map[string]any{"processors::worker_health::limits::recent_runs": bullRecentRuns}
+	s.startCollector()
+	env := []string{"LOCK_DURATION_MS=5000", "STALLED_INTERVAL_MS=5000", "CONCURRENCY=1", "MAX_STALLED_COUNT=0"}
+	a := s.startWorker("sl-a", true, env...)
+	job := s.add(1, `{"durationMs":3000,"hangWorker":"sl-a","hangMainMs":15000}`)[0]
+	waitLog(t, a, "blocking the main event loop for 15000 ms (job "+job+")", 60*time.Second)
+	s.startWorker("sl-b", true, env...)
+	c := s.redis()
+	ctx := context.Background()
+	eventually(t, 60*time.Second, 500*time.Millisecond, "BullMQ failed job "+job+" as stalled too often", func() error {
+		v, err := c.HMGet(ctx, "bull:"+s.queue+":"+job, "failedReason", "pb").Result()
+		if err != nil {
+			return err
+		}
+		if v[0] != "job stalled more than allowable limit" || v[1] != "sl-b" {
+			return fmt.Errorf("failedReason %v processedBy %v", v[0], v[1])
+		}
+		return nil
+	})
+	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2", func(w contract.Worker) error {
+		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+			return r.ID == job+"#2" && r.Result == contract.ResultFailure && r.KillReason == ""
+		}) {
+			return fmt.Errorf("recent %v", w.Runs.Recent)
+		}
+		return nil
+	})
+	wa := s.waitFor("sl-a", bullBoundHang, "orphaned "+job, func(w contract.Worker) error {
+		if !slices.Contains(w.Drift.Orphaned, job) || w.State != contract.Degraded {
+			return fmt.Errorf("%s %v, drift %+v", w.State, reasonCodes(w), w.Drift)
+		}
+		return nil
+	})
+	t.Logf("e2e: sl-a %s %v, orphaned %v; sl-b failed %s#2 (job stalled more than allowable limit)", wa.State, reasonCodes(wa), wa.Drift.Orphaned, job)
+	s.accounted(30*time.Second, 1, "sl-a", "sl-b")
+	waitState(t, s.e, "sl-b", 30*time.Second, contract.Healthy)
+	s.noDrift("sl-b")
+	s.neverIn("sl-a", contract.Lost, contract.Unhealthy)
+	s.neverIn("sl-b", contract.Lost, contract.Unhealthy)
 }
 
 // bullBadInput: names that do not meet, and a Redis with a broken queue.
