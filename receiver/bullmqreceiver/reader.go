@@ -68,6 +68,8 @@ type queueState struct {
 	stated map[string]bool
 	// failing: the last error of this queue (logged once until it clears).
 	failing string
+	// overActive: more active jobs than max_active_jobs (logged once).
+	overActive bool
 }
 
 type runRef struct{ run, worker string }
@@ -117,6 +119,9 @@ var countKeys = []struct {
 	{"completed", "completed", true},
 	{"failed", "failed", true},
 }
+
+// countActive is the index of the active list's length in countKeys.
+const countActive = 3
 
 // pollResult is one queue's poll, to be emitted.
 type pollResult struct {
@@ -256,6 +261,19 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 		r.savePosition(ctx, q)
 	}
 
+	// More active jobs than max_active_jobs: a partial list would show the
+	// jobs left out as taken from their workers, so no snapshot is stated
+	// (the processor lets the last one go after three intervals).
+	if n := counts[countActive].Val(); n > int64(r.cfg.MaxActiveJobs) {
+		if !q.overActive {
+			q.overActive = true
+			r.set.Logger.Warn("More active jobs than max_active_jobs: no snapshot of who holds what is stated for this queue",
+				zap.String("queue", q.name), zap.String("key", q.key("active")), zap.Int64("active", n), zap.Int("max_active_jobs", r.cfg.MaxActiveJobs))
+		}
+		return r.counted(res, counts, workers), nil
+	}
+	q.overActive = false
+
 	// The snapshot: the active jobs under each worker, every connected
 	// worker stated (holding nothing says so), and a worker named last
 	// time and no longer stated once more with nothing.
@@ -327,13 +345,18 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 		}
 	}
 
+	return r.counted(res, counts, workers), nil
+}
+
+// counted fills a poll's counts.
+func (r *bullReceiver) counted(res pollResult, counts []*redis.IntCmd, workers []string) pollResult {
 	res.counts = map[string]int64{}
 	for i, k := range countKeys {
 		res.counts[k.state] = counts[i].Val()
 	}
 	res.workers = len(workers)
 	res.ok = true
-	return res, nil
+	return res
 }
 
 // entry turns one stream entry into records.

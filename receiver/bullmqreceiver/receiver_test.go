@@ -445,3 +445,33 @@ func TestConfigValidate(t *testing.T) {
 }
 
 var _ = pcommon.NewTimestampFromTime
+
+// TestReceiverMaxActiveJobs: past max_active_jobs no partial snapshot is
+// stated (it would show the jobs left out as taken away), said once; the
+// counts go on.
+func TestReceiverMaxActiveJobs(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer c.Close()
+	b := &bull{c: c, prefix: "bull", queue: "jobs"}
+	for _, id := range []string{"1", "2"} {
+		b.add(ctx, t, id)
+		b.activate(ctx, t, id, "w1")
+	}
+	cfg := testConfig(srv.addr, "jobs")
+	cfg.MaxActiveJobs = 1
+	h := startReceiver(t, cfg, nil)
+	eventually(t, 10*time.Second, "the warning and the counts", func() error {
+		if h.logObs.FilterMessageSnippet("More active jobs than max_active_jobs").Len() != 1 {
+			return fmt.Errorf("no warning")
+		}
+		if len(h.metrics.AllMetrics()) < 2 {
+			return fmt.Errorf("no metrics")
+		}
+		return nil
+	})
+	for _, r := range records(h.logs) {
+		assert.NotEqual(t, contract.EventSchedulerSnapshot, r.event, "a partial snapshot: %+v", r)
+	}
+}
