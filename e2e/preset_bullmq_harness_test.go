@@ -65,8 +65,10 @@ type bullScenario struct {
 	set map[string]any
 	// allowErrors: collector error lines this scenario causes on purpose.
 	allowErrors []string
-	collector   *proc
-	restarts    int
+	// bindFailed: the collector starts that found a port taken (retried).
+	bindFailed []int
+	collector  *proc
+	restarts   int
 
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
@@ -172,20 +174,54 @@ func (s *bullScenario) overlay() string {
 
 // startCollector starts the real binary with the preset (and the overlay) on
 // the scenario's ports and state directory, and waits until it is ready.
+// Ports are picked when the test starts and a scenario may start minutes
+// later (the scenarios run -parallel at a time): a port taken meanwhile (by
+// another test's outgoing connection) makes the first start pick new ones
+// for the listeners nothing else knows yet (not the Prometheus exporter's,
+// which the shared Prometheus scrapes); a restart tries the same again.
 func (s *bullScenario) startCollector() {
-	s.restarts++
-	s.collector = start(s.t, s.proc(fmt.Sprintf("collector-%d", s.restarts)), []string{
-		"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
-		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
-		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
-		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
-		"WORKERWATCH_STATE_DIR=" + s.stateDir,
-		// Nothing listens there: traces and logs queue on disk, unread.
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
-		"BULLMQ_REDIS_ENDPOINT=" + s.redisAddr,
-	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
-	waitReady(s.t, s.collector, s.health)
+	first := s.restarts == 0
+	for attempt := 1; ; attempt++ {
+		s.restarts++
+		p := start(s.t, s.proc(fmt.Sprintf("collector-%d", s.restarts)), []string{
+			"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
+			"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
+			"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
+			"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
+			fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
+			"WORKERWATCH_STATE_DIR=" + s.stateDir,
+			// Nothing listens there: traces and logs queue on disk, unread.
+			"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
+			"BULLMQ_REDIS_ENDPOINT=" + s.redisAddr,
+		}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
+		var exited bool
+		eventually(s.t, time.Minute, 200*time.Millisecond, p.name+" ready", func() error {
+			if exited = p.exited(); exited {
+				return nil
+			}
+			code, err := getJSON("http://"+s.health+"/readyz", nil)
+			if err == nil && code != 200 {
+				err = fmt.Errorf("/readyz %d", code)
+			}
+			return err
+		})
+		if !exited {
+			s.collector = p
+			return
+		}
+		if attempt >= 5 || !logHas(p, "address already in use") || logHas(p, s.promExp+": bind") {
+			s.t.Fatalf("%s exited:\n%s", p.name, p.tail())
+		}
+		s.t.Logf("e2e: %s: a port was taken before it bound it; again", p.name)
+		s.bindFailed = append(s.bindFailed, s.restarts)
+		if first {
+			s.otlpHTTP, s.otlpGRPC, s.health = loopbackAddr(s.t), loopbackAddr(s.t), loopbackAddr(s.t)
+			s.telemetryPort = freePort(s.t)
+			s.e.health = "http://" + s.health
+		} else {
+			time.Sleep(time.Second)
+		}
+	}
 }
 
 // proc names a process of the scenario (its log is e2e-logs/<name>.log).
