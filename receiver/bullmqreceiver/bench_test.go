@@ -3,6 +3,7 @@ package bullmqreceiver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func benchPoll(b *testing.B, queues, active int) {
 		names = append(names, bq.queue)
 		pipe := c.Pipeline()
 		for j := 0; j < active/queues; j++ {
-			id := fmt.Sprint(j)
+			id := strconv.Itoa(j)
 			pipe.HSet(ctx, bq.key(id), "name", "job", "pb", fmt.Sprintf("w%d", j%10), "ats", 1, "processedOn", time.Now().UnixMilli())
 			pipe.LPush(ctx, bq.key("active"), id)
 		}

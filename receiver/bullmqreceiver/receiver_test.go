@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -97,8 +97,10 @@ type harness struct {
 func startReceiver(t *testing.T, cfg *Config, ext map[component.ID]component.Component) *harness {
 	t.Helper()
 	require.NoError(t, cfg.Validate())
-	h := &harness{t: t, cfg: cfg, logs: new(consumertest.LogsSink), metrics: new(consumertest.MetricsSink),
-		host: &statusHost{Host: componenttest.NewNopHost(), ext: ext}}
+	h := &harness{
+		t: t, cfg: cfg, logs: new(consumertest.LogsSink), metrics: new(consumertest.MetricsSink),
+		host: &statusHost{Host: componenttest.NewNopHost(), ext: ext},
+	}
 	set := receivertest.NewNopSettings(metadata.Type)
 	core, obs := observer.New(zap.InfoLevel)
 	set.Logger = zap.New(core)
@@ -154,7 +156,7 @@ func TestReceiverReadsBullMQState(t *testing.T) {
 	h.polled()
 
 	for i := 1; i <= 5; i++ {
-		b.add(ctx, t, fmt.Sprint(i))
+		b.add(ctx, t, strconv.Itoa(i))
 	}
 	require.NoError(t, c.ZAdd(ctx, b.key("delayed"), redis.Z{Score: 1, Member: "d1"}).Err())
 	require.NoError(t, c.ZAdd(ctx, b.key("prioritized"), redis.Z{Score: 1, Member: "p1"}).Err())
@@ -437,14 +439,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := createDefaultConfig().(*Config)
 			tc.mut(c)
-			err := c.Validate()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.want)
+			require.ErrorContains(t, c.Validate(), tc.want)
 		})
 	}
 }
-
-var _ = pcommon.NewTimestampFromTime
 
 // TestReceiverMaxActiveJobs: past max_active_jobs no partial snapshot is
 // stated (it would show the jobs left out as taken away), said once; the

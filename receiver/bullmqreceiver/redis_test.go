@@ -3,7 +3,6 @@ package bullmqreceiver
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -224,5 +223,3 @@ func eventually(tb testing.TB, within time.Duration, what string, cond func() er
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
-var _ = fmt.Sprintf
