@@ -103,6 +103,8 @@ type jobInfo struct {
 	attempt int
 	reason  string
 	exists  bool
+	// later: the `active` entries of the job still to come in this read.
+	later int
 }
 
 // queueCounts are the lengths of a queue's lists and sets.
@@ -253,7 +255,35 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 	}
 
 	// The stream's entries, in order.
+	// A job's hash says its latest attempt: an `active` entry followed by
+	// more of the same job in this read is an earlier attempt.
+	later := map[string]int{}
 	for _, e := range entries {
+		if ev, _ := e.Values[streamFieldEvent].(string); ev == eventActive {
+			if id, _ := e.Values[streamFieldJobID].(string); id != "" {
+				later[id]++
+			}
+		}
+	}
+	for id, n := range later {
+		if ji, ok := info[id]; ok {
+			ji.later = n - 1
+			info[id] = ji
+		}
+	}
+	full := len(entries) == r.cfg.MaxEventsPerPoll
+	for i, e := range entries {
+		if isBackToWait(e) {
+			if i+1 == len(entries) && full {
+				// A stall writes this entry and its `stalled` entry in one
+				// script: read both at the next poll.
+				break
+			}
+			if i+1 < len(entries) && isStallOf(entries[i+1], e) {
+				q.lastID = e.ID
+				continue // the stalled entry that follows says it
+			}
+		}
 		r.entry(q, e, info, sl, wres)
 		q.lastID = e.ID
 	}
@@ -373,7 +403,12 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		if ji.worker == "" {
 			return
 		}
-		ref := runRef{run: runID(id, max(ji.attempt, 1)), worker: ji.worker}
+		attempt := max(ji.attempt-ji.later, 1)
+		if ji.later > 0 {
+			ji.later--
+			info[id] = ji
+		}
+		ref := runRef{run: runID(id, attempt), worker: ji.worker}
 		if old, ok := q.jobRun[id]; ok && old.run == ref.run {
 			ref.worker = old.worker
 		} else if ok {
@@ -414,21 +449,31 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 			}
 		})
 	case eventWaiting, eventDelayed:
-		// A failed attempt that BullMQ retries (prev "failed"; moveToDelayed
-		// writes no prev, only a job the receiver saw running counts).
+		// The worker's attempt ended without an end of the job: BullMQ
+		// retries a failed attempt (retryJob: `waiting`, prev "active";
+		// moveToDelayed with a backoff: `delayed`), or the worker gave the
+		// job back (moveJobFromActiveToWait). A stall's `waiting` never
+		// gets here (pollQueue hands it to its `stalled` entry). Only a job
+		// the receiver saw running on a worker counts.
 		prev, _ := e.Values[streamFieldPrev].(string)
 		ref, ok := q.jobRun[id]
-		if !ok || q.held[ref.run] != ref.worker || (ev == eventWaiting && prev != eventFailed) {
+		if !ok || q.held[ref.run] != ref.worker || (ev == eventWaiting && prev != eventActive) {
 			return
 		}
 		delete(q.held, ref.run)
+		if ji.reason == "" {
+			// Given back without a failure.
+			r.workerRecord(wres, ref.worker, contract.EventReleased, q, id, ref.run, ts, func(a pcommon.Map) {
+				a.PutStr(attrStreamID, e.ID)
+				a.PutStr(attrJobState, ev)
+			})
+			return
+		}
 		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			a.PutStr(contract.AttrResult, contract.ResultFailure)
 			a.PutStr(attrJobState, "retrying")
-			if ji.reason != "" {
-				a.PutStr(attrJobFailedReason, ji.reason)
-			}
+			a.PutStr(attrJobFailedReason, ji.reason)
 		})
 	case eventStalled:
 		// BullMQ's stalled checker found the job's lock lapsed and moved it
@@ -453,6 +498,20 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		a.PutStr(attrQueue, q.name)
 		a.PutStr(attrStreamID, e.ID)
 	}
+}
+
+// isBackToWait: a job moved from active back to wait (a stall, a retry, a
+// job given back).
+func isBackToWait(e redis.XMessage) bool {
+	ev, _ := e.Values[streamFieldEvent].(string)
+	prev, _ := e.Values[streamFieldPrev].(string)
+	return ev == eventWaiting && prev == eventActive
+}
+
+// isStallOf: next is the `stalled` entry of e's job.
+func isStallOf(next, e redis.XMessage) bool {
+	ev, _ := next.Values[streamFieldEvent].(string)
+	return ev == eventStalled && next.Values[streamFieldJobID] == e.Values[streamFieldJobID]
 }
 
 // workerRecord appends one record of a worker's run to that worker's

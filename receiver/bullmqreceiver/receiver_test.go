@@ -473,3 +473,39 @@ func TestReceiverMaxActiveJobs(t *testing.T) {
 		assert.NotEqual(t, contract.EventSchedulerSnapshot, r.event, "a partial snapshot: %+v", r)
 	}
 }
+
+// TestReceiverRetry: a failed attempt BullMQ retries ends that run (a
+// failure, bullmq.job.state retrying) and the next attempt is a run of its
+// own; a stall (the same `waiting` entry, then `stalled`) does not end the
+// run of the worker that held the job.
+func TestReceiverRetry(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer c.Close()
+	b := &bull{c: c, prefix: "bull", queue: "jobs"}
+	b.add(ctx, t, "1")
+	b.add(ctx, t, "2")
+	h := startReceiver(t, testConfig(srv.addr, "jobs"), nil)
+	h.polled()
+	b.activate(ctx, t, "1", "w1")
+	b.activate(ctx, t, "2", "w1")
+	b.retry(ctx, t, "1", "boom")
+	b.stall(ctx, t, "2")
+	b.activate(ctx, t, "1", "w1")
+	b.finish(ctx, t, "1", "")
+	eventually(t, 10*time.Second, "the retried attempt ended, the next one a run of its own", func() error {
+		rs := records(h.logs)
+		r := find(rs, "w1", contract.EventFinished, "1")
+		if r == nil || r.str(contract.AttrResult) != contract.ResultFailure || r.str(attrJobState) != "retrying" || r.str(attrJobFailedReason) != "boom" {
+			return fmt.Errorf("attempt 1: %+v", r)
+		}
+		if r := find(rs, "w1", contract.EventFinished, "1#2"); r == nil || r.str(contract.AttrResult) != contract.ResultSuccess {
+			return fmt.Errorf("attempt 2: %+v", r)
+		}
+		return nil
+	})
+	rs := records(h.logs)
+	assert.Nil(t, find(rs, "w1", contract.EventFinished, "2"), "the stalled job's run ended on w1")
+	assert.Nil(t, find(rs, "w1", contract.EventReleased, "2"), "the stalled job's run released on w1")
+}

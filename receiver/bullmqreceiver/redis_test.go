@@ -223,3 +223,16 @@ func eventually(tb testing.TB, within time.Duration, what string, cond func() er
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// retry writes what retryJob-11.lua writes for a failed attempt BullMQ
+// retries at once: the job back to wait, `waiting` with prev "active" (as a
+// stall's, but no `stalled` entry follows).
+func (b *bull) retry(ctx context.Context, tb testing.TB, id, reason string) {
+	tb.Helper()
+	require.NoError(tb, b.c.HSet(ctx, b.key(id), "failedReason", reason).Err())
+	require.NoError(tb, b.c.HIncrBy(ctx, b.key(id), "atm", 1).Err())
+	require.NoError(tb, b.c.LRem(ctx, b.key("active"), 1, id).Err())
+	require.NoError(tb, b.c.Del(ctx, b.key(id)+":lock").Err())
+	require.NoError(tb, b.c.LPush(ctx, b.key("wait"), id).Err())
+	require.NoError(tb, b.c.XAdd(ctx, &redis.XAddArgs{Stream: b.key("events"), Values: []any{"event", "waiting", "jobId", id, "prev", "active"}}).Err())
+}
