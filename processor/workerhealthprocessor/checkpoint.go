@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
@@ -637,11 +638,11 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if err == nil {
 		err = p.storage.Batch(ctx, ops...)
 	}
+	p.checkpointStatus(err)
 	if err == nil {
 		p.lastMeta = meta
 	} else {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("writing the checkpoint failed; trying again at the next one", zap.Error(err))
 		p.mu.Lock()
 		t := p.tracker
 		for _, wr := range writes {
@@ -654,5 +655,24 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 			t.hists.changed = true
 		}
 		p.mu.Unlock()
+	}
+}
+
+// checkpointStatus reports the checkpoint's health as the component's status,
+// the memory_limiter way: a recoverable error at the first failed write of an
+// episode, OK at the next good one, and one log line for each (a storage that
+// stays broken does not log every evaluation; checkpoint_errors counts every
+// failure). The caller holds cpMu.
+func (p *healthProcessor) checkpointStatus(err error) {
+	switch {
+	case err != nil && !p.cpFailing:
+		p.cpFailing = true
+		p.logger.Warn("writing the checkpoint failed; trying again at every checkpoint until it works "+
+			"(the component reports a recoverable error until then)", zap.Error(err))
+		p.reportStatus(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("writing the checkpoint: %w", err)))
+	case err == nil && p.cpFailing:
+		p.cpFailing = false
+		p.logger.Info("writing the checkpoint works again")
+		p.reportStatus(componentstatus.NewEvent(componentstatus.StatusOK))
 	}
 }

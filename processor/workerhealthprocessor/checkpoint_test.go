@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -165,4 +169,64 @@ func TestNoCheckpointQueueWithoutStorage(t *testing.T) {
 	defer h.p.mu.Unlock()
 	assert.Empty(t, h.p.tracker.workers)
 	assert.Empty(t, h.p.tracker.cp.dirty)
+}
+
+// statusHost records the component status events reported to it, as the
+// collector's per-instance host does.
+type statusHost struct {
+	host
+	mu     sync.Mutex
+	events []*componentstatus.Event
+}
+
+func (s *statusHost) Report(ev *componentstatus.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, ev)
+	s.mu.Unlock()
+}
+
+func (s *statusHost) statuses() []componentstatus.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []componentstatus.Status
+	for _, ev := range s.events {
+		out = append(out, ev.Status())
+	}
+	return out
+}
+
+// A failing checkpoint is the component's status (as memory_limiter reports
+// its own): a recoverable error at the first failed write, OK at the next
+// good one, and one log line per change, not one per evaluation.
+func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
+	store := &memStorage{fail: errors.New("disk full")}
+	id := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &id
+	h := newHarness(t, cfg)
+	core, logs := observer.New(zap.InfoLevel)
+	h.p.logger = zap.New(core)
+	sh := &statusHost{host: host{ext: map[component.ID]component.Component{id: store}}}
+	pl := &pipeline{}
+	require.NoError(t, h.p.start(context.Background(), sh, pl))
+	t.Cleanup(func() { require.NoError(t, h.p.shutdown(context.Background(), pl)) })
+	require.Empty(t, sh.statuses(), "nothing to report before a write")
+
+	for i := range 3 {
+		h.metrics(treeMetrics(fmt.Sprint("w", i), 10, -1, 1))
+		h.checkpoint()
+	}
+	require.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError}, sh.statuses())
+	assert.ErrorContains(t, sh.events[0].Err(), "disk full")
+	assert.Equal(t, 1, logs.FilterMessageSnippet("writing the checkpoint failed").Len(), "one log line for the episode")
+
+	store.mu.Lock()
+	store.fail = nil
+	store.mu.Unlock()
+	h.checkpoint()
+	h.metrics(treeMetrics("w9", 10, -1, 1))
+	h.checkpoint()
+	assert.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError, componentstatus.StatusOK}, sh.statuses())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("works again").Len())
+	assert.Contains(t, store.keys(cpPrefix), cpSlotKey(2), "the workers queued while failing were written")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -64,6 +65,8 @@ type healthProcessor struct {
 	cpMu     sync.Mutex
 	storage  storage.Client
 	lastMeta cpMeta // the meta record last written or read
+	// cpFailing: the last checkpoint write failed (status reported).
+	cpFailing bool
 
 	// shard: the cluster hooks of a sharded gateway (cluster.go), set at
 	// start from the health extension; read under mu.
@@ -104,6 +107,9 @@ type pipeline struct {
 	metrics consumer.Metrics // nil unless a metrics pipeline
 	logs    consumer.Logs    // nil unless a logs pipeline
 	started bool             // guarded by lifeMu
+	// host is the one its wrapper was started with: component status is
+	// reported to each pipeline's instance (set at start, under mu).
+	host component.Host
 	gone    atomic.Bool      // set at its Shutdown, before the wait for the loop
 }
 
@@ -171,6 +177,7 @@ func (p *healthProcessor) start(ctx context.Context, host component.Host, pl *pi
 	p.refs++
 	pl.started = true
 	p.mu.Lock()
+	pl.host = host
 	p.targets = append(p.targets, pl)
 	p.mu.Unlock()
 	return nil
@@ -517,6 +524,21 @@ func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *admissionCo
 	}
 	for i, n := range c.workersExpired {
 		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, n, evidenceAttrs[i])
+	}
+}
+
+// reportStatus reports a status event to the instance of every pipeline
+// the processor runs in (the collector keeps one status per pipeline's
+// instance; one shared processor serves them all).
+func (p *healthProcessor) reportStatus(ev *componentstatus.Event) {
+	p.mu.Lock()
+	hosts := make([]component.Host, 0, len(p.targets))
+	for _, pl := range p.targets {
+		hosts = append(hosts, pl.host)
+	}
+	p.mu.Unlock()
+	for _, h := range hosts {
+		componentstatus.ReportStatus(h, ev)
 	}
 }
 
