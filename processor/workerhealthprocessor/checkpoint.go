@@ -48,10 +48,6 @@ const (
 	cpMaxRecord = 4 << 20
 )
 
-// cpMarshal marshals a record (a variable: a test holds it to prove the
-// processor's lock is free meanwhile).
-var cpMarshal = json.Marshal
-
 func cpSlotKey(slot int32) string { return cpPrefix + "w/" + strconv.Itoa(int(slot)) }
 
 // cpMeta is the checkpoint's meta record.
@@ -618,7 +614,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	var err error
 	for i := range writes {
 		var b []byte
-		if b, err = cpMarshal(&writes[i].rec); err != nil {
+		if b, err = p.marshal(&writes[i].rec); err != nil {
 			break
 		}
 		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].slot), b))

@@ -2,6 +2,7 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,11 +20,11 @@ import (
 )
 
 // started is a harness whose processor checkpoints to store.
-func started(t *testing.T, cfg *Config, store *memStorage) *harness {
+func started(t *testing.T, cfg *Config, store *memStorage, opts ...option) *harness {
 	t.Helper()
 	id := component.MustNewID("file_storage")
 	cfg.StorageID = &id
-	h := newHarness(t, cfg)
+	h := newHarness(t, cfg, opts...)
 	pl := &pipeline{}
 	require.NoError(t, h.p.start(context.Background(), host{ext: map[component.ID]component.Component{id: store}}, pl))
 	t.Cleanup(func() { require.NoError(t, h.p.shutdown(context.Background(), pl)) })
@@ -72,16 +73,16 @@ func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 // pipelines (the whole state was marshaled under the lock).
 func TestCheckpointDoesNotHoldTheLock(t *testing.T) {
 	store := &memStorage{}
-	h := started(t, testCfg(), store)
-	h.metrics(treeMetrics("a", 10, -1, 1))
 	marshaling, release := make(chan struct{}), make(chan struct{})
-	old := cpMarshal
-	cpMarshal = func(v any) ([]byte, error) {
-		close(marshaling)
-		<-release
-		return old(v)
-	}
-	t.Cleanup(func() { cpMarshal = old })
+	var first sync.Once
+	h := started(t, testCfg(), store, withMarshal(func(v any) ([]byte, error) {
+		first.Do(func() { // the first record is held; shutdown's are not
+			close(marshaling)
+			<-release
+		})
+		return json.Marshal(v)
+	}))
+	h.metrics(treeMetrics("a", 10, -1, 1))
 	done := make(chan struct{})
 	go func() {
 		h.checkpoint()

@@ -50,15 +50,15 @@ type Config struct {
 	// Identity reports workers whose sources never meet.
 	Identity IdentityConfig `mapstructure:"identity"`
 
-	Memory MemoryRule   `mapstructure:"memory"`
-	Kills  KillsRule    `mapstructure:"kills"`
-	CPU    CPURule      `mapstructure:"cpu"`
-	Stall  StallRule    `mapstructure:"stalled"`
-	Lost   LostRule     `mapstructure:"lost"`
-	Drift  DriftRule    `mapstructure:"drift"`
-	Fleet  FleetRule    `mapstructure:"fleet"`
-	Hyst   Hysteresis   `mapstructure:"hysteresis"`
-	Limits LimitsConfig `mapstructure:"limits"`
+	Memory     MemoryRule   `mapstructure:"memory"`
+	Kills      KillsRule    `mapstructure:"kills"`
+	CPU        CPURule      `mapstructure:"cpu"`
+	Stalled    StalledRule  `mapstructure:"stalled"`
+	Lost       LostRule     `mapstructure:"lost"`
+	Drift      DriftRule    `mapstructure:"drift"`
+	Fleet      FleetRule    `mapstructure:"fleet"`
+	Hysteresis Hysteresis   `mapstructure:"hysteresis"`
+	Limits     LimitsConfig `mapstructure:"limits"`
 
 	// HistogramBuckets are the explicit bounds, in seconds, of the run duration,
 	// claim-to-start and stage duration histograms.
@@ -346,8 +346,8 @@ type CPURule struct {
 	RecoverySamples int     `mapstructure:"recovery_samples"`
 }
 
-// StallRule: alive, work available, no claim.
-type StallRule struct {
+// StalledRule: alive, work available, no claim.
+type StalledRule struct {
 	// After without a claim by the worker (0 = off). Default 5m.
 	After time.Duration `mapstructure:"after"`
 	// RequirePending: only when the scheduler reports pending work. When
@@ -560,8 +560,8 @@ func (c *Config) Validate() error {
 			add("cpu.recovery_samples", "must be at least 1, got %d", c.CPU.RecoverySamples)
 		}
 	}
-	if c.Stall.After < 0 {
-		add("stalled.after", "must not be negative, got %v", c.Stall.After)
+	if c.Stalled.After < 0 {
+		add("stalled.after", "must not be negative, got %v", c.Stalled.After)
 	}
 	if c.Lost.After <= 0 {
 		add("lost.after", "must be positive, got %v", c.Lost.After)
@@ -581,8 +581,8 @@ func (c *Config) Validate() error {
 	if c.Fleet.IdleIntervals < 1 {
 		add("fleet.idle_intervals", "must be at least 1, got %d", c.Fleet.IdleIntervals)
 	}
-	if c.Hyst.RecoverEvaluations < 1 {
-		add("hysteresis.recover_evaluations", "must be at least 1, got %d", c.Hyst.RecoverEvaluations)
+	if c.Hysteresis.RecoverEvaluations < 1 {
+		add("hysteresis.recover_evaluations", "must be at least 1, got %d", c.Hysteresis.RecoverEvaluations)
 	}
 	if c.Capacity.Default < 0 {
 		add("capacity.default", "must not be negative, got %d", c.Capacity.Default)

@@ -184,7 +184,7 @@ func TestDriftDegradesAndRecovers(t *testing.T) {
 func TestFleetIdleWhilePending(t *testing.T) {
 	cfg := testCfg()
 	cfg.Capacity.Default = 2
-	cfg.Stall.After = 0
+	cfg.Stalled.After = 0
 	h := newHarness(t, cfg)
 	// 5 evaluations: a records-only worker counts in the fleet from its
 	// third interval (admission.go), then fleet.idle_intervals (3).

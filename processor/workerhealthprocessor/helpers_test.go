@@ -32,7 +32,7 @@ func testCfg() *Config {
 	cfg.EmitInterval = time.Second
 	cfg.Memory.SoftLimitBytes = 1000
 	cfg.Memory.UnhealthyAfter = 0
-	cfg.Stall.After = 10 * time.Second
+	cfg.Stalled.After = 10 * time.Second
 	cfg.Lost.After = 5 * time.Second
 	cfg.Drift.Grace = 3 * time.Second
 	cfg.Drift.TombstoneTTL = time.Minute
@@ -50,16 +50,22 @@ type harness struct {
 	clock *clockwork.FakeClock
 }
 
-func newHarness(t *testing.T, cfg *Config) *harness {
+func newHarness(t *testing.T, cfg *Config, opts ...option) *harness {
 	require.NoError(t, cfg.Validate())
 	clock := clockwork.NewFakeClockAt(t0)
-	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, clock)
+	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, append([]option{withClock(clock)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(p.tel.Shutdown)
 	return &harness{t: t, p: p, clock: clock}
 }
 
 func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
+
+// tick is one evaluation with its emission on the caller's goroutine; the
+// timer loop hands the metrics to the emitter instead.
+func (p *healthProcessor) tick(ctx context.Context) {
+	p.sendMetrics(ctx, p.evaluate(ctx))
+}
 
 func (h *harness) logs(ld plog.Logs) {
 	_, err := h.p.processLogs(context.Background(), ld)

@@ -221,7 +221,7 @@ func TestUnjoinedAndHealedReachTheOperator(t *testing.T) {
 	cfg.Scheduler.View = contract.ViewClaimsOnly
 	cfg.Drift.HealAfter = 5 * sec
 	h := newHarness(t, cfg)
-	p, err := newHealthProcessor(set, cfg, h.clock)
+	p, err := newHealthProcessor(set, cfg, withClock(h.clock))
 	require.NoError(t, err)
 	t.Cleanup(p.tel.Shutdown)
 	h.p = p
@@ -1023,7 +1023,7 @@ func TestRestoredSilenceCountsFromTheRestore(t *testing.T) {
 // enough for unhealthy) is TestRestoreAfterRestart's w2.
 func TestTruthTable(t *testing.T) {
 	// The stalled rule on free capacity alone, within 3 s.
-	stallFast := func(c *Config) { c.Stall.After = 3 * sec; c.Stall.RequirePending = false }
+	stallFast := func(c *Config) { c.Stalled.After = 3 * sec; c.Stalled.RequirePending = false }
 	// A sample of w1's tree: memory (1000 is the soft limit) and the main
 	// process's share of its 4 CPUs (0.25 = one full core: saturated).
 	sample := func(mem int64, cpu float64) func(*harness) {

@@ -2,6 +2,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -64,7 +65,8 @@ type healthProcessor struct {
 	// loop's checkpoint and the final one at shutdown never overlap.
 	cpMu     sync.Mutex
 	storage  storage.Client
-	lastMeta cpMeta // the meta record last written or read
+	marshal  func(any) ([]byte, error) // a checkpoint record's marshaler
+	lastMeta cpMeta                    // the meta record last written or read
 	// cpFailing: the last checkpoint write failed (status reported).
 	cpFailing bool
 
@@ -109,17 +111,33 @@ type pipeline struct {
 	started bool             // guarded by lifeMu
 	// host is the one its wrapper was started with: component status is
 	// reported to each pipeline's instance (set at start, under mu).
+	gone atomic.Bool // set at its Shutdown, before the wait for the loop
 	host component.Host
-	gone    atomic.Bool      // set at its Shutdown, before the wait for the loop
 }
 
 // defaultShutdownWait: a downstream that ignores a canceled context is a
 // bug in that component; five seconds is long enough for any consumer that
 // is merely slow, and short against the grace periods of systemd (90 s)
-// and Kubernetes (30 s). A variable so tests need not wait that long.
-var defaultShutdownWait = 5 * time.Second
+// and Kubernetes (30 s).
+const defaultShutdownWait = 5 * time.Second
 
-func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clock) (*healthProcessor, error) {
+// option sets what a test replaces: the clock, the checkpoint's marshaler,
+// the shutdown wait.
+type option func(*healthProcessor)
+
+// withClock gives the processor its clock (tests: a clockwork.FakeClock).
+func withClock(c clockwork.Clock) option { return func(p *healthProcessor) { p.clock = c } }
+
+// withMarshal replaces the checkpoint records' marshaler (a test holds it to
+// prove the processor's lock is free meanwhile).
+func withMarshal(f func(any) ([]byte, error)) option {
+	return func(p *healthProcessor) { p.marshal = f }
+}
+
+// withShutdownWait replaces defaultShutdownWait (tests need not wait that long).
+func withShutdownWait(d time.Duration) option { return func(p *healthProcessor) { p.shutdownWait = d } }
+
+func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*healthProcessor, error) {
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
@@ -128,14 +146,18 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 		cfg:          cfg,
 		set:          set,
 		logger:       set.Logger,
-		clock:        clock,
+		clock:        clockwork.NewRealClock(),
+		marshal:      json.Marshal,
 		mapper:       newMapper(cfg),
 		tel:          tel,
 		tracker:      newTracker(cfg),
 		shutdownWait: defaultShutdownWait,
 	}
+	for _, o := range opts {
+		o(p)
+	}
 	p.pool.New = func() any { b := &batch{}; b.reset(); return b }
-	p.startTime = clock.Now().UnixNano()
+	p.startTime = p.clock.Now().UnixNano()
 	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
@@ -336,12 +358,6 @@ func (p *healthProcessor) lastStop() {
 	if p.onLastStop != nil {
 		p.onLastStop()
 	}
-}
-
-// tick is one evaluation with its emission on the caller's goroutine (tests
-// and benchmarks); the timer loop hands the metrics to the emitter instead.
-func (p *healthProcessor) tick(ctx context.Context) {
-	p.sendMetrics(ctx, p.evaluate(ctx))
 }
 
 // evaluate judges, publishes the verdicts, sends the state-change records
@@ -634,6 +650,3 @@ func (p *healthProcessor) processLogs(_ context.Context, ld plog.Logs) (plog.Log
 	p.ingest(b)
 	return ld, nil
 }
-
-// newClock gives the processor its clock; tests inject a clockwork.FakeClock.
-var newClock = clockwork.NewRealClock

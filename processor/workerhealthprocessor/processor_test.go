@@ -54,7 +54,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 10, c.Limits.MaxUnconfirmedWorkers)
 			assert.Equal(t, 500, c.Limits.MaxRuns)
 			assert.False(t, c.Limits.DropUntrackedMetrics)
-			assert.False(t, c.Stall.RequirePending)
+			assert.False(t, c.Stalled.RequirePending)
 		}},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
 		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
@@ -285,11 +285,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 // the instance dropped by the last.
 func TestSharedInstanceLifecycle(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
-	old := newClock
-	newClock = func() clockwork.Clock { return clock }
-	t.Cleanup(func() { newClock = old })
-
-	f := NewFactory()
+	f := newFactory(withClock(clock))
 	cfg := testCfg()
 	healthID := component.MustNewID("worker_health")
 	cfg.HealthExtension = &healthID

@@ -73,15 +73,15 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	capacity := t.capacityOf(w)
 	held := max(w.heldW, w.heldS)
 
-	if after := int64(t.cfg.Stall.After); after > 0 {
+	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
-		pending := !t.cfg.Stall.RequirePending || t.pendingNow(now) > 0
+		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
 		last := max(w.lastClaim, w.firstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,
 				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
-				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stall.After.Seconds(), Since: ts(last),
+				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stalled.After.Seconds(), Since: ts(last),
 			})
 		}
 	}
@@ -175,15 +175,15 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 			continue
 		default:
 			w.better++
-			if w.better >= t.cfg.Hyst.RecoverEvaluations {
+			if w.better >= t.cfg.Hysteresis.RecoverEvaluations {
 				w.better = 0
 				out = append(out, t.move(w, target, reasons, now))
 				continue
 			}
 			reasons = append(reasons, contract.Reason{
 				Code:    codeRecovering,
-				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hyst.RecoverEvaluations),
-				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations),
+				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hysteresis.RecoverEvaluations),
+				Value:   float64(w.better), Threshold: float64(t.cfg.Hysteresis.RecoverEvaluations),
 			})
 		}
 		w.reasons = reasons

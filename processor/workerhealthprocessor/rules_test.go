@@ -260,7 +260,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name:  "stalled on free capacity alone when require_pending is false",
-			cfg:   func(c *Config) { c.Stall.RequirePending = false },
+			cfg:   func(c *Config) { c.Stalled.RequirePending = false },
 			steps: seq(repeat(10, step{do: hb, advance: sec}), step{do: hb, want: stalled, code: codeNoClaim}),
 		},
 		{
