@@ -20,6 +20,17 @@ import (
 // cpu.max "50000 100000" gets half a core): the thresholds are shares of
 // min(1, limit), so a main process held at its quota counts as saturated.
 
+// cpuState is the CPU episode of a worker's main process: cpuCores -1 =
+// never judged, cpuLimit -1 = unknown.
+type cpuState struct {
+	cpuCores float64
+	cpuLimit float64
+	cpuOver  int
+	cpuUnder int
+	cpuSat   bool
+	cpuSince int64
+}
+
 // cpuScale is what cpu.saturation_cores and cpu.recovery_cores are shares
 // of: one core, or the worker's CPU limit when that is smaller.
 func cpuScale(limit float64) float64 { return min(1, limit) }

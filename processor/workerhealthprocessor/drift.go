@@ -14,6 +14,38 @@ import (
 // leave permanent drift behind: snapshots and the counts both sides report
 // correct it as they come, and drift.heal_after bounds the rest.
 
+// driftState is the scheduler's view of a worker and the drift between it
+// and the worker's own, as of the last evaluation.
+type driftState struct {
+	// active: runs the worker itself reports holding (-1 = never reported),
+	// at activeAt; heldOverSince: since when the runs tracked as held by the
+	// worker exceed that count (0 = they do not).
+	active                  int
+	activeAt, heldOverSince int64
+
+	// schedKnown: the scheduler has named this worker at least once. Only
+	// then can its runs be orphaned: a worker no scheduler knows (one that
+	// generates its own work, or is scheduled elsewhere) has no other view.
+	// sched: the scheduler source that last named it.
+	schedKnown bool
+	sched      uint8
+	// A "snapshots" scheduler's statements: snapKind says which form,
+	// snapAt the last list, schedCount/schedCountAt the last count,
+	// schedOverSince since when the runs it named exceed its count.
+	snapKind                             uint8
+	snapAt, schedCountAt, schedOverSince int64
+	schedCount                           int
+	countMissSince, countOrphSince       int64
+	missN, orphN                         int
+	missSince, orphSince                 int64
+
+	overCapSince int64
+	// drift of the last evaluation, for metrics and the snapshot.
+	missing, orphaned []string
+	overCap           int
+	heldW, heldS      int
+}
+
 // noSched is the view of a worker no scheduler named: events (nothing to
 // close or restate).
 var noSched = schedSource{view: contract.ViewEvents}

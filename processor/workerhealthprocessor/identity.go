@@ -35,6 +35,22 @@ const (
 
 var originNames = [nOrigins]string{"tree", "telemetry", "scheduler"}
 
+// identity is what a worker is called and which sources named it.
+type identity struct {
+	name string
+	// firstMention: first record naming it (any source); lastMention: last
+	// (drives expiry); lastAlive: last of its own telemetry or of its tree
+	// with a live process (drives "lost"); fresh: own telemetry or tree since
+	// start.
+	firstMention, lastMention, lastAlive int64
+	fresh                                bool
+	// restoredAt: when it was restored from the checkpoint (0 = not).
+	restoredAt int64
+	// origins: which sources named it, when and by which id attributes.
+	origins          [nOrigins]originSeen
+	unjoinedReported bool
+}
+
 // originSeen is one source's view of a worker's identity.
 type originSeen struct {
 	last int64 // last record (0 = never)

@@ -69,6 +69,20 @@ func killIndex(reason string) int {
 	return killOther
 }
 
+// killState is a worker's kills: the counted kills within kills.window, the
+// episode's start, the tree's cumulative counters' last values (-1 = none
+// yet), child exits not yet matched against run ends, run ends not yet
+// matched, the last tree sample, and the cumulative kills by reason.
+type killState struct {
+	killLog                              []killRec
+	killSince                            int64
+	oomBase, exitMainBase, exitChildBase int64
+	exitPend                             []exitRec
+	endTimes                             []int64 // in arrival order, 0 = spent
+	treeAt                               int64
+	kills                                [nKillReasons]int64
+}
+
 // killRec is one counted kill: when it arrived and its reason's index.
 type killRec struct {
 	at     int64

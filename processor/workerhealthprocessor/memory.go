@@ -8,6 +8,16 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// memState is a worker's memory: the tree's last sample, its cgroup limit,
+// the tree's episode and each role's.
+type memState struct {
+	rss       int64 // -1 = no sample yet
+	rssAt     int64
+	cgroupMax int64 // -1 = not reported
+	mem       memEpisode
+	roles     []roleMem
+}
+
 // memEpisode is one soft limit's episode: the whole tree's, or one role's
 // (memory.roles). Two latches, because both conditions can hold at once and
 // each is a reason of its own: memory persistently over the limit

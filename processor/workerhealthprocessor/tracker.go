@@ -6,48 +6,6 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// Run flags. One run entry holds both sides' view so drift is a comparison of
-// two bits, and the "ended" bits are the tombstones that make late,
-// duplicated and reordered events harmless.
-const (
-	fWorkerHeld uint16 = 1 << iota
-	fWorkerEnded
-	fSchedHeld
-	fSchedEnded
-	fStarted
-	// fGone: pruned from the worker's runs; its entry in order is stale.
-	fGone
-	// fKilled: the worker reported the run killed (counted once).
-	fKilled
-	// fListed: listed by the snapshot being applied (only during it).
-	fListed
-	// fReleased: the worker's end was a release (not run: not a recent run).
-	fReleased
-	// fLetGo: a side was let go without an end (drift.go heal): not a
-	// recent run either.
-	fLetGo
-)
-
-// run is one run as both sides see it. Times are unix ns: *At are arrival
-// times on the processor's clock (for grace periods), *TS the records' own.
-type run struct {
-	id         []byte // reused when an evicted run's memory takes a new run
-	hash       uint64 // runHash(id)
-	wAt, sAt   int64  // when each side's claim arrived
-	wEnd, sEnd int64  // when each side's end arrived
-	claimTS    int64  // earliest claim timestamp of either side
-	startTS    int64
-	endTS      int64 // the worker's end record's own timestamp
-	flags      uint16
-	result     uint8 // resultIndex + 1 of how it ended (0 = not ended or unknown)
-	kill       uint8 // kill reason index + 1 (0 = not killed)
-}
-
-func (r *run) has(f uint16) bool { return r.flags&f != 0 }
-
-// lastEnd is when the run last stopped being held by a side.
-func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
-
 // stateIndex maps states to array slots, in contract.AllStates order.
 func stateIndex(s contract.State) int {
 	for i, v := range contract.AllStates {
@@ -58,131 +16,43 @@ func stateIndex(s contract.State) int {
 	return len(contract.AllStates) - 1
 }
 
-// worker is everything kept per worker. Kept small (docs/processor.md gives
+// worker is everything kept per worker: a composition of one state type per
+// rule, each in its own file with what it applies, its reasons, its part of
+// the snapshot and its checkpoint record. Kept small (docs/processor.md gives
 // the measured size): ints rather than time.Time, lazily made slices.
+//
+// To add a per-worker fact: add it to the rule's type, and to its checkpoint
+// record (a cp* type next to it, embedded in cpWorker) if it must survive a
+// restart.
 type worker struct {
-	id, name string
+	id string
 
-	// firstMention: first record naming it (any source); lastMention: last
-	// (drives expiry); lastAlive: last of its own telemetry or of its tree
-	// with a live process (drives "lost"); fresh: own telemetry or tree since
-	// start.
-	firstMention, lastMention, lastAlive int64
-	fresh                                bool
-	// restoredAt: when it was restored from the checkpoint (0 = not).
-	restoredAt int64
-
-	// origins: which sources named it, when and by which id attributes.
-	origins          [nOrigins]originSeen
-	unjoinedReported bool
-
-	// active: runs the worker itself reports holding (-1 = never reported),
-	// at activeAt; heldOverSince: since when the runs tracked as held by the
-	// worker exceed that count (0 = they do not).
-	active                  int
-	activeAt, heldOverSince int64
-
-	// schedKnown: the scheduler has named this worker at least once. Only
-	// then can its runs be orphaned: a worker no scheduler knows (one that
-	// generates its own work, or is scheduled elsewhere) has no other view.
-	// sched: the scheduler source that last named it.
-	schedKnown bool
-	sched      uint8
-	// A "snapshots" scheduler's statements: snapKind says which form,
-	// snapAt the last list, schedCount/schedCountAt the last count,
-	// schedOverSince since when the runs it named exceed its count.
-	snapKind                             uint8
-	snapAt, schedCountAt, schedOverSince int64
-	schedCount                           int
-	countMissSince, countOrphSince       int64
-	missN, orphN                         int
-	missSince, orphSince                 int64
-
-	capacity  int // reported by the worker, -1 = not reported
-	rss       int64
-	rssAt     int64
-	cgroupMax int64
-
-	// memory: the tree's episode and each role's (memory.go).
-	mem   memEpisode
-	roles []roleMem
-
-	// cpu episode (cpu.go); cpuCores -1 = never judged, cpuLimit -1 = unknown.
-	cpuCores float64
-	cpuLimit float64
-	cpuOver  int
-	cpuUnder int
-	cpuSat   bool
-	cpuSince int64
-
-	// kills (kills.go): the counted kills within kills.window, the episode's
-	// start, the tree's cumulative counters' last values (-1 = none yet),
-	// child exits not yet matched against run ends, run ends not yet
-	// matched, the last tree sample.
-	killLog                              []killRec
-	killSince                            int64
-	oomBase, exitMainBase, exitChildBase int64
-	exitPend                             []exitRec
-	endTimes                             []int64 // in arrival order, 0 = spent
-	treeAt                               int64
-
-	kills       [nKillReasons]int64 // cumulative by reason
-	claims      [2]int64            // cumulative by source
-	transitions [6]int64            // cumulative by state entered
-	lastClaim   int64               // last claim by the worker itself
-
-	runs runTable
-	// order holds the runs in the order they were first seen, from
-	// orderHead on (runs no longer tracked are skipped and compacted away):
-	// at the per-worker cap the oldest ended run is evicted in amortized
-	// O(1), not by a scan of every run for each new one.
-	order     []*run
-	orderHead int
-
-	overCapSince int64
-
-	// admission (admission.go): how much the processor knows it exists,
-	// the evaluation it was admitted in, its place in the tracker's list of
-	// its evidence level (not confirmed), and whether a state change while
-	// it was seen once is still to be announced.
-	evidence    evidence
-	admitted    int
-	prev, next  *worker
-	unannounced bool
+	identity   // identity.go: name, when and by whom it was named
+	runsState  // runstate.go: its runs, claims, capacity
+	driftState // drift.go: the scheduler's view and the drift between both views
+	memState   // memory.go: memory and its episodes
+	cpuState   // cpu.go: the CPU episode
+	killState  // kills.go: the kills and the kills rule
+	admission  // admission.go: evidence level and place in the admission lists
+	verdict    // judge.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
 	slot  int32
 	dirty bool
-
-	state   contract.State
-	since   int64
-	reasons []contract.Reason
-	better  int // consecutive evaluations that computed a better state
-
-	// drift of the last evaluation, for metrics and the snapshot.
-	missing, orphaned []string
-	overCap           int
-	heldW, heldS      int
 }
 
 func newWorker(id string, now int64) *worker {
 	return &worker{
-		id:            strings.Clone(id),
-		firstMention:  now,
-		lastMention:   now,
-		capacity:      -1,
-		active:        -1,
-		rss:           -1,
-		cgroupMax:     -1,
-		cpuCores:      -1,
-		cpuLimit:      -1,
-		oomBase:       -1,
-		exitMainBase:  -1,
-		exitChildBase: -1,
-		state:         contract.Unknown,
-		since:         now,
-		slot:          -1,
+		id:         strings.Clone(id),
+		identity:   identity{firstMention: now, lastMention: now},
+		runsState:  runsState{capacity: -1},
+		driftState: driftState{active: -1},
+		memState:   memState{rss: -1, cgroupMax: -1},
+		cpuState:   cpuState{cpuCores: -1, cpuLimit: -1},
+		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
+		verdict:    verdict{state: contract.Unknown, since: now},
+		slot:       -1,
 	}
 }
 
@@ -464,110 +334,6 @@ func (t *tracker) signOfLife(e *event) bool {
 		return e.kind == evClaimed && src.view == contract.ViewClaimsOnly
 	}
 	return false
-}
-
-// run finds or creates the run entry. When the worker is at its limit, or
-// the processor at limits.max_runs, the worker's oldest ended run makes
-// room; a new run beyond it is counted and dropped (admission.go).
-func (t *tracker) run(w *worker, id string) *run {
-	h := runHash(id)
-	r := w.runs.get(id, h)
-	if r != nil {
-		return r
-	}
-	perWorker := w.runs.len() >= t.runLimit(w)
-	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-		if r = t.evictEnded(w); r == nil {
-			if perWorker {
-				t.counts.runsRefused[refusedRunsPerWorker]++
-			} else {
-				t.counts.runsRefused[refusedRunsTotal]++
-			}
-			return nil
-		}
-		// The evicted run's memory, id bytes included, serves the new one.
-		*r = run{id: r.id[:0]}
-	} else {
-		r = &run{}
-		t.runCount++
-	}
-	r.id = append(r.id, id...)
-	r.hash = h
-	w.runs.put(r)
-	w.order = append(w.order, r)
-	return r
-}
-
-// evictEnded drops the oldest run that neither side holds any more and
-// returns it; nil when every run is held. Held runs (about the capacity) are
-// stepped over, so the cost does not grow with the runs tracked.
-func (t *tracker) evictEnded(w *worker) *run {
-	for i := w.orderHead; i < len(w.order); i++ {
-		r := w.order[i]
-		if r.has(fGone) {
-			if i == w.orderHead {
-				w.order[i] = nil
-				w.orderHead++
-			}
-			continue
-		}
-		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
-			continue
-		}
-		w.runs.remove(r)
-		// Drop order[i], keeping the entries before it in their order.
-		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
-		w.order[w.orderHead] = nil
-		w.orderHead++
-		w.compactOrder()
-		return r
-	}
-	return nil
-}
-
-// compactOrder forgets the entries of runs no longer tracked once order is
-// more than about twice the runs tracked, so it stays bounded by the run cap.
-func (w *worker) compactOrder() {
-	if len(w.order) <= 2*w.runs.len()+8 {
-		return
-	}
-	n := 0
-	for _, r := range w.order[w.orderHead:] {
-		if r != nil && !r.has(fGone) {
-			w.order[n] = r
-			n++
-		}
-	}
-	clear(w.order[n:])
-	w.order, w.orderHead = w.order[:n], 0
-}
-
-// workerClaim: the worker holds the run. Ignored once the worker ended it (a
-// late or duplicated claim), counted once.
-func (t *tracker) workerClaim(w *worker, r *run, ts, now int64) {
-	w.lastClaim = now
-	if r.has(fWorkerEnded) || r.has(fWorkerHeld) {
-		return
-	}
-	r.flags |= fWorkerHeld
-	r.wAt = now
-	w.claims[srcWorker]++
-	if ts > 0 && (r.claimTS == 0 || ts < r.claimTS) {
-		r.claimTS = ts
-	}
-}
-
-func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
-	if r.has(fStarted) || r.has(fWorkerEnded) {
-		return
-	}
-	r.flags |= fStarted
-	r.startTS = ts
-	if r.claimTS > 0 && ts >= r.claimTS {
-		t.hists.claimToStart(ts - r.claimTS)
-	}
-	// Scoot's rule: memory already over the soft limit when a run starts.
-	t.memoryAtRunStart(w, now)
 }
 
 func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {

@@ -25,6 +25,17 @@ const (
 	codeNotReported   = "no_telemetry_since_start"
 )
 
+// verdict is a worker's judged state: since when, with which reasons, the
+// consecutive evaluations that computed a better state (hysteresis), and
+// the cumulative state transitions by the state entered.
+type verdict struct {
+	state       contract.State
+	since       int64
+	reasons     []contract.Reason
+	better      int
+	transitions [6]int64
+}
+
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string

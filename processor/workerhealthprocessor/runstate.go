@@ -1,0 +1,169 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+// The runs of a worker (docs/health-rules.md, "Claim drift"): one entry per
+// run holding both sides' view, in a runTable (runs.go), with the order they
+// were first seen in for eviction at the caps (admission.go).
+
+// Run flags. One run entry holds both sides' view so drift is a comparison of
+// two bits, and the "ended" bits are the tombstones that make late,
+// duplicated and reordered events harmless.
+const (
+	fWorkerHeld uint16 = 1 << iota
+	fWorkerEnded
+	fSchedHeld
+	fSchedEnded
+	fStarted
+	// fGone: pruned from the worker's runs; its entry in order is stale.
+	fGone
+	// fKilled: the worker reported the run killed (counted once).
+	fKilled
+	// fListed: listed by the snapshot being applied (only during it).
+	fListed
+	// fReleased: the worker's end was a release (not run: not a recent run).
+	fReleased
+	// fLetGo: a side was let go without an end (drift.go heal): not a
+	// recent run either.
+	fLetGo
+)
+
+// run is one run as both sides see it. Times are unix ns: *At are arrival
+// times on the processor's clock (for grace periods), *TS the records' own.
+type run struct {
+	id         []byte // reused when an evicted run's memory takes a new run
+	hash       uint64 // runHash(id)
+	wAt, sAt   int64  // when each side's claim arrived
+	wEnd, sEnd int64  // when each side's end arrived
+	claimTS    int64  // earliest claim timestamp of either side
+	startTS    int64
+	endTS      int64 // the worker's end record's own timestamp
+	flags      uint16
+	result     uint8 // resultIndex + 1 of how it ended (0 = not ended or unknown)
+	kill       uint8 // kill reason index + 1 (0 = not killed)
+}
+
+func (r *run) has(f uint16) bool { return r.flags&f != 0 }
+
+// lastEnd is when the run last stopped being held by a side.
+func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
+
+// runsState is a worker's runs and what it says of them: its capacity
+// (reported by the worker, -1 = not reported), the runs claimed by each
+// source (cumulative) and the last claim by the worker itself.
+type runsState struct {
+	capacity  int
+	claims    [2]int64 // cumulative by source
+	lastClaim int64
+
+	runs runTable
+	// order holds the runs in the order they were first seen, from
+	// orderHead on (runs no longer tracked are skipped and compacted away):
+	// at the per-worker cap the oldest ended run is evicted in amortized
+	// O(1), not by a scan of every run for each new one.
+	order     []*run
+	orderHead int
+}
+
+// run finds or creates the run entry. When the worker is at its limit, or
+// the processor at limits.max_runs, the worker's oldest ended run makes
+// room; a new run beyond it is counted and dropped (admission.go).
+func (t *tracker) run(w *worker, id string) *run {
+	h := runHash(id)
+	r := w.runs.get(id, h)
+	if r != nil {
+		return r
+	}
+	perWorker := w.runs.len() >= t.runLimit(w)
+	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
+		if r = t.evictEnded(w); r == nil {
+			if perWorker {
+				t.counts.runsRefused[refusedRunsPerWorker]++
+			} else {
+				t.counts.runsRefused[refusedRunsTotal]++
+			}
+			return nil
+		}
+		// The evicted run's memory, id bytes included, serves the new one.
+		*r = run{id: r.id[:0]}
+	} else {
+		r = &run{}
+		t.runCount++
+	}
+	r.id = append(r.id, id...)
+	r.hash = h
+	w.runs.put(r)
+	w.order = append(w.order, r)
+	return r
+}
+
+// evictEnded drops the oldest run that neither side holds any more and
+// returns it; nil when every run is held. Held runs (about the capacity) are
+// stepped over, so the cost does not grow with the runs tracked.
+func (t *tracker) evictEnded(w *worker) *run {
+	for i := w.orderHead; i < len(w.order); i++ {
+		r := w.order[i]
+		if r.has(fGone) {
+			if i == w.orderHead {
+				w.order[i] = nil
+				w.orderHead++
+			}
+			continue
+		}
+		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+			continue
+		}
+		w.runs.remove(r)
+		// Drop order[i], keeping the entries before it in their order.
+		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
+		w.order[w.orderHead] = nil
+		w.orderHead++
+		w.compactOrder()
+		return r
+	}
+	return nil
+}
+
+// compactOrder forgets the entries of runs no longer tracked once order is
+// more than about twice the runs tracked, so it stays bounded by the run cap.
+func (w *worker) compactOrder() {
+	if len(w.order) <= 2*w.runs.len()+8 {
+		return
+	}
+	n := 0
+	for _, r := range w.order[w.orderHead:] {
+		if r != nil && !r.has(fGone) {
+			w.order[n] = r
+			n++
+		}
+	}
+	clear(w.order[n:])
+	w.order, w.orderHead = w.order[:n], 0
+}
+
+// workerClaim: the worker holds the run. Ignored once the worker ended it (a
+// late or duplicated claim), counted once.
+func (t *tracker) workerClaim(w *worker, r *run, ts, now int64) {
+	w.lastClaim = now
+	if r.has(fWorkerEnded) || r.has(fWorkerHeld) {
+		return
+	}
+	r.flags |= fWorkerHeld
+	r.wAt = now
+	w.claims[srcWorker]++
+	if ts > 0 && (r.claimTS == 0 || ts < r.claimTS) {
+		r.claimTS = ts
+	}
+}
+
+func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
+	if r.has(fStarted) || r.has(fWorkerEnded) {
+		return
+	}
+	r.flags |= fStarted
+	r.startTS = ts
+	if r.claimTS > 0 && ts >= r.claimTS {
+		t.hists.claimToStart(ts - r.claimTS)
+	}
+	// Scoot's rule: memory already over the soft limit when a run starts.
+	t.memoryAtRunStart(w, now)
+}
+
