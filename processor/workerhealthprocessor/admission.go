@@ -87,6 +87,21 @@ type admission struct {
 	unannounced bool
 }
 
+// cpAdmission is the admission's checkpoint record: evidenceRecords or
+// evidenceConfirmed (workers seen once are not checkpointed).
+type cpAdmission struct {
+	Evidence evidence `json:"ev"`
+}
+
+func (a *admission) cp() cpAdmission { return cpAdmission{Evidence: a.evidence} }
+
+func (a *admission) restore(c *cpAdmission) {
+	a.evidence = evidenceRecords
+	if c.Evidence == evidenceConfirmed {
+		a.evidence = evidenceConfirmed
+	}
+}
+
 // workerList is an intrusive list of workers, least recently mentioned first.
 type workerList struct {
 	head, tail *worker

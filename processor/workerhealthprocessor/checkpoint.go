@@ -1,7 +1,6 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,8 +28,11 @@ import (
 // admits what the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// To add a field: add it to cpWorker (or cpRun) with `json:",omitempty"`
-// and fill it in toCheckpoint and fromCheckpoint. Unknown fields are
+// To add a field: add it to the rule's checkpoint record (cpMemory in
+// memory.go, cpKills in kills.go, ...) with `json:",omitempty"` and fill it
+// in that type's cp and restore, next to the state it keeps. The records are
+// embedded in cpWorker, so their keys share one JSON object: a new key must
+// not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
 // ignored and missing ones are zero, so no version change is needed unless
 // a field changes meaning.
 const (
@@ -95,90 +97,21 @@ type cpWrite struct {
 	rec  cpWorker
 }
 
-// The checkpoint keeps the evidence, not the verdict: restored workers are
-// "unknown" until they send telemetry again (or "lost" when they never do),
-// except that a memory latch or recent kills still make them "unhealthy".
-type cpRun struct {
-	WAt     int64  `json:"wa,omitempty"`
-	SAt     int64  `json:"sa,omitempty"`
-	WEnd    int64  `json:"we,omitempty"`
-	SEnd    int64  `json:"se,omitempty"`
-	ClaimTS int64  `json:"c,omitempty"`
-	StartTS int64  `json:"s,omitempty"`
-	Flags   uint16 `json:"f"`
-	EndTS   int64  `json:"e,omitempty"`
-	Result  uint8  `json:"r,omitempty"`
-	Kill    uint8  `json:"k,omitempty"`
-}
-
+// cpWorker is a worker's checkpoint record: the evidence, not the verdict.
+// Restored workers are "unknown" until they send telemetry again (or "lost"
+// when they never do), except that a memory latch or recent kills still make
+// them "unhealthy". Each rule's state type has its own record (cpIdentity in
+// identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
-	// Evidence: evidenceRecords or evidenceConfirmed (admission.go);
-	// workers seen once are not checkpointed.
-	Evidence     evidence         `json:"ev"`
-	Name         string           `json:"name,omitempty"`
-	FirstMention int64            `json:"first"`
-	LastMention  int64            `json:"mention"`
-	LastAlive    int64            `json:"alive"`
-	Capacity     int              `json:"cap"`
-	RSS          int64            `json:"rss"`
-	CgroupMax    int64            `json:"cgmax"`
-	Mem          cpEpisode        `json:"mem"`
-	Roles        []cpRole         `json:"roles,omitempty"`
-	KillLog      []killRecJSON    `json:"kill_log,omitempty"`
-	KillSince    int64            `json:"kill_since,omitempty"`
-	Kills        map[string]int64 `json:"kills,omitempty"`
-	Claims       [2]int64         `json:"claims"`
-	LastClaim    int64            `json:"last_claim"`
-	Runs         map[string]cpRun `json:"runs,omitempty"`
-	SchedKnown   bool             `json:"sched_known,omitempty"`
-	// Sources: which sources named the worker (identity.go), by name.
-	Sources map[string]cpOrigin `json:"sources,omitempty"`
-	// Sched: the service name of the scheduler that last named it.
-	Sched string `json:"sched,omitempty"`
-	// Transitions: the cumulative state transitions by state entered.
-	Transitions map[string]int64 `json:"transitions,omitempty"`
-}
-
-// cpOrigin is one source's view of a worker's identity, its id attributes
-// by name (their bit order depends on the config).
-type cpOrigin struct {
-	Last int64    `json:"last"`
-	Keys []string `json:"keys,omitempty"`
-}
-
-// cpEpisode is a memEpisode (memory.go).
-type cpEpisode struct {
-	Over         bool  `json:"over,omitempty"`
-	OverSamples  int   `json:"n,omitempty"`
-	UnderSamples int   `json:"u,omitempty"`
-	OverSince    int64 `json:"since,omitempty"`
-	Persist      bool  `json:"persist,omitempty"`
-	PersistSince int64 `json:"persist_since,omitempty"`
-	AtStart      bool  `json:"at_start,omitempty"`
-	AtStartSince int64 `json:"at_start_since,omitempty"`
-}
-
-func (e *memEpisode) cp() cpEpisode {
-	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
-}
-
-func (c cpEpisode) episode() memEpisode {
-	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
-}
-
-// cpRole is a role's last memory and, for a limited role, its episode.
-type cpRole struct {
-	Role string    `json:"role"`
-	RSS  int64     `json:"rss"`
-	Mem  cpEpisode `json:"mem"`
-}
-
-// killRecJSON is a counted kill by reason name (indexes may change between
-// versions).
-type killRecJSON struct {
-	At     int64  `json:"at"`
-	Reason string `json:"reason"`
+	cpAdmission
+	cpIdentity
+	cpRuns
+	cpDrift
+	cpMemory
+	cpKills
+	cpVerdict
 }
 
 func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
@@ -209,152 +142,33 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // toCheckpoint copies what a worker's record keeps (the evidence, not the
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
-	cw := cpWorker{
-		ID: w.id, Evidence: w.evidence,
-		Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
-		Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
-		KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
-		SchedKnown: w.schedKnown,
+	return cpWorker{
+		ID:          w.id,
+		cpAdmission: w.admission.cp(),
+		cpIdentity:  w.identity.cp(t.idKeys),
+		cpRuns:      w.runsState.cp(),
+		cpDrift:     w.driftState.cp(t),
+		cpMemory:    w.memState.cp(),
+		cpKills:     w.killState.cp(),
+		cpVerdict:   w.verdict.cp(),
 	}
-	for i, n := range w.transitions {
-		if n > 0 {
-			if cw.Transitions == nil {
-				cw.Transitions = map[string]int64{}
-			}
-			cw.Transitions[string(contract.AllStates[i])] = n
-		}
-	}
-	for _, r := range w.roles {
-		cr := cpRole{Role: r.role, RSS: r.rss}
-		if r.ep != nil {
-			cr.Mem = r.ep.cp()
-		}
-		cw.Roles = append(cw.Roles, cr)
-	}
-	for _, k := range w.killLog {
-		cw.KillLog = append(cw.KillLog, killRecJSON{At: k.at, Reason: killReasonNames[k.reason]})
-	}
-	for o, seen := range w.origins {
-		if seen.last == 0 {
-			continue
-		}
-		if cw.Sources == nil {
-			cw.Sources = map[string]cpOrigin{}
-		}
-		co := cpOrigin{Last: seen.last}
-		for i, k := range t.idKeys {
-			if seen.keys&(1<<i) != 0 {
-				co.Keys = append(co.Keys, k)
-			}
-		}
-		cw.Sources[originNames[o]] = co
-	}
-	if w.schedKnown {
-		cw.Sched = t.schedOf(w).name
-	}
-	if w.runs.len() > 0 {
-		cw.Runs = make(map[string]cpRun, w.runs.len())
-		for r := range w.runs.all() {
-			cw.Runs[string(r.id)] = cpRun{
-				WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
-				Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
-			}
-		}
-	}
-	return cw
-}
-
-// firstSeen is when a run was first claimed by either side (0 = never).
-func firstSeen(r *run) int64 {
-	switch {
-	case r.wAt == 0:
-		return r.sAt
-	case r.sAt == 0:
-		return r.wAt
-	}
-	return min(r.wAt, r.sAt)
 }
 
 // fromCheckpoint makes a worker of its record, its runs within the limits
 // (admission.go). The caller admits it.
 func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
-	w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
-	w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
-	w.mem = cw.Mem.episode()
-	for st, n := range cw.Transitions {
-		if s := contract.State(st); s.Valid() && n > 0 {
-			w.transitions[stateIndex(s)] = n
-		}
-	}
-	for _, r := range cw.Roles {
-		if rm := t.role(w, r.Role); rm != nil {
-			rm.rss = r.RSS
-			if rm.ep != nil {
-				*rm.ep = r.Mem.episode()
-			}
-		}
-	}
-	for _, k := range cw.KillLog {
-		if i, ok := killReasonIndex[k.Reason]; ok && t.effects[i] != effectNone && len(w.killLog) < maxKillLog {
-			w.killLog = append(w.killLog, killRec{at: k.At, reason: uint8(i)})
-		}
-	}
-	w.killSince = cw.KillSince
-	for r, n := range cw.Kills {
-		w.kills[killIndex(r)] += n
-	}
-	w.claims, w.lastClaim = cw.Claims, cw.LastClaim
-	for o, name := range originNames {
-		co, ok := cw.Sources[name]
-		if !ok {
-			continue
-		}
-		w.origins[o].last = co.Last
-		for _, k := range co.Keys {
-			if i := slices.Index(t.idKeys, k); i >= 0 {
-				w.origins[o].keys |= 1 << i
-			}
-		}
-	}
-	for i, s := range t.scheds {
-		if s.name == cw.Sched {
-			w.sched = uint8(i)
-		}
-	}
-	w.schedKnown = cw.SchedKnown
-	w.evidence = evidenceRecords
-	if cw.Evidence == evidenceConfirmed {
-		w.evidence = evidenceConfirmed
-	}
+	w.admission.restore(&cw.cpAdmission)
+	w.identity.restore(&cw.cpIdentity, t.idKeys, now)
+	w.runsState.restore(&cw.cpRuns, t)
+	w.driftState.restore(&cw.cpDrift, t)
+	t.restoreMemory(&w.memState, &cw.cpMemory)
+	w.killState.restore(&cw.cpKills, &t.effects)
+	w.verdict.restore(&cw.cpVerdict)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
 	w.state, w.since = contract.Unknown, now
 	w.reasons = []contract.Reason{notReported(w, now, true)}
-	w.restoredAt = now
-	if len(cw.Runs) > 0 {
-		for rid, r := range cw.Runs {
-			if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-				t.counts.runsRefused[refusedRunsTotal]++
-				break
-			}
-			if rid == "" || len(rid) > t.cfg.Limits.MaxAttributeLength || !utf8.ValidString(rid) {
-				continue // not an id the mapping would have taken
-			}
-			t.runCount++
-			rr := &run{
-				id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-				claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
-				endTS: r.EndTS, result: r.Result, kill: r.Kill,
-			}
-			w.runs.put(rr)
-			w.order = append(w.order, rr)
-		}
-		// First seen = the earlier side's claim (0 when never claimed).
-		slices.SortFunc(w.order, func(a, b *run) int {
-			return cmp.Compare(firstSeen(a), firstSeen(b))
-		})
-	}
 	return w
 }
 

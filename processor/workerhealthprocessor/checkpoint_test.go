@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -230,4 +231,38 @@ func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
 	assert.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError, componentstatus.StatusOK}, sh.statuses())
 	assert.Equal(t, 1, logs.FilterMessageSnippet("works again").Len())
 	assert.Contains(t, store.keys(cpPrefix), cpSlotKey(2), "the workers queued while failing were written")
+}
+
+// The per-rule checkpoint records are embedded in cpWorker and written as one
+// flat JSON object, the format of version 2 (worker_health.v2/): the keys
+// are those a checkpoint written before the records were split holds, each
+// once (a key repeated by two records would be dropped by encoding/json).
+func TestCheckpointRecordKeys(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.metrics(treeMetrics("w1", 10, -1, 1))
+	h.logs(wl("w1", "workerwatch.run.claimed", "r1", map[string]any{"workerwatch.worker.capacity": 2}))
+	h.logs(sl("w1", "workerwatch.run.claimed", "r1"))
+	for _, r := range []string{"r1", "r2", "r3"} { // 3 kills that count: kill_since
+		h.logs(wl("w1", "workerwatch.run.killed", r, map[string]any{"workerwatch.kill.reason": "oom"}))
+	}
+	h.eval()
+	h.p.mu.Lock()
+	rec := h.p.tracker.toCheckpoint(h.p.tracker.workers["w1"])
+	h.p.mu.Unlock()
+	b, err := json.Marshal(&rec)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	assert.Equal(t, []string{
+		"alive", "cap", "cgmax", "claims", "ev", "first", "id", "kill_log", "kill_since", "kills", "last_claim",
+		"mem", "mention", "roles", "rss", "runs", "sched", "sched_known", "sources", "transitions",
+	}, keys)
+	var back cpWorker
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, rec, back, "a record reads back as written")
 }

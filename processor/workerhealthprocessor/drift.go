@@ -46,6 +46,30 @@ type driftState struct {
 	heldW, heldS      int
 }
 
+// cpDrift is the scheduler view's checkpoint record. Sched: the service
+// name of the scheduler that last named the worker.
+type cpDrift struct {
+	SchedKnown bool   `json:"sched_known,omitempty"`
+	Sched      string `json:"sched,omitempty"`
+}
+
+func (d *driftState) cp(t *tracker) cpDrift {
+	c := cpDrift{SchedKnown: d.schedKnown}
+	if d.schedKnown && int(d.sched) < len(t.scheds) {
+		c.Sched = t.scheds[d.sched].name
+	}
+	return c
+}
+
+func (d *driftState) restore(c *cpDrift, t *tracker) {
+	for i, s := range t.scheds {
+		if s.name == c.Sched {
+			d.sched = uint8(i)
+		}
+	}
+	d.schedKnown = c.SchedKnown
+}
+
 // noSched is the view of a worker no scheduler named: events (nothing to
 // close or restate).
 var noSched = schedSource{view: contract.ViewEvents}

@@ -51,6 +51,60 @@ type identity struct {
 	unjoinedReported bool
 }
 
+// cpIdentity is the identity's checkpoint record. Sources: which sources
+// named the worker, by name, with their id attributes by name (their bit
+// order depends on the config).
+type cpIdentity struct {
+	Name         string              `json:"name,omitempty"`
+	FirstMention int64               `json:"first"`
+	LastMention  int64               `json:"mention"`
+	LastAlive    int64               `json:"alive"`
+	Sources      map[string]cpOrigin `json:"sources,omitempty"`
+}
+
+type cpOrigin struct {
+	Last int64    `json:"last"`
+	Keys []string `json:"keys,omitempty"`
+}
+
+func (x *identity) cp(idKeys []string) cpIdentity {
+	c := cpIdentity{Name: x.name, FirstMention: x.firstMention, LastMention: x.lastMention, LastAlive: x.lastAlive}
+	for o, seen := range x.origins {
+		if seen.last == 0 {
+			continue
+		}
+		if c.Sources == nil {
+			c.Sources = map[string]cpOrigin{}
+		}
+		co := cpOrigin{Last: seen.last}
+		for i, k := range idKeys {
+			if seen.keys&(1<<i) != 0 {
+				co.Keys = append(co.Keys, k)
+			}
+		}
+		c.Sources[originNames[o]] = co
+	}
+	return c
+}
+
+// restore takes a checkpointed identity back, restored now.
+func (x *identity) restore(c *cpIdentity, idKeys []string, now int64) {
+	x.name, x.firstMention, x.lastMention, x.lastAlive = c.Name, c.FirstMention, c.LastMention, c.LastAlive
+	for o, name := range originNames {
+		co, ok := c.Sources[name]
+		if !ok {
+			continue
+		}
+		x.origins[o].last = co.Last
+		for _, k := range co.Keys {
+			if i := slices.Index(idKeys, k); i >= 0 {
+				x.origins[o].keys |= 1 << i
+			}
+		}
+	}
+	x.restoredAt = now
+}
+
 // originSeen is one source's view of a worker's identity.
 type originSeen struct {
 	last int64 // last record (0 = never)

@@ -36,6 +36,33 @@ type verdict struct {
 	transitions [6]int64
 }
 
+// cpVerdict is the verdict's checkpoint record: only the cumulative
+// transitions (the state itself is judged again after a restore).
+type cpVerdict struct {
+	Transitions map[string]int64 `json:"transitions,omitempty"`
+}
+
+func (v *verdict) cp() cpVerdict {
+	var c cpVerdict
+	for i, n := range v.transitions {
+		if n > 0 {
+			if c.Transitions == nil {
+				c.Transitions = map[string]int64{}
+			}
+			c.Transitions[string(contract.AllStates[i])] = n
+		}
+	}
+	return c
+}
+
+func (v *verdict) restore(c *cpVerdict) {
+	for st, n := range c.Transitions {
+		if s := contract.State(st); s.Valid() && n > 0 {
+			v.transitions[stateIndex(s)] = n
+		}
+	}
+}
+
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string

@@ -307,13 +307,48 @@ func (w *worker) dropSpentEnds(now, grace int64) {
 	}
 }
 
-// killsSnapshot is the kills by reason, reasons with none left out.
-func killsSnapshot(w *worker) map[string]int64 {
+// snapshot is the kills by reason, reasons with none left out.
+func (k *killState) snapshot() map[string]int64 {
 	m := map[string]int64{}
-	for i, n := range w.kills {
+	for i, n := range k.kills {
 		if n > 0 {
 			m[killReasonNames[i]] = n
 		}
 	}
 	return m
+}
+
+// cpKills is the kills' checkpoint record: counted kills by reason name
+// (indexes may change between versions).
+type cpKills struct {
+	KillLog   []killRecJSON    `json:"kill_log,omitempty"`
+	KillSince int64            `json:"kill_since,omitempty"`
+	Kills     map[string]int64 `json:"kills,omitempty"`
+}
+
+type killRecJSON struct {
+	At     int64  `json:"at"`
+	Reason string `json:"reason"`
+}
+
+func (k *killState) cp() cpKills {
+	c := cpKills{KillSince: k.killSince, Kills: k.snapshot()}
+	for _, r := range k.killLog {
+		c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: killReasonNames[r.reason]})
+	}
+	return c
+}
+
+// restore takes checkpointed kills back; only those of reasons that count
+// now (effects) go back into the rule's log.
+func (k *killState) restore(c *cpKills, effects *[nKillReasons]uint8) {
+	for _, r := range c.KillLog {
+		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != effectNone && len(k.killLog) < maxKillLog {
+			k.killLog = append(k.killLog, killRec{at: r.At, reason: uint8(i)})
+		}
+	}
+	k.killSince = c.KillSince
+	for r, n := range c.Kills {
+		k.kills[killIndex(r)] += n
+	}
 }

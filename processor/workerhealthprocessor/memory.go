@@ -146,7 +146,7 @@ func (t *tracker) memorySample(w *worker, s *sample, now int64) {
 		w.roles[i].rss = 0
 	}
 	for _, v := range s.roles[:s.nrole] {
-		if r := t.role(w, v.role); r != nil {
+		if r := t.role(&w.memState, v.role); r != nil {
 			r.rss += v.rss
 		}
 	}
@@ -179,7 +179,7 @@ const maxRoles = 16
 
 // role returns the worker's entry for a role, adding it (sorted) when new;
 // nil when the worker already has maxRoles roles.
-func (t *tracker) role(w *worker, name string) *roleMem {
+func (t *tracker) role(w *memState, name string) *roleMem {
 	i, found := slices.BinarySearchFunc(w.roles, name, func(r roleMem, n string) int { return strings.Compare(r.role, n) })
 	if !found {
 		if len(w.roles) >= maxRoles {
@@ -266,4 +266,65 @@ func (t *tracker) memorySnapshot(w *worker) contract.Memory {
 		mem.Roles = append(mem.Roles, rm)
 	}
 	return mem
+}
+
+// cpMemory is the memory's checkpoint record.
+type cpMemory struct {
+	RSS       int64     `json:"rss"`
+	CgroupMax int64     `json:"cgmax"`
+	Mem       cpEpisode `json:"mem"`
+	Roles     []cpRole  `json:"roles,omitempty"`
+}
+
+// cpEpisode is a memEpisode.
+type cpEpisode struct {
+	Over         bool  `json:"over,omitempty"`
+	OverSamples  int   `json:"n,omitempty"`
+	UnderSamples int   `json:"u,omitempty"`
+	OverSince    int64 `json:"since,omitempty"`
+	Persist      bool  `json:"persist,omitempty"`
+	PersistSince int64 `json:"persist_since,omitempty"`
+	AtStart      bool  `json:"at_start,omitempty"`
+	AtStartSince int64 `json:"at_start_since,omitempty"`
+}
+
+func (e *memEpisode) cp() cpEpisode {
+	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
+}
+
+func (c cpEpisode) episode() memEpisode {
+	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
+}
+
+// cpRole is a role's last memory and, for a limited role, its episode.
+type cpRole struct {
+	Role string    `json:"role"`
+	RSS  int64     `json:"rss"`
+	Mem  cpEpisode `json:"mem"`
+}
+
+func (m *memState) cp() cpMemory {
+	c := cpMemory{RSS: m.rss, CgroupMax: m.cgroupMax, Mem: m.mem.cp()}
+	for _, r := range m.roles {
+		cr := cpRole{Role: r.role, RSS: r.rss}
+		if r.ep != nil {
+			cr.Mem = r.ep.cp()
+		}
+		c.Roles = append(c.Roles, cr)
+	}
+	return c
+}
+
+// restoreMemory takes a checkpointed memory back; its roles are the
+// tracker's (interned names, the configured limits).
+func (t *tracker) restoreMemory(m *memState, c *cpMemory) {
+	m.rss, m.cgroupMax, m.mem = c.RSS, c.CgroupMax, c.Mem.episode()
+	for _, r := range c.Roles {
+		if rm := t.role(m, r.Role); rm != nil {
+			rm.rss = r.RSS
+			if rm.ep != nil {
+				*rm.ep = r.Mem.episode()
+			}
+		}
+	}
 }

@@ -1,5 +1,11 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
+import (
+	"cmp"
+	"slices"
+	"unicode/utf8"
+)
+
 // The runs of a worker (docs/health-rules.md, "Claim drift"): one entry per
 // run holding both sides' view, in a runTable (runs.go), with the order they
 // were first seen in for eviction at the caps (admission.go).
@@ -167,3 +173,79 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	t.memoryAtRunStart(w, now)
 }
 
+
+// cpRuns is the runs' checkpoint record.
+type cpRuns struct {
+	Capacity  int              `json:"cap"`
+	Claims    [2]int64         `json:"claims"`
+	LastClaim int64            `json:"last_claim"`
+	Runs      map[string]cpRun `json:"runs,omitempty"`
+}
+
+type cpRun struct {
+	WAt     int64  `json:"wa,omitempty"`
+	SAt     int64  `json:"sa,omitempty"`
+	WEnd    int64  `json:"we,omitempty"`
+	SEnd    int64  `json:"se,omitempty"`
+	ClaimTS int64  `json:"c,omitempty"`
+	StartTS int64  `json:"s,omitempty"`
+	Flags   uint16 `json:"f"`
+	EndTS   int64  `json:"e,omitempty"`
+	Result  uint8  `json:"r,omitempty"`
+	Kill    uint8  `json:"k,omitempty"`
+}
+
+func (x *runsState) cp() cpRuns {
+	c := cpRuns{Capacity: x.capacity, Claims: x.claims, LastClaim: x.lastClaim}
+	if x.runs.len() > 0 {
+		c.Runs = make(map[string]cpRun, x.runs.len())
+		for r := range x.runs.all() {
+			c.Runs[string(r.id)] = cpRun{
+				WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
+				Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
+			}
+		}
+	}
+	return c
+}
+
+// restore takes checkpointed runs back, within limits.max_runs_per_worker
+// and limits.max_runs (counted in the tracker).
+func (x *runsState) restore(c *cpRuns, t *tracker) {
+	x.capacity, x.claims, x.lastClaim = c.Capacity, c.Claims, c.LastClaim
+	if len(c.Runs) == 0 {
+		return
+	}
+	for rid, r := range c.Runs {
+		if x.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
+			t.counts.runsRefused[refusedRunsTotal]++
+			break
+		}
+		if rid == "" || len(rid) > t.cfg.Limits.MaxAttributeLength || !utf8.ValidString(rid) {
+			continue // not an id the mapping would have taken
+		}
+		t.runCount++
+		rr := &run{
+			id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
+			claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
+			endTS: r.EndTS, result: r.Result, kill: r.Kill,
+		}
+		x.runs.put(rr)
+		x.order = append(x.order, rr)
+	}
+	// First seen = the earlier side's claim (0 when never claimed).
+	slices.SortFunc(x.order, func(a, b *run) int {
+		return cmp.Compare(firstSeen(a), firstSeen(b))
+	})
+}
+
+// firstSeen is when a run was first claimed by either side (0 = never).
+func firstSeen(r *run) int64 {
+	switch {
+	case r.wAt == 0:
+		return r.sAt
+	case r.sAt == 0:
+		return r.wAt
+	}
+	return min(r.wAt, r.sAt)
+}

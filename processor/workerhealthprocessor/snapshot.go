@@ -53,7 +53,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			CPU:      cpuSnapshot(w),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
-				Recent: t.recentRuns(ended), Kills: killsSnapshot(w),
+				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
