@@ -78,16 +78,38 @@ func ts(ns int64) time.Time {
 	return time.Unix(0, ns).UTC()
 }
 
+// lastAlive is when the worker last showed life. Silence the processor did
+// not witness (it was down) is no evidence: a restored worker's counts from
+// the restore.
+func (w *worker) sinceAlive() int64 { return max(w.lastAlive, w.firstMention, w.restoredAt) }
+
+// lost: no telemetry and no live process for lost.after.
+func (t *tracker) lost(w *worker, now int64) bool {
+	return now-w.sinceAlive() >= int64(t.cfg.Lost.After)
+}
+
+// update advances every rule of a worker to now, before it is judged: what
+// changes with time alone (a memory episode's duration, the kills window,
+// child exits no run end explains) and the drift between both views (runs
+// let go, drift counted). A lost worker's rules stand still: it is judged
+// lost whatever they say.
+func (t *tracker) update(w *worker, now int64) {
+	if t.lost(w, now) {
+		return
+	}
+	t.memoryTick(w, now)
+	t.matchExits(w, now)
+	t.killsWindow(w, now)
+	t.drift(w, now)
+}
+
 // judge computes the state the rules give now, with every active reason,
-// worst first.
+// worst first. It only reads: update brought every rule to now.
 func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason) {
 	var unhealthy, stalled, degraded []contract.Reason
 
-	lostAfter := int64(t.cfg.Lost.After)
-	// Silence the processor did not witness (it was down) is no evidence: a
-	// restored worker's counts from the restore.
-	lastAlive := max(w.lastAlive, w.firstMention, w.restoredAt)
-	if now-lastAlive >= lostAfter {
+	if t.lost(w, now) {
+		lastAlive := w.sinceAlive()
 		return contract.Lost, []contract.Reason{{
 			Code:      codeNoTelemetry,
 			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
@@ -97,17 +119,15 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	unhealthy, degraded = t.memoryReasons(w, now, unhealthy, degraded)
+	unhealthy, degraded = t.memoryReasons(w, unhealthy, degraded)
 
-	t.matchExits(w, now)
-	switch r, effect := t.killsReason(w, now); effect {
+	switch r, effect := t.killsReason(w); effect {
 	case effectUnhealthy:
 		unhealthy = append(unhealthy, r)
 	case effectDegraded:
 		degraded = append(degraded, r)
 	}
 
-	t.drift(w, now)
 	capacity := t.capacityOf(w)
 	held := max(w.heldW, w.heldS)
 
@@ -202,6 +222,7 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	t.expire(now)
 	for _, w := range t.workers {
 		t.prune(w, now)
+		t.update(w, now)
 		target, reasons := t.judge(w, now)
 		cur := w.state
 		switch {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -81,6 +80,10 @@ type killState struct {
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
 	kills                                [nKillReasons]int64
+	// killEffect and killN: the rule's effect and count at the last
+	// evaluation (killsWindow).
+	killEffect uint8
+	killN      int
 }
 
 // killRec is one counted kill: when it arrived and its reason's index.
@@ -105,16 +108,17 @@ func (t *tracker) kill(w *worker, idx int, now int64) {
 	w.killLog = append(w.killLog, killRec{at: now, reason: uint8(idx)})
 }
 
-// killsReason judges the kills rule: the real count of counted kills within
-// the window, and since when the episode runs (the oldest kill in the window
-// when the rule began to fire, fixed until it stops firing).
-func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
+// killsWindow advances the kills rule to now: the kills that slid out of
+// kills.window are forgotten, and the rule's effect, its count and since when
+// the episode runs (the oldest kill in the window when the rule began to
+// fire, fixed until it stops firing) are kept for killsReason.
+func (t *tracker) killsWindow(w *worker, now int64) {
 	k := &t.cfg.Kills
+	w.killEffect, w.killN = effectNone, 0
 	if k.Count <= 0 || len(w.killLog) == 0 {
 		w.killSince = 0
-		return contract.Reason{}, effectNone
+		return
 	}
-	// Forget what slid out of the window.
 	win := int64(k.Window)
 	i := 0
 	for i < len(w.killLog) && now-w.killLog[i].at > win {
@@ -125,13 +129,11 @@ func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
 	}
 	if len(w.killLog) == 0 {
 		w.killLog, w.killSince = nil, 0
-		return contract.Reason{}, effectNone
+		return
 	}
-	var byReason [nKillReasons]int
 	nUnhealthy, nAny := 0, 0
 	var oldestUnhealthy int64
 	for _, kr := range w.killLog {
-		byReason[kr.reason]++
 		nAny++
 		if t.effects[kr.reason] == effectUnhealthy {
 			if nUnhealthy == 0 {
@@ -140,20 +142,30 @@ func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
 			nUnhealthy++
 		}
 	}
-	var effect uint8
-	var n int
 	var oldest int64
 	switch {
 	case nUnhealthy >= k.Count:
-		effect, n, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
+		w.killEffect, w.killN, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
 	case nAny >= k.Count:
-		effect, n, oldest = effectDegraded, nAny, w.killLog[0].at
+		w.killEffect, w.killN, oldest = effectDegraded, nAny, w.killLog[0].at
 	default:
 		w.killSince = 0
-		return contract.Reason{}, effectNone
+		return
 	}
 	if w.killSince == 0 {
 		w.killSince = oldest
+	}
+}
+
+// killsReason is the kills rule's reason and effect as killsWindow left
+// them: the real count of counted kills within the window, by reason.
+func (t *tracker) killsReason(w *worker) (contract.Reason, uint8) {
+	if w.killEffect == effectNone {
+		return contract.Reason{}, effectNone
+	}
+	var byReason [nKillReasons]int
+	for _, kr := range w.killLog {
+		byReason[kr.reason]++
 	}
 	var parts []string
 	for i, c := range byReason {
@@ -163,9 +175,9 @@ func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
 	}
 	return contract.Reason{
 		Code:    codeKills,
-		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, time.Duration(win), strings.Join(parts, ", ")),
-		Value:   float64(n), Threshold: float64(k.Count), Since: ts(w.killSince),
-	}, effect
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", w.killN, t.cfg.Kills.Window, strings.Join(parts, ", ")),
+		Value:   float64(w.killN), Threshold: float64(t.cfg.Kills.Count), Since: ts(w.killSince),
+	}, w.killEffect
 }
 
 // treeKills reads the kills the process tree shows: the cgroup's OOM kills,

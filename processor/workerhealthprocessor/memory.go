@@ -208,12 +208,23 @@ func (t *tracker) memoryAtRunStart(w *worker, now int64) {
 	}
 }
 
+// memoryTick applies the duration form of the rule to the tree's episode
+// and every limited role's (it also fires between samples).
+func (t *tracker) memoryTick(w *worker, now int64) {
+	m := &t.cfg.Memory
+	w.mem.tick(now, m)
+	for i := range w.roles {
+		if r := &w.roles[i]; r.limit >= 0 {
+			r.ep.tick(now, m)
+		}
+	}
+}
+
 // memoryReasons are the reasons of the tree's episode and of every role's:
 // unhealthy for each latch, degraded while over but not yet persistent.
-func (t *tracker) memoryReasons(w *worker, now int64, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
+func (t *tracker) memoryReasons(w *worker, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
 	m := &t.cfg.Memory
 	add := func(e *memEpisode, rss, lim int64, role string) {
-		e.tick(now, m)
 		what := "memory"
 		if role != "" {
 			what = "memory of role " + role

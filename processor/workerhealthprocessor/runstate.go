@@ -173,7 +173,6 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	t.memoryAtRunStart(w, now)
 }
 
-
 // cpRuns is the runs' checkpoint record.
 type cpRuns struct {
 	Capacity  int              `json:"cap"`
