@@ -1,14 +1,9 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -211,23 +206,4 @@ func (t *tracker) sourcesSnapshot(w *worker) contract.Sources {
 // message is the log line's text.
 func (u unjoined) message() string {
 	return fmt.Sprintf("worker %s is named only by its %s (%v); its other sources may use other ids", u.worker, u.origin, u.ids)
-}
-
-// judgeTelemetry counts the runs healed (by the side let go) and the
-// workers named by one source only, with one log line for each of those.
-func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, unjoinedN int64, uj []unjoined) {
-	for side, n := range healed {
-		if n > 0 {
-			name := contract.SourceWorker
-			if source(side) == srcScheduler {
-				name = contract.SourceScheduler
-			}
-			p.tel.ProcessorWorkerHealthRunsHealed.Add(ctx, n, metric.WithAttributes(attribute.String(contract.AttrSource, name)))
-		}
-	}
-	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersUnjoined, unjoinedN)
-	for _, u := range uj {
-		p.logger.Warn(u.message(), zap.String("worker", u.worker), zap.String("source", u.origin),
-			zap.Strings("ids", u.ids), zap.Strings("named_only_by_another_source", u.others))
-	}
 }
