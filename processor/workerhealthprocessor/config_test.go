@@ -28,8 +28,8 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
 			assert.Equal(t, []schedSource{
-				{name: "lightning", view: "claims_only", keys: []string{"worker_name", "cicd.worker.id"}, interval: 30 * time.Second, life: "claims"},
-				{name: "queue-snapshots", view: "snapshots", keys: []string{"worker_name", "cicd.worker.id"}, interval: 15 * time.Second, life: "any"},
+				{Name: "lightning", View: "claims_only", Keys: []string{"worker_name", "cicd.worker.id"}, Interval: 30 * time.Second, Life: "claims"},
+				{Name: "queue-snapshots", View: "snapshots", Keys: []string{"worker_name", "cicd.worker.id"}, Interval: 15 * time.Second, Life: "any"},
 			}, c.schedulers())
 			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
 			assert.Equal(t, int64(268435456), c.Memory.Roles["main"].SoftLimitBytes)
@@ -64,7 +64,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, []string{"claim"}, c.Mapping.Events.Claimed)
 			assert.Equal(t, []string{"run:start"}, c.Mapping.Events.Started)
 			assert.Equal(t, []string{"kill", "crash"}, c.Mapping.KillResults)
-			assert.Equal(t, "claims_only", c.schedulers()[0].view)
+			assert.Equal(t, "claims_only", c.schedulers()[0].View)
 			assert.Equal(t, int64(512<<20), c.Memory.Roles["main"].SoftLimitBytes)
 		}},
 	}

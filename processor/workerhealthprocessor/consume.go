@@ -15,7 +15,7 @@ func (p *healthProcessor) ingest(b *batch) {
 	p.mu.Lock()
 	p.tracker.apply(b, now)
 	p.mu.Unlock()
-	b.reset()
+	b.Reset()
 	p.pool.Put(b)
 }
 
@@ -23,14 +23,14 @@ func (p *healthProcessor) getBatch() *batch { return p.pool.Get().(*batch) }
 
 func (p *healthProcessor) processTraces(_ context.Context, td ptrace.Traces) (ptrace.Traces, error) {
 	b := p.getBatch()
-	p.mapper.traces(td, b)
+	p.mapper.Traces(td, b)
 	p.ingest(b)
 	return td, nil
 }
 
 func (p *healthProcessor) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
 	b := p.getBatch()
-	p.mapper.metrics(md, b)
+	p.mapper.Metrics(md, b)
 	p.ingest(b)
 	if p.cfg.Limits.DropUntrackedMetrics && p.dropUntracked(ctx, md) {
 		return md, processorhelper.ErrSkipProcessingData
@@ -46,11 +46,11 @@ func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics)
 	var dropped int64
 	p.mu.Lock()
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		r, ok := p.mapper.resource(rm.Resource())
-		if ok && (r.src == srcScheduler || r.id == "") {
+		r, ok := p.mapper.Resource(rm.Resource())
+		if ok && (r.Src == srcScheduler || r.ID == "") {
 			return false
 		}
-		if w := p.tracker.workers[r.id]; ok && w != nil && w.evidence != evidenceOnce {
+		if w := p.tracker.workers[r.ID]; ok && w != nil && w.evidence != evidenceOnce {
 			return false
 		}
 		dropped += int64(resourcePoints(rm))
@@ -87,7 +87,7 @@ func resourcePoints(rm pmetric.ResourceMetrics) int {
 
 func (p *healthProcessor) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {
 	b := p.getBatch()
-	p.mapper.logs(ld, b)
+	p.mapper.Logs(ld, b)
 	p.ingest(b)
 	return ld, nil
 }

@@ -196,14 +196,14 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 		*base = v
 		return d
 	}
-	for n := delta(s.oomKills, &w.oomBase); n > 0; n-- {
+	for n := delta(s.OOMKills, &w.oomBase); n > 0; n-- {
 		t.kill(w, killReasonIndex[contract.KillOOM], now)
 	}
-	mainExits := delta(s.exitMain, &w.exitMainBase)
+	mainExits := delta(s.ExitMain, &w.exitMainBase)
 	for n := mainExits; n > 0; n-- {
 		t.kill(w, killReasonIndex[contract.KillWorkerExit], now)
 	}
-	childExits := delta(s.exitChild, &w.exitChildBase)
+	childExits := delta(s.ExitChild, &w.exitChildBase)
 	if mainExits > 0 {
 		// Children die with their root, in the same scrape or just before
 		// it (a worker stopping closes its pool first): the worker's exit
@@ -217,7 +217,7 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 		}
 		w.exitPend = append(w.exitPend, exitRec{at: now, after: w.treeAt, n: int32(min(childExits, 1<<20))})
 	}
-	if s.tree {
+	if s.Tree {
 		w.treeAt = now
 	}
 }

@@ -136,18 +136,18 @@ func (t *tracker) softLimit(w *worker) int64 {
 // memorySample advances the tree's episode and each role's.
 func (t *tracker) memorySample(w *worker, s *sample, now int64) {
 	m := &t.cfg.Memory
-	w.rss, w.rssAt = s.mem, now
-	w.mem.sample(s.mem, t.softLimit(w), now, m)
-	if s.nrole == 0 {
+	w.rss, w.rssAt = s.Mem, now
+	w.mem.sample(s.Mem, t.softLimit(w), now, m)
+	if s.NRole == 0 {
 		return
 	}
 	// The roles of this sample; a role missing from it has no process now.
 	for i := range w.roles {
 		w.roles[i].rss = 0
 	}
-	for _, v := range s.roles[:s.nrole] {
-		if r := t.role(&w.memState, v.role); r != nil {
-			r.rss += v.rss
+	for _, v := range s.Roles[:s.NRole] {
+		if r := t.role(&w.memState, v.Role); r != nil {
+			r.rss += v.RSS
 		}
 	}
 	for i := range w.roles {

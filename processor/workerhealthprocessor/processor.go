@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
@@ -31,7 +32,7 @@ type healthProcessor struct {
 	set    processor.Settings
 	logger *zap.Logger
 	clock  clockwork.Clock
-	mapper *mapper
+	mapper *mapping.Mapper
 	tel    *metadata.TelemetryBuilder
 	pool   sync.Pool
 
@@ -144,7 +145,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 		logger:       set.Logger,
 		clock:        clockwork.NewRealClock(),
 		marshal:      json.Marshal,
-		mapper:       newMapper(cfg),
+		mapper:       mapping.New(cfg.mappingSettings()),
 		tel:          tel,
 		tracker:      newTracker(cfg),
 		shutdownWait: defaultShutdownWait,
@@ -152,7 +153,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 	for _, o := range opts {
 		o(p)
 	}
-	p.pool.New = func() any { b := &batch{}; b.reset(); return b }
+	p.pool.New = func() any { b := &batch{}; b.Reset(); return b }
 	p.startTime = p.clock.Now().UnixNano()
 	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {

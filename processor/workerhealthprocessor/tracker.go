@@ -153,134 +153,134 @@ func (t *tracker) capacityOf(w *worker) int {
 // apply folds one batch into the state.
 func (t *tracker) apply(b *batch, now int64) {
 	t.lastRefused = ""
-	t.malformed += b.malformed
-	if b.schedulerSeen {
+	t.malformed += b.Malformed
+	if b.SchedulerSeen {
 		t.schedulerSeen = now
 	}
-	if b.pending >= 0 {
-		t.pending, t.pendingAt = b.pending, now
+	if b.Pending >= 0 {
+		t.pending, t.pendingAt = b.Pending, now
 	}
-	for i := range b.samples {
-		t.applySample(&b.samples[i], now)
+	for i := range b.Samples {
+		t.applySample(&b.Samples[i], now)
 	}
-	for i := range b.events {
-		t.applyEvent(&b.events[i], now)
+	for i := range b.Events {
+		t.applyEvent(&b.Events[i], now)
 	}
 	t.lastRefused = "" // it points into the batch's pdata
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
 	ev := evidenceOnce
-	if s.tree {
+	if s.Tree {
 		ev = evidenceConfirmed
 	}
-	w := t.get(s.worker, now, ev)
+	w := t.get(s.Worker, now, ev)
 	if w == nil {
 		return
 	}
-	if s.name != "" && w.name != s.name {
-		w.name = strings.Clone(s.name)
+	if s.Name != "" && w.name != s.Name {
+		w.name = strings.Clone(s.Name)
 	}
-	if s.tree {
-		t.seenBy(w, originTree, s.key, now)
+	if s.Tree {
+		t.seenBy(w, originTree, s.Key, now)
 	} else {
-		t.seenBy(w, originTelemetry, s.key, now)
+		t.seenBy(w, originTelemetry, s.Key, now)
 	}
 	w.fresh = true
 	// A live process is evidence of life as much as the worker's own
 	// telemetry: "lost" needs both silence and no process.
-	if s.present != 0 {
+	if s.Present != 0 {
 		w.lastAlive = now
 	}
-	if s.capacity >= 0 {
-		w.capacity = s.capacity
+	if s.Capacity >= 0 {
+		w.capacity = s.Capacity
 	}
-	if s.active >= 0 {
-		w.active, w.activeAt = s.active, now
+	if s.Active >= 0 {
+		w.active, w.activeAt = s.Active, now
 	}
-	if s.cgroupMax >= 0 {
-		w.cgroupMax = s.cgroupMax
+	if s.CgroupMax >= 0 {
+		w.cgroupMax = s.CgroupMax
 	}
-	if s.cpuLimit > 0 {
-		w.cpuLimit = s.cpuLimit
+	if s.CPULimit > 0 {
+		w.cpuLimit = s.CPULimit
 	}
-	if s.mem >= 0 {
+	if s.Mem >= 0 {
 		t.memorySample(w, s, now)
 	}
-	if s.cpuMain >= 0 && t.cfg.CPU.Enabled {
-		t.cpuSample(w, s.cpuMain, now)
+	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
+		t.cpuSample(w, s.CPUMain, now)
 	}
 	t.treeKills(w, s, now)
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
 	ev := evidenceOnce
-	if e.src == srcScheduler {
+	if e.Src == srcScheduler {
 		ev = evidenceConfirmed
 	}
-	w := t.get(e.worker, now, ev)
+	w := t.get(e.Worker, now, ev)
 	if w == nil {
 		return
 	}
-	if e.src == srcScheduler {
-		t.seenBy(w, originScheduler, e.key, now)
+	if e.Src == srcScheduler {
+		t.seenBy(w, originScheduler, e.Key, now)
 		w.schedKnown = true
-		w.sched = e.sched
+		w.sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
 			w.lastAlive = now
 		}
 	}
-	if e.src == srcWorker {
-		t.seenBy(w, originTelemetry, e.key, now)
+	if e.Src == srcWorker {
+		t.seenBy(w, originTelemetry, e.Key, now)
 		w.fresh = true
 		w.lastAlive = now
-		if e.name != "" && w.name != e.name {
-			w.name = strings.Clone(e.name)
+		if e.Name != "" && w.name != e.Name {
+			w.name = strings.Clone(e.Name)
 		}
-		if e.capacity >= 0 {
-			w.capacity = e.capacity
+		if e.Capacity >= 0 {
+			w.capacity = e.Capacity
 		}
 	}
-	switch e.kind {
+	switch e.Kind {
 	case evSeen, evHeartbeat:
 		return
 	case evStage:
-		t.hists.stage(e.stage, e.ts-e.startTS)
+		t.hists.stage(e.Stage, e.TS-e.StartTS)
 		return
 	case evSnapshot:
-		t.applySnapshot(w, e.snapRuns, now)
+		t.applySnapshot(w, e.SnapRuns, now)
 		return
 	case evHeldCount:
-		w.heldCount(e.held, now)
+		w.heldCount(e.Held, now)
 		return
 	}
-	r := t.run(w, e.run)
+	r := t.run(w, e.Run)
 	if r == nil {
 		return
 	}
-	if e.src == srcScheduler {
+	if e.Src == srcScheduler {
 		t.schedulerEvent(w, r, e, now)
 		return
 	}
-	switch e.kind {
+	switch e.Kind {
 	case evClaimed:
-		t.workerClaim(w, r, e.ts, now)
+		t.workerClaim(w, r, e.TS, now)
 	case evStarted:
-		t.workerClaim(w, r, e.ts, now)
-		t.workerStart(w, r, e.ts, now)
+		t.workerClaim(w, r, e.TS, now)
+		t.workerStart(w, r, e.TS, now)
 	case evFinished, evKilled, evReleased:
-		if e.startTS > 0 {
+		if e.StartTS > 0 {
 			// A run span: its start is in the same record.
-			t.workerClaim(w, r, e.startTS, now)
-			t.workerStart(w, r, e.startTS, now)
+			t.workerClaim(w, r, e.StartTS, now)
+			t.workerStart(w, r, e.StartTS, now)
 		}
 		// A kill is its own fact: the run's span (or a finished record) may
 		// arrive first through another pipeline, and must not hide it.
-		if e.kind == evKilled && !r.has(fKilled) {
+		if e.Kind == evKilled && !r.has(fKilled) {
 			r.flags |= fKilled
-			k := killIndex(e.killReason)
+			k := killIndex(e.KillReason)
 			r.kill = uint8(k + 1)
 			t.kill(w, k, now)
 		}
@@ -288,32 +288,32 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			// A duplicate end (BullMQ's job span, which carries no result, and
 			// the worker's record of the same end, which does, in either
 			// order): the first that knows the result gives it.
-			if r.result == 0 && e.result != "" {
-				r.result = uint8(resultIndex(e.result) + 1)
+			if r.result == 0 && e.Result != "" {
+				r.result = uint8(resultIndex(e.Result) + 1)
 			}
 			return
 		}
 		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
 		r.wEnd = now
-		if t.schedOf(w).view == contract.ViewClaimsOnly && r.has(fSchedHeld) {
+		if t.schedOf(w).View == contract.ViewClaimsOnly && r.has(fSchedHeld) {
 			// The scheduler sends no end: the worker's closes its claim.
 			release(r, srcScheduler, now)
 		}
-		if e.kind == evReleased {
+		if e.Kind == evReleased {
 			r.flags |= fReleased
 			return
 		}
-		r.endTS = e.ts
-		if e.result != "" {
-			r.result = uint8(resultIndex(e.result) + 1)
+		r.endTS = e.TS
+		if e.Result != "" {
+			r.result = uint8(resultIndex(e.Result) + 1)
 		}
-		if r.has(fStarted) || e.kind == evKilled {
+		if r.has(fStarted) || e.Kind == evKilled {
 			// A run killed before it started still had its child killed
 			// (OpenFn's engine starts the time limit at the hand-over).
 			w.runEnded(now)
 		}
-		if r.startTS > 0 && e.ts >= r.startTS {
-			t.hists.duration(e.result, e.ts-r.startTS)
+		if r.startTS > 0 && e.TS >= r.startTS {
+			t.hists.duration(e.Result, e.TS-r.startTS)
 		}
 	}
 }
@@ -324,33 +324,33 @@ func (t *tracker) applyEvent(e *event, now int64) {
 // record naming the worker (not a count, which a gauge keeps restating for a
 // worker long gone).
 func (t *tracker) signOfLife(e *event) bool {
-	if int(e.sched) >= len(t.scheds) {
+	if int(e.Sched) >= len(t.scheds) {
 		return false
 	}
-	switch src := &t.scheds[e.sched]; src.life {
+	switch src := &t.scheds[e.Sched]; src.Life {
 	case lifeAny:
-		return e.kind != evHeldCount
+		return e.Kind != evHeldCount
 	case lifeClaims:
-		return e.kind == evClaimed && src.view == contract.ViewClaimsOnly
+		return e.Kind == evClaimed && src.View == contract.ViewClaimsOnly
 	}
 	return false
 }
 
 func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
-	switch e.kind {
+	switch e.Kind {
 	case evClaimed, evStarted:
 		if r.has(fSchedEnded) || r.has(fSchedHeld) {
 			return
 		}
-		if r.has(fWorkerEnded) && t.schedOf(w).view == contract.ViewClaimsOnly {
+		if r.has(fWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
 			// A late claim of a run the worker already ended: closed.
 			return
 		}
 		r.flags |= fSchedHeld
 		r.sAt = now
 		w.claims[srcScheduler]++
-		if e.ts > 0 && (r.claimTS == 0 || e.ts < r.claimTS) {
-			r.claimTS = e.ts
+		if e.TS > 0 && (r.claimTS == 0 || e.TS < r.claimTS) {
+			r.claimTS = e.TS
 		}
 	case evFinished, evKilled, evReleased:
 		if r.has(fSchedEnded) {

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package mapping // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 
 import (
 	"regexp"
@@ -13,17 +13,17 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// mapper turns pdata into events and samples. It only reads the data (the
+// Mapper turns pdata into events and samples. It only reads the data (the
 // processor never mutates what passes through) and is safe for concurrent
 // use: it holds only the compiled configuration.
-type mapper struct {
-	cfg        *Config
-	kinds      map[string]kind
+type Mapper struct {
+	cfg        *Settings
+	kinds      map[string]Kind
 	killResult map[string]bool
 	maxLen     int
 	// sched maps a scheduler's service.name to its source index in sources.
 	sched   map[string]uint8
-	sources []schedSource
+	sources []Scheduler
 	// workerKeys and schedKeys are the id attributes tried, in order, on the
 	// workers' records and on each scheduler's.
 	workerKeys []idKey
@@ -46,15 +46,15 @@ type idKey struct {
 	idx  uint8
 }
 
-func newMapper(cfg *Config) *mapper {
-	m := &mapper{
-		cfg: cfg, kinds: map[string]kind{}, killResult: map[string]bool{}, maxLen: cfg.Limits.MaxAttributeLength,
-		sched: map[string]uint8{}, sources: cfg.schedulers(), childRoles: cfg.Kills.ChildRoles,
+func New(cfg *Settings) *Mapper {
+	m := &Mapper{
+		cfg: cfg, kinds: map[string]Kind{}, killResult: map[string]bool{}, maxLen: cfg.MaxAttributeLength,
+		sched: map[string]uint8{}, sources: cfg.Schedulers, childRoles: cfg.ChildRoles,
 	}
 	ev := cfg.Mapping.Events
-	for k, names := range map[kind][]string{
-		evClaimed: ev.Claimed, evStarted: ev.Started, evFinished: ev.Finished,
-		evKilled: ev.Killed, evReleased: ev.Released, evHeartbeat: ev.Heartbeat, evSnapshot: ev.Snapshot,
+	for k, names := range map[Kind][]string{
+		KindClaimed: ev.Claimed, KindStarted: ev.Started, KindFinished: ev.Finished,
+		KindKilled: ev.Killed, KindReleased: ev.Released, KindHeartbeat: ev.Heartbeat, KindSnapshot: ev.Snapshot,
 	} {
 		for _, n := range names {
 			m.kinds[n] = k
@@ -67,7 +67,7 @@ func newMapper(cfg *Config) *mapper {
 		// Validate compiled every pattern already.
 		m.killPatterns = append(m.killPatterns, killPattern{re: regexp.MustCompile(kp.Pattern), reason: kp.Reason})
 	}
-	all := cfg.idKeys()
+	all := cfg.IDKeys
 	keys := func(names []string) []idKey {
 		out := make([]idKey, len(names))
 		for i, n := range names {
@@ -75,17 +75,17 @@ func newMapper(cfg *Config) *mapper {
 		}
 		return out
 	}
-	m.workerKeys = keys(withTreeKey(cfg.Mapping.WorkerIDAttributes))
+	m.workerKeys = keys(WithTreeKey(cfg.Mapping.WorkerIDAttributes))
 	for i, s := range m.sources {
-		m.sched[s.name] = uint8(i)
-		m.schedKeys = append(m.schedKeys, keys(s.keys))
+		m.sched[s.Name] = uint8(i)
+		m.schedKeys = append(m.schedKeys, keys(s.Keys))
 	}
 	return m
 }
 
 // str reads a string attribute: "" when absent or malformed (wrong type,
 // empty or oversized).
-func (m *mapper) str(attrs pcommon.Map, key string) string {
+func (m *Mapper) str(attrs pcommon.Map, key string) string {
 	v, found := attrs.Get(key)
 	if !found {
 		return ""
@@ -94,7 +94,7 @@ func (m *mapper) str(attrs pcommon.Map, key string) string {
 	return s
 }
 
-func (m *mapper) strVal(v pcommon.Value) (string, bool) {
+func (m *Mapper) strVal(v pcommon.Value) (string, bool) {
 	if v.Type() != pcommon.ValueTypeStr {
 		return "", false
 	}
@@ -110,7 +110,7 @@ func (m *mapper) strVal(v pcommon.Value) (string, bool) {
 // every invalid byte into U+FFFD, so "dup\xff" and "dup\xfe" would be two
 // workers with one visible id (issue 14.5). Other values (results, reasons)
 // are only compared with known names, so they need no check.
-func (m *mapper) idVal(v pcommon.Value) (string, bool) {
+func (m *Mapper) idVal(v pcommon.Value) (string, bool) {
 	s, ok := m.strVal(v)
 	if ok && !utf8.ValidString(s) {
 		return "", false
@@ -119,20 +119,20 @@ func (m *mapper) idVal(v pcommon.Value) (string, bool) {
 }
 
 // id reads the worker id: the first of keys present in attrs. ok=false
-// means that attribute is malformed; none present is ("", noKey, true).
-func (m *mapper) id(attrs pcommon.Map, keys []idKey) (id string, key uint8, ok bool) {
+// means that attribute is malformed; none present is ("", NoKey, true).
+func (m *Mapper) id(attrs pcommon.Map, keys []idKey) (id string, key uint8, ok bool) {
 	for _, k := range keys {
 		if v, found := attrs.Get(k.name); found {
 			id, ok = m.idVal(v)
 			return id, k.idx, ok
 		}
 	}
-	return "", noKey, true
+	return "", NoKey, true
 }
 
 // keysOf are the id attributes of a source's records.
-func (m *mapper) keysOf(src source, sched uint8) []idKey {
-	if src == srcScheduler {
+func (m *Mapper) keysOf(src Side, sched uint8) []idKey {
+	if src == SideScheduler {
 		return m.schedKeys[sched]
 	}
 	return m.workerKeys
@@ -159,98 +159,98 @@ func intAttr(attrs pcommon.Map, key string) int {
 }
 
 // ident is what a resource says about whose records it holds.
-type ident struct {
-	src      source
-	sched    uint8
-	id, name string
-	key      uint8
+type Ident struct {
+	Src      Side
+	Sched    uint8
+	ID, Name string
+	Key      uint8
 }
 
 // resource says whose view a resource is, and its worker id when it
 // names one (a worker's resource does; a scheduler's usually does not).
-func (m *mapper) resource(res pcommon.Resource) (ident, bool) {
+func (m *Mapper) Resource(res pcommon.Resource) (Ident, bool) {
 	attrs := res.Attributes()
-	var r ident
+	var r Ident
 	if len(m.sched) > 0 {
 		if sn, found := attrs.Get(contract.AttrServiceName); found && sn.Type() == pcommon.ValueTypeStr {
 			if i, ok := m.sched[sn.Str()]; ok {
-				r.src, r.sched = srcScheduler, i
+				r.Src, r.Sched = SideScheduler, i
 			}
 		}
 	}
-	id, key, ok := m.id(attrs, m.keysOf(r.src, r.sched))
+	id, key, ok := m.id(attrs, m.keysOf(r.Src, r.Sched))
 	if !ok {
 		return r, false
 	}
-	r.id, r.key = id, key
-	r.name = m.str(attrs, m.cfg.Mapping.WorkerNameAttribute)
+	r.ID, r.Key = id, key
+	r.Name = m.str(attrs, m.cfg.Mapping.WorkerNameAttribute)
 	return r, true
 }
 
 // fillRun reads the run attributes shared by log records and spans. It
 // returns false when the record is malformed.
-func (m *mapper) fillRun(e *event, attrs pcommon.Map) bool {
-	mp := &m.cfg.Mapping
+func (m *Mapper) fillRun(e *Event, attrs pcommon.Map) bool {
+	mp := m.cfg.Mapping
 	var ok bool
-	if e.src == srcScheduler || e.worker == "" {
+	if e.Src == SideScheduler || e.Worker == "" {
 		// The scheduler names the worker on each record; a worker may too.
-		if id, key, okID := m.id(attrs, m.keysOf(e.src, e.sched)); !okID {
+		if id, key, okID := m.id(attrs, m.keysOf(e.Src, e.Sched)); !okID {
 			return false
 		} else if id != "" {
-			e.worker, e.key = id, key
+			e.Worker, e.Key = id, key
 		}
 	}
-	if e.worker == "" {
+	if e.Worker == "" {
 		return false
 	}
-	e.capacity = intAttr(attrs, mp.CapacityAttribute)
-	switch e.kind {
-	case evHeartbeat:
+	e.Capacity = intAttr(attrs, mp.CapacityAttribute)
+	switch e.Kind {
+	case KindHeartbeat:
 		return true
-	case evSnapshot:
+	case KindSnapshot:
 		return m.snapshotRuns(e, attrs)
 	}
 	runID, found := attrs.Get(mp.RunIDAttribute)
 	if !found {
 		return false
 	}
-	if e.run, ok = m.idVal(runID); !ok {
+	if e.Run, ok = m.idVal(runID); !ok {
 		return false
 	}
-	if e.kind != evFinished && e.kind != evKilled {
+	if e.Kind != KindFinished && e.Kind != KindKilled {
 		return true
 	}
 	raw := m.str(attrs, mp.ResultAttribute)
 	errType := m.str(attrs, mp.ErrorTypeAttribute)
 	reason := m.str(attrs, mp.KillReasonAttribute)
 	if m.killResult[raw] {
-		e.kind = evKilled
+		e.Kind = KindKilled
 	}
 	if reason == "" && len(m.killPatterns) > 0 {
 		if text := m.str(attrs, mp.FailureReasonAttribute); text != "" {
 			for _, kp := range m.killPatterns {
 				if kp.re.MatchString(text) {
-					e.kind, reason = evKilled, kp.reason
+					e.Kind, reason = KindKilled, kp.reason
 					break
 				}
 			}
 		}
 	}
-	if e.kind == evKilled && reason == "" {
+	if e.Kind == KindKilled && reason == "" {
 		reason = mp.ErrorTypeKillReasons[errType]
 	}
-	e.killReason = reason
+	e.KillReason = reason
 	if r, found := mp.ResultValues[raw]; found {
 		raw = r
 	}
-	e.result = raw
+	e.Result = raw
 	return true
 }
 
 // snapshotRuns reads a snapshot's run ids: a string array (a string is one
 // id). A snapshot without the attribute is malformed: it cannot say "none".
-func (m *mapper) snapshotRuns(e *event, attrs pcommon.Map) bool {
-	if e.src != srcScheduler {
+func (m *Mapper) snapshotRuns(e *Event, attrs pcommon.Map) bool {
+	if e.Src != SideScheduler {
 		return false
 	}
 	v, found := attrs.Get(m.cfg.Mapping.SnapshotRunsAttribute)
@@ -263,16 +263,16 @@ func (m *mapper) snapshotRuns(e *event, attrs pcommon.Map) bool {
 		if !ok {
 			return false
 		}
-		e.snapRuns = []string{id}
+		e.SnapRuns = []string{id}
 	case pcommon.ValueTypeSlice:
 		sl := v.Slice()
-		e.snapRuns = make([]string, 0, sl.Len())
+		e.SnapRuns = make([]string, 0, sl.Len())
 		for i := 0; i < sl.Len(); i++ {
 			id, ok := m.idVal(sl.At(i))
 			if !ok {
 				return false
 			}
-			e.snapRuns = append(e.snapRuns, id)
+			e.SnapRuns = append(e.SnapRuns, id)
 		}
 	default:
 		return false
@@ -283,20 +283,20 @@ func (m *mapper) snapshotRuns(e *event, attrs pcommon.Map) bool {
 // seen reads a resource's identity for the logs and traces paths: a resource
 // without a usable identity is malformed; a scheduler's marks the batch as
 // carrying the scheduler's view; a worker's counts as a sign of life.
-func (m *mapper) seen(res pcommon.Resource, b *batch) (ident, bool) {
-	r, ok := m.resource(res)
+func (m *Mapper) seen(res pcommon.Resource, b *Batch) (Ident, bool) {
+	r, ok := m.Resource(res)
 	switch {
 	case !ok:
-		b.malformed++
-	case r.src == srcScheduler:
-		b.schedulerSeen = true
-	case r.id != "":
-		b.events = append(b.events, event{worker: r.id, name: r.name, kind: evSeen, capacity: -1, key: r.key})
+		b.Malformed++
+	case r.Src == SideScheduler:
+		b.SchedulerSeen = true
+	case r.ID != "":
+		b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key})
 	}
 	return r, ok
 }
 
-func (m *mapper) logs(ld plog.Logs, b *batch) {
+func (m *Mapper) Logs(ld plog.Logs, b *Batch) {
 	evAttr := m.cfg.Mapping.EventNameAttribute
 	rls := ld.ResourceLogs()
 	for i := 0; i < rls.Len(); i++ {
@@ -320,24 +320,24 @@ func (m *mapper) logs(ld plog.Logs, b *batch) {
 					continue
 				}
 				kd, found := m.kinds[en]
-				if !found || (kd == evSnapshot && r.src != srcScheduler) {
+				if !found || (kd == KindSnapshot && r.Src != SideScheduler) {
 					continue
 				}
-				e := event{worker: r.id, name: r.name, kind: kd, src: r.src, sched: r.sched, key: r.key, ts: int64(lr.Timestamp())}
-				if e.ts == 0 {
-					e.ts = int64(lr.ObservedTimestamp())
+				e := Event{Worker: r.ID, Name: r.Name, Kind: kd, Src: r.Src, Sched: r.Sched, Key: r.Key, TS: int64(lr.Timestamp())}
+				if e.TS == 0 {
+					e.TS = int64(lr.ObservedTimestamp())
 				}
 				if !m.fillRun(&e, lr.Attributes()) {
-					b.malformed++
+					b.Malformed++
 					continue
 				}
-				b.events = append(b.events, e)
+				b.Events = append(b.Events, e)
 			}
 		}
 	}
 }
 
-func (m *mapper) traces(td ptrace.Traces, b *batch) {
+func (m *Mapper) Traces(td ptrace.Traces, b *Batch) {
 	runName := m.cfg.Mapping.RunSpanName
 	stages := m.cfg.Mapping.StageSpanNames
 	rss := td.ResourceSpans()
@@ -356,30 +356,30 @@ func (m *mapper) traces(td ptrace.Traces, b *batch) {
 				// The hot path: most spans are neither runs nor stages, and a
 				// string compare is all they cost.
 				if (sn == runName && runName != "") || m.runPrefix(sn) {
-					e := event{
-						worker: r.id, name: r.name, kind: evFinished, src: r.src, sched: r.sched, key: r.key,
-						ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp()),
+					e := Event{
+						Worker: r.ID, Name: r.Name, Kind: KindFinished, Src: r.Src, Sched: r.Sched, Key: r.Key,
+						TS: int64(sp.EndTimestamp()), StartTS: int64(sp.StartTimestamp()),
 					}
 					if !m.fillRun(&e, sp.Attributes()) {
-						b.malformed++
+						b.Malformed++
 						continue
 					}
-					b.events = append(b.events, e)
+					b.Events = append(b.Events, e)
 					continue
 				}
 				for _, st := range stages {
 					if sn == st {
-						e := event{
-							worker: r.id, name: r.name, kind: evStage, src: r.src, sched: r.sched, key: r.key, stage: st,
-							ts: int64(sp.EndTimestamp()), startTS: int64(sp.StartTimestamp()), capacity: -1,
+						e := Event{
+							Worker: r.ID, Name: r.Name, Kind: KindStage, Src: r.Src, Sched: r.Sched, Key: r.Key, Stage: st,
+							TS: int64(sp.EndTimestamp()), StartTS: int64(sp.StartTimestamp()), Capacity: -1,
 						}
-						if e.worker == "" {
-							if id, key, okID := m.id(sp.Attributes(), m.keysOf(r.src, r.sched)); okID && id != "" {
-								e.worker, e.key = id, key
+						if e.Worker == "" {
+							if id, key, okID := m.id(sp.Attributes(), m.keysOf(r.Src, r.Sched)); okID && id != "" {
+								e.Worker, e.Key = id, key
 							}
 						}
-						if e.worker != "" {
-							b.events = append(b.events, e)
+						if e.Worker != "" {
+							b.Events = append(b.Events, e)
 						}
 						break
 					}
@@ -390,7 +390,7 @@ func (m *mapper) traces(td ptrace.Traces, b *batch) {
 }
 
 // runPrefix: the span name starts with one of mapping.run_span_name_prefixes.
-func (m *mapper) runPrefix(name string) bool {
+func (m *Mapper) runPrefix(name string) bool {
 	for _, p := range m.cfg.Mapping.RunSpanNamePrefixes {
 		if strings.HasPrefix(name, p) {
 			return true

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package mapping // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 
 import (
 	"math"
@@ -9,22 +9,22 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 )
 
-func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
-	mc := &m.cfg.Metrics
+func (m *Mapper) Metrics(md pmetric.Metrics, b *Batch) {
+	mc := m.cfg.Metrics
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
-		r, ok := m.resource(rm.Resource())
+		r, ok := m.Resource(rm.Resource())
 		if !ok {
-			b.malformed++
+			b.Malformed++
 			continue
 		}
-		if r.src == srcScheduler {
-			b.schedulerSeen = true
-			m.schedulerMetrics(rm, r.sched, b)
+		if r.Src == SideScheduler {
+			b.SchedulerSeen = true
+			m.schedulerMetrics(rm, r.Sched, b)
 			continue
 		}
-		s := newSample(r.id, r.name, r.key)
+		s := NewSample(r.ID, r.Name, r.Key)
 		found := false
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
@@ -34,60 +34,60 @@ func (m *mapper) metrics(md pmetric.Metrics, b *batch) {
 				switch mt.Name() {
 				case mc.Memory:
 					if v, ok := m.memoryPoints(mt, &s); ok {
-						s.mem, found = saturate(v), true
+						s.Mem, found = saturate(v), true
 					}
 				case mc.Present:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.present, s.tree, found = 0, true, true
+						s.Present, s.Tree, found = 0, true, true
 						if v > 0 {
-							s.present = 1
+							s.Present = 1
 						}
 					}
 				case mc.CPU:
 					if v, ok := sumPoints(mt, mc.RoleAttribute, mc.MainRole); ok {
-						s.cpuMain, found = v, true
+						s.CPUMain, found = v, true
 					}
 				case mc.CPULimit:
 					if v, ok := sumPoints(mt, "", ""); ok && v > 0 {
-						s.cpuLimit, found = v, true
+						s.CPULimit, found = v, true
 					}
 				case mc.CgroupMemoryMax:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.cgroupMax, found = saturate(v), true
+						s.CgroupMax, found = saturate(v), true
 					}
 				case mc.OOMKills:
 					if v, ok := sumPoints(mt, "", ""); ok {
-						s.oomKills, found = saturate(v), true
+						s.OOMKills, found = saturate(v), true
 					}
 				case mc.Exited:
 					if main, child, ok := m.exitPoints(mt); ok {
-						s.exitMain, s.exitChild, found = main, child, true
+						s.ExitMain, s.ExitChild, found = main, child, true
 					}
 				case mc.Capacity:
 					if v, ok := sumPoints(mt, "", ""); ok && v < 1<<20 {
-						s.capacity, found = int(v), true
+						s.Capacity, found = int(v), true
 					}
 				case mc.RunsActive:
 					if v, ok := sumPoints(mt, "", ""); ok && v >= 0 && v < 1<<20 {
-						s.active, found = int(v), true
+						s.Active, found = int(v), true
 					}
 				}
 			}
 		}
 		switch {
-		case r.id != "" && found:
-			b.samples = append(b.samples, s)
-		case r.id != "":
-			b.events = append(b.events, event{worker: r.id, name: r.name, kind: evSeen, capacity: -1, key: r.key})
+		case r.ID != "" && found:
+			b.Samples = append(b.Samples, s)
+		case r.ID != "":
+			b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key})
 		}
 	}
 }
 
 // schedulerMetrics reads a scheduler's pending gauge and, from a "snapshots"
 // scheduler, its count of the runs it holds per worker.
-func (m *mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *batch) {
-	mc := &m.cfg.Metrics
-	counts := m.sources[sched].view == contract.ViewSnapshots && mc.SchedulerHeld != ""
+func (m *Mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *Batch) {
+	mc := m.cfg.Metrics
+	counts := m.sources[sched].View == contract.ViewSnapshots && mc.SchedulerHeld != ""
 	sms := rm.ScopeMetrics()
 	for j := 0; j < sms.Len(); j++ {
 		ms := sms.At(j).Metrics()
@@ -96,7 +96,7 @@ func (m *mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *ba
 			switch {
 			case mt.Name() == mc.Pending:
 				if v, ok := sumPointsIn(mt, mc.PendingAttribute, mc.PendingValues); ok {
-					b.pending = saturate(v)
+					b.Pending = saturate(v)
 				}
 			case counts && mt.Name() == mc.SchedulerHeld:
 				m.heldCounts(mt, sched, b)
@@ -106,8 +106,8 @@ func (m *mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *ba
 }
 
 // heldCounts turns each point of the scheduler's held gauge (one per
-// worker, the worker named on the point) into an evHeldCount.
-func (m *mapper) heldCounts(mt pmetric.Metric, sched uint8, b *batch) {
+// worker, the worker named on the point) into an KindHeldCount.
+func (m *Mapper) heldCounts(mt pmetric.Metric, sched uint8, b *Batch) {
 	var dps pmetric.NumberDataPointSlice
 	switch mt.Type() {
 	case pmetric.MetricTypeGauge:
@@ -115,7 +115,7 @@ func (m *mapper) heldCounts(mt pmetric.Metric, sched uint8, b *batch) {
 	case pmetric.MetricTypeSum:
 		dps = mt.Sum().DataPoints()
 	default:
-		b.malformed++
+		b.Malformed++
 		return
 	}
 	for i := 0; i < dps.Len(); i++ {
@@ -123,35 +123,35 @@ func (m *mapper) heldCounts(mt pmetric.Metric, sched uint8, b *batch) {
 		id, key, ok := m.id(dp.Attributes(), m.schedKeys[sched])
 		v := pointValue(dp)
 		if !ok || id == "" || !(v >= 0) || v >= 1<<20 {
-			b.malformed++
+			b.Malformed++
 			continue
 		}
-		b.events = append(b.events, event{worker: id, kind: evHeldCount, src: srcScheduler, sched: sched, key: key, held: int(v), capacity: -1})
+		b.Events = append(b.Events, Event{Worker: id, Kind: KindHeldCount, Src: SideScheduler, Sched: sched, Key: key, Held: int(v), Capacity: -1})
 	}
 }
 
 // memoryPoints sums the memory gauge over its roles (the tree) and keeps
 // each role's value in the sample.
-func (m *mapper) memoryPoints(mt pmetric.Metric, s *sample) (float64, bool) {
+func (m *Mapper) memoryPoints(mt pmetric.Metric, s *Sample) (float64, bool) {
 	dps, ok := numberPoints(mt)
 	if !ok {
 		return 0, false
 	}
 	roleKey := m.cfg.Metrics.RoleAttribute
 	var total float64
-	s.nrole = 0
+	s.NRole = 0
 	for i := 0; i < dps.Len(); i++ {
 		dp := dps.At(i)
 		v := pointValue(dp)
 		if !(v >= 0) { // also rejects NaN
-			s.nrole = 0
+			s.NRole = 0
 			return 0, false
 		}
 		total += v
-		if rv, found := dp.Attributes().Get(roleKey); found && rv.Type() == pcommon.ValueTypeStr && s.nrole < maxSampleRoles {
+		if rv, found := dp.Attributes().Get(roleKey); found && rv.Type() == pcommon.ValueTypeStr && s.NRole < MaxSampleRoles {
 			if role := rv.Str(); role != "" && len(role) <= m.maxLen {
-				s.roles[s.nrole] = roleVal{role: role, rss: saturate(v)}
-				s.nrole++
+				s.Roles[s.NRole] = RoleVal{Role: role, RSS: saturate(v)}
+				s.NRole++
 			}
 		}
 	}
@@ -159,12 +159,12 @@ func (m *mapper) memoryPoints(mt pmetric.Metric, s *sample) (float64, bool) {
 }
 
 // exitPoints sums the exited counter of the main role and of the child roles.
-func (m *mapper) exitPoints(mt pmetric.Metric) (main, child int64, ok bool) {
+func (m *Mapper) exitPoints(mt pmetric.Metric) (main, child int64, ok bool) {
 	dps, ok := numberPoints(mt)
 	if !ok || dps.Len() == 0 {
 		return 0, 0, false
 	}
-	mc := &m.cfg.Metrics
+	mc := m.cfg.Metrics
 	for i := 0; i < dps.Len(); i++ {
 		dp := dps.At(i)
 		v := pointValue(dp)
