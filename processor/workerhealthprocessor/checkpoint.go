@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
@@ -66,20 +64,6 @@ type cpMeta struct {
 
 // cpHistsKey holds the fleet-wide histograms (written when they changed).
 const cpHistsKey = cpPrefix + "hists"
-
-// cpHists are the histograms by name ("result/<result>", "claim_to_start",
-// "stage/<stage>"), with the bounds they were counted in: other bounds
-// (histogram_buckets changed) make them unusable, and they start over.
-type cpHists struct {
-	Bounds []float64         `json:"bounds"`
-	Hists  map[string]cpHist `json:"hists"`
-}
-
-type cpHist struct {
-	Counts []uint64 `json:"counts"`
-	Count  uint64   `json:"count"`
-	Sum    float64  `json:"sum"`
-}
 
 // cpSlots is the tracker's bookkeeping of the slots.
 type cpSlots struct {
@@ -256,31 +240,6 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
 }
 
-// restoreHists reads the checkpointed histograms. Unreadable ones are
-// counted and start over; so do histograms of other bounds (logged).
-func (p *healthProcessor) restoreHists(ctx context.Context) {
-	raw, err := p.storage.Get(ctx, cpHistsKey)
-	if err != nil || raw == nil {
-		if err != nil {
-			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-			p.logger.Warn("reading the checkpointed histograms failed; they start over", zap.Error(err))
-		}
-		return
-	}
-	var c cpHists
-	if err := json.Unmarshal(raw, &c); err != nil || len(raw) > cpMaxRecord {
-		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("the checkpointed histograms are unreadable; they start over", zap.Error(err))
-		return
-	}
-	p.mu.Lock()
-	ok := p.tracker.restoreHists(&c)
-	p.mu.Unlock()
-	if !ok {
-		p.logger.Info("histogram_buckets changed since the checkpoint: the histograms start over")
-	}
-}
-
 // validRecord: a record whose id the mapping would have taken.
 func validRecord(cw *cpWorker, cfg *Config) bool {
 	return cw.ID != "" && len(cw.ID) <= cfg.Limits.MaxAttributeLength && utf8.ValidString(cw.ID) &&
@@ -348,58 +307,6 @@ func (t *tracker) collectCheckpoint() (writes []cpWrite, deletes []int32, meta c
 	t.cp.dirty = t.cp.dirty[:0]
 	deletes, t.cp.deleted = t.cp.deleted, nil
 	return writes, deletes, cpMeta{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
-}
-
-// collectHists copies the histograms when they changed since the last
-// checkpoint (nil when not). Under the processor's lock.
-func (t *tracker) collectHists() *cpHists {
-	if !t.hists.changed {
-		return nil
-	}
-	t.hists.changed = false
-	h := t.hists
-	out := &cpHists{Bounds: h.bounds, Hists: map[string]cpHist{}}
-	put := func(name string, x *hist) {
-		if x != nil && x.count > 0 {
-			out.Hists[name] = cpHist{Counts: slices.Clone(x.counts), Count: x.count, Sum: x.sum}
-		}
-	}
-	for i, x := range h.byResult {
-		put("result/"+resultNames[i], x)
-	}
-	put("claim_to_start", &h.claimStart)
-	for name, x := range h.stages {
-		put("stage/"+name, x)
-	}
-	return out
-}
-
-// restoreHists puts checkpointed histograms back; false when they were
-// counted in other bounds (they start over then).
-func (t *tracker) restoreHists(c *cpHists) bool {
-	h := t.hists
-	if !slices.Equal(c.Bounds, h.bounds) {
-		return false
-	}
-	for name, ch := range c.Hists {
-		if len(ch.Counts) != len(h.bounds)+1 {
-			continue
-		}
-		x := &hist{counts: slices.Clone(ch.Counts), count: ch.Count, sum: ch.Sum}
-		switch {
-		case name == "claim_to_start":
-			h.claimStart = *x
-		case strings.HasPrefix(name, "result/"):
-			if i := slices.Index(resultNames[:], strings.TrimPrefix(name, "result/")); i >= 0 {
-				h.byResult[i] = x
-			}
-		case strings.HasPrefix(name, "stage/"):
-			if st := h.stages[strings.TrimPrefix(name, "stage/")]; st != nil {
-				*st = *x
-			}
-		}
-	}
-	return true
 }
 
 // unchanged: nothing to write (the meta record as last written).

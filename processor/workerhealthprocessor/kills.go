@@ -180,6 +180,19 @@ func (t *tracker) killsReason(w *worker) (contract.Reason, uint8) {
 	}, w.killEffect
 }
 
+// runKilled counts the kill of a run once, whatever else about the run
+// arrived first (its span or a finished record may come through another
+// pipeline before the kill), with its reason.
+func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
+	if r.has(fKilled) {
+		return
+	}
+	r.flags |= fKilled
+	k := killIndex(reason)
+	r.kill = uint8(k + 1)
+	t.kill(w, k, now)
+}
+
 // treeKills reads the kills the process tree shows: the cgroup's OOM kills,
 // the main process exiting, child processes exiting. Cumulative counters:
 // the first value is a baseline, a value lower than the last (the receiver

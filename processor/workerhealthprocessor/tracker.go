@@ -271,50 +271,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		t.workerClaim(w, r, e.TS, now)
 		t.workerStart(w, r, e.TS, now)
 	case evFinished, evKilled, evReleased:
-		if e.StartTS > 0 {
-			// A run span: its start is in the same record.
-			t.workerClaim(w, r, e.StartTS, now)
-			t.workerStart(w, r, e.StartTS, now)
-		}
-		// A kill is its own fact: the run's span (or a finished record) may
-		// arrive first through another pipeline, and must not hide it.
-		if e.Kind == evKilled && !r.has(fKilled) {
-			r.flags |= fKilled
-			k := killIndex(e.KillReason)
-			r.kill = uint8(k + 1)
-			t.kill(w, k, now)
-		}
-		if r.has(fWorkerEnded) {
-			// A duplicate end (BullMQ's job span, which carries no result, and
-			// the worker's record of the same end, which does, in either
-			// order): the first that knows the result gives it.
-			if r.result == 0 && e.Result != "" {
-				r.result = uint8(resultIndex(e.Result) + 1)
-			}
-			return
-		}
-		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
-		r.wEnd = now
-		if t.schedOf(w).View == contract.ViewClaimsOnly && r.has(fSchedHeld) {
-			// The scheduler sends no end: the worker's closes its claim.
-			release(r, srcScheduler, now)
-		}
-		if e.Kind == evReleased {
-			r.flags |= fReleased
-			return
-		}
-		r.endTS = e.TS
-		if e.Result != "" {
-			r.result = uint8(resultIndex(e.Result) + 1)
-		}
-		if r.has(fStarted) || e.Kind == evKilled {
-			// A run killed before it started still had its child killed
-			// (OpenFn's engine starts the time limit at the hand-over).
-			w.runEnded(now)
-		}
-		if r.startTS > 0 && e.TS >= r.startTS {
-			t.hists.duration(e.Result, e.TS-r.startTS)
-		}
+		t.workerEnd(w, r, e, now)
 	}
 }
 
