@@ -99,7 +99,7 @@ func (t *tracker) update(w *worker, now int64) {
 	}
 	t.memoryTick(w, now)
 	t.matchExits(w, now)
-	t.killsWindow(w, now)
+	w.killState.window(now, &t.cfg.Kills, &t.effects)
 	t.drift(w, now)
 }
 
@@ -121,7 +121,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 	unhealthy, degraded = t.memoryReasons(w, unhealthy, degraded)
 
-	switch r, effect := t.killsReason(w); effect {
+	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
 	case effectUnhealthy:
 		unhealthy = append(unhealthy, r)
 	case effectDegraded:
@@ -168,8 +168,8 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
 		})
 	}
-	if w.cpuSat {
-		degraded = append(degraded, t.cpuReason(w))
+	if r, ok := w.cpuState.reason(&t.cfg.CPU); ok {
+		degraded = append(degraded, r)
 	}
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))

@@ -81,7 +81,7 @@ type killState struct {
 	treeAt                               int64
 	kills                                [nKillReasons]int64
 	// killEffect and killN: the rule's effect and count at the last
-	// evaluation (killsWindow).
+	// evaluation (window).
 	killEffect uint8
 	killN      int
 }
@@ -98,44 +98,49 @@ const maxKillLog = 1024
 
 // kill counts one kill; a reason with an effect is remembered for the rule.
 func (t *tracker) kill(w *worker, idx int, now int64) {
-	w.kills[idx]++
-	if t.cfg.Kills.Count <= 0 || t.effects[idx] == effectNone {
-		return
-	}
-	if len(w.killLog) >= maxKillLog {
-		w.killLog = append(w.killLog[:0], w.killLog[1:]...)
-	}
-	w.killLog = append(w.killLog, killRec{at: now, reason: uint8(idx)})
+	w.killState.count(idx, now, &t.cfg.Kills, &t.effects)
 }
 
-// killsWindow advances the kills rule to now: the kills that slid out of
+// count counts one kill of reason idx; one whose reason has an effect
+// (effects) is remembered for the rule.
+func (k *killState) count(idx int, now int64, r *KillsRule, effects *[nKillReasons]uint8) {
+	k.kills[idx]++
+	if r.Count <= 0 || effects[idx] == effectNone {
+		return
+	}
+	if len(k.killLog) >= maxKillLog {
+		k.killLog = append(k.killLog[:0], k.killLog[1:]...)
+	}
+	k.killLog = append(k.killLog, killRec{at: now, reason: uint8(idx)})
+}
+
+// window advances the kills rule to now: the kills that slid out of
 // kills.window are forgotten, and the rule's effect, its count and since when
 // the episode runs (the oldest kill in the window when the rule began to
-// fire, fixed until it stops firing) are kept for killsReason.
-func (t *tracker) killsWindow(w *worker, now int64) {
-	k := &t.cfg.Kills
-	w.killEffect, w.killN = effectNone, 0
-	if k.Count <= 0 || len(w.killLog) == 0 {
-		w.killSince = 0
+// fire, fixed until it stops firing) are kept for reason.
+func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint8) {
+	ks.killEffect, ks.killN = effectNone, 0
+	if k.Count <= 0 || len(ks.killLog) == 0 {
+		ks.killSince = 0
 		return
 	}
 	win := int64(k.Window)
 	i := 0
-	for i < len(w.killLog) && now-w.killLog[i].at > win {
+	for i < len(ks.killLog) && now-ks.killLog[i].at > win {
 		i++
 	}
 	if i > 0 {
-		w.killLog = append(w.killLog[:0], w.killLog[i:]...)
+		ks.killLog = append(ks.killLog[:0], ks.killLog[i:]...)
 	}
-	if len(w.killLog) == 0 {
-		w.killLog, w.killSince = nil, 0
+	if len(ks.killLog) == 0 {
+		ks.killLog, ks.killSince = nil, 0
 		return
 	}
 	nUnhealthy, nAny := 0, 0
 	var oldestUnhealthy int64
-	for _, kr := range w.killLog {
+	for _, kr := range ks.killLog {
 		nAny++
-		if t.effects[kr.reason] == effectUnhealthy {
+		if effects[kr.reason] == effectUnhealthy {
 			if nUnhealthy == 0 {
 				oldestUnhealthy = kr.at
 			}
@@ -145,26 +150,26 @@ func (t *tracker) killsWindow(w *worker, now int64) {
 	var oldest int64
 	switch {
 	case nUnhealthy >= k.Count:
-		w.killEffect, w.killN, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
+		ks.killEffect, ks.killN, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
 	case nAny >= k.Count:
-		w.killEffect, w.killN, oldest = effectDegraded, nAny, w.killLog[0].at
+		ks.killEffect, ks.killN, oldest = effectDegraded, nAny, ks.killLog[0].at
 	default:
-		w.killSince = 0
+		ks.killSince = 0
 		return
 	}
-	if w.killSince == 0 {
-		w.killSince = oldest
+	if ks.killSince == 0 {
+		ks.killSince = oldest
 	}
 }
 
-// killsReason is the kills rule's reason and effect as killsWindow left
+// reason is the kills rule's reason and effect as window left
 // them: the real count of counted kills within the window, by reason.
-func (t *tracker) killsReason(w *worker) (contract.Reason, uint8) {
-	if w.killEffect == effectNone {
+func (ks *killState) reason(k *KillsRule) (contract.Reason, uint8) {
+	if ks.killEffect == effectNone {
 		return contract.Reason{}, effectNone
 	}
 	var byReason [nKillReasons]int
-	for _, kr := range w.killLog {
+	for _, kr := range ks.killLog {
 		byReason[kr.reason]++
 	}
 	var parts []string
@@ -175,9 +180,9 @@ func (t *tracker) killsReason(w *worker) (contract.Reason, uint8) {
 	}
 	return contract.Reason{
 		Code:    codeKills,
-		Message: fmt.Sprintf("%d kills that count within %v (%s)", w.killN, t.cfg.Kills.Window, strings.Join(parts, ", ")),
-		Value:   float64(w.killN), Threshold: float64(t.cfg.Kills.Count), Since: ts(w.killSince),
-	}, w.killEffect
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", ks.killN, k.Window, strings.Join(parts, ", ")),
+		Value:   float64(ks.killN), Threshold: float64(k.Count), Since: ts(ks.killSince),
+	}, ks.killEffect
 }
 
 // runKilled counts the kill of a run once, whatever else about the run

@@ -50,7 +50,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
 			Memory:   t.memorySnapshot(w),
-			CPU:      cpuSnapshot(w),
+			CPU:      w.cpuState.snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
 				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),

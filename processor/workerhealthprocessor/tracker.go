@@ -208,7 +208,7 @@ func (t *tracker) applySample(s *sample, now int64) {
 		t.memorySample(w, s, now)
 	}
 	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
-		t.cpuSample(w, s.CPUMain, now)
+		w.cpuState.sample(s.CPUMain, now, &t.cfg.CPU)
 	}
 	t.treeKills(w, s, now)
 }
