@@ -97,7 +97,7 @@ func (t *tracker) update(w *worker, now int64) {
 	if t.lost(w, now) {
 		return
 	}
-	t.memoryTick(w, now)
+	w.memState.tick(now, &t.mem)
 	t.matchExits(w, now)
 	w.killState.window(now, &t.cfg.Kills, &t.effects)
 	t.drift(w, now)
@@ -119,7 +119,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	unhealthy, degraded = t.memoryReasons(w, unhealthy, degraded)
+	unhealthy, degraded = w.memState.addReasons(&t.mem, unhealthy, degraded)
 
 	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
 	case effectUnhealthy:

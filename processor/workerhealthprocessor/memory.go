@@ -8,6 +8,15 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// memRules is what the memory rule reads besides a worker's state: its
+// config section, the configured role limits (sorted by role), and
+// lost.after (a sample older than that says nothing at a run's start).
+type memRules struct {
+	cfg        *MemoryRule
+	roleLimits []roleLimit
+	lostAfter  int64
+}
+
 // memState is a worker's memory: the tree's last sample, its cgroup limit,
 // the tree's episode and each role's.
 type memState struct {
@@ -120,12 +129,12 @@ func roleLimits(cfg *Config) []roleLimit {
 }
 
 // softLimit is the effective soft limit of the tree in bytes (0 = none).
-func (t *tracker) softLimit(w *worker) int64 {
-	lim := t.cfg.Memory.SoftLimitBytes
-	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
+func (m *memState) softLimit(r *memRules) int64 {
+	lim := r.cfg.SoftLimitBytes
+	if r.cfg.SoftLimitRatio > 0 && m.cgroupMax > 0 {
 		// At least 1 byte: 0 means "no limit", and a tiny cgroup limit
 		// (1 byte: 0.9 of it truncates to 0) must not turn the rule off.
-		r := max(1, int64(t.cfg.Memory.SoftLimitRatio*float64(w.cgroupMax)))
+		r := max(1, int64(r.cfg.SoftLimitRatio*float64(m.cgroupMax)))
 		if lim == 0 || r < lim {
 			lim = r
 		}
@@ -137,7 +146,7 @@ func (t *tracker) softLimit(w *worker) int64 {
 func (t *tracker) memorySample(w *worker, s *sample, now int64) {
 	m := &t.cfg.Memory
 	w.rss, w.rssAt = s.Mem, now
-	w.mem.sample(s.Mem, t.softLimit(w), now, m)
+	w.mem.sample(s.Mem, w.memState.softLimit(&t.mem), now, m)
 	if s.NRole == 0 {
 		return
 	}
@@ -194,46 +203,46 @@ func (t *tracker) role(w *memState, name string) *roleMem {
 	return &w.roles[i]
 }
 
-// memoryAtRunStart applies the at-run-start rule to the tree and to every
+// runStarted applies the at-run-start rule to the tree and to every
 // limited role, with a recent sample only: an old one says nothing about now.
-func (t *tracker) memoryAtRunStart(w *worker, now int64) {
-	if !t.cfg.Memory.AtRunStart || w.rss < 0 || now-w.rssAt > int64(t.cfg.Lost.After) {
+func (m *memState) runStarted(now int64, r *memRules) {
+	if !r.cfg.AtRunStart || m.rss < 0 || now-m.rssAt > r.lostAfter {
 		return
 	}
-	w.mem.runStarted(w.rss, t.softLimit(w), now)
-	for i := range w.roles {
-		if r := &w.roles[i]; r.limit >= 0 {
-			r.ep.runStarted(r.rss, t.roleLimits[r.limit].bytes, now)
+	m.mem.runStarted(m.rss, m.softLimit(r), now)
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			rm.ep.runStarted(rm.rss, r.roleLimits[rm.limit].bytes, now)
 		}
 	}
 }
 
-// memoryTick applies the duration form of the rule to the tree's episode
+// tick applies the duration form of the rule to the tree's episode
 // and every limited role's (it also fires between samples).
-func (t *tracker) memoryTick(w *worker, now int64) {
-	m := &t.cfg.Memory
-	w.mem.tick(now, m)
-	for i := range w.roles {
-		if r := &w.roles[i]; r.limit >= 0 {
-			r.ep.tick(now, m)
+func (m *memState) tick(now int64, r *memRules) {
+	c := r.cfg
+	m.mem.tick(now, c)
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			rm.ep.tick(now, c)
 		}
 	}
 }
 
-// memoryReasons are the reasons of the tree's episode and of every role's:
+// addReasons adds the reasons of the tree's episode and of every role's:
 // unhealthy for each latch, degraded while over but not yet persistent.
-func (t *tracker) memoryReasons(w *worker, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
-	m := &t.cfg.Memory
+func (m *memState) addReasons(r *memRules, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
+	c := r.cfg
 	add := func(e *memEpisode, rss, lim int64, role string) {
 		what := "memory"
 		if role != "" {
 			what = "memory of role " + role
 		}
-		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", m.RecoverySamples, 100*m.RecoveryRatio)
+		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", c.RecoverySamples, 100*c.RecoveryRatio)
 		if e.persist {
 			unhealthy = append(unhealthy, contract.Reason{
 				Code:    codeMemory,
-				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, m.UnhealthySamples, m.UnhealthyAfter) + recovers,
+				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, c.UnhealthySamples, c.UnhealthyAfter) + recovers,
 				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.persistSince), Role: role,
 			})
 		}
@@ -247,32 +256,32 @@ func (t *tracker) memoryReasons(w *worker, unhealthy, degraded []contract.Reason
 		if e.over && !e.persist {
 			degraded = append(degraded, contract.Reason{
 				Code:    codeMemory,
-				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, m.UnhealthySamples),
+				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, c.UnhealthySamples),
 				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.overSince), Role: role,
 			})
 		}
 	}
-	add(&w.mem, w.rss, t.softLimit(w), "")
-	for i := range w.roles {
-		if r := &w.roles[i]; r.limit >= 0 {
-			add(r.ep, r.rss, t.roleLimits[r.limit].bytes, r.role)
+	add(&m.mem, m.rss, m.softLimit(r), "")
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			add(rm.ep, rm.rss, r.roleLimits[rm.limit].bytes, rm.role)
 		}
 	}
 	return unhealthy, degraded
 }
 
-// memorySnapshot is the snapshot's view of the worker's memory.
-func (t *tracker) memorySnapshot(w *worker) contract.Memory {
+// snapshot is the snapshot's view of the worker's memory.
+func (m *memState) snapshot(r *memRules) contract.Memory {
 	mem := contract.Memory{
-		RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
-		CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.mem.overSamples,
-		SampledAt: ts(w.rssAt),
-		Roles:     make([]contract.RoleMemory, 0, len(w.roles)),
+		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.softLimit(r),
+		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: m.mem.overSamples,
+		SampledAt: ts(m.rssAt),
+		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
 	}
-	for _, r := range w.roles {
-		rm := contract.RoleMemory{Role: r.role, RSSBytes: r.rss}
-		if r.limit >= 0 {
-			rm.SoftLimitBytes, rm.OverSamples = t.roleLimits[r.limit].bytes, r.ep.overSamples
+	for _, role := range m.roles {
+		rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
+		if role.limit >= 0 {
+			rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, role.ep.overSamples
 		}
 		mem.Roles = append(mem.Roles, rm)
 	}

@@ -49,7 +49,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Reasons:  append([]contract.Reason{}, w.reasons...),
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
-			Memory:   t.memorySnapshot(w),
+			Memory:   w.memState.snapshot(&t.mem),
 			CPU:      w.cpuState.snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),

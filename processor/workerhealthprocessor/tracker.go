@@ -109,6 +109,8 @@ type tracker struct {
 	scheds     []schedSource
 	idKeys     []string
 	roleLimits []roleLimit
+	// mem is what the memory rule reads (memory.go).
+	mem memRules
 	// originAt: the last record of each source about any worker.
 	originAt [nOrigins]int64
 	// roleNames interns process role names (memory.go).
@@ -128,6 +130,7 @@ func newTracker(cfg *Config) *tracker {
 		clusterPending: -1,
 	}
 	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
+	t.mem = memRules{cfg: &cfg.Memory, roleLimits: t.roleLimits, lostAfter: int64(cfg.Lost.After)}
 	effects := defaultKillEffects()
 	for r, e := range cfg.Kills.Effects {
 		effects[r] = e
