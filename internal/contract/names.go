@@ -108,8 +108,8 @@ const (
 	// KillOOM: the kernel's or the cgroup's OOM killer killed a process of
 	// the worker (MetricCgroupOOMKills, or a worker's record saying so).
 	KillOOM = "oom"
-	// KillCancelled: the run was canceled by a person or the scheduler.
-	KillCancelled = "canceled"
+	// KillCanceled: the run was canceled by a person or the scheduler.
+	KillCanceled = "canceled"
 	// KillShutdown: the worker stopped and killed its runs on the way out.
 	KillShutdown = "shutdown"
 	// KillCrash: a run's process died on its own, not killed by the worker
@@ -126,7 +126,7 @@ const (
 
 // KillReasons lists every kill reason, KillOther last.
 var KillReasons = [...]string{
-	KillTimeout, KillMemoryLimit, KillOOM, KillCancelled, KillShutdown,
+	KillTimeout, KillMemoryLimit, KillOOM, KillCanceled, KillShutdown,
 	KillCrash, KillWorkerExit, KillChildExit, KillOther,
 }
 

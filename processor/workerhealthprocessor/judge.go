@@ -25,6 +25,44 @@ const (
 	codeNotReported   = "no_telemetry_since_start"
 )
 
+// verdict is a worker's judged state: since when, with which reasons, the
+// consecutive evaluations that computed a better state (hysteresis), and
+// the cumulative state transitions by the state entered.
+type verdict struct {
+	state       contract.State
+	since       int64
+	reasons     []contract.Reason
+	better      int
+	transitions [6]int64
+}
+
+// cpVerdict is the verdict's checkpoint record: only the cumulative
+// transitions (the state itself is judged again after a restore).
+type cpVerdict struct {
+	Transitions map[string]int64 `json:"transitions,omitempty"`
+}
+
+func (v *verdict) cp() cpVerdict {
+	var c cpVerdict
+	for i, n := range v.transitions {
+		if n > 0 {
+			if c.Transitions == nil {
+				c.Transitions = map[string]int64{}
+			}
+			c.Transitions[string(contract.AllStates[i])] = n
+		}
+	}
+	return c
+}
+
+func (v *verdict) restore(c *cpVerdict) {
+	for st, n := range c.Transitions {
+		if s := contract.State(st); s.Valid() && n > 0 {
+			v.transitions[stateIndex(s)] = n
+		}
+	}
+}
+
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string
@@ -40,16 +78,38 @@ func ts(ns int64) time.Time {
 	return time.Unix(0, ns).UTC()
 }
 
+// lastAlive is when the worker last showed life. Silence the processor did
+// not witness (it was down) is no evidence: a restored worker's counts from
+// the restore.
+func (w *worker) sinceAlive() int64 { return max(w.lastAlive, w.firstMention, w.restoredAt) }
+
+// lost: no telemetry and no live process for lost.after.
+func (t *tracker) lost(w *worker, now int64) bool {
+	return now-w.sinceAlive() >= int64(t.cfg.Lost.After)
+}
+
+// update advances every rule of a worker to now, before it is judged: what
+// changes with time alone (a memory episode's duration, the kills window,
+// child exits no run end explains) and the drift between both views (runs
+// let go, drift counted). A lost worker's rules stand still: it is judged
+// lost whatever they say.
+func (t *tracker) update(w *worker, now int64) {
+	if t.lost(w, now) {
+		return
+	}
+	w.memState.tick(now, &t.mem)
+	t.matchExits(w, now)
+	w.killState.window(now, &t.cfg.Kills, &t.effects)
+	t.drift(w, now)
+}
+
 // judge computes the state the rules give now, with every active reason,
-// worst first.
+// worst first. It only reads: update brought every rule to now.
 func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason) {
 	var unhealthy, stalled, degraded []contract.Reason
 
-	lostAfter := int64(t.cfg.Lost.After)
-	// Silence the processor did not witness (it was down) is no evidence: a
-	// restored worker's counts from the restore.
-	lastAlive := max(w.lastAlive, w.firstMention, w.restoredAt)
-	if now-lastAlive >= lostAfter {
+	if t.lost(w, now) {
+		lastAlive := w.sinceAlive()
 		return contract.Lost, []contract.Reason{{
 			Code:      codeNoTelemetry,
 			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
@@ -59,29 +119,27 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	unhealthy, degraded = t.memoryReasons(w, now, unhealthy, degraded)
+	unhealthy, degraded = w.memState.addReasons(&t.mem, unhealthy, degraded)
 
-	t.matchExits(w, now)
-	switch r, effect := t.killsReason(w, now); effect {
+	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
 	case effectUnhealthy:
 		unhealthy = append(unhealthy, r)
 	case effectDegraded:
 		degraded = append(degraded, r)
 	}
 
-	t.drift(w, now)
 	capacity := t.capacityOf(w)
 	held := max(w.heldW, w.heldS)
 
-	if after := int64(t.cfg.Stall.After); after > 0 {
+	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
-		pending := !t.cfg.Stall.RequirePending || t.pendingNow(now) > 0
+		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
 		last := max(w.lastClaim, w.firstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,
 				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
-				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stall.After.Seconds(), Since: ts(last),
+				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stalled.After.Seconds(), Since: ts(last),
 			})
 		}
 	}
@@ -110,8 +168,8 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
 		})
 	}
-	if w.cpuSat {
-		degraded = append(degraded, t.cpuReason(w))
+	if r, ok := w.cpuState.reason(&t.cfg.CPU); ok {
+		degraded = append(degraded, r)
 	}
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
@@ -164,6 +222,7 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	t.expire(now)
 	for _, w := range t.workers {
 		t.prune(w, now)
+		t.update(w, now)
 		target, reasons := t.judge(w, now)
 		cur := w.state
 		switch {
@@ -175,15 +234,15 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 			continue
 		default:
 			w.better++
-			if w.better >= t.cfg.Hyst.RecoverEvaluations {
+			if w.better >= t.cfg.Hysteresis.RecoverEvaluations {
 				w.better = 0
 				out = append(out, t.move(w, target, reasons, now))
 				continue
 			}
 			reasons = append(reasons, contract.Reason{
 				Code:    codeRecovering,
-				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hyst.RecoverEvaluations),
-				Value:   float64(w.better), Threshold: float64(t.cfg.Hyst.RecoverEvaluations),
+				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hysteresis.RecoverEvaluations),
+				Value:   float64(w.better), Threshold: float64(t.cfg.Hysteresis.RecoverEvaluations),
 			})
 		}
 		w.reasons = reasons
