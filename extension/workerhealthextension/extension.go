@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -115,7 +116,7 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 		wh.store.history.attach(ctx, history, wh.telemetry.Logger)
 	}
 	if !wh.cfg.TLS.HasValue() {
-		ln = targetGuardListener{ln}
+		ln = requestguard.Listener{Listener: ln}
 	}
 	if wh.cluster != nil {
 		if err := wh.cluster.start(ctx, host, wh.telemetry); err != nil {
