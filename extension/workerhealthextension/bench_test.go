@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -137,18 +138,21 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 // a state change every 40 samples.
 func fillHistory(wh *workerHealth, s *contract.Snapshot) {
 	hs := wh.store.history
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	for step := hs.size; step > 0; step-- {
-		at := s.Time.Add(-time.Duration(step) * hs.resolution).UnixMilli()
-		for i := range s.Workers {
-			w := s.Workers[i]
-			w.Memory.RSSBytes -= int64(step) << 16
-			if step%40 == 0 {
-				w.State = contract.Degraded
+	all := func(string) bool { return true }
+	for step := history.Size(hs.Window(), hs.Resolution()); step > 0; step-- {
+		at := s.Time.Add(-time.Duration(step) * hs.Resolution()).UnixMilli()
+		hs.Update(func(yield func(int64, *contract.Worker) bool) {
+			for i := range s.Workers {
+				w := s.Workers[i]
+				w.Memory.RSSBytes -= int64(step) << 16
+				if step%40 == 0 {
+					w.State = contract.Degraded
+				}
+				if !yield(at, &w) {
+					return
+				}
 			}
-			hs.record(&w, at)
-		}
+		}, all)
 	}
 }
 

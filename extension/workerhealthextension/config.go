@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
 )
@@ -96,9 +97,9 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("history::resolution: must be at least 1s, got %s", h.Resolution))
 	case h.Window < h.Resolution:
 		errs = append(errs, fmt.Errorf("history::window: must be at least history::resolution (%s), got %s", h.Resolution, h.Window))
-	case historySize(h.Window, h.Resolution) > maxHistorySamples:
+	case history.Size(h.Window, h.Resolution) > maxHistorySamples:
 		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
-			h.Window, h.Resolution, historySize(h.Window, h.Resolution), maxHistorySamples))
+			h.Window, h.Resolution, history.Size(h.Window, h.Resolution), maxHistorySamples))
 	}
 	if err := cfg.Cluster.validate(); err != nil {
 		errs = append(errs, err)

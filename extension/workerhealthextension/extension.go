@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -68,7 +69,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		id:        set.ID,
 		cfg:       cfg,
 		telemetry: set.TelemetrySettings,
-		store:     newStore(newHistoryStore(cfg.History.Window, cfg.History.Resolution)),
+		store:     newStore(history.New(cfg.History.Window, cfg.History.Resolution)),
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,
@@ -99,21 +100,21 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if wh.cfg.Auth.HasValue() {
 		srv.Handler = canonicalAuthScheme(srv.Handler)
 	}
-	var history storage.Client
+	var historyClient storage.Client
 	if id := wh.cfg.History.StorageID; id != nil {
-		if history, err = openHistoryStorage(ctx, host, *id, wh.id, wh.telemetry.Logger); err != nil {
+		if historyClient, err = history.OpenStorage(ctx, host, *id, wh.id, wh.telemetry.Logger); err != nil {
 			return fmt.Errorf("worker_health: %w", err)
 		}
 	}
 	ln, err := wh.listen(ctx)
 	if err != nil {
-		if history != nil {
-			err = errors.Join(err, history.Close(ctx))
+		if historyClient != nil {
+			err = errors.Join(err, historyClient.Close(ctx))
 		}
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
 	}
-	if history != nil {
-		wh.store.history.attach(ctx, history, wh.telemetry.Logger)
+	if historyClient != nil {
+		wh.store.history.Attach(ctx, historyClient, wh.telemetry.Logger)
 	}
 	if !wh.cfg.TLS.HasValue() {
 		ln = requestguard.Listener{Listener: ln}
@@ -160,7 +161,7 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	wh.server, wh.addr = nil, nil
 	// What was published is in the history before its last write.
 	wh.store.flush()
-	return errors.Join(err, wh.store.history.detach(ctx))
+	return errors.Join(err, wh.store.history.Detach(ctx))
 }
 
 // Dependencies implements extensioncapabilities.Dependent: the auth and

@@ -98,7 +98,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 			}
 		}
 		trends = make(map[*entry][]int64, len(shown))
-		for i, t := range wh.store.history.trend(ids, wh.page.now(), trendPoints) {
+		for i, t := range wh.store.history.Trend(ids, wh.page.now(), trendPoints) {
 			trends[shown[i]] = t
 		}
 	}

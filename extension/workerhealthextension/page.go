@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -126,7 +127,7 @@ type pageRow struct {
 
 type pageReason struct{ Code, Message, Evidence string }
 
-func (p *page) data(v *view, keep stateFilter, hs *historyStore) pageData {
+func (p *page) data(v *view, keep stateFilter, hs *history.Store) pageData {
 	now := p.now()
 	d := pageData{
 		CSS:              template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
@@ -163,7 +164,7 @@ func (p *page) data(v *view, keep stateFilter, hs *historyStore) pageData {
 		}
 	}
 	d.Shown = len(d.Rows)
-	for i, t := range hs.trend(ids, now, trendPoints) {
+	for i, t := range hs.Trend(ids, now, trendPoints) {
 		d.Rows[i].Trend = newSparkline(t, v.byID[ids[i]].w.Memory.SoftLimitBytes)
 	}
 	return d

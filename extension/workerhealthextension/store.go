@@ -3,6 +3,7 @@ package workerhealthextension // import "github.com/workerwatch/workerwatch/exte
 import (
 	"cmp"
 	"encoding/json"
+	"iter"
 	"math"
 	"net/url"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -102,11 +104,11 @@ type store struct {
 	sources map[component.ID]*sourceIndex
 	// index is indexSnapshot; tests slow it down.
 	index   func(*contract.Snapshot) *sourceIndex
-	history *historyStore
+	history *history.Store
 	current atomic.Pointer[view]
 }
 
-func newStore(history *historyStore) *store {
+func newStore(history *history.Store) *store {
 	s := &store{
 		history:  history,
 		pending:  map[component.ID]*contract.Snapshot{},
@@ -170,8 +172,24 @@ func (s *store) drain() {
 		v := buildView(srcs)
 		// History first, so a page that finds a worker in the view also
 		// finds the sample of that snapshot.
-		s.history.recordView(v, fresh)
+		s.history.Update(servedWorkers(v, fresh), func(id string) bool { return v.byID[id] != nil })
 		s.current.Store(v)
+	}
+}
+
+// servedWorkers yields the workers of the snapshots just indexed that v
+// serves, with their snapshot's time: with two processors listing one
+// worker, the history follows the API's answer.
+func servedWorkers(v *view, fresh []*sourceIndex) iter.Seq2[int64, *contract.Worker] {
+	return func(yield func(int64, *contract.Worker) bool) {
+		for _, si := range fresh {
+			at := si.snap.Time.UnixMilli()
+			for _, e := range si.order {
+				if v.byID[e.w.ID] == e && !yield(at, e.w) {
+					return
+				}
+			}
+		}
 	}
 }
 

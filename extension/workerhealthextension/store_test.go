@@ -10,11 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func TestStoreEmpty(t *testing.T) {
-	v := newStore(newHistoryStore(30*time.Minute, 10*time.Second)).load()
+	v := newStore(history.New(30*time.Minute, 10*time.Second)).load()
 	require.NotNil(t, v)
 	assert.Empty(t, v.byIDOrder)
 	assert.True(t, v.time.IsZero())
@@ -22,7 +23,7 @@ func TestStoreEmpty(t *testing.T) {
 }
 
 func TestStoreIgnoresOlderSnapshot(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	put(s, snapshot(testSource, t0, worker("a", contract.Unhealthy)))
 	put(s, snapshot(testSource, t0.Add(-time.Second), worker("a", contract.Healthy)))
 	assert.Equal(t, contract.Unhealthy, s.load().byID["a"].w.State)
@@ -31,7 +32,7 @@ func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 }
 
 func TestStoreMergesSources(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	other := component.MustNewIDWithName("worker_health", "gpu")
 	// The worse judgement of "shared" is in the older snapshot, so only the
 	// severity rule (not "fresher wins" or "last wins") keeps it. "tie" has
@@ -65,14 +66,14 @@ func TestStoreMergesSources(t *testing.T) {
 	// The same with the fresher source sorting first (merged first) and
 	// published first.
 	tieA.Name, tieB.Name = "older", "fresher"
-	s2 := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s2 := newStore(history.New(30*time.Minute, 10*time.Second))
 	put(s2, snapshot(component.MustNewIDWithName("worker_health", "a"), t0.Add(time.Second), tieB))
 	put(s2, snapshot(component.MustNewIDWithName("worker_health", "z"), t0, tieA))
 	assert.Equal(t, "fresher", s2.load().byID["tie"].w.Name)
 }
 
 func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	// The worse copy comes first for z and last for m: neither "first wins"
 	// nor "last wins" passes, only "worse wins".
 	put(s, snapshot(testSource, t0, worker("z", contract.Lost), worker("m", contract.Healthy),
@@ -84,7 +85,7 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 }
 
 func TestStoreNonFiniteEvidence(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	w := worker("nan", contract.Unhealthy)
 	w.Reasons = []contract.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
 	put(s, snapshot(testSource, t0, w))
@@ -111,7 +112,7 @@ func entryIDs(es []*entry) []string {
 }
 
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	put(s, snapshot(testSource, t0, contract.Worker{ID: "bare", State: contract.Unknown}))
 	body := string(s.load().byID["bare"].json)
 	assert.Contains(t, body, `"reasons":[]`)
@@ -126,7 +127,7 @@ func TestStoreNilListsEncodeEmpty(t *testing.T) {
 // returns at once, readers keep the last complete view, a snapshot older
 // than one handed over is dropped, and the newest is the one served.
 func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
-	s := newStore(newHistoryStore(30*time.Minute, 10*time.Second))
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
 	gate := make(chan struct{})
 	indexed := make(chan time.Time, 8)
 	s.index = func(snap *contract.Snapshot) *sourceIndex {
@@ -161,4 +162,21 @@ func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, entryIDs(v.byIDOrder))
 	assert.Equal(t, t0.Add(2*time.Second), <-indexed, "the older of the two waiting snapshots was never indexed")
 	assert.Empty(t, indexed)
+}
+
+// The history follows what the API serves: only the served copy of a
+// worker two processors list is recorded, and a worker that leaves the view
+// leaves the history.
+func TestHistoryFollowsTheView(t *testing.T) {
+	s := newStore(history.New(30*time.Minute, 10*time.Second))
+	other := component.MustNewIDWithName("worker_health", "other")
+	put(s, snapshot(testSource, t0, worker("a", contract.Healthy), worker("both", contract.Healthy)))
+	put(s, snapshot(other, t0.Add(time.Second), worker("both", contract.Lost)))
+	ws := s.history.Series("both", time.Time{})
+	require.Len(t, ws.Samples, 1)
+	assert.Equal(t, contract.Lost, history.StateOf(ws.Samples[0].State), "the worse copy, as served")
+
+	put(s, snapshot(testSource, t0.Add(10*time.Second), worker("both", contract.Healthy)))
+	assert.Empty(t, s.history.Series("a", time.Time{}).Samples, "a left the view")
+	assert.NotEmpty(t, s.history.Series("both", time.Time{}).Samples)
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -77,13 +78,13 @@ func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request,
 	}
 	now := wh.page.now()
 	hs := wh.store.history
-	span := hs.span(now)
-	d := wh.page.workerData(e.w, hs.series(e.w.ID, now.Add(-span)), now, span, hs.resolution)
+	span := hs.Span(now)
+	d := wh.page.workerData(e.w, hs.Series(e.w.ID, now.Add(-span)), now, span, hs.Resolution())
 	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
 	return wh.page.render(w, wh.page.worker, d, "the worker page")
 }
 
-func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, window, res time.Duration) workerPageData {
+func (p *page) workerData(w *contract.Worker, ws history.Series, now time.Time, window, res time.Duration) workerPageData {
 	d := workerPageData{
 		CSS:            template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
 		RefreshSeconds: max(1, int(p.refresh/time.Second)),
@@ -99,7 +100,7 @@ func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, wi
 		SchedRuns:      listText(w.Runs.Scheduler),
 		Window:         dur(window),
 		Kills:          killsText(w.Runs.Kills),
-		HistoryEmpty:   len(ws.samples) == 0,
+		HistoryEmpty:   len(ws.Samples) == 0,
 	}
 	d.ID, d.NotUTF8 = shownID(w.ID)
 	for _, r := range w.Reasons {
@@ -112,12 +113,12 @@ func (p *page) workerData(w *contract.Worker, ws workerSeries, now time.Time, wi
 	if !d.HistoryEmpty {
 		d.Charts = historyCharts(ws, from, now, res)
 	}
-	for i := len(ws.transitions) - 1; i >= 0; i-- { // newest first
-		t := ws.transitions[i]
-		at := time.UnixMilli(t.at)
-		pt := pageTransition{At: at.UTC().Format("15:04:05 UTC"), Ago: ago(at, now), From: stateOf(t.from), To: stateOf(t.to)}
-		for _, r := range t.reasons[:t.nReasons] {
-			pt.Reasons = append(pt.Reasons, pageReason{Code: r.code, Evidence: evidence(contract.Reason{Code: r.code, Value: r.value, Threshold: r.threshold})})
+	for i := len(ws.Transitions) - 1; i >= 0; i-- { // newest first
+		t := ws.Transitions[i]
+		at := time.UnixMilli(t.At)
+		pt := pageTransition{At: at.UTC().Format("15:04:05 UTC"), Ago: ago(at, now), From: history.StateOf(t.From), To: history.StateOf(t.To)}
+		for _, r := range t.Reasons[:t.NReasons] {
+			pt.Reasons = append(pt.Reasons, pageReason{Code: r.Code, Evidence: evidence(contract.Reason{Code: r.Code, Value: r.Value, Threshold: r.Threshold})})
 		}
 		d.Transitions = append(d.Transitions, pt)
 	}
@@ -230,31 +231,31 @@ type series struct {
 	name  string
 	class string
 	limit bool
-	value func(sample) (float64, bool)
+	value func(history.Sample) (float64, bool)
 }
 
-func historyCharts(ws workerSeries, from, now time.Time, res time.Duration) []chart {
+func historyCharts(ws history.Series, from, now time.Time, res time.Duration) []chart {
 	mem := []series{
-		{"tree", "c0", false, func(s sample) (float64, bool) { return float64(s.rssKiB) * 1024, true }},
-		{"tree soft limit", "c0", true, func(s sample) (float64, bool) { return float64(s.softKiB) * 1024, s.softKiB > 0 }},
+		{"tree", "c0", false, func(s history.Sample) (float64, bool) { return float64(s.RSSKiB) * 1024, true }},
+		{"tree soft limit", "c0", true, func(s history.Sample) (float64, bool) { return float64(s.SoftKiB) * 1024, s.SoftKiB > 0 }},
 	}
-	for j, role := range ws.roles {
+	for j, role := range ws.Roles {
 		bit := uint8(1) << j
 		class := "c" + strconv.Itoa(1+j%5)
 		mem = append(mem,
-			series{role, class, false, func(s sample) (float64, bool) { return float64(s.roleRSS[j]) * 1024, s.roleMask&bit != 0 }},
-			series{role + " soft limit", class, true, func(s sample) (float64, bool) {
-				return float64(s.roleSoft[j]) * 1024, s.roleMask&bit != 0 && s.roleSoft[j] > 0
+			series{role, class, false, func(s history.Sample) (float64, bool) { return float64(s.RoleRSS[j]) * 1024, s.RoleMask&bit != 0 }},
+			series{role + " soft limit", class, true, func(s history.Sample) (float64, bool) {
+				return float64(s.RoleSoft[j]) * 1024, s.RoleMask&bit != 0 && s.RoleSoft[j] > 0
 			}})
 	}
 	cpu := []series{
-		{"main process", "c1", false, func(s sample) (float64, bool) { return float64(s.cpuMain), s.cpuMain >= 0 }},
-		{"CPU limit", "c0", true, func(s sample) (float64, bool) { return float64(s.cpuLimit), s.cpuLimit > 0 }},
+		{"main process", "c1", false, func(s history.Sample) (float64, bool) { return float64(s.CPUMain), s.CPUMain >= 0 }},
+		{"CPU limit", "c0", true, func(s history.Sample) (float64, bool) { return float64(s.CPULimit), s.CPULimit > 0 }},
 	}
 	runs := []series{
-		{"held by the worker", "c1 wide", false, func(s sample) (float64, bool) { return float64(s.runsWorker), true }},
-		{"held by the scheduler", "c3", false, func(s sample) (float64, bool) { return float64(s.runsScheduler), true }},
-		{"capacity", "c0", true, func(s sample) (float64, bool) { return float64(s.capacity), s.capacity > 0 }},
+		{"held by the worker", "c1 wide", false, func(s history.Sample) (float64, bool) { return float64(s.RunsWorker), true }},
+		{"held by the scheduler", "c3", false, func(s history.Sample) (float64, bool) { return float64(s.RunsScheduler), true }},
+		{"capacity", "c0", true, func(s history.Sample) (float64, bool) { return float64(s.Capacity), s.Capacity > 0 }},
 	}
 	bytesAxis := axis{unit: 1 << 20, label: formatBytes}
 	coresAxis := axis{unit: 1, label: func(f float64) string { return formatNum(roundTo(f, 2)) }}
@@ -276,7 +277,7 @@ type axis struct {
 }
 
 // drawChart draws ss over [from, now].
-func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Time, res time.Duration, ax axis) chart {
+func drawChart(title, id string, ws history.Series, ss []series, from, now time.Time, res time.Duration, ax axis) chart {
 	c := chart{Title: title, ID: id}
 	span := float64(now.Sub(from).Milliseconds())
 	x := func(at int64) float64 {
@@ -284,7 +285,7 @@ func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Ti
 	}
 	top := 0.0
 	for _, s := range ss {
-		for _, smp := range ws.samples {
+		for _, smp := range ws.Samples {
 			if v, ok := s.value(smp); ok {
 				top = max(top, v)
 			}
@@ -320,16 +321,16 @@ func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Ti
 			pts = pts[:0:0]
 		}
 		drawn := false
-		for _, smp := range ws.samples {
+		for _, smp := range ws.Samples {
 			v, ok := s.value(smp)
-			if !ok || (len(pts) > 0 && smp.at-prev > gap) {
+			if !ok || (len(pts) > 0 && smp.At-prev > gap) {
 				flush()
 			}
 			if ok {
-				pts = append(pts, px(x(smp.at))+","+px(y(v)))
+				pts = append(pts, px(x(smp.At))+","+px(y(v)))
 				drawn = true
 			}
-			prev = smp.at
+			prev = smp.At
 		}
 		flush()
 		if drawn {
@@ -347,32 +348,32 @@ func drawChart(title, id string, ws workerSeries, ss []series, from, now time.Ti
 	flushBand := func() {
 		if band.to > band.from {
 			x0, x1 := x(band.from), x(band.to)
-			c.Bands = append(c.Bands, chartBand{X: px(x0), W: px(max(0.5, x1-x0)), State: stateOf(band.state)})
+			c.Bands = append(c.Bands, chartBand{X: px(x0), W: px(max(0.5, x1-x0)), State: history.StateOf(band.state)})
 		}
 	}
-	for i, smp := range ws.samples {
-		end := smp.at + res.Milliseconds()
-		if i+1 < len(ws.samples) && ws.samples[i+1].at-smp.at <= gap {
-			end = ws.samples[i+1].at
+	for i, smp := range ws.Samples {
+		end := smp.At + res.Milliseconds()
+		if i+1 < len(ws.Samples) && ws.Samples[i+1].At-smp.At <= gap {
+			end = ws.Samples[i+1].At
 		}
-		if smp.state != band.state || smp.at != band.to {
+		if smp.State != band.state || smp.At != band.to {
 			flushBand()
-			band.state, band.from = smp.state, smp.at
+			band.state, band.from = smp.State, smp.At
 		}
 		band.to = end
 	}
 	flushBand()
-	for _, t := range ws.transitions {
-		if t.at < from.UnixMilli() {
+	for _, t := range ws.Transitions {
+		if t.At < from.UnixMilli() {
 			continue
 		}
-		at := time.UnixMilli(t.at).UTC()
-		parts := []string{"→ " + string(stateOf(t.to)) + " at " + at.Format("15:04:05 UTC")}
-		for _, r := range t.reasons[:t.nReasons] {
-			parts = append(parts, r.code)
+		at := time.UnixMilli(t.At).UTC()
+		parts := []string{"→ " + string(history.StateOf(t.To)) + " at " + at.Format("15:04:05 UTC")}
+		for _, r := range t.Reasons[:t.NReasons] {
+			parts = append(parts, r.Code)
 		}
 		title := strings.Join(parts, "; ")
-		c.Marks = append(c.Marks, chartMark{X: px(x(t.at)), At: at.Format(time.RFC3339), Title: title, State: stateOf(t.to)})
+		c.Marks = append(c.Marks, chartMark{X: px(x(t.At)), At: at.Format(time.RFC3339), Title: title, State: history.StateOf(t.To)})
 	}
 	return c
 }
