@@ -137,7 +137,7 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 // fillHistory gives every worker of s a full history ending at s.Time, with
 // a state change every 40 samples.
 func fillHistory(wh *workerHealth, s *contract.Snapshot) {
-	hs := wh.store.history
+	hs := wh.history
 	all := func(string) bool { return true }
 	for step := history.Size(hs.Window(), hs.Resolution()); step > 0; step-- {
 		at := s.Time.Add(-time.Duration(step) * hs.Resolution()).UnixMilli()
@@ -169,13 +169,13 @@ func BenchmarkPublish10k(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		wh.store.flush()
+		wh.store.Flush()
 		s = nextEvaluation(s, i)
 		b.StartTimer()
 		wh.Publish(s)
 	}
 	b.StopTimer()
-	wh.store.flush()
+	wh.store.Flush()
 }
 
 // BenchmarkPublishIndexed10k is Publish until the new view serves the

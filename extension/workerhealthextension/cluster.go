@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -40,7 +41,7 @@ type cluster struct {
 
 	mu     sync.Mutex
 	fleets map[string]peerFleet // the other members' last fleet figures
-	cached *view                // the merged fleet, reused for ListCache
+	cached *store.View          // the merged fleet, reused for ListCache
 	at     time.Time
 	// gather is held while the shards are asked for their lists, so
 	// concurrent list requests ask them once and share the result.
@@ -303,14 +304,14 @@ func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID,
 		// former owner, which has handed the worker over already. While
 		// this shard's ring settles, a worker it does not know is moving,
 		// never 404 (the asker, settled on its old ring, passes a 404 on).
-		if wh.store.load().byID[id] == nil && c.settling(st) {
+		if wh.store.Load().ByID[id] == nil && c.settling(st) {
 			return writeUnknown(w, id, c.self, contract.ReasonMoving,
 				"the shard ring changed and this shard does not judge the worker (it moves here or away)", st)
 		}
 		return local()
 	}
 	if owner == "" || owner == c.self {
-		if wh.store.load().byID[id] == nil && c.settling(st) {
+		if wh.store.Load().ByID[id] == nil && c.settling(st) {
 			return writeUnknown(w, id, c.self, contract.ReasonMoving,
 				"this shard owns the worker since the shard ring changed and has not judged it yet", st)
 		}
@@ -363,35 +364,35 @@ func writeUnknown(w http.ResponseWriter, id, shard, code, msg string, st *ringSt
 		Reasons: []contract.Reason{{Code: code, Message: msg, Since: since}},
 	}
 	w.Header()[contract.HeaderShard] = []string{shard}
-	return writeJSON(w, http.StatusServiceUnavailable, withEmptyLists(wk))
+	return writeJSON(w, http.StatusServiceUnavailable, store.WithEmptyLists(wk))
 }
 
 // fleetBody is GET /health/fleet.
 type fleetBody struct {
 	// Time is the newest snapshot's evaluation time; null before any.
-	Time    *time.Time     `json:"time"`
-	Fleet   contract.Fleet `json:"fleet"`
-	Sources []sourceInfo   `json:"sources"`
+	Time    *time.Time         `json:"time"`
+	Fleet   contract.Fleet     `json:"fleet"`
+	Sources []store.SourceInfo `json:"sources"`
 }
 
 // handleFleet answers GET /health/fleet: the fleet figures without the
 // workers; across every shard unless ?scope=local.
 func (wh *workerHealth) handleFleet(w http.ResponseWriter, r *http.Request) int {
 	v := wh.viewFor(r)
-	body := fleetBody{Fleet: v.fleet, Sources: v.sources}
-	if !v.time.IsZero() {
-		body.Time = &v.time
+	body := fleetBody{Fleet: v.Fleet, Sources: v.Sources}
+	if !v.Time.IsZero() {
+		body.Time = &v.Time
 	}
 	return writeJSON(w, http.StatusOK, body)
 }
 
 // viewFor is the view a list request reads: this shard's own, or the whole
 // tier's when clustered and not asked for ?scope=local.
-func (wh *workerHealth) viewFor(r *http.Request) *view {
+func (wh *workerHealth) viewFor(r *http.Request) *store.View {
 	if wh.cluster == nil || localScope(r) {
-		return wh.store.load()
+		return wh.store.Load()
 	}
-	return wh.cluster.fleetView(r.Context(), wh.store.load(), r.Header.Get("Authorization"))
+	return wh.cluster.fleetView(r.Context(), wh.store.Load(), r.Header.Get("Authorization"))
 }
 
 func localScope(r *http.Request) bool {
@@ -410,7 +411,7 @@ type peerList struct {
 // still lists shows as `unknown` / `moving` (503) until its new owner
 // judged it; an unreachable shard is named in `sources` with its error.
 // Reused for cluster.list_cache.
-func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view {
+func (c *cluster) fleetView(ctx context.Context, local *store.View, auth string) *store.View {
 	c.gather.Lock()
 	defer c.gather.Unlock()
 	c.mu.Lock()
@@ -441,14 +442,14 @@ func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view
 		name    string
 		time    time.Time
 		fleet   contract.Fleet
-		entries []*entry
+		entries []*store.Entry
 	}
 	shards := make([]shardEntries, 0, len(peers)+1)
-	shards = append(shards, shardEntries{name: c.self, time: local.time, fleet: local.fleet, entries: local.byIDOrder})
-	var failed []sourceInfo
+	shards = append(shards, shardEntries{name: c.self, time: local.Time, fleet: local.Fleet, entries: local.ByIDOrder})
+	var failed []store.SourceInfo
 	for i, m := range peers {
 		if errs[i] != nil {
-			failed = append(failed, sourceInfo{ID: shardSourceID(m.endpoint).String(), Error: errs[i].Error()})
+			failed = append(failed, store.SourceInfo{ID: shardSourceID(m.endpoint).String(), Error: errs[i].Error()})
 			continue
 		}
 		se := shardEntries{name: m.endpoint, fleet: lists[i].Fleet}
@@ -460,7 +461,7 @@ func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view
 			if json.Unmarshal(raw, wk) != nil || wk.ID == "" {
 				continue
 			}
-			se.entries = append(se.entries, &entry{w: wk, json: raw, at: se.time})
+			se.entries = append(se.entries, &store.Entry{Worker: wk, JSON: raw, At: se.time})
 		}
 		shards = append(shards, se)
 	}
@@ -470,34 +471,34 @@ func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view
 	owned := map[string]bool{}
 	for _, s := range shards {
 		for _, e := range s.entries {
-			if st.ring.owner(e.w.ID) == s.name {
-				owned[e.w.ID] = true
+			if st.ring.owner(e.Worker.ID) == s.name {
+				owned[e.Worker.ID] = true
 			}
 		}
 	}
-	srcs := make([]*sourceIndex, 0, len(shards))
+	srcs := make([]*store.SourceIndex, 0, len(shards))
 	var pendingFrom time.Time
 	pendingIdx := -1
 	for i, s := range shards {
-		si := &sourceIndex{
-			snap:  &contract.Snapshot{Source: shardSourceID(s.name), Time: s.time, Fleet: s.fleet},
-			byID:  make(map[string]*entry, len(s.entries)),
-			order: make([]*entry, 0, len(s.entries)),
+		si := &store.SourceIndex{
+			Snap:  &contract.Snapshot{Source: shardSourceID(s.name), Time: s.time, Fleet: s.fleet},
+			ByID:  make(map[string]*store.Entry, len(s.entries)),
+			Order: make([]*store.Entry, 0, len(s.entries)),
 		}
 		for _, e := range s.entries {
-			o := st.ring.owner(e.w.ID)
+			o := st.ring.owner(e.Worker.ID)
 			switch {
 			case o == s.name:
-			case owned[e.w.ID] || si.byID[e.w.ID] != nil:
+			case owned[e.Worker.ID] || si.ByID[e.Worker.ID] != nil:
 				continue // its owner lists it
 			default:
 				e = movingEntry(e, s.name, o, st)
-				owned[e.w.ID] = true // once, from the first shard listing it
+				owned[e.Worker.ID] = true // once, from the first shard listing it
 			}
-			si.byID[e.w.ID] = e
-			si.order = append(si.order, e)
+			si.ByID[e.Worker.ID] = e
+			si.Order = append(si.Order, e)
 		}
-		slices.SortFunc(si.order, byID)
+		slices.SortFunc(si.Order, store.CompareIDs)
 		// The scheduler's pending count reaches one shard; a former owner of
 		// the empty id may still hold an older one: the freshest counts once.
 		if s.fleet.Pending >= 0 && (pendingIdx < 0 || s.time.After(pendingFrom)) {
@@ -507,13 +508,13 @@ func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view
 	}
 	for i, si := range srcs {
 		if i != pendingIdx {
-			si.snap.Fleet.Pending = -1
+			si.Snap.Fleet.Pending = -1
 		}
 	}
-	v := buildView(srcs)
+	v := store.BuildView(srcs)
 	if len(failed) > 0 {
-		v.sources = append(v.sources, failed...)
-		v.listHead = encodeListHead(v)
+		v.Sources = append(v.Sources, failed...)
+		v.ListHead = store.EncodeListHead(v)
 	}
 	c.mu.Lock()
 	c.cached, c.at = v, c.now()
@@ -523,16 +524,16 @@ func (c *cluster) fleetView(ctx context.Context, local *view, auth string) *view
 
 // movingEntry is a worker a shard lists that the ring gives to another
 // shard which does not list it (yet): unknown until its owner judges it.
-func movingEntry(e *entry, from, to string, st *ringState) *entry {
-	wk := *e.w
-	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.w.State, from)
-	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.changed.UTC()}}, e.w.Reasons...)
+func movingEntry(e *store.Entry, from, to string, st *ringState) *store.Entry {
+	wk := *e.Worker
+	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.Worker.State, from)
+	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.changed.UTC()}}, e.Worker.Reasons...)
 	wk.State = contract.Unknown
-	b, err := json.Marshal(withEmptyLists(&wk))
+	b, err := json.Marshal(store.WithEmptyLists(&wk))
 	if err != nil {
-		b, _ = json.Marshal(withEmptyLists(withFiniteEvidence(&wk)))
+		b, _ = json.Marshal(store.WithEmptyLists(store.WithFiniteEvidence(&wk)))
 	}
-	return &entry{w: &wk, json: b, at: e.at}
+	return &store.Entry{Worker: &wk, JSON: b, At: e.At}
 }
 
 // shardSourceID names a shard in the list's sources:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -191,7 +192,7 @@ func (tr *tier) shardOf(id string) int {
 func publishAndWait(t *testing.T, wh *workerHealth, snap *contract.Snapshot) {
 	t.Helper()
 	wh.Publish(snap)
-	require.Eventually(t, func() bool { return !wh.store.load().time.Before(snap.Time) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !wh.store.Load().Time.Before(snap.Time) }, 5*time.Second, time.Millisecond)
 }
 
 func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
@@ -247,10 +248,10 @@ func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
 
 		// The whole fleet from any shard, figures added up once.
 		var list struct {
-			Count   int               `json:"count"`
-			Fleet   contract.Fleet    `json:"fleet"`
-			Workers []contract.Worker `json:"workers"`
-			Sources []sourceInfo      `json:"sources"`
+			Count   int                `json:"count"`
+			Fleet   contract.Fleet     `json:"fleet"`
+			Workers []contract.Worker  `json:"workers"`
+			Sources []store.SourceInfo `json:"sources"`
 		}
 		code, body := get(t, base+"/health/workers")
 		require.Equal(t, http.StatusOK, code)

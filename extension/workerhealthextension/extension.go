@@ -19,6 +19,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -28,11 +29,14 @@ type workerHealth struct {
 	id        component.ID
 	cfg       *Config
 	telemetry component.TelemetrySettings
-	store     *store
-	status    *collectorStatus
-	metrics   *telemetry
-	page      *page
-	handler   http.Handler
+	store     *store.Store
+	// history is the store's history, read by the pages and the history
+	// JSON.
+	history *history.Store
+	status  *collectorStatus
+	metrics *telemetry
+	page    *page
+	handler http.Handler
 	// challenge is the WWW-Authenticate value of a 401.
 	challenge []string
 	// cluster is nil unless cluster.self is set (cluster.go).
@@ -65,11 +69,13 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 	if err != nil {
 		return nil, err
 	}
+	hs := history.New(cfg.History.Window, cfg.History.Resolution)
 	wh := &workerHealth{
 		id:        set.ID,
 		cfg:       cfg,
 		telemetry: set.TelemetrySettings,
-		store:     newStore(history.New(cfg.History.Window, cfg.History.Resolution)),
+		store:     store.New(hs),
+		history:   hs,
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,
@@ -114,7 +120,7 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
 	}
 	if historyClient != nil {
-		wh.store.history.Attach(ctx, historyClient, wh.telemetry.Logger)
+		wh.history.Attach(ctx, historyClient, wh.telemetry.Logger)
 	}
 	if !wh.cfg.TLS.HasValue() {
 		ln = requestguard.Listener{Listener: ln}
@@ -160,8 +166,8 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	wh.served.Wait()
 	wh.server, wh.addr = nil, nil
 	// What was published is in the history before its last write.
-	wh.store.flush()
-	return errors.Join(err, wh.store.history.Detach(ctx))
+	wh.store.Flush()
+	return errors.Join(err, wh.history.Detach(ctx))
 }
 
 // Dependencies implements extensioncapabilities.Dependent: the auth and
@@ -185,7 +191,7 @@ func (wh *workerHealth) Publish(snap *contract.Snapshot) {
 	if snap == nil {
 		return
 	}
-	wh.store.publish(snap)
+	wh.store.Publish(snap)
 	wh.metrics.published()
 }
 

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -78,17 +79,17 @@ func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, es
 	if e == nil {
 		return code
 	}
-	id := e.w.ID
+	id := e.Worker.ID
 	now := wh.page.now()
-	ws := wh.store.history.Series(id, now.Add(-wh.store.history.Window()))
+	ws := wh.history.Series(id, now.Add(-wh.history.Window()))
 	body := historyBody{
 		ID:                id,
 		Time:              now.UTC(),
-		WindowSeconds:     wh.store.history.Window().Seconds(),
-		ResolutionSeconds: wh.store.history.Resolution().Seconds(),
+		WindowSeconds:     wh.history.Window().Seconds(),
+		ResolutionSeconds: wh.history.Resolution().Seconds(),
 		Samples:           jsonSamples(ws),
 		Transitions:       jsonTransitions(ws),
-		Worker:            e.json,
+		Worker:            e.JSON,
 	}
 	if !utf8.ValidString(id) {
 		body.IDEscaped = url.PathEscape(id)
@@ -138,7 +139,7 @@ func jsonTransitions(ws history.Series) []historyTransition {
 		}
 		for j := range ht.Reasons {
 			r := t.Reasons[j]
-			ht.Reasons[j] = historyReason{Code: r.Code, Value: finite(r.Value), Threshold: finite(r.Threshold)}
+			ht.Reasons[j] = historyReason{Code: r.Code, Value: store.Finite(r.Value), Threshold: store.Finite(r.Threshold)}
 		}
 		out[i] = ht
 	}

@@ -75,11 +75,5 @@ func settingsForTest() extension.Settings { return extensiontest.NewNopSettings(
 // it is served (Publish returns before the view is built).
 func publish(wh *workerHealth, snap *contract.Snapshot) {
 	wh.Publish(snap)
-	wh.store.flush()
-}
-
-// put is publish for a bare store.
-func put(s *store, snap *contract.Snapshot) {
-	s.publish(snap)
-	s.flush()
+	wh.store.Flush()
 }

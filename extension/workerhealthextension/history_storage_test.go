@@ -110,7 +110,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 
 	// "gone" is not published after the restart: it goes once the window
 	// has passed without it, and then from storage too.
-	kept := wh2.store.history.Series("gone", time.Time{})
+	kept := wh2.history.Series("gone", time.Time{})
 	assert.NotEmpty(t, kept.Samples, "a restored worker the processor has not reported yet is kept for a window")
 }
 
@@ -138,8 +138,8 @@ func TestHistoryStorageCorruptValue(t *testing.T) {
 	warn := logs.FilterMessage("cannot read the worker history from storage; that part starts empty")
 	require.Equal(t, 1, warn.Len())
 	assert.Equal(t, "w/bad", warn.All()[0].ContextMap()["key"])
-	assert.Len(t, wh2.store.history.Series("good", time.Time{}).Samples, 7)
-	bad := wh2.store.history.Series("bad", time.Time{})
+	assert.Len(t, wh2.history.Series("good", time.Time{}).Samples, 7)
+	bad := wh2.history.Series("bad", time.Time{})
 	assert.Empty(t, bad.Samples)
 	assert.Empty(t, bad.Transitions)
 }
@@ -154,7 +154,7 @@ func TestHistoryStorageOtherShape(t *testing.T) {
 	require.NoError(t, wh.Shutdown(context.Background()))
 
 	wh2, _, _ := historyExt(t, host, func(c *Config) { c.History.Resolution = time.Minute })
-	n := len(wh2.store.history.Series("w", time.Time{}).Samples)
+	n := len(wh2.history.Series("w", time.Time{}).Samples)
 	assert.Equal(t, 11, n, "61 samples at 10 s are 11 one-minute steps")
 	require.NoError(t, wh2.Shutdown(context.Background()))
 }

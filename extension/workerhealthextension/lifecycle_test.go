@@ -107,10 +107,16 @@ func (h *statusHost) Report(ev *componentstatus.Event) { h.events <- ev }
 // after it (the collector orders extensions by Dependencies).
 func TestDependencies(t *testing.T) {
 	assert.Empty(t, newTestExt(t).Dependencies())
-	auth, store := component.MustNewID("bearertokenauth"), component.MustNewIDWithName("file_storage", "history")
+	auth, histStorage := component.MustNewID("bearertokenauth"), component.MustNewIDWithName("file_storage", "history")
 	wh := newTestExt(t, func(c *Config) {
 		c.Auth = configoptional.Some(confighttp.AuthConfig{Config: configauth.Config{AuthenticatorID: auth}})
-		c.History.StorageID = &store
+		c.History.StorageID = &histStorage
 	})
-	assert.Equal(t, []component.ID{auth, store}, wh.Dependencies())
+	assert.Equal(t, []component.ID{auth, histStorage}, wh.Dependencies())
+}
+
+func TestPublishNilIgnored(t *testing.T) {
+	wh := newTestExt(t)
+	wh.Publish(nil)
+	assert.Empty(t, wh.store.Load().ByIDOrder)
 }

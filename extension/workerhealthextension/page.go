@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -62,11 +63,11 @@ func newPage(refresh time.Duration) (*page, error) {
 }
 
 func (wh *workerHealth) handlePage(w http.ResponseWriter, r *http.Request) int {
-	keep, err := parseStateFilter(r.URL.Query()["state"])
+	keep, err := store.ParseStateFilter(r.URL.Query()["state"])
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
-	return wh.page.render(w, wh.page.tmpl, wh.page.data(wh.viewFor(r), keep, wh.store.history), "the status page")
+	return wh.page.render(w, wh.page.tmpl, wh.page.data(wh.viewFor(r), keep, wh.history), "the status page")
 }
 
 // render executes tmpl into a buffer (a failure is a clean 500, not half a
@@ -127,45 +128,45 @@ type pageRow struct {
 
 type pageReason struct{ Code, Message, Evidence string }
 
-func (p *page) data(v *view, keep stateFilter, hs *history.Store) pageData {
+func (p *page) data(v *store.View, keep store.StateFilter, hs *history.Store) pageData {
 	now := p.now()
 	d := pageData{
 		CSS:              template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
 		RefreshSeconds:   max(1, int(p.refresh/time.Second)),
 		RefreshMillis:    p.refresh.Milliseconds(),
 		Filtered:         keep != nil,
-		FleetText:        fleetText(v.fleet),
-		IdleWhilePending: v.fleet.IdleWhilePending,
+		FleetText:        fleetText(v.Fleet),
+		IdleWhilePending: v.Fleet.IdleWhilePending,
 		MaxRows:          pageMaxRows,
 		StaleMillis:      staleMemoryAfter.Milliseconds(),
 		Script:           template.JS(pageScript), //nolint:gosec // our own embedded script, not data
 	}
-	if v.time.IsZero() {
+	if v.Time.IsZero() {
 		d.Updated = "no state published yet"
 	} else {
-		n := len(v.sources)
-		d.Updated = "evaluated " + ago(v.time, now) + " · " + strconv.Itoa(n) + plural(n, " source", " sources")
+		n := len(v.Sources)
+		d.Updated = "evaluated " + ago(v.Time, now) + " · " + strconv.Itoa(n) + plural(n, " source", " sources")
 	}
 	for _, st := range contract.AllStates {
-		n := v.fleet.ByState[st]
+		n := v.Fleet.ByState[st]
 		d.Total += n
 		d.Counts = append(d.Counts, pageCount{State: st, N: n, Active: keep != nil && keep[st]})
 	}
-	d.Matching = v.count(keep)
+	d.Matching = v.Count(keep)
 	ids := make([]string, 0, min(d.Matching, pageMaxRows))
 	d.Rows = make([]pageRow, 0, cap(ids))
-	for _, e := range v.worstFirst {
+	for _, e := range v.WorstFirst {
 		if len(d.Rows) == pageMaxRows {
 			break
 		}
-		if keep.has(e.w.State) {
-			d.Rows = append(d.Rows, newPageRow(e.w, now))
-			ids = append(ids, e.w.ID)
+		if keep.Has(e.Worker.State) {
+			d.Rows = append(d.Rows, newPageRow(e.Worker, now))
+			ids = append(ids, e.Worker.ID)
 		}
 	}
 	d.Shown = len(d.Rows)
 	for i, t := range hs.Trend(ids, now, trendPoints) {
-		d.Rows[i].Trend = newSparkline(t, v.byID[ids[i]].w.Memory.SoftLimitBytes)
+		d.Rows[i].Trend = newSparkline(t, v.ByID[ids[i]].Worker.Memory.SoftLimitBytes)
 	}
 	return d
 }

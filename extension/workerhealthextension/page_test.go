@@ -211,9 +211,9 @@ func TestPageRowLimit(t *testing.T) {
 	assert.Contains(t, text(p), "Showing the 1000 most urgent of 1050 workers")
 	// The worst are the ones shown: every worker that is not healthy, and
 	// healthy ones only after them (the 50 cut are all healthy).
-	v := wh.store.load()
+	v := wh.store.Load()
 	states := column(tableRows(t, doc), 1, true)
-	notHealthy := v.count(nil) - v.fleet.ByState[contract.Healthy]
+	notHealthy := v.Count(nil) - v.Fleet.ByState[contract.Healthy]
 	require.Less(t, notHealthy, pageMaxRows)
 	for i, st := range states {
 		assert.Equal(t, i >= notHealthy, st == "healthy", "row %d: %s", i, st)

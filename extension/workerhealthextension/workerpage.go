@@ -77,9 +77,9 @@ func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request,
 		return code
 	}
 	now := wh.page.now()
-	hs := wh.store.history
+	hs := wh.history
 	span := hs.Span(now)
-	d := wh.page.workerData(e.w, hs.Series(e.w.ID, now.Add(-span)), now, span, hs.Resolution())
+	d := wh.page.workerData(e.Worker, hs.Series(e.Worker.ID, now.Add(-span)), now, span, hs.Resolution())
 	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
 	return wh.page.render(w, wh.page.worker, d, "the worker page")
 }

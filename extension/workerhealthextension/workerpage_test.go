@@ -303,7 +303,7 @@ func TestWorkersListTrend(t *testing.T) {
 	require.Len(t, list.Workers, 1)
 	tr := list.Workers[0].Trend
 	require.Len(t, tr, trendPoints)
-	want := wh.store.history.Trend([]string{l.id}, now, trendPoints)[0]
+	want := wh.history.Trend([]string{l.id}, now, trendPoints)[0]
 	for i, v := range tr {
 		if want[i] < 0 {
 			assert.Nil(t, v, "point %d", i)
