@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
@@ -38,8 +39,8 @@ type Config struct {
 	// /health/workers/{id}/history keep of each worker.
 	History HistoryConfig `mapstructure:"history"`
 	// Cluster makes this collector one shard of a sharded gateway tier
-	// (cluster_config.go, docs/scaling.md). Off by default.
-	Cluster ClusterConfig `mapstructure:"cluster"`
+	// (internal/cluster/config.go, docs/scaling.md). Off by default.
+	Cluster cluster.Config `mapstructure:"cluster"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -101,7 +102,7 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
 			h.Window, h.Resolution, history.Size(h.Window, h.Resolution), maxHistorySamples))
 	}
-	if err := cfg.Cluster.validate(); err != nil {
+	if err := cfg.Cluster.Check(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

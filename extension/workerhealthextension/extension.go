@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
@@ -39,8 +40,8 @@ type workerHealth struct {
 	handler http.Handler
 	// challenge is the WWW-Authenticate value of a 401.
 	challenge []string
-	// cluster is nil unless cluster.self is set (cluster.go).
-	cluster *cluster
+	// cluster is nil unless cluster.self is set (internal/cluster).
+	cluster *cluster.Cluster
 	// listen is cfg.ToListener; tests replace it to make Serve fail.
 	listen func(context.Context) (net.Listener, error)
 
@@ -80,8 +81,8 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		metrics:   newTelemetry(tb),
 		page:      pg,
 	}
-	if cfg.Cluster.enabled() {
-		wh.cluster = newCluster(&cfg.Cluster, set.Logger)
+	if cfg.Cluster.Enabled() {
+		wh.cluster = cluster.New(&cfg.Cluster, set.Logger)
 	}
 	wh.handler = wh.routes()
 	wh.challenge = authChallenge(cfg)
@@ -126,7 +127,7 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 		ln = requestguard.Listener{Listener: ln}
 	}
 	if wh.cluster != nil {
-		if err := wh.cluster.start(ctx, host, wh.telemetry); err != nil {
+		if err := wh.cluster.Start(ctx, host, wh.telemetry); err != nil {
 			_ = ln.Close()
 			return err
 		}
@@ -155,7 +156,7 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	if wh.cluster != nil {
-		wh.cluster.shutdown()
+		wh.cluster.Shutdown()
 	}
 	// Graceful first, so a probe in flight gets its answer; forced if the
 	// collector's shutdown deadline runs out.

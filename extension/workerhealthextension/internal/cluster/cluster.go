@@ -1,4 +1,10 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+// Package cluster is this shard's view of a sharded gateway tier
+// (docs/scaling.md): the members (static or resolved like the
+// load_balancing exporter's dns resolver), the exporter's consistent-hash
+// ring over them, the other shards' fleet figures, and the merged fleet
+// list. It asks the other shards over HTTP; the answers it serves are the
+// extension's handlers (handlers_cluster.go).
+package cluster // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 
 import (
 	"context"
@@ -7,26 +13,28 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/collector/component"
-	"go.uber.org/zap"
-
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
-	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/contract" // The other shards' health API paths it reads (routes.go of the extension).
+	"go.opentelemetry.io/collector/component"
+	"go.uber.org/zap"
 )
 
-// cluster is this shard's view of the gateway tier (docs/scaling.md): the
+const (
+	pathWorkers = "/health/workers"
+	pathFleet   = "/health/fleet"
+)
+
+// Cluster is this shard's view of the gateway tier (docs/scaling.md): the
 // ring of members (the load_balancing exporter's, rebuilt from the same
 // resolver), the other shards' fleet figures, and the merged fleet list.
-type cluster struct {
-	cfg    *ClusterConfig
+type Cluster struct {
+	cfg    *Config
 	self   string
 	logger *zap.Logger
 	res    membersResolver
@@ -37,7 +45,7 @@ type cluster struct {
 	// header is passed on to the shard that answers for it.
 	passAuth bool
 
-	state atomic.Pointer[ringState]
+	state atomic.Pointer[RingState]
 
 	mu     sync.Mutex
 	fleets map[string]peerFleet // the other members' last fleet figures
@@ -51,15 +59,15 @@ type cluster struct {
 	wg     sync.WaitGroup
 }
 
-// ringState is one resolution of the members. Immutable once stored.
-type ringState struct {
-	ring    *ring
+// RingState is one resolution of the members. Immutable once stored.
+type RingState struct {
+	ring    *Ring
 	members map[string]member // by endpoint
 	names   []string          // endpoints in ring order input (sorted)
-	// changed is when this ring replaced another, or when the cluster
-	// started: until changed+settle a worker its owner does not know is
+	// Changed is when this ring replaced another, or when the cluster
+	// started: until Changed+settle a worker its owner does not know is
 	// "moving", not unknown.
-	changed time.Time
+	Changed time.Time
 }
 
 // peerFleet is what another shard last said of its own fleet.
@@ -69,13 +77,9 @@ type peerFleet struct {
 	err   error
 }
 
-var (
-	_ contract.Ownership    = (*workerHealth)(nil)
-	_ contract.ClusterFleet = (*workerHealth)(nil)
-)
-
-func newCluster(cfg *ClusterConfig, logger *zap.Logger) *cluster {
-	return &cluster{
+// New is the cluster of cfg (cfg.Enabled()); Start starts it.
+func New(cfg *Config, logger *zap.Logger) *Cluster {
+	return &Cluster{
 		cfg:      cfg,
 		self:     cfg.Self,
 		logger:   logger.With(zap.String("shard", cfg.Self)),
@@ -86,7 +90,9 @@ func newCluster(cfg *ClusterConfig, logger *zap.Logger) *cluster {
 	}
 }
 
-func (c *cluster) start(ctx context.Context, host component.Host, set component.TelemetrySettings) error {
+// Start builds the peer client, resolves the members once and starts the
+// loop that resolves them and reads the other shards' fleet figures.
+func (c *Cluster) Start(ctx context.Context, host component.Host, set component.TelemetrySettings) error {
 	client, err := c.cfg.Client.ToClient(ctx, host.GetExtensions(), set)
 	if err != nil {
 		return fmt.Errorf("worker_health: cluster.client: %w", err)
@@ -116,7 +122,8 @@ func (c *cluster) start(ctx context.Context, host component.Host, set component.
 	return nil
 }
 
-func (c *cluster) shutdown() {
+// Shutdown stops the loop; safe without Start.
+func (c *Cluster) Shutdown() {
 	if c.cancel != nil {
 		c.cancel()
 		c.wg.Wait()
@@ -129,7 +136,7 @@ func (c *cluster) shutdown() {
 
 // resolve asks the resolver and swaps in a new ring when the members
 // changed, logging the change once.
-func (c *cluster) resolve(ctx context.Context) {
+func (c *Cluster) resolve(ctx context.Context) {
 	rctx := ctx
 	if d := c.cfg.DNS.Get(); c.cfg.DNS.HasValue() {
 		var cancel context.CancelFunc
@@ -153,7 +160,7 @@ func (c *cluster) resolve(ctx context.Context) {
 	if old != nil && slices.Equal(old.names, names) {
 		return
 	}
-	st := &ringState{ring: newRing(names), members: byName, names: names, changed: c.now()}
+	st := &RingState{ring: NewRing(names), members: byName, names: names, Changed: c.now()}
 	c.state.Store(st)
 	_, in := byName[c.self]
 	c.logger.Info("cluster: shard ring", zap.Strings("members", names), zap.Bool("self_is_member", in))
@@ -168,47 +175,18 @@ func (c *cluster) resolve(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// owner is the member that owns the worker, or "" without a ring.
-func (c *cluster) owner(id string) (string, *ringState) {
+// Owner is the member that owns the worker, or "" without a ring, and
+// the ring it was read from.
+func (c *Cluster) Owner(id string) (string, *RingState) {
 	st := c.state.Load()
 	if st == nil || len(st.names) == 0 {
 		return "", st
 	}
-	return st.ring.owner(id), st
-}
-
-// Owns implements contract.Ownership. Without a ring (the members could not
-// be resolved yet) every worker is owned: judging what arrives is safer
-// than forgetting it.
-func (wh *workerHealth) Owns(id string) bool {
-	if wh.cluster == nil {
-		return true
-	}
-	o, _ := wh.cluster.owner(id)
-	return o == "" || o == wh.cluster.self
-}
-
-// ClusterPending implements contract.ClusterFleet: the freshest pending
-// count another shard reported.
-func (wh *workerHealth) ClusterPending() (int64, time.Time, bool) {
-	if wh.cluster == nil {
-		return 0, time.Time{}, false
-	}
-	c := wh.cluster
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var best peerFleet
-	ok := false
-	for _, f := range c.fleets {
-		if f.err == nil && f.fleet.Pending >= 0 && (!ok || f.time.After(best.time)) {
-			best, ok = f, true
-		}
-	}
-	return best.fleet.Pending, best.time, ok
+	return st.ring.Owner(id), st
 }
 
 // pollFleets reads every other shard's own fleet figures.
-func (c *cluster) pollFleets(ctx context.Context) {
+func (c *Cluster) pollFleets(ctx context.Context) {
 	st := c.state.Load()
 	if st == nil {
 		return
@@ -218,7 +196,7 @@ func (c *cluster) pollFleets(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i, m := range peers {
 		wg.Go(func() {
-			var body fleetBody
+			var body FleetBody
 			err := c.getJSON(ctx, m, pathFleet+"?"+contract.QueryScope+"="+contract.ScopeLocal, "", &body)
 			got[i] = peerFleet{fleet: body.Fleet, err: err}
 			if body.Time != nil {
@@ -240,7 +218,7 @@ func (c *cluster) pollFleets(ctx context.Context) {
 }
 
 // peers are the members other than this shard.
-func (c *cluster) peers(st *ringState) []member {
+func (c *Cluster) peers(st *RingState) []member {
 	out := make([]member, 0, len(st.members))
 	for _, name := range st.names {
 		if name != c.self {
@@ -250,14 +228,14 @@ func (c *cluster) peers(st *ringState) []member {
 	return slices.CompactFunc(out, func(a, b member) bool { return a.endpoint == b.endpoint })
 }
 
-// maxPeerBody bounds what is read from another shard: a whole fleet list of
+// MaxPeerBody bounds what is read from another shard: a whole fleet list of
 // 100,000 workers is about 150 MB; anything beyond this is not a shard.
-const maxPeerBody = 1 << 30
+const MaxPeerBody = 1 << 30
 
 var errPeerStatus = errors.New("unexpected HTTP status")
 
 // getJSON GETs path from a member into v.
-func (c *cluster) getJSON(ctx context.Context, m member, path, auth string, v any) error {
+func (c *Cluster) getJSON(ctx context.Context, m member, path, auth string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.Scheme+"://"+m.api+path, http.NoBody)
 	if err != nil {
 		return err
@@ -274,129 +252,21 @@ func (c *cluster) getJSON(ctx context.Context, m member, path, auth string, v an
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("%w %d from %s", errPeerStatus, resp.StatusCode, m.api)
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, maxPeerBody)).Decode(v)
+	return json.NewDecoder(io.LimitReader(resp.Body, MaxPeerBody)).Decode(v)
 }
 
-// settling reports whether the ring changed (or the cluster started) less
+// Settling reports whether the ring changed (or the cluster started) less
 // than cluster.settle ago.
-func (c *cluster) settling(st *ringState) bool {
-	return st == nil || c.now().Sub(st.changed) < c.cfg.Settle
+func (c *Cluster) Settling(st *RingState) bool {
+	return st == nil || c.now().Sub(st.Changed) < c.cfg.Settle
 }
 
-// owned answers a request about one worker (/health/workers/{id}, its
-// history, its page) for the whole tier: with local() when this shard owns
-// the worker (or there is no cluster), else with the owner's answer to the
-// same path, asked in one hop. escapedID is the id as in the path; path is
-// the whole escaped path.
-func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID, path string, local func() int) int {
-	c := wh.cluster
-	if c == nil {
-		return local()
-	}
-	id, err := url.PathUnescape(escapedID)
-	if err != nil || id == "" {
-		return local() // the local handler's answer
-	}
-	owner, st := c.owner(id)
-	if localScope(r) {
-		// Another shard asks in one hop. Its ring may be a moment behind
-		// this one's (each resolves every sync_interval): it asks the
-		// former owner, which has handed the worker over already. While
-		// this shard's ring settles, a worker it does not know is moving,
-		// never 404 (the asker, settled on its old ring, passes a 404 on).
-		if wh.store.Load().ByID[id] == nil && c.settling(st) {
-			return writeUnknown(w, id, c.self, contract.ReasonMoving,
-				"the shard ring changed and this shard does not judge the worker (it moves here or away)", st)
-		}
-		return local()
-	}
-	if owner == "" || owner == c.self {
-		if wh.store.Load().ByID[id] == nil && c.settling(st) {
-			return writeUnknown(w, id, c.self, contract.ReasonMoving,
-				"this shard owns the worker since the shard ring changed and has not judged it yet", st)
-		}
-		w.Header()[contract.HeaderShard] = []string{c.self}
-		return local()
-	}
-	m := st.members[owner]
-	q := r.URL.Query() // the caller's parameters (a history window...), and scope=local
-	q.Set(contract.QueryScope, contract.ScopeLocal)
-	u := c.cfg.Scheme + "://" + m.api + path + "?" + q.Encode()
-	// The host is a configured (or resolved) cluster member, the path the
-	// caller's as it came, still escaped: nothing a caller chooses decides
-	// where the request goes.
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, u, http.NoBody) //nolint:gosec // G704: see above
-	if err != nil {
-		return writeError(w, http.StatusInternalServerError, "cannot ask the owning shard")
-	}
-	if a := r.Header.Get("Authorization"); a != "" && c.passAuth {
-		req.Header.Set("Authorization", a)
-	}
-	resp, err := c.client.Do(req) //nolint:gosec // G704: the request above
-	if err != nil {
-		return writeUnknown(w, id, owner, contract.ReasonOwnerUnreachable,
-			"the shard that owns the worker does not answer: "+err.Error(), st)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound && c.settling(st) {
-		return writeUnknown(w, id, owner, contract.ReasonMoving,
-			"the shard ring changed and the worker's new owner has not judged it yet", st)
-	}
-	h := w.Header()
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
-	}
-	h[contract.HeaderShard] = []string{owner}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, maxPeerBody))
-	return resp.StatusCode
-}
-
-// writeUnknown is the answer for a worker whose owner's verdict cannot be
-// had: unknown, may not take work (503), with the reason.
-func writeUnknown(w http.ResponseWriter, id, shard, code, msg string, st *ringState) int {
-	var since time.Time
-	if st != nil {
-		since = st.changed.UTC()
-	}
-	wk := &contract.Worker{
-		ID: id, State: contract.Unknown, Since: since,
-		Reasons: []contract.Reason{{Code: code, Message: msg, Since: since}},
-	}
-	w.Header()[contract.HeaderShard] = []string{shard}
-	return writeJSON(w, http.StatusServiceUnavailable, store.WithEmptyLists(wk))
-}
-
-// fleetBody is GET /health/fleet.
-type fleetBody struct {
+// FleetBody is GET /health/fleet.
+type FleetBody struct {
 	// Time is the newest snapshot's evaluation time; null before any.
 	Time    *time.Time         `json:"time"`
 	Fleet   contract.Fleet     `json:"fleet"`
 	Sources []store.SourceInfo `json:"sources"`
-}
-
-// handleFleet answers GET /health/fleet: the fleet figures without the
-// workers; across every shard unless ?scope=local.
-func (wh *workerHealth) handleFleet(w http.ResponseWriter, r *http.Request) int {
-	v := wh.viewFor(r)
-	body := fleetBody{Fleet: v.Fleet, Sources: v.Sources}
-	if !v.Time.IsZero() {
-		body.Time = &v.Time
-	}
-	return writeJSON(w, http.StatusOK, body)
-}
-
-// viewFor is the view a list request reads: this shard's own, or the whole
-// tier's when clustered and not asked for ?scope=local.
-func (wh *workerHealth) viewFor(r *http.Request) *store.View {
-	if wh.cluster == nil || localScope(r) {
-		return wh.store.Load()
-	}
-	return wh.cluster.fleetView(r.Context(), wh.store.Load(), r.Header.Get("Authorization"))
-}
-
-func localScope(r *http.Request) bool {
-	return strings.Contains(r.URL.RawQuery, contract.QueryScope) && r.URL.Query().Get(contract.QueryScope) == contract.ScopeLocal
 }
 
 // peerList is a shard's GET /health/workers?scope=local.
@@ -406,12 +276,12 @@ type peerList struct {
 	Workers []json.RawMessage `json:"workers"`
 }
 
-// fleetView merges every shard's own workers into one view: each worker
+// FleetView merges every shard's own workers into one view: each worker
 // from the shard that owns it on the ring; a worker only a former owner
 // still lists shows as `unknown` / `moving` (503) until its new owner
 // judged it; an unreachable shard is named in `sources` with its error.
 // Reused for cluster.list_cache.
-func (c *cluster) fleetView(ctx context.Context, local *store.View, auth string) *store.View {
+func (c *Cluster) FleetView(ctx context.Context, local *store.View, auth string) *store.View {
 	c.gather.Lock()
 	defer c.gather.Unlock()
 	c.mu.Lock()
@@ -471,7 +341,7 @@ func (c *cluster) fleetView(ctx context.Context, local *store.View, auth string)
 	owned := map[string]bool{}
 	for _, s := range shards {
 		for _, e := range s.entries {
-			if st.ring.owner(e.Worker.ID) == s.name {
+			if st.ring.Owner(e.Worker.ID) == s.name {
 				owned[e.Worker.ID] = true
 			}
 		}
@@ -486,7 +356,7 @@ func (c *cluster) fleetView(ctx context.Context, local *store.View, auth string)
 			Order: make([]*store.Entry, 0, len(s.entries)),
 		}
 		for _, e := range s.entries {
-			o := st.ring.owner(e.Worker.ID)
+			o := st.ring.Owner(e.Worker.ID)
 			switch {
 			case o == s.name:
 			case owned[e.Worker.ID] || si.ByID[e.Worker.ID] != nil:
@@ -524,10 +394,10 @@ func (c *cluster) fleetView(ctx context.Context, local *store.View, auth string)
 
 // movingEntry is a worker a shard lists that the ring gives to another
 // shard which does not list it (yet): unknown until its owner judges it.
-func movingEntry(e *store.Entry, from, to string, st *ringState) *store.Entry {
+func movingEntry(e *store.Entry, from, to string, st *RingState) *store.Entry {
 	wk := *e.Worker
 	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.Worker.State, from)
-	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.changed.UTC()}}, e.Worker.Reasons...)
+	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.Changed.UTC()}}, e.Worker.Reasons...)
 	wk.State = contract.Unknown
 	b, err := json.Marshal(store.WithEmptyLists(&wk))
 	if err != nil {
@@ -540,4 +410,45 @@ func movingEntry(e *store.Entry, from, to string, st *ringState) *store.Entry {
 // "worker_health/shard:<its ring name>".
 func shardSourceID(name string) component.ID {
 	return component.NewIDWithName(metadata.Type, "shard:"+name)
+}
+
+// Self is this shard's name on the ring (cluster.self).
+func (c *Cluster) Self() string { return c.self }
+
+// Pending is the freshest pending count another shard reported
+// (contract.ClusterFleet).
+func (c *Cluster) Pending() (int64, time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best peerFleet
+	ok := false
+	for _, f := range c.fleets {
+		if f.err == nil && f.fleet.Pending >= 0 && (!ok || f.time.After(best.time)) {
+			best, ok = f, true
+		}
+	}
+	return best.fleet.Pending, best.time, ok
+}
+
+// NewRequest is a request for pathAndQuery (escaped, as the caller sent it)
+// to the member owner of st. The caller's Authorization header (auth) is
+// passed on when no client auth is configured.
+func (c *Cluster) NewRequest(ctx context.Context, method string, st *RingState, owner, pathAndQuery, auth string) (*http.Request, error) {
+	m := st.members[owner]
+	// The host is a configured (or resolved) cluster member, the path the
+	// caller's as it came, still escaped: nothing a caller chooses decides
+	// where the request goes.
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.Scheme+"://"+m.api+pathAndQuery, http.NoBody) //nolint:gosec // G704: see above
+	if err != nil {
+		return nil, err
+	}
+	if auth != "" && c.passAuth {
+		req.Header.Set("Authorization", auth)
+	}
+	return req, nil
+}
+
+// Do sends a request made by NewRequest with the peer client.
+func (c *Cluster) Do(req *http.Request) (*http.Response, error) {
+	return c.client.Do(req) //nolint:gosec // G704: a request made by NewRequest
 }
