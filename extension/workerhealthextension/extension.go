@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -19,6 +20,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -36,7 +38,9 @@ type workerHealth struct {
 	history *history.Store
 	status  *collectorStatus
 	metrics *telemetry
-	page    *page
+	page    *pages.Pages
+	// now is the clock of the pages and the history JSON (time.Now).
+	now     func() time.Time
 	handler http.Handler
 	// challenge is the WWW-Authenticate value of a 401.
 	challenge []string
@@ -66,7 +70,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := newPage(cfg.PageRefresh)
+	pg, err := pages.New(cfg.PageRefresh)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +84,7 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,
+		now:       time.Now,
 	}
 	if cfg.Cluster.Enabled() {
 		wh.cluster = cluster.New(&cfg.Cluster, set.Logger)

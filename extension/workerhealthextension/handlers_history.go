@@ -80,7 +80,7 @@ func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, es
 		return code
 	}
 	id := e.Worker.ID
-	now := wh.page.now()
+	now := wh.now()
 	ws := wh.history.Series(id, now.Add(-wh.history.Window()))
 	body := historyBody{
 		ID:                id,

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 )
 
@@ -69,15 +70,15 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	if r.Method == http.MethodHead {
 		return http.StatusOK
 	}
-	// The trends are for the rows the status page shows: the pageMaxRows
+	// The trends are for the rows the status page shows: the pages.MaxRows
 	// most urgent workers of the response. A trend costs a pass over the
 	// worker's history; the page's script asks every page_refresh.
 	var trends map[*store.Entry][]int64
 	if withTrend {
-		shown := make([]*store.Entry, 0, min(v.Count(keep), pageMaxRows))
+		shown := make([]*store.Entry, 0, min(v.Count(keep), pages.MaxRows))
 		ids := make([]string, 0, cap(shown))
 		for _, e := range v.WorstFirst {
-			if len(shown) == pageMaxRows {
+			if len(shown) == pages.MaxRows {
 				break
 			}
 			if keep.Has(e.Worker.State) {
@@ -85,7 +86,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 			}
 		}
 		trends = make(map[*store.Entry][]int64, len(shown))
-		for i, t := range wh.history.Trend(ids, wh.page.now(), trendPoints) {
+		for i, t := range wh.history.Trend(ids, wh.now(), pages.TrendPoints) {
 			trends[shown[i]] = t
 		}
 	}

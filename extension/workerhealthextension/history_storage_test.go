@@ -77,7 +77,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	l := leak{id: "openfn-worker-7", start: now.Add(-20 * time.Minute), overAt: now.Add(-9 * time.Minute), soft: 900 << 20, mainSoft: 400 << 20}
 
 	wh, base, _ := historyExt(t, host)
-	wh.page.now = func() time.Time { return now }
+	wh.now = func() time.Time { return now }
 	publishHistory(wh, l.start, now, func(at time.Time) []contract.Worker {
 		return []contract.Worker{l.at(at), worker("gone", contract.Healthy)}
 	})
@@ -94,7 +94,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	code, _ := get(t, workerURL(base2, l.id)+"/history")
 	require.Equal(t, http.StatusNotFound, code)
 	later := now.Add(30 * time.Second)
-	wh2.page.now = func() time.Time { return later }
+	wh2.now = func() time.Time { return later }
 	restored := l.at(later)
 	restored.State, restored.Reasons, restored.Since = contract.Unknown, nil, later
 	publish(wh2, snapshot(testSource, later, restored))

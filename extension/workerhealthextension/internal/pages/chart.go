@@ -1,189 +1,83 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+package pages // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 
 import (
-	"cmp"
-	_ "embed"
 	"html/template"
-	"maps"
 	"math"
-	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
+) // The SVG: the fleet page's memory trend per row (newSparkline) and the
+// worker page's history charts (historyCharts).
+
+const TrendPoints = 30
+
+// newSparkline draws a row's memory trend (history.trend: bytes per point,
+// -1 none) as an SVG in a 100x20 box stretched to the cell: the tree's
+// memory over the history window, and its soft limit as a dashed line. The
+// scale goes up to the larger of the trend's top and the soft limit, so a
+// worker near its limit looks near it. assets/page.js draws the same.
+//
+// It is built here rather than in the template: a thousand rows of
+// attribute escaping cost more than the rest of the page, and the SVG holds
+// only numbers and our own words.
+func newSparkline(trend []int64, soft int64) template.HTML {
+	top, n := max(soft, 0), 0
+	for _, v := range trend {
+		if v >= 0 {
+			top, n = max(top, v), n+1
+		}
+	}
+	if n == 0 || top <= 0 {
+		return ""
+	}
+	scale := 18 / float64(top)
+	label := "tree memory over the history window, up to " + formatBytes(float64(top))
+	var b strings.Builder
+	b.Grow(64 + 12*len(trend))
+	b.WriteString(`<svg class="trend" viewBox="0 0 100 20" preserveAspectRatio="none" role="img" aria-label="`)
+	b.WriteString(label)
+	b.WriteString(`"><title>`)
+	b.WriteString(label)
+	b.WriteString(`</title>`)
+	if soft > 0 {
+		y := px(19 - float64(soft)*scale)
+		b.WriteString(`<line x1="0" x2="100" y1="` + y + `" y2="` + y + `"></line>`)
+	}
+	b.WriteString(`<polyline points="`)
+	first := true
+	for i, v := range trend {
+		if v < 0 {
+			continue
+		}
+		if !first {
+			b.WriteByte(' ')
+		}
+		first = false
+		b.WriteString(px(float64(i) * 100 / float64(max(1, len(trend)-1))))
+		b.WriteByte(',')
+		b.WriteString(px(19 - float64(v)*scale))
+	}
+	b.WriteString(`"></polyline></svg>`)
+	return template.HTML(b.String()) //nolint:gosec // numbers and our own words only, no worker data
+}
+
+// PlotLeft and PlotRight are the x of a chart's plot area: a sample at the
+// start of the span is drawn at PlotLeft, one at its end at PlotRight.
+const (
+	PlotLeft  = 64 // room for the y labels
+	PlotRight = 712
 )
-
-// The worker page, GET /workers/{id}: the fleet page's row for one worker,
-// with its recent history drawn as small SVG charts rendered here (no script,
-// no external asset; the fleet page's Content-Security-Policy), the timeline
-// of its state transitions, its recent runs and the ids each source knows it
-// by. It reloads itself every page_refresh with a meta refresh.
-
-//go:embed assets/worker.html.tmpl
-var workerTemplate string
-
-type workerPageData struct {
-	CSS            template.CSS
-	RefreshSeconds int
-	// Up leads from the page back to the root: the id may hold slashes.
-	Up, PathID   string
-	ID, Name     string
-	NotUTF8      bool
-	State        contract.State
-	MayTakeWork  bool
-	Since        string
-	LastSeen     string
-	Reasons      []pageReason
-	MemText      string
-	CPUText      string
-	RunsText     string
-	WorkerRuns   string
-	SchedRuns    string
-	Drift        string
-	DriftBad     bool
-	Window       string
-	Charts       []chart
-	Transitions  []pageTransition
-	Recent       []pageRun
-	Kills        string
-	Sources      []pageSource
-	HistoryEmpty bool
-}
-
-type pageTransition struct {
-	At, Ago  string
-	From, To contract.State
-	Reasons  []pageReason
-}
-
-type pageRun struct {
-	ID, Result, Kill, Duration, Ended string
-}
-
-type pageSource struct {
-	Name     string
-	Seen     bool
-	LastSeen string
-	IDs      string
-}
-
-func (wh *workerHealth) handleWorkerPage(w http.ResponseWriter, _ *http.Request, escapedID string) int {
-	e, code := wh.lookup(w, escapedID)
-	if e == nil {
-		return code
-	}
-	now := wh.page.now()
-	hs := wh.history
-	span := hs.Span(now)
-	d := wh.page.workerData(e.Worker, hs.Series(e.Worker.ID, now.Add(-span)), now, span, hs.Resolution())
-	d.Up = strings.Repeat("../", 1+strings.Count(escapedID, "/"))
-	return wh.page.render(w, wh.page.worker, d, "the worker page")
-}
-
-func (p *page) workerData(w *contract.Worker, ws history.Series, now time.Time, window, res time.Duration) workerPageData {
-	d := workerPageData{
-		CSS:            template.CSS(pageCSS), //nolint:gosec // our own embedded stylesheet, not data
-		RefreshSeconds: max(1, int(p.refresh/time.Second)),
-		PathID:         url.PathEscape(w.ID),
-		Name:           w.Name,
-		State:          w.State,
-		MayTakeWork:    w.State.MayTakeWork(),
-		Since:          since(w.Since, now),
-		LastSeen:       ago(w.LastSeen, now),
-		CPUText:        cpuText(w.CPU),
-		RunsText:       runsText(w.Runs),
-		WorkerRuns:     listText(w.Runs.Worker),
-		SchedRuns:      listText(w.Runs.Scheduler),
-		Window:         dur(window),
-		Kills:          killsText(w.Runs.Kills),
-		HistoryEmpty:   len(ws.Samples) == 0,
-	}
-	d.ID, d.NotUTF8 = shownID(w.ID)
-	for _, r := range w.Reasons {
-		d.Reasons = append(d.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
-	}
-	_, _, d.MemText = memoryCell(w, now)
-	d.Drift, _, d.DriftBad = driftText(w.Drift)
-
-	from := now.Add(-window)
-	if !d.HistoryEmpty {
-		d.Charts = historyCharts(ws, from, now, res)
-	}
-	for i := len(ws.Transitions) - 1; i >= 0; i-- { // newest first
-		t := ws.Transitions[i]
-		at := time.UnixMilli(t.At)
-		pt := pageTransition{At: at.UTC().Format("15:04:05 UTC"), Ago: ago(at, now), From: history.StateOf(t.From), To: history.StateOf(t.To)}
-		for _, r := range t.Reasons[:t.NReasons] {
-			pt.Reasons = append(pt.Reasons, pageReason{Code: r.Code, Evidence: evidence(contract.Reason{Code: r.Code, Value: r.Value, Threshold: r.Threshold})})
-		}
-		d.Transitions = append(d.Transitions, pt)
-	}
-	for _, r := range w.Runs.Recent {
-		pr := pageRun{ID: r.ID, Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: "–"}
-		if !r.Ended.IsZero() {
-			pr.Ended = ago(r.Ended, now)
-		}
-		if r.DurationSeconds > 0 {
-			pr.Duration = runDuration(r.DurationSeconds)
-		}
-		d.Recent = append(d.Recent, pr)
-	}
-	for _, s := range []struct {
-		name string
-		src  contract.Source
-	}{{"process tree", w.Sources.Tree}, {"own telemetry", w.Sources.Telemetry}, {"scheduler", w.Sources.Scheduler}} {
-		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen, now), IDs: listText(s.src.IDs)})
-	}
-	return d
-}
-
-func cpuText(c contract.CPU) string {
-	if c.MainCores < 0 {
-		return "not reported"
-	}
-	s := formatNum(c.MainCores) + " cores (main process)"
-	if c.LimitCPUs > 0 {
-		s += " / limit " + formatNum(c.LimitCPUs)
-	}
-	return s
-}
-
-func listText(l []string) string {
-	if len(l) == 0 {
-		return "–"
-	}
-	return strings.Join(l, ", ")
-}
-
-func killsText(k map[string]int64) string {
-	if len(k) == 0 {
-		return "none"
-	}
-	parts := make([]string, 0, len(k))
-	for _, reason := range slices.Sorted(maps.Keys(k)) {
-		parts = append(parts, reason+" "+strconv.FormatInt(k[reason], 10))
-	}
-	return strings.Join(parts, " · ")
-}
-
-func runDuration(s float64) string {
-	if s < 10 {
-		return strconv.FormatFloat(s, 'f', 1, 64) + "s"
-	}
-	return dur(time.Duration(s * float64(time.Second)))
-}
 
 // The charts. Coordinates are in the SVG's own units; the CSS scales it to
 // the page's width.
 const (
 	chartW  = 720
 	chartH  = 150
-	plotL   = 64 // room for the y labels
-	plotR   = 712
+	plotL   = PlotLeft
+	plotR   = PlotRight
 	plotT   = 8
 	plotB   = 122 // the state band and the x labels below
 	bandTop = 126
