@@ -133,8 +133,11 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	}
 	if wh.cluster != nil {
 		if err := wh.cluster.Start(ctx, host, wh.telemetry); err != nil {
+			// Start failed: the collector does not call Shutdown's
+			// serving half, so the history's storage client and its flush
+			// loop end here.
 			_ = ln.Close()
-			return err
+			return errors.Join(err, wh.history.Detach(ctx))
 		}
 	}
 	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
@@ -217,11 +220,4 @@ func (wh *workerHealth) Ready() error {
 func (wh *workerHealth) NotReady() error {
 	wh.status.setPipelinesReady(false)
 	return nil
-}
-
-// boundAddr is the address being served, or nil when not started.
-func (wh *workerHealth) boundAddr() net.Addr {
-	wh.mu.Lock()
-	defer wh.mu.Unlock()
-	return wh.addr
 }

@@ -3,6 +3,7 @@ package workerhealthextension
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
@@ -76,4 +77,11 @@ func settingsForTest() extension.Settings { return extensiontest.NewNopSettings(
 func publish(wh *workerHealth, snap *contract.Snapshot) {
 	wh.Publish(snap)
 	wh.store.Flush()
+}
+
+// boundAddr is the address being served, or nil when not started.
+func (wh *workerHealth) boundAddr() net.Addr {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	return wh.addr
 }
