@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
-	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 )
 
 // Config is the worker_health extension's configuration. The HTTP paths are

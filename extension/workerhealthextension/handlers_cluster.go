@@ -10,7 +10,9 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
-) // The cluster's side of the API: the answers for a worker another shard
+)
+
+// The cluster's side of the API: the answers for a worker another shard
 // owns, the fleet across shards, and what the processor asks of the
 // cluster (contract.Ownership, contract.ClusterFleet). The ring, the
 // members and the peer client are internal/cluster.

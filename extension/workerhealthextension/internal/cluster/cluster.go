@@ -438,7 +438,7 @@ func (c *Cluster) NewRequest(ctx context.Context, method string, st *RingState, 
 	// The host is a configured (or resolved) cluster member, the path the
 	// caller's as it came, still escaped: nothing a caller chooses decides
 	// where the request goes.
-	req, err := http.NewRequestWithContext(ctx, method, c.cfg.Scheme+"://"+m.api+pathAndQuery, http.NoBody) //nolint:gosec // G704: see above
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.Scheme+"://"+m.api+pathAndQuery, http.NoBody)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
-) // The SVG: the fleet page's memory trend per row (newSparkline) and the
+)
+
+// The SVG: the fleet page's memory trend per row (newSparkline) and the
 // worker page's history charts (historyCharts).
 
 const TrendPoints = 30
