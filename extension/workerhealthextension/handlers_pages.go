@@ -1,7 +1,9 @@
 package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 
+// The HTML pages (internal/pages renders them).
+
 import (
-	"net/http" // The HTML pages (internal/pages renders them).
+	"net/http"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 )

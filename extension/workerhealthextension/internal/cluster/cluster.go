@@ -18,13 +18,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
-	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
-	"github.com/workerwatch/workerwatch/internal/contract" // The other shards' health API paths it reads (routes.go of the extension).
 	"go.opentelemetry.io/collector/component"
 	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// The other shards' health API paths it reads (routes.go of the extension).
 const (
 	pathWorkers = "/health/workers"
 	pathFleet   = "/health/fleet"
