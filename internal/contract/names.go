@@ -182,6 +182,14 @@ const (
 	// one worker (AttrWorkerID), listed in AttrSchedulerRuns; an empty list
 	// says it holds none (ViewSnapshots).
 	EventSchedulerSnapshot = "workerwatch.scheduler.snapshot"
+	// EventRunStalled: the scheduler found the run's worker stopped
+	// renewing its claim (BullMQ's stalled checker: the job's lock lapsed
+	// and the job went back to wait), on a scheduler record naming the
+	// worker that held it (AttrWorkerID) and the run (AttrRunID). The
+	// bullmq receiver sends it; the worker_health processor does not read
+	// it yet (a worker alive while its run stalls has a hung main loop:
+	// receiver/bullmqreceiver/README.md, "Hung workers").
+	EventRunStalled = "workerwatch.run.stalled"
 	// EventStateChange is the processor's record of one state transition.
 	EventStateChange = "workerwatch.worker.state_change"
 )
