@@ -1,4 +1,4 @@
-package workerhealthextension
+package cluster
 
 import (
 	"fmt"
@@ -21,10 +21,10 @@ func TestRingSpread(t *testing.T) {
 		for i := range n {
 			eps = append(eps, fmt.Sprintf("workerwatch-gateway-%d.workerwatch-gateway-shards.workerwatch.svc.cluster.local:4317", i))
 		}
-		r := newRing(eps)
+		r := NewRing(eps)
 		count := map[string]int{}
 		for i := range ids {
-			count[r.owner(fmt.Sprintf("worker-%07d", i))]++
+			count[r.Owner(fmt.Sprintf("worker-%07d", i))]++
 		}
 		largest, smallest := 0, ids
 		for _, c := range count {

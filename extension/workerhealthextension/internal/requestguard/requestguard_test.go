@@ -1,4 +1,4 @@
-package workerhealthextension
+package requestguard
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 
 // FuzzTargetGuard: what the guard passes on does not depend on how the bytes
 // arrive, is the input itself unless a request line had an invalid target,
-// and every rewritten line names pathBadTarget.
+// and every rewritten line names PathBadTarget.
 func FuzzTargetGuard(f *testing.F) {
 	for _, s := range []string{
 		"GET /health/workers/a HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -29,7 +29,7 @@ func FuzzTargetGuard(f *testing.F) {
 		if got := guarded(in, int(chunk)+1); !bytes.Equal(got, whole) {
 			t.Fatalf("chunks of %d give %q, whole %q", int(chunk)+1, got, whole)
 		}
-		if !bytes.Contains(whole, []byte(pathBadTarget)) || bytes.Contains(in, []byte(pathBadTarget)) {
+		if !bytes.Contains(whole, []byte(PathBadTarget)) || bytes.Contains(in, []byte(PathBadTarget)) {
 			if !bytes.Equal(whole, in) {
 				t.Fatalf("nothing to rewrite, but %q became %q", in, whole)
 			}
@@ -50,7 +50,7 @@ func guarded(in []byte, n int) []byte {
 
 func TestTargetGuardRewrites(t *testing.T) {
 	in := "GET /ok HTTP/1.1\r\nHost: x\r\n\r\nHEAD /health/workers/%zz HTTP/1.1\r\nHost: x\r\n\r\n"
-	want := "GET /ok HTTP/1.1\r\nHost: x\r\n\r\nHEAD " + pathBadTarget + " HTTP/1.1\r\nHost: x\r\n\r\n"
+	want := "GET /ok HTTP/1.1\r\nHost: x\r\n\r\nHEAD " + PathBadTarget + " HTTP/1.1\r\nHost: x\r\n\r\n"
 	for n := 1; n <= len(in); n++ {
 		if got := string(guarded([]byte(in), n)); got != want {
 			t.Fatalf("chunks of %d: %q", n, got)

@@ -1,4 +1,8 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+// Package requestguard makes net/http's refusal of a malformed request
+// target an API error: on a cleartext listener it rewrites the target of an
+// invalid HTTP/1 request line to PathBadTarget, which the router answers
+// with a JSON 400. It knows nothing of the API beyond that path.
+package requestguard // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
 
 import (
 	"bytes"
@@ -12,7 +16,7 @@ import (
 // any handler runs and with no way to hook it. The API promises a JSON error
 // for every error, so on a cleartext listener each HTTP/1 request line is
 // checked as it arrives (the same url.ParseRequestURI net/http applies), and
-// the target of an invalid one is replaced by pathBadTarget, which the router
+// the target of an invalid one is replaced by PathBadTarget, which the router
 // answers with the JSON 400. Every other byte passes through unchanged.
 //
 // Limits, chosen to keep this small: behind TLS the listener is not wrapped
@@ -21,18 +25,20 @@ import (
 // is passed through, because finding the next request line would mean
 // parsing bodies. Either way such a request gets net/http's own 400.
 
-// pathBadTarget is the target a request with an invalid one is given. Asked
+// PathBadTarget is the target a request with an invalid one is given. Asked
 // for directly it gets the same 400, which is harmless.
-const pathBadTarget = "/.invalid-request-target"
+const PathBadTarget = "/.invalid-request-target"
 
 // maxRequestLine is what net/http itself buffers for a request's head
 // (http.DefaultMaxHeaderBytes plus its 4096 bytes of slack): a longer line is
 // refused by net/http anyway, so it is passed through rather than held.
 const maxRequestLine = http.DefaultMaxHeaderBytes + 4096
 
-type targetGuardListener struct{ net.Listener }
+// Listener wraps a cleartext listener: every connection it accepts has
+// its invalid request targets rewritten (see the package comment).
+type Listener struct{ net.Listener }
 
-func (l targetGuardListener) Accept() (net.Conn, error) {
+func (l Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -171,7 +177,7 @@ func plainPath(target []byte) bool {
 }
 
 // checkedRequestLine returns line, or line with its target replaced by
-// pathBadTarget when net/http would refuse the target. It splits the line
+// PathBadTarget when net/http would refuse the target. It splits the line
 // as net/http's parseRequestLine does.
 func checkedRequestLine(line []byte) []byte {
 	method, rest, ok1 := bytes.Cut(line, []byte(" "))
@@ -185,10 +191,10 @@ func checkedRequestLine(line []byte) []byte {
 	if _, err := url.ParseRequestURI(string(target)); err == nil {
 		return line
 	}
-	out := make([]byte, 0, len(method)+len(pathBadTarget)+len(proto)+2)
+	out := make([]byte, 0, len(method)+len(PathBadTarget)+len(proto)+2)
 	out = append(out, method...)
 	out = append(out, ' ')
-	out = append(out, pathBadTarget...)
+	out = append(out, PathBadTarget...)
 	out = append(out, ' ')
 	return append(out, proto...)
 }

@@ -1,4 +1,4 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+package cluster
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 	"go.opentelemetry.io/collector/config/configoptional"
 )
 
-// ClusterConfig makes this collector one shard of a gateway tier behind the
+// Config makes this collector one shard of a gateway tier behind the
 // load_balancing exporter (docs/scaling.md): the extension knows the same
 // members the agents' exporter routes to, computes the same consistent hash
 // of cicd.worker.id, and so can answer for any worker (asking the owning
 // shard, one hop) and for the whole fleet (asking every shard). Off unless
 // `self` is set.
-type ClusterConfig struct {
+type Config struct {
 	// Self is this shard's name on the ring: exactly the string the agents'
 	// load_balancing exporter has for it ("10.0.0.5:4317" from its DNS
 	// resolver, or a `resolver.static.hostnames` entry as written there),
@@ -95,10 +95,10 @@ const (
 	defaultDNSTimeout     = time.Second
 )
 
-func defaultClusterConfig() ClusterConfig {
+func DefaultConfig() Config {
 	client := confighttp.NewDefaultClientConfig()
 	client.Timeout = defaultClusterTimeout
-	return ClusterConfig{
+	return Config{
 		DNS:          configoptional.Default(DNSMembers{APIPort: defaultAPIPort, Timeout: defaultDNSTimeout}),
 		Scheme:       "http",
 		Client:       client,
@@ -108,11 +108,13 @@ func defaultClusterConfig() ClusterConfig {
 	}
 }
 
-func (c *ClusterConfig) enabled() bool { return c.Self != "" }
+func (c *Config) Enabled() bool { return c.Self != "" }
 
-// validate checks the cluster section; every error names its key.
-func (c *ClusterConfig) validate() error {
-	if !c.enabled() {
+// Check checks the cluster section; every error names its key. The
+// extension's Config.Validate calls it (not named Validate, so that
+// confmap does not run it a second time on the nested section).
+func (c *Config) Check() error {
+	if !c.Enabled() {
 		if c.Static.HasValue() || c.DNS.HasValue() {
 			return errors.New("cluster.self: required when cluster.static or cluster.dns is set (this shard's name on the ring)")
 		}

@@ -1,6 +1,12 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+// Package history keeps what the worker pages and /health/workers/{id}/history
+// show of each worker: a fixed ring of samples and a small ring of state
+// transitions, fed from the snapshots the extension serves, optionally kept
+// in a storage extension across restarts (storage.go, codec.go). It knows
+// the contract's Worker and nothing of HTTP or of the view that feeds it.
+package history // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 
 import (
+	"iter"
 	"math"
 	"slices"
 	"sync"
@@ -22,50 +28,51 @@ const (
 	// historyRoles is how many roles per worker the history keeps: main,
 	// child and two configured roles. Further roles are left out of the
 	// history (the worker's own JSON still has every role).
-	historyRoles = 4
+	Roles = 4
 	// historyTransitions is how many state transitions per worker are kept.
-	historyTransitions = 16
+	Transitions = 16
 	// transitionReasons is how many reasons a transition keeps.
-	transitionReasons = 3
+	TransitionReasons = 3
 )
 
-// sample is one worker at one time. Byte counts are KiB in 32 bits (up to
+// Sample is one worker at one time. Byte counts are KiB in 32 bits (up to
 // 4 TiB; RSS is a whole number of pages, so KiB lose nothing) and CPU is 32-bit
 // float: 64 bytes a sample instead of 104.
-type sample struct {
-	at                                  int64 // unix milliseconds of the snapshot
-	rssKiB                              uint32
-	softKiB                             uint32
-	roleRSS                             [historyRoles]uint32 // KiB, by slot (workerHistory.roles)
-	roleSoft                            [historyRoles]uint32
-	cpuMain                             float32 // cores; -1: not reported
-	cpuLimit                            float32 // CPUs; 0: unknown
-	runsWorker, runsScheduler, capacity uint16
-	state                               uint8 // stateCode
-	roleMask                            uint8 // which role slots the sample has
+type Sample struct {
+	At                                  int64 // unix milliseconds of the snapshot
+	RSSKiB                              uint32
+	SoftKiB                             uint32
+	RoleRSS                             [Roles]uint32 // KiB, by slot (Series.Roles)
+	RoleSoft                            [Roles]uint32
+	CPUMain                             float32 // cores; -1: not reported
+	CPULimit                            float32 // CPUs; 0: unknown
+	RunsWorker, RunsScheduler, Capacity uint16
+	State                               uint8 // StateOf gives the state
+	RoleMask                            uint8 // which role slots the sample has
 }
 
-type transitionReason struct {
-	code             string
-	value, threshold float64
+// TransitionReason is one reason a transition kept.
+type TransitionReason struct {
+	Code             string
+	Value, Threshold float64
 }
 
-// transition is a change of state, at the time the processor says the new
+// Transition is a change of state, at the time the processor says the new
 // state began (Worker.Since) when it says so.
-type transition struct {
-	at       int64 // unix milliseconds
-	from, to uint8 // stateCode; from 0: first seen
-	nReasons uint8
-	reasons  [transitionReasons]transitionReason
+type Transition struct {
+	At       int64 // unix milliseconds
+	From, To uint8 // StateOf gives the state; From 0: first seen
+	NReasons uint8
+	Reasons  [TransitionReasons]TransitionReason
 }
 
 // workerHistory is one worker's rings. samples grows up to the ring size
 // (so a worker seen briefly costs little) and then wraps at next.
 type workerHistory struct {
-	samples []sample
+	samples []Sample
 	next    int
-	roles   [historyRoles]string
-	trans   []transition
+	roles   [Roles]string
+	trans   []Transition
 	tnext   int
 	// state is the state last recorded (0: none yet).
 	state uint8
@@ -89,17 +96,18 @@ func stateCode(s contract.State) uint8 {
 	return 0
 }
 
-func stateOf(c uint8) contract.State {
+// StateOf is the state a Sample or Transition code stands for; "" for 0.
+func StateOf(c uint8) contract.State {
 	if c == 0 || int(c) > len(contract.AllStates) {
 		return ""
 	}
 	return contract.AllStates[c-1]
 }
 
-// historyStore holds every worker's history. The drain goroutine writes
+// Store holds every worker's history. The drain goroutine writes
 // (record, retain) under the write lock, once per snapshot; pages and the
 // JSON copy a worker's rings out under the read lock.
-type historyStore struct {
+type Store struct {
 	window     time.Duration
 	resolution time.Duration
 	size       int // samples per worker: window / resolution
@@ -116,39 +124,43 @@ type historyStore struct {
 	first int64
 }
 
-func newHistoryStore(window, resolution time.Duration) *historyStore {
-	return &historyStore{
+// New is an empty history of window / resolution samples per worker.
+func New(window, resolution time.Duration) *Store {
+	return &Store{
 		window:     window,
 		resolution: resolution,
-		size:       historySize(window, resolution),
+		size:       Size(window, resolution),
 		byID:       map[string]*workerHistory{},
 		codes:      map[string]string{},
 	}
 }
 
-func historySize(window, resolution time.Duration) int {
+// Size is how many samples a worker's ring holds.
+func Size(window, resolution time.Duration) int {
 	return max(1, int((window+resolution-1)/resolution))
 }
 
-// recordView adds the workers of the snapshots just indexed (srcs) to their
-// histories, then drops the histories of workers no longer served. Only the
-// entry the view serves is recorded, so with two processors listing one
-// worker the history follows the API's answer.
-func (hs *historyStore) recordView(v *view, srcs []*sourceIndex) {
+// Window is how far back the history goes (history.window).
+func (hs *Store) Window() time.Duration { return hs.window }
+
+// Resolution is the time between two samples of a worker (history.resolution).
+func (hs *Store) Resolution() time.Duration { return hs.resolution }
+
+// Update adds the workers of the snapshots just indexed to their histories
+// (fresh yields each served worker with its snapshot's time, unix ms), then
+// drops the histories of workers the API no longer serves (served). The
+// caller passes only the copy of a worker the API serves, so with two
+// processors listing one worker the history follows the API's answer.
+func (hs *Store) Update(fresh iter.Seq2[int64, *contract.Worker], served func(id string) bool) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	for _, si := range srcs {
-		at := si.snap.Time.UnixMilli()
-		for _, e := range si.order {
-			if v.byID[e.w.ID] == e {
-				hs.record(e.w, at)
-			}
-		}
+	for at, w := range fresh {
+		hs.record(w, at)
 	}
-	hs.retain(v, time.Now().Add(-hs.window).UnixMilli())
+	hs.retain(served, time.Now().Add(-hs.window).UnixMilli())
 }
 
-func (hs *historyStore) record(w *contract.Worker, at int64) {
+func (hs *Store) record(w *contract.Worker, at int64) {
 	if hs.first == 0 || at < hs.first {
 		hs.first = at
 	}
@@ -158,26 +170,26 @@ func (hs *historyStore) record(w *contract.Worker, at int64) {
 		hs.byID[w.ID] = h
 	}
 	h.inView = true
-	s := sample{
-		at:            at,
-		rssKiB:        kib(w.Memory.RSSBytes),
-		softKiB:       kib(w.Memory.SoftLimitBytes),
-		cpuMain:       float32(w.CPU.MainCores),
-		cpuLimit:      float32(w.CPU.LimitCPUs),
-		runsWorker:    clamp16(len(w.Runs.Worker)),
-		runsScheduler: clamp16(len(w.Runs.Scheduler)),
-		capacity:      clamp16(w.Runs.Capacity),
-		state:         stateCode(w.State),
+	s := Sample{
+		At:            at,
+		RSSKiB:        kib(w.Memory.RSSBytes),
+		SoftKiB:       kib(w.Memory.SoftLimitBytes),
+		CPUMain:       float32(w.CPU.MainCores),
+		CPULimit:      float32(w.CPU.LimitCPUs),
+		RunsWorker:    clamp16(len(w.Runs.Worker)),
+		RunsScheduler: clamp16(len(w.Runs.Scheduler)),
+		Capacity:      clamp16(w.Runs.Capacity),
+		State:         stateCode(w.State),
 	}
 	for _, r := range w.Memory.Roles {
 		if i := h.slot(r.Role); i >= 0 {
-			s.roleRSS[i], s.roleSoft[i] = kib(r.RSSBytes), kib(r.SoftLimitBytes)
-			s.roleMask |= 1 << i
+			s.RoleRSS[i], s.RoleSoft[i] = kib(r.RSSBytes), kib(r.SoftLimitBytes)
+			s.RoleMask |= 1 << i
 		}
 	}
 	h.add(s, hs.resolution.Milliseconds(), hs.size)
-	if s.state != h.state {
-		h.transition(w, s.state, at, hs.intern)
+	if s.State != h.state {
+		h.transition(w, s.State, at, hs.intern)
 	}
 }
 
@@ -199,13 +211,13 @@ func (h *workerHistory) slot(role string) int {
 // add appends s, or replaces the last sample when s falls in the same
 // resolution step (a processor evaluating more often than the resolution
 // updates the step's sample rather than pushing older ones out).
-func (h *workerHistory) add(s sample, res int64, size int) {
+func (h *workerHistory) add(s Sample, res int64, size int) {
 	if n := len(h.samples); n > 0 {
 		last := &h.samples[h.lastIndex(size)]
 		switch {
-		case s.at < last.at:
+		case s.At < last.At:
 			return // out of order: the view never goes back, nor does history
-		case s.at/res == last.at/res:
+		case s.At/res == last.At/res:
 			*last = s
 			h.unsaved = max(h.unsaved, 1)
 			return
@@ -216,7 +228,7 @@ func (h *workerHistory) add(s sample, res int64, size int) {
 		if len(h.samples) == cap(h.samples) {
 			// Grow by doubling, but never past the ring size: append
 			// would round a 180-sample ring up to 256.
-			grown := make([]sample, len(h.samples), min(size, max(8, 2*cap(h.samples))))
+			grown := make([]Sample, len(h.samples), min(size, max(8, 2*cap(h.samples))))
 			copy(grown, h.samples)
 			h.samples = grown
 		}
@@ -235,47 +247,47 @@ func (h *workerHistory) lastIndex(size int) int {
 }
 
 func (h *workerHistory) transition(w *contract.Worker, to uint8, at int64, intern func(string) string) {
-	t := transition{at: at, from: h.state, to: to}
+	t := Transition{At: at, From: h.state, To: to}
 	// The processor knows when the state began; a snapshot only shows it
 	// at the next evaluation.
-	if since := w.Since.UnixMilli(); !w.Since.IsZero() && since <= at && (len(h.trans) == 0 || since >= h.lastTransition().at) {
-		t.at = since
+	if since := w.Since.UnixMilli(); !w.Since.IsZero() && since <= at && (len(h.trans) == 0 || since >= h.lastTransition().At) {
+		t.At = since
 	}
 	for _, r := range w.Reasons {
-		if int(t.nReasons) == transitionReasons {
+		if int(t.NReasons) == TransitionReasons {
 			break
 		}
-		t.reasons[t.nReasons] = transitionReason{code: intern(r.Code), value: r.Value, threshold: r.Threshold}
-		t.nReasons++
+		t.Reasons[t.NReasons] = TransitionReason{Code: intern(r.Code), Value: r.Value, Threshold: r.Threshold}
+		t.NReasons++
 	}
 	h.state, h.transDirty = to, true
-	if len(h.trans) < historyTransitions {
+	if len(h.trans) < Transitions {
 		if h.trans == nil {
-			h.trans = make([]transition, 0, 2)
+			h.trans = make([]Transition, 0, 2)
 		}
 		h.trans = append(h.trans, t)
 		return
 	}
 	h.trans[h.tnext] = t
-	h.tnext = (h.tnext + 1) % historyTransitions
+	h.tnext = (h.tnext + 1) % Transitions
 }
 
-func (h *workerHistory) lastTransition() transition {
-	if len(h.trans) < historyTransitions {
+func (h *workerHistory) lastTransition() Transition {
+	if len(h.trans) < Transitions {
 		return h.trans[len(h.trans)-1]
 	}
-	return h.trans[(h.tnext+historyTransitions-1)%historyTransitions]
+	return h.trans[(h.tnext+Transitions-1)%Transitions]
 }
 
-// retain drops the history of every worker the view no longer serves: at
+// retain drops the history of every worker the API no longer serves: at
 // once when it was served since start, after a window when it only came
 // from storage (the processor may not have reported it again yet).
-func (hs *historyStore) retain(v *view, horizon int64) {
+func (hs *Store) retain(served func(id string) bool, horizon int64) {
 	for id, h := range hs.byID {
-		if v.byID[id] != nil {
+		if served(id) {
 			continue
 		}
-		if h.inView || len(h.samples) == 0 || h.samples[h.lastIndex(hs.size)].at < horizon {
+		if h.inView || len(h.samples) == 0 || h.samples[h.lastIndex(hs.size)].At < horizon {
 			delete(hs.byID, id)
 			if p := hs.persist; p != nil && h.persisted {
 				p.removed[id] = max(p.ids[id], (len(h.samples)+historyGroup-1)/historyGroup)
@@ -284,43 +296,43 @@ func (hs *historyStore) retain(v *view, horizon int64) {
 	}
 }
 
-// workerSeries is a copy of one worker's history, oldest first, from
-// since on: what the page and the JSON render, without holding the lock.
-type workerSeries struct {
-	roles       []string // the role slots in use, in slot order
-	samples     []sample
-	transitions []transition
+// Series is a copy of one worker's history, oldest first, from a time on:
+// what the pages and the JSON render, without holding the lock.
+type Series struct {
+	Roles       []string // the role slots in use, in slot order
+	Samples     []Sample
+	Transitions []Transition
 }
 
-// series copies id's history from since on; empty when there is none.
-func (hs *historyStore) series(id string, since time.Time) workerSeries {
+// Series copies id's history from since on; empty when there is none.
+func (hs *Store) Series(id string, since time.Time) Series {
 	hs.mu.RLock()
 	defer hs.mu.RUnlock()
 	h := hs.byID[id]
 	if h == nil {
-		return workerSeries{}
+		return Series{}
 	}
 	from := since.UnixMilli()
-	var ws workerSeries
+	var ws Series
 	for _, r := range h.roles {
 		if r != "" {
-			ws.roles = append(ws.roles, r)
+			ws.Roles = append(ws.Roles, r)
 		}
 	}
-	ws.samples = make([]sample, 0, len(h.samples))
+	ws.Samples = make([]Sample, 0, len(h.samples))
 	for i := range h.samples {
 		s := h.samples[(h.next+i)%len(h.samples)]
-		if s.at >= from {
-			ws.samples = append(ws.samples, s)
+		if s.At >= from {
+			ws.Samples = append(ws.Samples, s)
 		}
 	}
-	ws.transitions = make([]transition, 0, len(h.trans))
+	ws.Transitions = make([]Transition, 0, len(h.trans))
 	for i := range h.trans {
 		t := h.trans[(h.tnext+i)%len(h.trans)]
 		// A transition older than the window is still the one that
 		// explains the current state: keep it when it is the last.
-		if t.at >= from || i == len(h.trans)-1 {
-			ws.transitions = append(ws.transitions, t)
+		if t.At >= from || i == len(h.trans)-1 {
+			ws.Transitions = append(ws.Transitions, t)
 		}
 	}
 	return ws
@@ -330,10 +342,10 @@ func (hs *historyStore) series(id string, since time.Time) workerSeries {
 // window is drawn over its own age, but not over less than this.
 const minSpan = 2 * time.Minute
 
-// span is the time the pages draw, ending at now: the window, or while the
+// Span is the time the pages draw, ending at now: the window, or while the
 // history is younger than that (the collector just started), its age, so
 // the first minutes are not squeezed into the right edge of a half-hour.
-func (hs *historyStore) span(now time.Time) time.Duration {
+func (hs *Store) Span(now time.Time) time.Duration {
 	hs.mu.RLock()
 	first := hs.first
 	hs.mu.RUnlock()
@@ -344,13 +356,13 @@ func (hs *historyStore) span(now time.Time) time.Duration {
 	return min(hs.window, max(age, min(minSpan, hs.window)))
 }
 
-// trend is the tree memory of each worker in ids over the span ending at
+// Trend is the tree memory of each worker in ids over the span ending at
 // now, as points buckets (the largest sample in each, -1 where none): the
 // fleet page's sparkline. One lock for all of them; nil for a worker
 // without history.
-func (hs *historyStore) trend(ids []string, now time.Time, points int) [][]int64 {
+func (hs *Store) Trend(ids []string, now time.Time, points int) [][]int64 {
 	out := make([][]int64, len(ids))
-	span := hs.span(now)
+	span := hs.Span(now)
 	from := now.Add(-span).UnixMilli()
 	step := max(1, span.Milliseconds()/int64(points))
 	hs.mu.RLock()
@@ -365,11 +377,11 @@ func (hs *historyStore) trend(ids []string, now time.Time, points int) [][]int64
 			t[j] = -1
 		}
 		for _, s := range h.samples {
-			b := (s.at - from) / step
-			if s.at < from || b >= int64(points) {
+			b := (s.At - from) / step
+			if s.At < from || b >= int64(points) {
 				continue
 			}
-			t[b] = max(t[b], int64(s.rssKiB)<<10)
+			t[b] = max(t[b], int64(s.RSSKiB)<<10)
 		}
 		out[i] = t
 	}
@@ -385,7 +397,7 @@ func kib(b int64) uint32 {
 
 func clamp16(n int) uint16 { return uint16(min(max(n, 0), math.MaxUint16)) }
 
-func (hs *historyStore) intern(c string) string {
+func (hs *Store) intern(c string) string {
 	if s, ok := hs.codes[c]; ok {
 		return s
 	}

@@ -1,11 +1,18 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+// Package store is what the API serves: the latest snapshot of each
+// publishing processor, indexed once (every worker's JSON encoded when its
+// snapshot arrives) and merged into one immutable View that readers load
+// without a lock. It feeds the history and knows nothing of HTTP.
+package store // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
+	"iter"
 	"math"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,31 +20,32 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // entry is one worker as served: the judgement plus its JSON, encoded once
 // when the snapshot arrives so a scheduler polling thousands of times a
 // second costs a map lookup and a write, not an encoding.
-type entry struct {
-	w    *contract.Worker
-	json []byte
+type Entry struct {
+	Worker *contract.Worker
+	JSON   []byte
 	// at is the time of the snapshot the worker came in: on a tie between
 	// two processors, the fresher one wins.
-	at time.Time
+	At time.Time
 }
 
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
-type sourceIndex struct {
-	snap *contract.Snapshot
-	byID map[string]*entry
-	// order is snap.Workers' entries sorted by id.
-	order []*entry
+type SourceIndex struct {
+	Snap *contract.Snapshot
+	ByID map[string]*Entry
+	// Order is Snap.Workers' entries sorted by id.
+	Order []*Entry
 }
 
 // sourceInfo tells readers which processors contributed and how fresh each is:
 // a processor that stopped publishing shows up as an old time.
-type sourceInfo struct {
+type SourceInfo struct {
 	ID      string    `json:"id"`
 	Time    time.Time `json:"time"`
 	Workers int       `json:"workers"`
@@ -48,31 +56,31 @@ type sourceInfo struct {
 // view is the merged, immutable picture every reader shares. A new view is
 // built on every Publish and swapped in atomically; nothing in it changes
 // afterwards, so readers never lock.
-type view struct {
-	// time is the newest snapshot time; zero before any publish.
-	time    time.Time
-	sources []sourceInfo
-	byID    map[string]*entry
-	// byIDOrder is every worker sorted by id (the JSON list order).
-	byIDOrder []*entry
-	// worstFirst is every worker sorted by severity, then id (the page order).
-	worstFirst []*entry
-	fleet      contract.Fleet
-	// listHead is the list body's JSON up to its count (time, sources and
+type View struct {
+	// Time is the newest snapshot time; zero before any publish.
+	Time    time.Time
+	Sources []SourceInfo
+	ByID    map[string]*Entry
+	// ByIDOrder is every worker sorted by id (the JSON list order).
+	ByIDOrder []*Entry
+	// WorstFirst is every worker sorted by severity, then id (the page order).
+	WorstFirst []*Entry
+	Fleet      contract.Fleet
+	// ListHead is the list body's JSON up to its count (time, sources and
 	// fleet, without the closing brace), encoded once here rather than on
 	// every GET /health/workers; nil if it cannot be encoded.
-	listHead []byte
+	ListHead []byte
 }
 
 // count is how many workers keep selects. fleet.ByState counts every worker
 // of the view, so no request walks the workers to count them.
-func (v *view) count(keep stateFilter) int {
+func (v *View) Count(keep StateFilter) int {
 	if keep == nil {
-		return len(v.byIDOrder)
+		return len(v.ByIDOrder)
 	}
 	n := 0
 	for st := range keep {
-		n += v.fleet.ByState[st]
+		n += v.Fleet.ByState[st]
 	}
 	return n
 }
@@ -83,7 +91,7 @@ func (v *view) count(keep stateFilter) int {
 // goroutine at a time then indexes what was handed over and swaps a new,
 // complete view in; readers only load the atomic pointer, so they see either
 // the previous view or the next one, never one being built.
-type store struct {
+type Store struct {
 	// mu guards the hand-over: pending, accepted and draining.
 	mu sync.Mutex
 	// pending is the newest snapshot of each source not indexed yet. A
@@ -99,34 +107,34 @@ type store struct {
 	idle *sync.Cond
 
 	// sources is only touched by the drain goroutine (one at a time).
-	sources map[component.ID]*sourceIndex
+	sources map[component.ID]*SourceIndex
 	// index is indexSnapshot; tests slow it down.
-	index   func(*contract.Snapshot) *sourceIndex
-	history *historyStore
-	current atomic.Pointer[view]
+	index   func(*contract.Snapshot) *SourceIndex
+	history *history.Store
+	current atomic.Pointer[View]
 }
 
-func newStore(history *historyStore) *store {
-	s := &store{
+func New(history *history.Store) *Store {
+	s := &Store{
 		history:  history,
 		pending:  map[component.ID]*contract.Snapshot{},
 		accepted: map[component.ID]time.Time{},
-		sources:  map[component.ID]*sourceIndex{},
-		index:    indexSnapshot,
+		sources:  map[component.ID]*SourceIndex{},
+		index:    IndexSnapshot,
 	}
 	s.idle = sync.NewCond(&s.mu)
 	// An empty fleet, not an error, until a processor publishes.
-	s.current.Store(buildView(nil))
+	s.current.Store(BuildView(nil))
 	return s
 }
 
 // load returns the current view; never nil.
-func (s *store) load() *view { return s.current.Load() }
+func (s *Store) Load() *View { return s.current.Load() }
 
 // publish hands snap over and returns at once; the view that serves it is
 // built by drain, in the background. A snapshot older than one already
 // handed over for the same source is ignored.
-func (s *store) publish(snap *contract.Snapshot) {
+func (s *Store) Publish(snap *contract.Snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if last, ok := s.accepted[snap.Source]; ok && last.After(snap.Time) {
@@ -143,7 +151,7 @@ func (s *store) publish(snap *contract.Snapshot) {
 // drain indexes pending snapshots until none is left, one view per round.
 // Only one drain runs at a time (draining), so indexes are never built
 // concurrently and the newest snapshot is always the last one swapped in.
-func (s *store) drain() {
+func (s *Store) drain() {
 	batch := map[component.ID]*contract.Snapshot{}
 	for {
 		s.mu.Lock()
@@ -156,27 +164,43 @@ func (s *store) drain() {
 		batch, s.pending = s.pending, batch
 		s.mu.Unlock()
 
-		fresh := make([]*sourceIndex, 0, len(batch))
+		fresh := make([]*SourceIndex, 0, len(batch))
 		for src, snap := range batch {
 			si := s.index(snap)
 			s.sources[src] = si
 			fresh = append(fresh, si)
 		}
 		clear(batch)
-		srcs := make([]*sourceIndex, 0, len(s.sources))
+		srcs := make([]*SourceIndex, 0, len(s.sources))
 		for _, si := range s.sources {
 			srcs = append(srcs, si)
 		}
-		v := buildView(srcs)
+		v := BuildView(srcs)
 		// History first, so a page that finds a worker in the view also
 		// finds the sample of that snapshot.
-		s.history.recordView(v, fresh)
+		s.history.Update(servedWorkers(v, fresh), func(id string) bool { return v.ByID[id] != nil })
 		s.current.Store(v)
 	}
 }
 
+// servedWorkers yields the workers of the snapshots just indexed that v
+// serves, with their snapshot's time: with two processors listing one
+// worker, the history follows the API's answer.
+func servedWorkers(v *View, fresh []*SourceIndex) iter.Seq2[int64, *contract.Worker] {
+	return func(yield func(int64, *contract.Worker) bool) {
+		for _, si := range fresh {
+			at := si.Snap.Time.UnixMilli()
+			for _, e := range si.Order {
+				if v.ByID[e.Worker.ID] == e && !yield(at, e.Worker) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // flush waits until every snapshot handed over so far is in the view.
-func (s *store) flush() {
+func (s *Store) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.draining {
@@ -184,95 +208,95 @@ func (s *store) flush() {
 	}
 }
 
-func indexSnapshot(snap *contract.Snapshot) *sourceIndex {
-	idx := &sourceIndex{
-		snap:  snap,
-		byID:  make(map[string]*entry, len(snap.Workers)),
-		order: make([]*entry, 0, len(snap.Workers)),
+func IndexSnapshot(snap *contract.Snapshot) *SourceIndex {
+	idx := &SourceIndex{
+		Snap:  snap,
+		ByID:  make(map[string]*Entry, len(snap.Workers)),
+		Order: make([]*Entry, 0, len(snap.Workers)),
 	}
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
-		b, err := marshalWorker(withEmptyLists(w))
+		b, err := marshalWorker(WithEmptyLists(w))
 		if err != nil {
 			// Only a NaN or Inf in the evidence can fail; serve the worker
 			// with that evidence zeroed rather than drop it from the API.
-			b, _ = marshalWorker(withEmptyLists(withFiniteEvidence(w)))
+			b, _ = marshalWorker(WithEmptyLists(WithFiniteEvidence(w)))
 		}
-		e := &entry{w: w, json: b, at: snap.Time}
-		if prev, dup := idx.byID[w.ID]; dup {
+		e := &Entry{Worker: w, JSON: b, At: snap.Time}
+		if prev, dup := idx.ByID[w.ID]; dup {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by
 			// the more optimistic copy).
-			if contract.Severity(prev.w.State) >= contract.Severity(w.State) {
+			if contract.Severity(prev.Worker.State) >= contract.Severity(w.State) {
 				continue
 			}
-			idx.order = slices.DeleteFunc(idx.order, func(x *entry) bool { return x == prev })
+			idx.Order = slices.DeleteFunc(idx.Order, func(x *Entry) bool { return x == prev })
 		}
-		idx.byID[w.ID] = e
-		idx.order = append(idx.order, e)
+		idx.ByID[w.ID] = e
+		idx.Order = append(idx.Order, e)
 	}
 	// Snapshots promise id order; sort only if one breaks the promise.
-	if !slices.IsSortedFunc(idx.order, byID) {
-		slices.SortStableFunc(idx.order, byID)
+	if !slices.IsSortedFunc(idx.Order, CompareIDs) {
+		slices.SortStableFunc(idx.Order, CompareIDs)
 	}
 	return idx
 }
 
 // buildView merges the sources. With one source (the usual case) its index
 // is shared as is.
-func buildView(srcs []*sourceIndex) *view {
-	slices.SortFunc(srcs, func(a, b *sourceIndex) int { return cmp.Compare(a.snap.Source.String(), b.snap.Source.String()) })
-	v := &view{
-		sources: make([]sourceInfo, 0, len(srcs)),
-		fleet: contract.Fleet{
+func BuildView(srcs []*SourceIndex) *View {
+	slices.SortFunc(srcs, func(a, b *SourceIndex) int { return cmp.Compare(a.Snap.Source.String(), b.Snap.Source.String()) })
+	v := &View{
+		Sources: make([]SourceInfo, 0, len(srcs)),
+		Fleet: contract.Fleet{
 			ByState: make(map[contract.State]int, len(contract.AllStates)),
 			Pending: -1,
 		},
 	}
 	for _, st := range contract.AllStates {
-		v.fleet.ByState[st] = 0
+		v.Fleet.ByState[st] = 0
 	}
 	for _, si := range srcs {
-		v.sources = append(v.sources, sourceInfo{ID: si.snap.Source.String(), Time: si.snap.Time, Workers: len(si.order)})
-		if si.snap.Time.After(v.time) {
-			v.time = si.snap.Time
+		v.Sources = append(v.Sources, SourceInfo{ID: si.Snap.Source.String(), Time: si.Snap.Time, Workers: len(si.Order)})
+		if si.Snap.Time.After(v.Time) {
+			v.Time = si.Snap.Time
 		}
-		f := si.snap.Fleet
+		f := si.Snap.Fleet
 		if f.Pending >= 0 {
-			v.fleet.Pending = max(v.fleet.Pending, 0) + f.Pending
+			v.Fleet.Pending = max(v.Fleet.Pending, 0) + f.Pending
 		}
-		v.fleet.IdleCapacity += f.IdleCapacity
-		v.fleet.IdleWhilePending = v.fleet.IdleWhilePending || f.IdleWhilePending
+		v.Fleet.IdleCapacity += f.IdleCapacity
+		v.Fleet.IdleWhilePending = v.Fleet.IdleWhilePending || f.IdleWhilePending
 	}
 
 	switch len(srcs) {
 	case 0:
-		v.byID = map[string]*entry{}
+		v.ByID = map[string]*Entry{}
 	case 1:
-		v.byID = srcs[0].byID
-		v.byIDOrder = srcs[0].order
+		v.ByID = srcs[0].ByID
+		v.ByIDOrder = srcs[0].Order
 	default:
-		v.byID, v.byIDOrder = mergeSources(srcs)
+		v.ByID, v.ByIDOrder = mergeSources(srcs)
 	}
 
-	for _, e := range v.byIDOrder {
-		v.fleet.ByState[e.w.State]++
+	for _, e := range v.ByIDOrder {
+		v.Fleet.ByState[e.Worker.State]++
 	}
 	// byIDOrder is in id order, so a stable sort by severity alone keeps
 	// the id order within a state.
-	v.worstFirst = slices.Clone(v.byIDOrder)
-	slices.SortStableFunc(v.worstFirst, func(a, b *entry) int {
-		return cmp.Compare(contract.Severity(b.w.State), contract.Severity(a.w.State))
+	v.WorstFirst = slices.Clone(v.ByIDOrder)
+	slices.SortStableFunc(v.WorstFirst, func(a, b *Entry) int {
+		return cmp.Compare(contract.Severity(b.Worker.State), contract.Severity(a.Worker.State))
 	})
-	v.listHead = encodeListHead(v)
+	v.ListHead = EncodeListHead(v)
 	return v
 }
 
 // encodeListHead is the list body up to "count", left open for it.
-func encodeListHead(v *view) []byte {
-	head := listHead{Sources: v.sources, Fleet: v.fleet}
-	if !v.time.IsZero() {
-		head.Time = &v.time
+func EncodeListHead(v *View) []byte {
+	head := ListHead{Sources: v.Sources, Fleet: v.Fleet}
+	if !v.Time.IsZero() {
+		head.Time = &v.Time
 	}
 	b, err := json.Marshal(head)
 	if err != nil {
@@ -285,33 +309,33 @@ func encodeListHead(v *view) []byte {
 // processors is a configuration mistake (two pipelines judging one worker);
 // the worse state wins so the API errs on the side of "do not send work",
 // and on a tie the fresher snapshot wins.
-func mergeSources(srcs []*sourceIndex) (map[string]*entry, []*entry) {
+func mergeSources(srcs []*SourceIndex) (map[string]*Entry, []*Entry) {
 	n := 0
 	for _, si := range srcs {
-		n += len(si.order)
+		n += len(si.Order)
 	}
-	ids := make(map[string]*entry, n)
+	ids := make(map[string]*Entry, n)
 	for _, si := range srcs {
-		for _, e := range si.order {
-			prev, dup := ids[e.w.ID]
+		for _, e := range si.Order {
+			prev, dup := ids[e.Worker.ID]
 			if dup {
-				ps, es := contract.Severity(prev.w.State), contract.Severity(e.w.State)
-				if ps > es || (ps == es && !e.at.After(prev.at)) {
+				ps, es := contract.Severity(prev.Worker.State), contract.Severity(e.Worker.State)
+				if ps > es || (ps == es && !e.At.After(prev.At)) {
 					continue
 				}
 			}
-			ids[e.w.ID] = e
+			ids[e.Worker.ID] = e
 		}
 	}
-	order := make([]*entry, 0, len(ids))
+	order := make([]*Entry, 0, len(ids))
 	for _, e := range ids {
 		order = append(order, e)
 	}
-	slices.SortFunc(order, byID)
+	slices.SortFunc(order, CompareIDs)
 	return ids, order
 }
 
-func byID(a, b *entry) int { return cmp.Compare(a.w.ID, b.w.ID) }
+func CompareIDs(a, b *Entry) int { return cmp.Compare(a.Worker.ID, b.Worker.ID) }
 
 // workerJSON is a worker whose id is not valid UTF-8. JSON strings are
 // Unicode, so encoding/json writes each invalid byte as U+FFFD and "dup\xff"
@@ -333,7 +357,7 @@ func marshalWorker(w *contract.Worker) ([]byte, error) {
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
 // always see [] and never null (the processor may leave them nil).
-func withEmptyLists(w *contract.Worker) *contract.Worker {
+func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
 		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
 		w.Runs.Recent != nil && w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
@@ -365,19 +389,65 @@ func nonNil[T any](s []T) []T {
 }
 
 // withFiniteEvidence returns a copy of w whose reason values JSON can encode.
-func withFiniteEvidence(w *contract.Worker) *contract.Worker {
+func WithFiniteEvidence(w *contract.Worker) *contract.Worker {
 	c := *w
 	c.Reasons = slices.Clone(w.Reasons)
 	for i := range c.Reasons {
-		c.Reasons[i].Value = finite(c.Reasons[i].Value)
-		c.Reasons[i].Threshold = finite(c.Reasons[i].Threshold)
+		c.Reasons[i].Value = Finite(c.Reasons[i].Value)
+		c.Reasons[i].Threshold = Finite(c.Reasons[i].Threshold)
 	}
 	return &c
 }
 
-func finite(f float64) float64 {
+func Finite(f float64) float64 {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0
 	}
 	return f
+}
+
+// listHead is the list body but the count (the number of workers in this
+// response, after ?state=) and the workers, which are streamed from their
+// pre-encoded JSON after it. It is encoded once per view (view.listHead).
+type ListHead struct {
+	// Time is the newest snapshot's evaluation time; null before any.
+	Time    *time.Time     `json:"time"`
+	Sources []SourceInfo   `json:"sources"`
+	Fleet   contract.Fleet `json:"fleet"`
+}
+
+// stateFilter is the set of states ?state= asks for; nil keeps all.
+type StateFilter map[contract.State]bool
+
+func (f StateFilter) Has(s contract.State) bool { return f == nil || f[s] }
+
+// parseStateFilter accepts ?state=a&state=b and ?state=a,b; an unknown
+// state is a client error (a typo must not silently return nothing).
+func ParseStateFilter(values []string) (StateFilter, error) {
+	var f StateFilter
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(strings.ToLower(s))
+			if s == "" {
+				continue
+			}
+			st := contract.State(s)
+			if !st.Valid() {
+				return nil, fmt.Errorf("state: unknown state %q; use one or more of %s", s, stateList())
+			}
+			if f == nil {
+				f = StateFilter{}
+			}
+			f[st] = true
+		}
+	}
+	return f, nil
+}
+
+func stateList() string {
+	names := make([]string, len(contract.AllStates))
+	for i, s := range contract.AllStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }

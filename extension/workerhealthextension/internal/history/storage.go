@@ -1,14 +1,11 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+package history
 
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -78,8 +75,8 @@ func groupKey(g int, id string) string {
 	return "s/" + string([]byte{byte(g >> 8), byte(g)}) + id
 }
 
-// openHistoryStorage connects hs to the storage extension named by id.
-func openHistoryStorage(ctx context.Context, host component.Host, id component.ID, owner component.ID, logger *zap.Logger) (storage.Client, error) {
+// OpenStorage opens the client of the storage extension named by id.
+func OpenStorage(ctx context.Context, host component.Host, id component.ID, owner component.ID, logger *zap.Logger) (storage.Client, error) {
 	ext, ok := host.GetExtensions()[id]
 	if !ok {
 		return nil, fmt.Errorf("history::storage_id: extension %q not found; add it to service::extensions", id)
@@ -96,8 +93,8 @@ func openHistoryStorage(ctx context.Context, host component.Host, id component.I
 	return c, nil
 }
 
-// attach loads what storage holds into hs and starts the periodic flush.
-func (hs *historyStore) attach(ctx context.Context, client storage.Client, logger *zap.Logger) {
+// Attach loads what storage holds into hs and starts the periodic flush.
+func (hs *Store) Attach(ctx context.Context, client storage.Client, logger *zap.Logger) {
 	p := &historyPersistence{client: client, logger: logger, ids: map[string]int{}, removed: map[string]int{}, stop: make(chan struct{})}
 	hs.load(ctx, p)
 	hs.mu.Lock()
@@ -121,9 +118,9 @@ func (hs *historyStore) attach(ctx context.Context, client storage.Client, logge
 	}()
 }
 
-// detach stops the periodic flush, writes what is left and closes the
+// Detach stops the periodic flush, writes what is left and closes the
 // client. After it the history is in memory only.
-func (hs *historyStore) detach(ctx context.Context) error {
+func (hs *Store) Detach(ctx context.Context) error {
 	hs.mu.Lock()
 	p := hs.persist
 	hs.mu.Unlock()
@@ -141,7 +138,7 @@ func (hs *historyStore) detach(ctx context.Context) error {
 
 // save writes what changed since the last save in one storage batch. The
 // changes are collected under the lock; the write happens outside it.
-func (hs *historyStore) save(ctx context.Context) {
+func (hs *Store) save(ctx context.Context) {
 	hs.mu.Lock()
 	p := hs.persist
 	if p == nil {
@@ -163,7 +160,7 @@ func (hs *historyStore) save(ctx context.Context) {
 
 // collect turns the changes since the last save into storage operations
 // and marks them saved. Called with hs.mu held.
-func (hs *historyStore) collect(p *historyPersistence) []*storage.Operation {
+func (hs *Store) collect(p *historyPersistence) []*storage.Operation {
 	var ops []*storage.Operation
 	groups := map[int]bool{}
 	for id, h := range hs.byID {
@@ -214,152 +211,6 @@ func (hs *historyStore) collect(p *historyPersistence) []*storage.Operation {
 	return ops
 }
 
-// slotBack is the ring slot of the i-th most recent sample.
-func (h *workerHistory) slotBack(i, size int) int {
-	if len(h.samples) < size {
-		return len(h.samples) - 1 - i
-	}
-	return (h.next - 1 - i + 2*size) % size
-}
-
-func (h *workerHistory) encodeGroup(g int) []byte {
-	lo, hi := g*historyGroup, min((g+1)*historyGroup, len(h.samples))
-	b := make([]byte, 0, 2+(hi-lo)*sampleBytes)
-	b = append(b, historyStorageVersion, byte(hi-lo))
-	for _, s := range h.samples[lo:hi] {
-		b = appendSample(b, s)
-	}
-	return b
-}
-
-func appendSample(b []byte, s sample) []byte {
-	le := binary.LittleEndian
-	b = le.AppendUint64(b, uint64(s.at))
-	b = le.AppendUint32(b, s.rssKiB)
-	b = le.AppendUint32(b, s.softKiB)
-	for i := range historyRoles {
-		b = le.AppendUint32(b, s.roleRSS[i])
-	}
-	for i := range historyRoles {
-		b = le.AppendUint32(b, s.roleSoft[i])
-	}
-	b = le.AppendUint32(b, math.Float32bits(s.cpuMain))
-	b = le.AppendUint32(b, math.Float32bits(s.cpuLimit))
-	b = le.AppendUint16(b, s.runsWorker)
-	b = le.AppendUint16(b, s.runsScheduler)
-	b = le.AppendUint16(b, s.capacity)
-	return append(b, s.state, s.roleMask)
-}
-
-func readSample(b []byte) sample {
-	le := binary.LittleEndian
-	s := sample{at: int64(le.Uint64(b)), rssKiB: le.Uint32(b[8:]), softKiB: le.Uint32(b[12:])}
-	for i := range historyRoles {
-		s.roleRSS[i] = le.Uint32(b[16+4*i:])
-		s.roleSoft[i] = le.Uint32(b[32+4*i:])
-	}
-	s.cpuMain = math.Float32frombits(le.Uint32(b[48:]))
-	s.cpuLimit = math.Float32frombits(le.Uint32(b[52:]))
-	s.runsWorker, s.runsScheduler, s.capacity = le.Uint16(b[56:]), le.Uint16(b[58:]), le.Uint16(b[60:])
-	s.state, s.roleMask = b[62], b[63]
-	return s
-}
-
-func (h *workerHistory) encodeHeader() []byte {
-	b := []byte{historyStorageVersion}
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.samples)))
-	b = binary.LittleEndian.AppendUint16(b, uint16(h.next))
-	b = append(b, h.state)
-	for _, r := range h.roles {
-		b = appendString(b, r)
-	}
-	return b
-}
-
-func (h *workerHistory) encodeTransitions() []byte {
-	b := []byte{historyStorageVersion, byte(len(h.trans)), byte(h.tnext)}
-	for _, t := range h.trans {
-		b = binary.LittleEndian.AppendUint64(b, uint64(t.at))
-		b = append(b, t.from, t.to, t.nReasons)
-		for _, r := range t.reasons[:t.nReasons] {
-			b = appendString(b, r.code)
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.value))
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.threshold))
-		}
-	}
-	return b
-}
-
-func encodeIDs(ids map[string]int) []byte {
-	b := binary.AppendUvarint([]byte{historyStorageVersion}, uint64(len(ids)))
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		b = appendString(b, id)
-	}
-	return b
-}
-
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-// reader decodes the values above; any error sticks and the rest reads as
-// zero, so a decoder checks err once at the end.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errShort = errors.New("value too short")
-
-func (r *reader) take(n int) []byte {
-	if r.err != nil || n < 0 || len(r.b) < n {
-		r.err = cmp.Or(r.err, errShort)
-		return make([]byte, max(n, 0))
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte() byte   { return r.take(1)[0] }
-func (r *reader) u16() uint16  { return binary.LittleEndian.Uint16(r.take(2)) }
-func (r *reader) u64() uint64  { return binary.LittleEndian.Uint64(r.take(8)) }
-func (r *reader) f64() float64 { return math.Float64frombits(r.u64()) }
-
-func (r *reader) str() string {
-	if r.err != nil {
-		return ""
-	}
-	n, k := binary.Uvarint(r.b)
-	if k <= 0 || n > uint64(len(r.b)-k) {
-		r.err = errShort
-		return ""
-	}
-	r.b = r.b[k:]
-	return string(r.take(int(n)))
-}
-
-func (r *reader) version() {
-	if v := r.byte(); r.err == nil && v != historyStorageVersion {
-		r.err = fmt.Errorf("format version %d, want %d", v, historyStorageVersion)
-	}
-}
-
-func decodeIDs(b []byte) ([]string, error) {
-	r := reader{b: b}
-	r.version()
-	n, k := binary.Uvarint(r.b)
-	if r.err != nil || k <= 0 || n > uint64(len(r.b)) {
-		return nil, cmp.Or(r.err, errShort)
-	}
-	r.b = r.b[k:]
-	ids := make([]string, 0, n)
-	for range n {
-		ids = append(ids, r.str())
-	}
-	return ids, r.err
-}
-
 // stored is one worker's keys as read.
 type stored struct {
 	header, trans []byte
@@ -368,7 +219,7 @@ type stored struct {
 
 // load reads every stored history into hs. Workers already in hs (published
 // before Start) keep what they have.
-func (hs *historyStore) load(ctx context.Context, p *historyPersistence) {
+func (hs *Store) load(ctx context.Context, p *historyPersistence) {
 	warn := func(key string, err error) {
 		p.logger.Warn("cannot read the worker history from storage; that part starts empty", zap.String("key", key), zap.Error(err))
 	}
@@ -434,8 +285,8 @@ func (hs *historyStore) load(ctx context.Context, p *historyPersistence) {
 			}
 			hs.byID[id] = h
 			for _, smp := range h.samples {
-				if hs.first == 0 || smp.at < hs.first {
-					hs.first = smp.at
+				if hs.first == 0 || smp.At < hs.first {
+					hs.first = smp.At
 				}
 			}
 			loaded++
@@ -448,13 +299,13 @@ func (hs *historyStore) load(ctx context.Context, p *historyPersistence) {
 // restore rebuilds one worker's rings. With the ring of the same shape the
 // slots are put back as they were (so only new groups are written later);
 // otherwise the samples are replayed oldest first into the new ring.
-func (hs *historyStore) restore(st stored, sameShape bool) (*workerHistory, error) {
+func (hs *Store) restore(st stored, sameShape bool) (*workerHistory, error) {
 	h := &workerHistory{persisted: true}
 	r := reader{b: st.header}
 	r.version()
 	n, next := int(r.u16()), int(r.u16())
 	h.state = r.byte()
-	for i := range historyRoles {
+	for i := range Roles {
 		h.roles[i] = r.str()
 	}
 	if r.err != nil {
@@ -462,7 +313,7 @@ func (hs *historyStore) restore(st stored, sameShape bool) (*workerHistory, erro
 	}
 	// Each group's samples, by group; a group that is missing or short
 	// breaks the slot layout, so the samples are then replayed instead.
-	var all []sample
+	var all []Sample
 	aligned := sameShape && n <= hs.size && (n < hs.size && next == 0 || n == hs.size && next < hs.size)
 	for g, gb := range st.groups {
 		want := min(historyGroup, max(n-g*historyGroup, 0))
@@ -485,9 +336,9 @@ func (hs *historyStore) restore(st stored, sameShape bool) (*workerHistory, erro
 		h.samples = all[:n:n]
 		h.next = next
 	} else {
-		slices.SortFunc(all, func(a, b sample) int { return cmp.Compare(a.at, b.at) })
+		slices.SortFunc(all, func(a, b Sample) int { return cmp.Compare(a.At, b.At) })
 		for _, s := range all {
-			if s.at > 0 {
+			if s.At > 0 {
 				h.add(s, hs.resolution.Milliseconds(), hs.size)
 			}
 		}
@@ -498,13 +349,13 @@ func (hs *historyStore) restore(st stored, sameShape bool) (*workerHistory, erro
 		tr.version()
 		k, tnext := int(tr.byte()), int(tr.byte())
 		for range k {
-			t := transition{at: int64(tr.u64()), from: tr.byte(), to: tr.byte(), nReasons: min(tr.byte(), transitionReasons)}
-			for j := range t.nReasons {
-				t.reasons[j] = transitionReason{code: hs.intern(tr.str()), value: tr.f64(), threshold: tr.f64()}
+			t := Transition{At: int64(tr.u64()), From: tr.byte(), To: tr.byte(), NReasons: min(tr.byte(), TransitionReasons)}
+			for j := range t.NReasons {
+				t.Reasons[j] = TransitionReason{Code: hs.intern(tr.str()), Value: tr.f64(), Threshold: tr.f64()}
 			}
 			h.trans = append(h.trans, t)
 		}
-		if tr.err != nil || k > historyTransitions || (k > 0 && tnext >= k) {
+		if tr.err != nil || k > Transitions || (k > 0 && tnext >= k) {
 			return nil, cmp.Or(tr.err, fmt.Errorf("%d transitions, next %d", k, tnext))
 		}
 		h.tnext = tnext

@@ -1,4 +1,4 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+package cluster
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (d *dnsMembers) resolve(ctx context.Context) ([]member, error) {
 	return out, nil
 }
 
-func newMembersResolver(cfg *ClusterConfig) membersResolver {
+func newMembersResolver(cfg *Config) membersResolver {
 	if cfg.Static.HasValue() {
 		st := cfg.Static.Get()
 		ms := make(staticMembers, 0, len(st.Members))

@@ -1,4 +1,4 @@
-package workerhealthextension // import "github.com/workerwatch/workerwatch/extension/workerhealthextension"
+package cluster
 
 import (
 	"encoding/binary"
@@ -26,15 +26,15 @@ type ringItem struct {
 	endpoint string
 }
 
-// ring maps a worker id to the member endpoint that owns it. Immutable.
-type ring struct {
+// Ring maps a worker id to the member endpoint that owns it. Immutable.
+type Ring struct {
 	items []ringItem
 }
 
-// newRing builds the ring of the given endpoints, exactly as the exporter
+// NewRing builds the ring of the given endpoints, exactly as the exporter
 // does from its resolver's list (the same strings: "10.0.0.5:4317", or a
 // static hostname as written in the exporter's config).
-func newRing(endpoints []string) *ring {
+func NewRing(endpoints []string) *Ring {
 	type candidate struct {
 		pos, hash uint32
 		endpoint  string
@@ -75,7 +75,7 @@ func newRing(endpoints []string) *ring {
 		items = append(items, ringItem{pos: pos, endpoint: c.endpoint})
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].pos < items[j].pos })
-	return &ring{items: items}
+	return &Ring{items: items}
 }
 
 // routingKey is what the exporter hashes for a record whose only routing
@@ -89,8 +89,8 @@ func routingKey(workerID string) []byte {
 	return append(b, '|')
 }
 
-// owner is the endpoint that owns the worker; "" for an empty ring.
-func (r *ring) owner(workerID string) string {
+// Owner is the endpoint that owns the worker; "" for an empty ring.
+func (r *Ring) Owner(workerID string) string {
 	if r == nil || len(r.items) == 0 {
 		return ""
 	}
