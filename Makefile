@@ -135,7 +135,7 @@ bench:
 # vs 3 shards side by side (events/s and CPU, memory at 100,000 workers,
 # health API latency through one address).
 scale-figures: build
-	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/ | grep -E 'RESULT|^(ok|FAIL)'
+	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/internal/cluster/ | grep -E 'RESULT|^(ok|FAIL)'
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \
 		grep -E 'RESULT|^ |--- |^(ok|FAIL)'
 
@@ -172,9 +172,9 @@ FUZZ := procfs:FuzzParseStat procfs:FuzzParsePidList \
 	procfs:FuzzKeyValueFiles procfs:FuzzCgroupFiles \
 	procfs:FuzzEnviron workerhealthprocessor:FuzzMapLogs \
 	workerhealthprocessor:FuzzMapSpans workerhealthextension:FuzzRouter \
-	workerhealthextension:FuzzTargetGuard workerhealthextension:FuzzPlainPath
+	requestguard:FuzzTargetGuard requestguard:FuzzPlainPath
 fuzz:
-	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; dir=$$(ls -d */$$pkg); \
+	@for f in $(FUZZ); do pkg=$${f%%:*}; fn=$${f##*:}; dir=$$(ls -d */$$pkg */*/internal/$$pkg 2>/dev/null | head -1); \
 		echo "== $$fn ($$dir, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; done
 

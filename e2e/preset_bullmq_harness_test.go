@@ -3,10 +3,12 @@
 package e2e
 
 // The BullMQ preset's harness (preset_bullmq_test.go has the scenarios): per
-// scenario its own redis-server, real BullMQ workers and queue side from
-// examples/bullmq-worker, and the real collector started with
-// presets/bullmq/collector.yaml; one Prometheus scrapes every scenario's
-// collector. Everything on loopback ports picked here, everything ended by pid.
+// scenario its own redis-server, real BullMQ workers from
+// examples/bullmq-worker with their OpenTelemetry SDK off (they send
+// nothing: the collector reads BullMQ's state in Redis), and the real
+// collector started with presets/bullmq/collector.yaml; one Prometheus
+// scrapes every scenario's collector. Everything on loopback ports picked
+// here, everything ended by pid.
 
 import (
 	"bufio"
@@ -25,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 )
 
@@ -57,8 +60,15 @@ type bullScenario struct {
 	otlpHTTP, otlpGRPC, health, promExp string
 	telemetryPort                       int
 	stateDir                            string
-	collector                           *proc
-	restarts                            int
+	// set: preset keys this scenario overrides ("a::b::c" paths), beside
+	// the selector.
+	set map[string]any
+	// allowErrors: collector error lines this scenario causes on purpose.
+	allowErrors []string
+	// bindFailed: the collector starts that found a port taken (retried).
+	bindFailed []int
+	collector  *proc
+	restarts   int
 
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
@@ -149,7 +159,11 @@ func (s *bullScenario) overlay() string {
 		}
 		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(s.marker()) + "$"
 	}
-	b, err := json.Marshal(map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}})
+	over := map[string]any{"receivers": map[string]any{"worker_process": map[string]any{"workers": workers}}}
+	for k, v := range s.set {
+		put(over, k, v)
+	}
+	b, err := json.Marshal(over)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -160,19 +174,54 @@ func (s *bullScenario) overlay() string {
 
 // startCollector starts the real binary with the preset (and the overlay) on
 // the scenario's ports and state directory, and waits until it is ready.
+// Ports are picked when the test starts and a scenario may start minutes
+// later (the scenarios run -parallel at a time): a port taken meanwhile (by
+// another test's outgoing connection) makes the first start pick new ones
+// for the listeners nothing else knows yet (not the Prometheus exporter's,
+// which the shared Prometheus scrapes); a restart tries the same again.
 func (s *bullScenario) startCollector() {
-	s.restarts++
-	s.collector = start(s.t, s.proc(fmt.Sprintf("collector-%d", s.restarts)), []string{
-		"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
-		"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
-		"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
-		"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
-		"WORKERWATCH_STATE_DIR=" + s.stateDir,
-		// Nothing listens there: traces and logs queue on disk, unread.
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
-	}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
-	waitReady(s.t, s.collector, s.health)
+	first := s.restarts == 0
+	for attempt := 1; ; attempt++ {
+		s.restarts++
+		p := start(s.t, s.proc(fmt.Sprintf("collector-%d", s.restarts)), []string{
+			"WORKERWATCH_HEALTH_ENDPOINT=" + s.health,
+			"WORKERWATCH_OTLP_HTTP_ENDPOINT=" + s.otlpHTTP,
+			"WORKERWATCH_OTLP_GRPC_ENDPOINT=" + s.otlpGRPC,
+			"WORKERWATCH_PROMETHEUS_ENDPOINT=" + s.promExp,
+			fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", s.telemetryPort),
+			"WORKERWATCH_STATE_DIR=" + s.stateDir,
+			// Nothing listens there: traces and logs queue on disk, unread.
+			"WORKERWATCH_OTLP_ENDPOINT=http://" + s.otlpSink,
+			"BULLMQ_REDIS_ENDPOINT=" + s.redisAddr,
+		}, collectorBinary(s.t), "--config", bullmqPreset, "--config", s.overlay())
+		var exited bool
+		eventually(s.t, time.Minute, 200*time.Millisecond, p.name+" ready", func() error {
+			if exited = p.exited(); exited {
+				return nil
+			}
+			code, err := getJSON("http://"+s.health+"/readyz", nil)
+			if err == nil && code != 200 {
+				err = fmt.Errorf("/readyz %d", code)
+			}
+			return err
+		})
+		if !exited {
+			s.collector = p
+			return
+		}
+		if attempt >= 5 || !logHas(p, "address already in use") || logHas(p, s.promExp+": bind") {
+			s.t.Fatalf("%s exited:\n%s", p.name, p.tail())
+		}
+		s.t.Logf("e2e: %s: a port was taken before it bound it; again", p.name)
+		s.bindFailed = append(s.bindFailed, s.restarts)
+		if first {
+			s.otlpHTTP, s.otlpGRPC, s.health = loopbackAddr(s.t), loopbackAddr(s.t), loopbackAddr(s.t)
+			s.telemetryPort = freePort(s.t)
+			s.e.health = "http://" + s.health
+		} else {
+			time.Sleep(time.Second)
+		}
+	}
 }
 
 // proc names a process of the scenario (its log is e2e-logs/<name>.log).
@@ -182,12 +231,23 @@ func (s *bullScenario) proc(what string) string { return bullmqRun + "/" + s.nam
 // scenario's.
 func (s *bullScenario) marker() string { return s.name + "." + strconv.Itoa(os.Getpid()) }
 
-// nodeEnv is the environment every program of the example gets.
+// nodeEnv is the environment every program of the example gets: the
+// OpenTelemetry SDK off (no bullmq-otel, none of the example's records), so
+// the workers send nothing but what BullMQ itself keeps in Redis.
 func (s *bullScenario) nodeEnv(extra ...string) []string {
 	return append([]string{
 		"REDIS_URL=" + s.redisURL, "QUEUE=" + s.queue,
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + s.otlpHTTP,
+		"OTEL_SDK_DISABLED=true",
 	}, extra...)
+}
+
+// redis is a client of the scenario's Redis, for the test's own ground
+// truth (BullMQ's completed and failed sets) and bad input.
+func (s *bullScenario) redis() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.redisAddr})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // bullWorkerStop is how long a worker may take from SIGTERM to its exit:
@@ -214,12 +274,6 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 	})
 	waitLog(s.t, p, " ready (pid ", 60*time.Second)
 	return p
-}
-
-// startQueueSide starts the queue monitor (the scheduler's view).
-func (s *bullScenario) startQueueSide(env ...string) {
-	p := start(s.t, s.proc("queue"), s.nodeEnv(env...), s.node, filepath.Join(bullmqExampleDir, "queue-monitor.js"))
-	waitLog(s.t, p, "watching ", 60*time.Second)
 }
 
 // add enqueues count jobs with data and returns their ids.

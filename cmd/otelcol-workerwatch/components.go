@@ -17,6 +17,7 @@ import (
 	filestorage "github.com/workerwatch/workerwatch/extension/filestorage"
 	workerhealthextension "github.com/workerwatch/workerwatch/extension/workerhealthextension"
 	workerhealthprocessor "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+	bullmqreceiver "github.com/workerwatch/workerwatch/receiver/bullmqreceiver"
 	celeryreceiver "github.com/workerwatch/workerwatch/receiver/celeryreceiver"
 	workerprocessreceiver "github.com/workerwatch/workerwatch/receiver/workerprocessreceiver"
 	"go.opentelemetry.io/collector/component"
@@ -75,6 +76,7 @@ func components() (otelcol.Factories, error) {
 		otlpreceiver.NewFactory(),
 		hostmetricsreceiver.NewFactory(),
 		workerprocessreceiver.NewFactory(),
+		bullmqreceiver.NewFactory(),
 		celeryreceiver.NewFactory(),
 	)
 	if err != nil {
@@ -84,6 +86,7 @@ func components() (otelcol.Factories, error) {
 		otlpreceiver.NewFactory().Type():          "go.opentelemetry.io/collector/receiver/otlpreceiver v0.165.0",
 		hostmetricsreceiver.NewFactory().Type():   "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver v0.165.1",
 		workerprocessreceiver.NewFactory().Type(): "github.com/workerwatch/workerwatch v0.0.0",
+		bullmqreceiver.NewFactory().Type():        "github.com/workerwatch/workerwatch v0.0.0",
 		celeryreceiver.NewFactory().Type():        "github.com/workerwatch/workerwatch v0.0.0",
 	})
 

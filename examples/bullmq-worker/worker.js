@@ -2,7 +2,8 @@
 // A BullMQ worker as BullMQ users write one: a Worker with a SANDBOXED processor
 // (processor.js, run by BullMQ in forked child processes), BullMQ's own OpenTelemetry
 // (bullmq-otel: traces and metrics), and three small log records BullMQ does not send
-// (README.md, "What the worker sends").
+// (README.md, "What the worker sends"): all optional, off with OTEL_SDK_DISABLED=true. The
+// BullMQ preset needs none of them (its bullmq receiver reads BullMQ's state in Redis).
 //
 // Environment (README.md has the full table):
 //   WORKER_NAME          required: the worker's id, and BullMQ's worker `name` (stored on
@@ -69,7 +70,7 @@ const worker = new Worker(QUEUE, path.join(__dirname, 'processor.js'), {
   telemetry,
 });
 
-// The three records BullMQ does not send. bullmq-otel's job span ("process <queue>")
+// The three optional records BullMQ does not send (not needed by the preset). bullmq-otel's job span ("process <queue>")
 // is exported only when the job ends, so nothing says a job started while it
 // runs; and how the job ended (completed, failed and why) is only in span events.
 // The records use BullMQ's own attribute names.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -136,19 +137,22 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 // fillHistory gives every worker of s a full history ending at s.Time, with
 // a state change every 40 samples.
 func fillHistory(wh *workerHealth, s *contract.Snapshot) {
-	hs := wh.store.history
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	for step := hs.size; step > 0; step-- {
-		at := s.Time.Add(-time.Duration(step) * hs.resolution).UnixMilli()
-		for i := range s.Workers {
-			w := s.Workers[i]
-			w.Memory.RSSBytes -= int64(step) << 16
-			if step%40 == 0 {
-				w.State = contract.Degraded
+	hs := wh.history
+	all := func(string) bool { return true }
+	for step := history.Size(hs.Window(), hs.Resolution()); step > 0; step-- {
+		at := s.Time.Add(-time.Duration(step) * hs.Resolution()).UnixMilli()
+		hs.Update(func(yield func(int64, *contract.Worker) bool) {
+			for i := range s.Workers {
+				w := s.Workers[i]
+				w.Memory.RSSBytes -= int64(step) << 16
+				if step%40 == 0 {
+					w.State = contract.Degraded
+				}
+				if !yield(at, &w) {
+					return
+				}
 			}
-			hs.record(&w, at)
-		}
+		}, all)
 	}
 }
 
@@ -165,13 +169,13 @@ func BenchmarkPublish10k(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		wh.store.flush()
+		wh.store.Flush()
 		s = nextEvaluation(s, i)
 		b.StartTimer()
 		wh.Publish(s)
 	}
 	b.StopTimer()
-	wh.store.flush()
+	wh.store.Flush()
 }
 
 // BenchmarkPublishIndexed10k is Publish until the new view serves the

@@ -11,12 +11,13 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 )
 
 func TestClusterConfig(t *testing.T) {
 	def := createDefaultConfig().(*Config).Cluster
-	assert.False(t, def.enabled(), "off by default")
+	assert.False(t, def.Enabled(), "off by default")
 	assert.Equal(t, 2*time.Second, def.Client.Timeout)
 	assert.Equal(t, 5*time.Second, def.SyncInterval)
 	assert.Equal(t, 30*time.Second, def.Settle)
@@ -27,15 +28,15 @@ func TestClusterConfig(t *testing.T) {
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name    string
-		check   func(t *testing.T, c *ClusterConfig)
+		check   func(t *testing.T, c *cluster.Config)
 		wantErr []string
 	}{
-		{name: "static", check: func(t *testing.T, c *ClusterConfig) {
+		{name: "static", check: func(t *testing.T, c *cluster.Config) {
 			require.True(t, c.Static.HasValue())
 			assert.False(t, c.DNS.HasValue())
-			assert.Equal(t, []StaticMember{{Endpoint: "gw-1:4317", API: "gw-1:8090"}, {Endpoint: "gw-2:4317", API: "gw-2:8090"}}, c.Static.Get().Members)
+			assert.Equal(t, []cluster.StaticMember{{Endpoint: "gw-1:4317", API: "gw-1:8090"}, {Endpoint: "gw-2:4317", API: "gw-2:8090"}}, c.Static.Get().Members)
 		}},
-		{name: "dns", check: func(t *testing.T, c *ClusterConfig) {
+		{name: "dns", check: func(t *testing.T, c *cluster.Config) {
 			require.True(t, c.DNS.HasValue())
 			d := c.DNS.Get()
 			assert.Equal(t, "workerwatch-gateway.observability.svc.cluster.local", d.Hostname)

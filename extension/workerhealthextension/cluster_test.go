@@ -6,179 +6,59 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/config/configoptional"
-	"go.opentelemetry.io/collector/exporter/exportertest"
-	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
-	"google.golang.org/grpc"
 
-	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
-
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
-
-// idSink is an OTLP/gRPC logs backend recording the worker ids it got.
-type idSink struct {
-	plogotlp.UnimplementedGRPCServer
-	mu  sync.Mutex
-	ids map[string]bool
-	n   int
-}
-
-func (s *idSink) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rls := req.Logs().ResourceLogs()
-	for i := range rls.Len() {
-		sls := rls.At(i).ScopeLogs()
-		for j := range sls.Len() {
-			lrs := sls.At(j).LogRecords()
-			for k := range lrs.Len() {
-				id := ""
-				if v, ok := lrs.At(k).Attributes().Get(contract.AttrWorkerID); ok {
-					id = v.Str()
-				}
-				s.ids[id] = true
-				s.n++
-			}
-		}
-	}
-	return plogotlp.NewExportResponse(), nil
-}
-
-func (s *idSink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
-// The ring must send each worker where contrib's load_balancing exporter
-// (v0.161.0, the one in the distribution) sends its records, or shards
-// would answer for workers they never see. The real exporter routes 20,000
-// ids (and a record without one) to three backends; the ring must name the
-// same backend for every id.
-func TestRingMatchesLoadBalancingExporter(t *testing.T) {
-	sinks := make([]*idSink, 3)
-	var hostnames []string
-	for i := range sinks {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		sinks[i] = &idSink{ids: map[string]bool{}}
-		srv := grpc.NewServer()
-		plogotlp.RegisterGRPCServer(srv, sinks[i])
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(srv.Stop)
-		hostnames = append(hostnames, ln.Addr().String())
-	}
-
-	f := loadbalancingexporter.NewFactory()
-	cfg := f.CreateDefaultConfig().(*loadbalancingexporter.Config)
-	cfg.RoutingKey = "attributes"
-	cfg.RoutingAttributes = []string{contract.AttrWorkerID}
-	cfg.Protocol.OTLP.ClientConfig.TLS.Insecure = true
-	cfg.Resolver.Static = configoptional.Some(loadbalancingexporter.StaticResolver{Hostnames: hostnames})
-	exp, err := f.CreateLogs(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
-	require.NoError(t, err)
-	require.NoError(t, exp.Start(context.Background(), componenttest.NewNopHost()))
-	defer func() { require.NoError(t, exp.Shutdown(context.Background())) }()
-
-	const n = 20000
-	ld := plog.NewLogs()
-	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
-	for i := range n {
-		// Ids of several shapes: pod names, numbers, unicode.
-		id := fmt.Sprintf("openfn-worker-%d", i)
-		switch i % 4 {
-		case 1:
-			id = strconv.Itoa(i * 7919)
-		case 2:
-			id = fmt.Sprintf("wörker-%x", i)
-		}
-		lrs.AppendEmpty().Attributes().PutStr(contract.AttrWorkerID, id)
-	}
-	lrs.AppendEmpty() // no worker id: "cicd.worker.id=|"
-	require.NoError(t, exp.ConsumeLogs(context.Background(), ld))
-	require.Eventually(t, func() bool {
-		return sinks[0].count()+sinks[1].count()+sinks[2].count() == n+1
-	}, 30*time.Second, 20*time.Millisecond)
-
-	r := newRing(hostnames)
-	perSink := make([]int, len(sinks))
-	for i, s := range sinks {
-		for id := range s.ids {
-			require.Equal(t, hostnames[i], r.owner(id), "the exporter sent %q to %s", id, hostnames[i])
-			perSink[i]++
-		}
-	}
-	for i, c := range perSink {
-		assert.Greater(t, c, n/6, "backend %d got %d of %d ids: the ring spreads them", i, c, n)
-	}
-}
-
-func TestDNSMembersFormLikeTheExporter(t *testing.T) {
-	d := &dnsMembers{hostname: "shards", port: "4317", apiPort: "8090", lookup: func(context.Context, string) ([]net.IPAddr, error) {
-		return []net.IPAddr{{IP: net.ParseIP("10.0.0.9")}, {IP: net.ParseIP("10.0.0.10")}, {IP: net.ParseIP("fd00::1")}}, nil
-	}}
-	ms, err := d.resolve(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, []member{
-		{endpoint: "10.0.0.10:4317", api: "10.0.0.10:8090"},
-		{endpoint: "10.0.0.9:4317", api: "10.0.0.9:8090"},
-		{endpoint: "[fd00::1]:4317", api: "[fd00::1]:8090"},
-	}, ms)
-	d.port = "" // the exporter's ring names are then the bare addresses
-	ms, err = d.resolve(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, "10.0.0.10", ms[0].endpoint)
-	assert.Equal(t, "10.0.0.10:8090", ms[0].api)
-}
 
 // tier is three shards with static membership on loopback.
 type tier struct {
 	shards []*workerHealth
 	names  []string
 	bases  []string
-	ring   *ring
+	ring   *cluster.Ring
 }
 
 func newTier(t *testing.T, settle time.Duration) *tier {
 	t.Helper()
 	tr := &tier{}
-	var members []StaticMember
+	var members []cluster.StaticMember
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		api := ln.Addr().String()
 		require.NoError(t, ln.Close())
 		name := fmt.Sprintf("shard-%c.gateway:4317", 'a'+i)
-		members = append(members, StaticMember{Endpoint: name, API: api})
+		members = append(members, cluster.StaticMember{Endpoint: name, API: api})
 		tr.names = append(tr.names, name)
 	}
 	for i := range 3 {
 		wh := newTestExt(t, func(c *Config) {
 			c.NetAddr.Endpoint = members[i].API
 			c.Cluster.Self = members[i].Endpoint
-			c.Cluster.Static = configoptional.Some(StaticMembers{Members: members})
+			c.Cluster.Static = configoptional.Some(cluster.StaticMembers{Members: members})
 			c.Cluster.Settle = settle
 			c.Cluster.ListCache = 0
+			// The shards read each other's fleet figures this often: the
+			// pending figure below is waited for.
+			c.Cluster.SyncInterval = 50 * time.Millisecond
 		})
 		tr.shards = append(tr.shards, wh)
 		tr.bases = append(tr.bases, startTestExt(t, wh))
 	}
-	tr.ring = newRing(tr.names)
+	tr.ring = cluster.NewRing(tr.names)
 	return tr
 }
 
 func (tr *tier) shardOf(id string) int {
-	o := tr.ring.owner(id)
+	o := tr.ring.Owner(id)
 	for i, n := range tr.names {
 		if n == o {
 			return i
@@ -191,7 +71,7 @@ func (tr *tier) shardOf(id string) int {
 func publishAndWait(t *testing.T, wh *workerHealth, snap *contract.Snapshot) {
 	t.Helper()
 	wh.Publish(snap)
-	require.Eventually(t, func() bool { return !wh.store.load().time.Before(snap.Time) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !wh.store.Load().Time.Before(snap.Time) }, 5*time.Second, time.Millisecond)
 }
 
 func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
@@ -247,10 +127,10 @@ func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
 
 		// The whole fleet from any shard, figures added up once.
 		var list struct {
-			Count   int               `json:"count"`
-			Fleet   contract.Fleet    `json:"fleet"`
-			Workers []contract.Worker `json:"workers"`
-			Sources []sourceInfo      `json:"sources"`
+			Count   int                `json:"count"`
+			Fleet   contract.Fleet     `json:"fleet"`
+			Workers []contract.Worker  `json:"workers"`
+			Sources []store.SourceInfo `json:"sources"`
 		}
 		code, body := get(t, base+"/health/workers")
 		require.Equal(t, http.StatusOK, code)
@@ -265,7 +145,7 @@ func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
 		assert.Equal(t, 10, list.Fleet.ByState[contract.Healthy])
 		assert.Len(t, list.Sources, 3)
 
-		var fleet fleetBody
+		var fleet cluster.FleetBody
 		code, body = get(t, base+"/health/fleet")
 		require.Equal(t, http.StatusOK, code)
 		require.NoError(t, json.Unmarshal([]byte(body), &fleet))
@@ -292,9 +172,6 @@ func TestClusterAnswersForEveryWorkerFromAnyShard(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool {
-		for s := range tr.shards {
-			tr.shards[s].cluster.pollFleets(context.Background())
-		}
 		p, _, ok := tr.shards[0].ClusterPending()
 		return ok && p == 7
 	}, 5*time.Second, 10*time.Millisecond)
@@ -369,27 +246,27 @@ func TestClusterMovingAndUnreachable(t *testing.T) {
 // 404: the asker, settled on its old ring, would pass a 404 on, and a
 // scheduler reads 404 as "no such worker".
 func TestClusterStaleAskerGetsMoving(t *testing.T) {
-	var all []StaticMember
+	var all []cluster.StaticMember
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		api := ln.Addr().String()
 		require.NoError(t, ln.Close())
-		all = append(all, StaticMember{Endpoint: fmt.Sprintf("shard-%c.gateway:4317", 'a'+i), API: api})
+		all = append(all, cluster.StaticMember{Endpoint: fmt.Sprintf("shard-%c.gateway:4317", 'a'+i), API: api})
 	}
-	oldRing := newRing([]string{all[0].Endpoint, all[1].Endpoint})
-	newRing := newRing([]string{all[0].Endpoint, all[1].Endpoint, all[2].Endpoint})
+	oldRing := cluster.NewRing([]string{all[0].Endpoint, all[1].Endpoint})
+	nextRing := cluster.NewRing([]string{all[0].Endpoint, all[1].Endpoint, all[2].Endpoint})
 	id := ""
 	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("w-%d", i); oldRing.owner(c) == all[1].Endpoint && newRing.owner(c) == all[2].Endpoint {
+		if c := fmt.Sprintf("w-%d", i); oldRing.Owner(c) == all[1].Endpoint && nextRing.Owner(c) == all[2].Endpoint {
 			id = c
 		}
 	}
-	shard := func(i int, members []StaticMember, settle time.Duration) string {
+	shard := func(i int, members []cluster.StaticMember, settle time.Duration) string {
 		wh := newTestExt(t, func(c *Config) {
 			c.NetAddr.Endpoint = all[i].API
 			c.Cluster.Self = all[i].Endpoint
-			c.Cluster.Static = configoptional.Some(StaticMembers{Members: members})
+			c.Cluster.Static = configoptional.Some(cluster.StaticMembers{Members: members})
 			c.Cluster.Settle = settle
 			c.Cluster.ListCache = 0
 		})

@@ -11,6 +11,21 @@ import (
 	"go.opentelemetry.io/collector/pipeline"
 )
 
+// Why not contrib's pkg/status (v0.165.1, the aggregator healthcheckv2 uses):
+// read in its aggregator.go, it keeps per component only the LAST event
+// (updateStatus: ComponentStatusMap[kind:id] = &AggregateStatus{Event:
+// event}) and carries the first error's time only in the per-pipeline and
+// collector aggregates, and only while that error is the one of highest
+// priority. /readyz here reports every component once, with its pipelines,
+// with the start of ITS error episode (error_since, kept across an
+// exporter's repeated recoverable errors) and applies recovery_duration per
+// component, naming each one in the reasons (docs/http-api.md). Built on
+// pkg/status, that needs the per-component episode start kept beside the
+// aggregator (what this file is), and its per-pipeline tree remapped to the
+// documented body. Its event times are the events' own (time.Now at
+// creation), which the recovery tests here drive with a clock instead.
+// So this file stays: 200 lines, the JSON the docs describe.
+
 // collectorStatus derives the collector's own liveness and readiness from
 // component status events, with the healthcheckv2 semantics, and keeps them
 // apart: a component in error makes the collector not ready (take it out of

@@ -7,6 +7,9 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 )
 
 // Config is the worker_health extension's configuration. The HTTP paths are
@@ -37,8 +40,8 @@ type Config struct {
 	// /health/workers/{id}/history keep of each worker.
 	History HistoryConfig `mapstructure:"history"`
 	// Cluster makes this collector one shard of a sharded gateway tier
-	// (cluster_config.go, docs/scaling.md). Off by default.
-	Cluster ClusterConfig `mapstructure:"cluster"`
+	// (internal/cluster/config.go, docs/scaling.md). Off by default.
+	Cluster cluster.Config `mapstructure:"cluster"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -96,11 +99,11 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("history::resolution: must be at least 1s, got %s", h.Resolution))
 	case h.Window < h.Resolution:
 		errs = append(errs, fmt.Errorf("history::window: must be at least history::resolution (%s), got %s", h.Resolution, h.Window))
-	case historySize(h.Window, h.Resolution) > maxHistorySamples:
+	case history.Size(h.Window, h.Resolution) > maxHistorySamples:
 		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
-			h.Window, h.Resolution, historySize(h.Window, h.Resolution), maxHistorySamples))
+			h.Window, h.Resolution, history.Size(h.Window, h.Resolution), maxHistorySamples))
 	}
-	if err := cfg.Cluster.validate(); err != nil {
+	if err := cfg.Cluster.Check(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

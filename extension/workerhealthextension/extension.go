@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -16,7 +17,12 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -26,15 +32,20 @@ type workerHealth struct {
 	id        component.ID
 	cfg       *Config
 	telemetry component.TelemetrySettings
-	store     *store
-	status    *collectorStatus
-	metrics   *telemetry
-	page      *page
-	handler   http.Handler
+	store     *store.Store
+	// history is the store's history, read by the pages and the history
+	// JSON.
+	history *history.Store
+	status  *collectorStatus
+	metrics *telemetry
+	page    *pages.Pages
+	// now is the clock of the pages and the history JSON (time.Now).
+	now     func() time.Time
+	handler http.Handler
 	// challenge is the WWW-Authenticate value of a 401.
 	challenge []string
-	// cluster is nil unless cluster.self is set (cluster.go).
-	cluster *cluster
+	// cluster is nil unless cluster.self is set (internal/cluster).
+	cluster *cluster.Cluster
 	// listen is cfg.ToListener; tests replace it to make Serve fail.
 	listen func(context.Context) (net.Listener, error)
 
@@ -59,21 +70,24 @@ func newWorkerHealth(set extension.Settings, cfg *Config) (*workerHealth, error)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := newPage(cfg.PageRefresh)
+	pg, err := pages.New(cfg.PageRefresh)
 	if err != nil {
 		return nil, err
 	}
+	hs := history.New(cfg.History.Window, cfg.History.Resolution)
 	wh := &workerHealth{
 		id:        set.ID,
 		cfg:       cfg,
 		telemetry: set.TelemetrySettings,
-		store:     newStore(newHistoryStore(cfg.History.Window, cfg.History.Resolution)),
+		store:     store.New(hs),
+		history:   hs,
 		status:    newCollectorStatus(cfg.RecoveryDuration),
 		metrics:   newTelemetry(tb),
 		page:      pg,
+		now:       time.Now,
 	}
-	if cfg.Cluster.enabled() {
-		wh.cluster = newCluster(&cfg.Cluster, set.Logger)
+	if cfg.Cluster.Enabled() {
+		wh.cluster = cluster.New(&cfg.Cluster, set.Logger)
 	}
 	wh.handler = wh.routes()
 	wh.challenge = authChallenge(cfg)
@@ -98,29 +112,32 @@ func (wh *workerHealth) Start(ctx context.Context, host component.Host) error {
 	if wh.cfg.Auth.HasValue() {
 		srv.Handler = canonicalAuthScheme(srv.Handler)
 	}
-	var history storage.Client
+	var historyClient storage.Client
 	if id := wh.cfg.History.StorageID; id != nil {
-		if history, err = openHistoryStorage(ctx, host, *id, wh.id, wh.telemetry.Logger); err != nil {
+		if historyClient, err = history.OpenStorage(ctx, host, *id, wh.id, wh.telemetry.Logger); err != nil {
 			return fmt.Errorf("worker_health: %w", err)
 		}
 	}
 	ln, err := wh.listen(ctx)
 	if err != nil {
-		if history != nil {
-			err = errors.Join(err, history.Close(ctx))
+		if historyClient != nil {
+			err = errors.Join(err, historyClient.Close(ctx))
 		}
 		return fmt.Errorf("worker_health: cannot listen on endpoint %q: %w", wh.cfg.NetAddr.Endpoint, err)
 	}
-	if history != nil {
-		wh.store.history.attach(ctx, history, wh.telemetry.Logger)
+	if historyClient != nil {
+		wh.history.Attach(ctx, historyClient, wh.telemetry.Logger)
 	}
 	if !wh.cfg.TLS.HasValue() {
-		ln = targetGuardListener{ln}
+		ln = requestguard.Listener{Listener: ln}
 	}
 	if wh.cluster != nil {
-		if err := wh.cluster.start(ctx, host, wh.telemetry); err != nil {
+		if err := wh.cluster.Start(ctx, host, wh.telemetry); err != nil {
+			// Start failed: the collector does not call Shutdown's
+			// serving half, so the history's storage client and its flush
+			// loop end here.
 			_ = ln.Close()
-			return err
+			return errors.Join(err, wh.history.Detach(ctx))
 		}
 	}
 	wh.telemetry.Logger.Info("worker health API listening", zap.String("endpoint", ln.Addr().String()))
@@ -147,7 +164,7 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	if wh.cluster != nil {
-		wh.cluster.shutdown()
+		wh.cluster.Shutdown()
 	}
 	// Graceful first, so a probe in flight gets its answer; forced if the
 	// collector's shutdown deadline runs out.
@@ -158,8 +175,8 @@ func (wh *workerHealth) Shutdown(ctx context.Context) error {
 	wh.served.Wait()
 	wh.server, wh.addr = nil, nil
 	// What was published is in the history before its last write.
-	wh.store.flush()
-	return errors.Join(err, wh.store.history.detach(ctx))
+	wh.store.Flush()
+	return errors.Join(err, wh.history.Detach(ctx))
 }
 
 // Dependencies implements extensioncapabilities.Dependent: the auth and
@@ -183,7 +200,7 @@ func (wh *workerHealth) Publish(snap *contract.Snapshot) {
 	if snap == nil {
 		return
 	}
-	wh.store.publish(snap)
+	wh.store.Publish(snap)
 	wh.metrics.published()
 }
 
@@ -203,11 +220,4 @@ func (wh *workerHealth) Ready() error {
 func (wh *workerHealth) NotReady() error {
 	wh.status.setPipelinesReady(false)
 	return nil
-}
-
-// boundAddr is the address being served, or nil when not started.
-func (wh *workerHealth) boundAddr() net.Addr {
-	wh.mu.Lock()
-	defer wh.mu.Unlock()
-	return wh.addr
 }

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/extension"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 )
 
@@ -53,7 +54,7 @@ func createDefaultConfig() component.Config {
 			Window:     defaultHistoryWindow,
 			Resolution: defaultHistoryResolution,
 		},
-		Cluster: defaultClusterConfig(),
+		Cluster: cluster.DefaultConfig(),
 	}
 }
 

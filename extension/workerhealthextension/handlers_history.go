@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -77,17 +79,17 @@ func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, es
 	if e == nil {
 		return code
 	}
-	id := e.w.ID
-	now := wh.page.now()
-	ws := wh.store.history.series(id, now.Add(-wh.store.history.window))
+	id := e.Worker.ID
+	now := wh.now()
+	ws := wh.history.Series(id, now.Add(-wh.history.Window()))
 	body := historyBody{
 		ID:                id,
 		Time:              now.UTC(),
-		WindowSeconds:     wh.store.history.window.Seconds(),
-		ResolutionSeconds: wh.store.history.resolution.Seconds(),
-		Samples:           ws.jsonSamples(),
-		Transitions:       ws.jsonTransitions(),
-		Worker:            e.json,
+		WindowSeconds:     wh.history.Window().Seconds(),
+		ResolutionSeconds: wh.history.Resolution().Seconds(),
+		Samples:           jsonSamples(ws),
+		Transitions:       jsonTransitions(ws),
+		Worker:            e.JSON,
 	}
 	if !utf8.ValidString(id) {
 		body.IDEscaped = url.PathEscape(id)
@@ -100,26 +102,26 @@ func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, es
 	return writeJSON(w, http.StatusOK, body)
 }
 
-func (ws workerSeries) jsonSamples() []historySample {
-	out := make([]historySample, len(ws.samples))
-	for i, s := range ws.samples {
+func jsonSamples(ws history.Series) []historySample {
+	out := make([]historySample, len(ws.Samples))
+	for i, s := range ws.Samples {
 		hs := historySample{
-			Time:  time.UnixMilli(s.at).UTC(),
-			State: stateOf(s.state),
+			Time:  time.UnixMilli(s.At).UTC(),
+			State: history.StateOf(s.State),
 			Memory: historyMemory{
-				RSSBytes:       int64(s.rssKiB) << 10,
-				SoftLimitBytes: int64(s.softKiB) << 10,
+				RSSBytes:       int64(s.RSSKiB) << 10,
+				SoftLimitBytes: int64(s.SoftKiB) << 10,
 				Roles:          []historyRole{},
 			},
-			CPU: contract.CPU{MainCores: round4(s.cpuMain), LimitCPUs: round4(s.cpuLimit)},
+			CPU: contract.CPU{MainCores: round4(s.CPUMain), LimitCPUs: round4(s.CPULimit)},
 			Runs: historyRuns{
-				Worker: int(s.runsWorker), Scheduler: int(s.runsScheduler), Capacity: int(s.capacity),
+				Worker: int(s.RunsWorker), Scheduler: int(s.RunsScheduler), Capacity: int(s.Capacity),
 			},
 		}
-		for j, role := range ws.roles {
-			if s.roleMask&(1<<j) != 0 {
+		for j, role := range ws.Roles {
+			if s.RoleMask&(1<<j) != 0 {
 				hs.Memory.Roles = append(hs.Memory.Roles, historyRole{
-					Role: role, RSSBytes: int64(s.roleRSS[j]) << 10, SoftLimitBytes: int64(s.roleSoft[j]) << 10,
+					Role: role, RSSBytes: int64(s.RoleRSS[j]) << 10, SoftLimitBytes: int64(s.RoleSoft[j]) << 10,
 				})
 			}
 		}
@@ -128,16 +130,16 @@ func (ws workerSeries) jsonSamples() []historySample {
 	return out
 }
 
-func (ws workerSeries) jsonTransitions() []historyTransition {
-	out := make([]historyTransition, len(ws.transitions))
-	for i, t := range ws.transitions {
+func jsonTransitions(ws history.Series) []historyTransition {
+	out := make([]historyTransition, len(ws.Transitions))
+	for i, t := range ws.Transitions {
 		ht := historyTransition{
-			Time: time.UnixMilli(t.at).UTC(), From: stateOf(t.from), To: stateOf(t.to),
-			Reasons: make([]historyReason, t.nReasons),
+			Time: time.UnixMilli(t.At).UTC(), From: history.StateOf(t.From), To: history.StateOf(t.To),
+			Reasons: make([]historyReason, t.NReasons),
 		}
 		for j := range ht.Reasons {
-			r := t.reasons[j]
-			ht.Reasons[j] = historyReason{Code: r.code, Value: finite(r.value), Threshold: finite(r.threshold)}
+			r := t.Reasons[j]
+			ht.Reasons[j] = historyReason{Code: r.Code, Value: store.Finite(r.Value), Threshold: store.Finite(r.Threshold)}
 		}
 		out[i] = ht
 	}

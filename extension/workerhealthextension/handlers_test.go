@@ -15,15 +15,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 type listBody struct {
-	Time    *time.Time        `json:"time"`
-	Sources []sourceInfo      `json:"sources"`
-	Fleet   contract.Fleet    `json:"fleet"`
-	Count   int               `json:"count"`
-	Workers []contract.Worker `json:"workers"`
+	Time    *time.Time         `json:"time"`
+	Sources []store.SourceInfo `json:"sources"`
+	Fleet   contract.Fleet     `json:"fleet"`
+	Count   int                `json:"count"`
+	Workers []contract.Worker  `json:"workers"`
 }
 
 func TestWorkerCodes(t *testing.T) {
@@ -212,7 +213,7 @@ func TestWorkersList(t *testing.T) {
 	assert.Equal(t, 0, all.Fleet.ByState[contract.Lost])
 	require.NotNil(t, all.Time)
 	assert.True(t, t0.Equal(*all.Time))
-	assert.Equal(t, []sourceInfo{{ID: testSource.String(), Time: t0, Workers: 4}}, all.Sources)
+	assert.Equal(t, []store.SourceInfo{{ID: testSource.String(), Time: t0, Workers: 4}}, all.Sources)
 
 	for _, tc := range []struct {
 		query string

@@ -2,14 +2,12 @@ package workerhealthextension // import "github.com/workerwatch/workerwatch/exte
 
 import (
 	"bufio"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
-	"time"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 )
 
 // handleWorker answers the scheduler's question about one worker: 200 may
@@ -24,43 +22,33 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 		// "/health/workers/" is the list, like "/health/workers".
 		return wh.handleWorkers(w, r)
 	}
-	e := wh.store.load().byID[id]
+	e := wh.store.Load().ByID[id]
 	if e == nil {
 		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
 	}
 	code := http.StatusServiceUnavailable
-	if e.w.State.MayTakeWork() {
+	if e.Worker.State.MayTakeWork() {
 		code = http.StatusOK
 	}
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(code)
-	_, _ = w.Write(e.json)
+	_, _ = w.Write(e.JSON)
 	return code
 }
 
 // lookup finds the worker a path names, or answers 400 (a malformed
 // escape) or 404 (unknown) and returns nil with the code sent. (The hot
 // path, handleWorker, does the same inline: "" there is the list.)
-func (wh *workerHealth) lookup(w http.ResponseWriter, escapedID string) (*entry, int) {
+func (wh *workerHealth) lookup(w http.ResponseWriter, escapedID string) (*store.Entry, int) {
 	id, err := url.PathUnescape(escapedID)
 	if err != nil {
 		return nil, writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
 	}
-	e := wh.store.load().byID[id]
+	e := wh.store.Load().ByID[id]
 	if e == nil {
 		return nil, writeJSON(w, http.StatusNotFound, unknownWorker(id))
 	}
 	return e, 0
-}
-
-// listHead is the list body but the count (the number of workers in this
-// response, after ?state=) and the workers, which are streamed from their
-// pre-encoded JSON after it. It is encoded once per view (view.listHead).
-type listHead struct {
-	// Time is the newest snapshot's evaluation time; null before any.
-	Time    *time.Time     `json:"time"`
-	Sources []sourceInfo   `json:"sources"`
-	Fleet   contract.Fleet `json:"fleet"`
 }
 
 // handleWorkers lists the fleet sorted by id, optionally filtered by state.
@@ -68,13 +56,13 @@ type listHead struct {
 // itself a health verdict.
 func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	keep, err := parseStateFilter(q["state"])
+	keep, err := store.ParseStateFilter(q["state"])
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
 	withTrend := q.Get("trend") == "1"
 	v := wh.viewFor(r)
-	if v.listHead == nil {
+	if v.ListHead == nil {
 		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
 	}
 	w.Header()["Content-Type"] = hdrJSON
@@ -82,36 +70,36 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	if r.Method == http.MethodHead {
 		return http.StatusOK
 	}
-	// The trends are for the rows the status page shows: the pageMaxRows
+	// The trends are for the rows the status page shows: the pages.MaxRows
 	// most urgent workers of the response. A trend costs a pass over the
 	// worker's history; the page's script asks every page_refresh.
-	var trends map[*entry][]int64
+	var trends map[*store.Entry][]int64
 	if withTrend {
-		shown := make([]*entry, 0, min(v.count(keep), pageMaxRows))
+		shown := make([]*store.Entry, 0, min(v.Count(keep), pages.MaxRows))
 		ids := make([]string, 0, cap(shown))
-		for _, e := range v.worstFirst {
-			if len(shown) == pageMaxRows {
+		for _, e := range v.WorstFirst {
+			if len(shown) == pages.MaxRows {
 				break
 			}
-			if keep.has(e.w.State) {
-				shown, ids = append(shown, e), append(ids, e.w.ID)
+			if keep.Has(e.Worker.State) {
+				shown, ids = append(shown, e), append(ids, e.Worker.ID)
 			}
 		}
-		trends = make(map[*entry][]int64, len(shown))
-		for i, t := range wh.store.history.trend(ids, wh.page.now(), trendPoints) {
+		trends = make(map[*store.Entry][]int64, len(shown))
+		for i, t := range wh.history.Trend(ids, wh.now(), pages.TrendPoints) {
 			trends[shown[i]] = t
 		}
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	// Splice "count" and "workers" into the head object, left open for them.
-	_, _ = bw.Write(v.listHead)
+	_, _ = bw.Write(v.ListHead)
 	_, _ = bw.WriteString(`,"count":`)
-	_, _ = bw.WriteString(strconv.Itoa(v.count(keep)))
+	_, _ = bw.WriteString(strconv.Itoa(v.Count(keep)))
 	_, _ = bw.WriteString(`,"workers":[`)
 	n := 0
 	var num []byte
-	for _, e := range v.byIDOrder {
-		if !keep.has(e.w.State) {
+	for _, e := range v.ByIDOrder {
+		if !keep.Has(e.Worker.State) {
 			continue
 		}
 		if n > 0 {
@@ -120,11 +108,11 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		n++
 		trend, ok := trends[e]
 		if !ok {
-			_, _ = bw.Write(e.json)
+			_, _ = bw.Write(e.JSON)
 			continue
 		}
 		// The worker's object, reopened for its memory_trend.
-		_, _ = bw.Write(e.json[:len(e.json)-1])
+		_, _ = bw.Write(e.JSON[:len(e.JSON)-1])
 		_, _ = bw.WriteString(`,"memory_trend":[`)
 		for i, b := range trend {
 			if i > 0 {
@@ -142,40 +130,4 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	_, _ = bw.WriteString("]}\n")
 	_ = bw.Flush()
 	return http.StatusOK
-}
-
-// stateFilter is the set of states ?state= asks for; nil keeps all.
-type stateFilter map[contract.State]bool
-
-func (f stateFilter) has(s contract.State) bool { return f == nil || f[s] }
-
-// parseStateFilter accepts ?state=a&state=b and ?state=a,b; an unknown
-// state is a client error (a typo must not silently return nothing).
-func parseStateFilter(values []string) (stateFilter, error) {
-	var f stateFilter
-	for _, v := range values {
-		for _, s := range strings.Split(v, ",") {
-			s = strings.TrimSpace(strings.ToLower(s))
-			if s == "" {
-				continue
-			}
-			st := contract.State(s)
-			if !st.Valid() {
-				return nil, fmt.Errorf("state: unknown state %q; use one or more of %s", s, stateList())
-			}
-			if f == nil {
-				f = stateFilter{}
-			}
-			f[st] = true
-		}
-	}
-	return f, nil
-}
-
-func stateList() string {
-	names := make([]string, len(contract.AllStates))
-	for i, s := range contract.AllStates {
-		names[i] = string(s)
-	}
-	return strings.Join(names, ", ")
 }

@@ -77,7 +77,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	l := leak{id: "openfn-worker-7", start: now.Add(-20 * time.Minute), overAt: now.Add(-9 * time.Minute), soft: 900 << 20, mainSoft: 400 << 20}
 
 	wh, base, _ := historyExt(t, host)
-	wh.page.now = func() time.Time { return now }
+	wh.now = func() time.Time { return now }
 	publishHistory(wh, l.start, now, func(at time.Time) []contract.Worker {
 		return []contract.Worker{l.at(at), worker("gone", contract.Healthy)}
 	})
@@ -94,7 +94,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	code, _ := get(t, workerURL(base2, l.id)+"/history")
 	require.Equal(t, http.StatusNotFound, code)
 	later := now.Add(30 * time.Second)
-	wh2.page.now = func() time.Time { return later }
+	wh2.now = func() time.Time { return later }
 	restored := l.at(later)
 	restored.State, restored.Reasons, restored.Since = contract.Unknown, nil, later
 	publish(wh2, snapshot(testSource, later, restored))
@@ -110,50 +110,8 @@ func TestHistorySurvivesRestart(t *testing.T) {
 
 	// "gone" is not published after the restart: it goes once the window
 	// has passed without it, and then from storage too.
-	wh2.store.history.mu.RLock()
-	_, kept := wh2.store.history.byID["gone"]
-	wh2.store.history.mu.RUnlock()
-	assert.True(t, kept, "a restored worker the processor has not reported yet is kept for a window")
-}
-
-// Only what changed is written: one new sample is one group and the
-// header, not the whole ring.
-func TestHistorySavesOnlyWhatChanged(t *testing.T) {
-	hs := newHistoryStore(30*time.Minute, 10*time.Second)
-	p := &historyPersistence{ids: map[string]int{}, removed: map[string]int{}, rewrite: true}
-	hs.persist = p
-	for i := range 3 {
-		w := worker("w"+string(rune('a'+i)), contract.Healthy)
-		for step := range 100 {
-			hs.record(&w, t0.Add(time.Duration(step)*10*time.Second).UnixMilli())
-		}
-	}
-	first := hs.collect(p)
-	// 3 workers x (13 groups + header + transitions) + meta + ids.
-	assert.Len(t, first, 3*(13+2)+2)
-	assert.Empty(t, hs.collect(p), "nothing changed")
-
-	w := worker("wa", contract.Healthy)
-	hs.record(&w, t0.Add(100*10*time.Second).UnixMilli())
-	ops := hs.collect(p)
-	keys := make([]string, 0, len(ops))
-	for _, o := range ops {
-		keys = append(keys, o.Key)
-	}
-	assert.ElementsMatch(t, []string{groupKey(12, "wa"), headerKey("wa")}, keys)
-
-	// A worker that leaves: its keys go, and the list of ids changes.
-	v := &view{byID: map[string]*entry{"wa": {}, "wb": {}}}
-	hs.retain(v, 0)
-	ops = hs.collect(p)
-	var deleted []string
-	for _, o := range ops {
-		if o.Type == storage.Delete {
-			deleted = append(deleted, o.Key)
-		}
-	}
-	assert.Len(t, deleted, 2+13, "header, transitions and 13 groups of wc")
-	assert.Equal(t, keyHistoryIDs, ops[len(ops)-1].Key)
+	kept := wh2.history.Series("gone", time.Time{})
+	assert.NotEmpty(t, kept.Samples, "a restored worker the processor has not reported yet is kept for a window")
 }
 
 // A value that does not decode costs that worker its history, with one
@@ -167,22 +125,23 @@ func TestHistoryStorageCorruptValue(t *testing.T) {
 	})
 	require.NoError(t, wh.Shutdown(context.Background()))
 
-	// Garble one key through the same storage client.
+	// Garble one key through the same storage client (the worker's header,
+	// "w/<id>", internal/history/storage.go).
 	se := host.exts[storageID].(storage.Extension)
 	c, err := se.GetClient(context.Background(), component.KindExtension, wh.id, "history")
 	require.NoError(t, err)
-	require.NoError(t, c.Set(context.Background(), headerKey("bad"), []byte{1, 0xff}))
+	require.NoError(t, c.Set(context.Background(), "w/bad", []byte{1, 0xff}))
 	require.NoError(t, c.Close(context.Background()))
 
 	wh2, _, logs := historyExt(t, host)
 	defer func() { require.NoError(t, wh2.Shutdown(context.Background())) }()
 	warn := logs.FilterMessage("cannot read the worker history from storage; that part starts empty")
 	require.Equal(t, 1, warn.Len())
-	assert.Equal(t, headerKey("bad"), warn.All()[0].ContextMap()["key"])
-	wh2.store.history.mu.RLock()
-	defer wh2.store.history.mu.RUnlock()
-	assert.Len(t, wh2.store.history.byID["good"].samples, 7)
-	assert.Nil(t, wh2.store.history.byID["bad"])
+	assert.Equal(t, "w/bad", warn.All()[0].ContextMap()["key"])
+	assert.Len(t, wh2.history.Series("good", time.Time{}).Samples, 7)
+	bad := wh2.history.Series("bad", time.Time{})
+	assert.Empty(t, bad.Samples)
+	assert.Empty(t, bad.Transitions)
 }
 
 // A history kept at another resolution is replayed into the new ring.
@@ -195,9 +154,7 @@ func TestHistoryStorageOtherShape(t *testing.T) {
 	require.NoError(t, wh.Shutdown(context.Background()))
 
 	wh2, _, _ := historyExt(t, host, func(c *Config) { c.History.Resolution = time.Minute })
-	wh2.store.history.mu.RLock()
-	n := len(wh2.store.history.byID["w"].samples)
-	wh2.store.history.mu.RUnlock()
+	n := len(wh2.history.Series("w", time.Time{}).Samples)
 	assert.Equal(t, 11, n, "61 samples at 10 s are 11 one-minute steps")
 	require.NoError(t, wh2.Shutdown(context.Background()))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	"go.opentelemetry.io/collector/config/configauth"
 	"go.opentelemetry.io/collector/config/confighttp"
 	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -107,10 +110,59 @@ func (h *statusHost) Report(ev *componentstatus.Event) { h.events <- ev }
 // after it (the collector orders extensions by Dependencies).
 func TestDependencies(t *testing.T) {
 	assert.Empty(t, newTestExt(t).Dependencies())
-	auth, store := component.MustNewID("bearertokenauth"), component.MustNewIDWithName("file_storage", "history")
+	auth, histStorage := component.MustNewID("bearertokenauth"), component.MustNewIDWithName("file_storage", "history")
 	wh := newTestExt(t, func(c *Config) {
 		c.Auth = configoptional.Some(confighttp.AuthConfig{Config: configauth.Config{AuthenticatorID: auth}})
-		c.History.StorageID = &store
+		c.History.StorageID = &histStorage
 	})
-	assert.Equal(t, []component.ID{auth, store}, wh.Dependencies())
+	assert.Equal(t, []component.ID{auth, histStorage}, wh.Dependencies())
+}
+
+func TestPublishNilIgnored(t *testing.T) {
+	wh := newTestExt(t)
+	wh.Publish(nil)
+	assert.Empty(t, wh.store.Load().ByIDOrder)
+}
+
+// countingStorage is a storage extension whose clients count their Close.
+type countingStorage struct {
+	component.StartFunc
+	component.ShutdownFunc
+	opened, closed atomic.Int32
+}
+
+type countingClient struct {
+	storage.Client
+	closed *atomic.Int32
+}
+
+func (c countingClient) Close(ctx context.Context) error {
+	c.closed.Add(1)
+	return c.Client.Close(ctx)
+}
+
+func (s *countingStorage) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
+	s.opened.Add(1)
+	return countingClient{Client: storage.NewNopClient(), closed: &s.closed}, nil
+}
+
+// A Start that fails after the history's storage client is open (here the
+// cluster's peer client names an authenticator the collector does not have)
+// closes that client: the collector does not Shutdown a component whose
+// Start failed halfway, so nothing else would.
+func TestStartFailureClosesHistoryStorage(t *testing.T) {
+	fs := &countingStorage{}
+	host := authHost{Host: componenttest.NewNopHost(), exts: map[component.ID]component.Component{storageID: fs}}
+	wh := newTestExt(t, func(c *Config) {
+		id := storageID
+		c.History.StorageID = &id
+		c.Cluster.Self = "shard-a:4317"
+		c.Cluster.Static = configoptional.Some(cluster.StaticMembers{Members: []cluster.StaticMember{{Endpoint: "shard-a:4317", API: "127.0.0.1:1"}}})
+		c.Cluster.Client.Auth = configoptional.Some(configauth.Config{AuthenticatorID: component.MustNewID("missingauth")})
+	})
+	err := wh.Start(context.Background(), host)
+	require.ErrorContains(t, err, "cluster.client")
+	assert.Equal(t, int32(1), fs.opened.Load())
+	assert.Equal(t, int32(1), fs.closed.Load(), "the history's storage client is closed when Start fails")
+	require.NoError(t, wh.Shutdown(context.Background()))
 }

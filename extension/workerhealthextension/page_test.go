@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -19,7 +20,7 @@ const scriptID = "<script>alert(1)</script>"
 
 func TestPageServerRendered(t *testing.T) {
 	wh := newTestExt(t)
-	wh.page.now = func() time.Time { return t0 }
+	wh.now = func() time.Time { return t0 }
 	base := startTestExt(t, wh)
 
 	// Before any publish: an empty fleet, not an error.
@@ -40,7 +41,7 @@ func TestPageServerRendered(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	sum := sha256.Sum256([]byte(pageScript))
+	sum := sha256.Sum256([]byte(pages.Script()))
 	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
 
 	doc, err := html.Parse(resp.Body)
@@ -73,29 +74,6 @@ func TestPageServerRendered(t *testing.T) {
 	assert.NotContains(t, body, "alert(1)")
 	code, _ = get(t, base+"/?state=nope")
 	assert.Equal(t, http.StatusBadRequest, code)
-}
-
-func TestFormatting(t *testing.T) {
-	assert.Equal(t, "512 B", formatBytes(512))
-	assert.Equal(t, "1.5 KiB", formatBytes(1536))
-	assert.Equal(t, "500 MiB", formatBytes(500<<20))
-	assert.Equal(t, "1.2 GiB", formatBytes(1.2*(1<<30)))
-	assert.Equal(t, "59s", dur(59*time.Second))
-	assert.Equal(t, "2m", dur(150*time.Second))
-	assert.Equal(t, "1h 5m", dur(65*time.Minute))
-	assert.Equal(t, "2d 3h", dur(51*time.Hour))
-	assert.Equal(t, "never", ago(time.Time{}, t0))
-	pct, cls, txt := memoryText(contract.Memory{RSSBytes: 100 << 20})
-	assert.Equal(t, 0, pct)
-	assert.Equal(t, "none", cls)
-	assert.Equal(t, "100 MiB (no soft limit)", txt)
-	pct, cls, _ = memoryText(contract.Memory{RSSBytes: 450 << 20, SoftLimitBytes: 500 << 20})
-	assert.Equal(t, 90, pct)
-	assert.Equal(t, "warn", cls)
-	assert.Equal(t, "worker 1 · scheduler 2 · cap 5", runsText(contract.Runs{Worker: []string{"a"}, Scheduler: []string{"a", "b"}, Capacity: 5}))
-	d, _, bad := driftText(contract.Drift{Orphaned: []string{"x"}, OverCapacity: 2})
-	assert.Equal(t, "orphaned 1 · over capacity 2", d)
-	assert.True(t, bad)
 }
 
 // The helpers below read what a parser (or a browser, through --dump-dom)
@@ -198,23 +176,23 @@ func attr(n *html.Node, key string) string {
 
 func TestPageRowLimit(t *testing.T) {
 	wh := newTestExt(t)
-	publish(wh, realisticFleet(pageMaxRows+50, t0))
+	publish(wh, realisticFleet(pages.MaxRows+50, t0))
 	base := startTestExt(t, wh)
 	resp, err := http.Get(base + "/")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	doc, err := html.Parse(resp.Body)
 	require.NoError(t, err)
-	assert.Len(t, tableRows(t, doc), pageMaxRows)
+	assert.Len(t, tableRows(t, doc), pages.MaxRows)
 	p := findByID(doc, "truncated")
 	require.NotNil(t, p)
 	assert.Contains(t, text(p), "Showing the 1000 most urgent of 1050 workers")
 	// The worst are the ones shown: every worker that is not healthy, and
 	// healthy ones only after them (the 50 cut are all healthy).
-	v := wh.store.load()
+	v := wh.store.Load()
 	states := column(tableRows(t, doc), 1, true)
-	notHealthy := v.count(nil) - v.fleet.ByState[contract.Healthy]
-	require.Less(t, notHealthy, pageMaxRows)
+	notHealthy := v.Count(nil) - v.Fleet.ByState[contract.Healthy]
+	require.Less(t, notHealthy, pages.MaxRows)
 	for i, st := range states {
 		assert.Equal(t, i >= notHealthy, st == "healthy", "row %d: %s", i, st)
 	}
@@ -224,7 +202,7 @@ func TestPageRowLimit(t *testing.T) {
 // last known: greyed, with the age of the sample, never like a current one.
 func TestPageStaleMemory(t *testing.T) {
 	wh := newTestExt(t)
-	wh.page.now = func() time.Time { return t0 }
+	wh.now = func() time.Time { return t0 }
 	lost := worker("lost", contract.Lost)
 	lost.Memory.SampledAt = t0.Add(-3 * time.Minute)
 	quiet := worker("quiet", contract.Healthy)
@@ -276,7 +254,7 @@ func TestPageTruncatedOnlyWhenRowsAreLeftOut(t *testing.T) {
 	assert.True(t, hidden)
 	assert.Empty(t, txt, "no note when nothing is left out")
 
-	s := realisticFleet(pageMaxRows+50, t0)
+	s := realisticFleet(pages.MaxRows+50, t0)
 	for i := range s.Workers {
 		s.Workers[i].State = contract.Healthy
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/requestguard"
 )
 
 // The API's paths are fixed: schedulers and probes are written against them
@@ -105,7 +107,7 @@ func (wh *workerHealth) serve(w http.ResponseWriter, r *http.Request) (string, i
 	case routePage:
 		handle = wh.handlePage
 	default:
-		if p == pathBadTarget {
+		if p == requestguard.PathBadTarget {
 			return route, writeError(w, http.StatusBadRequest, "the request target is not a valid URL (a malformed %-escape?); escape ids as docs/http-api.md says")
 		}
 		return route, writeError(w, http.StatusNotFound, "no such endpoint; see docs/http-api.md")

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -64,7 +65,7 @@ func FuzzRouter(f *testing.F) {
 			worker("worker-1", contract.Healthy),
 			worker("a/b c", contract.Unhealthy),
 			worker(id, states[len(id)%len(states)])))
-		v := wh.store.load()
+		v := wh.store.Load()
 
 		// 1. The fuzzed request.
 		req, err := http.NewRequest(method, "http://localhost"+target, nil)
@@ -79,14 +80,14 @@ func FuzzRouter(f *testing.F) {
 		}
 		req = httptest.NewRequest(http.MethodGet, "/health/workers/"+url.PathEscape(id), nil)
 		rec := serve(wh, req)
-		e := v.byID[id]
+		e := v.ByID[id]
 		if e == nil {
 			t.Fatalf("published id %q is not in the view", id)
 		}
 		if rec.Code != http.StatusOK && rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("GET of published id %q: %d %s", id, rec.Code, rec.Body)
 		}
-		if !bytes.Equal(rec.Body.Bytes(), e.json) {
+		if !bytes.Equal(rec.Body.Bytes(), e.JSON) {
 			t.Fatalf("GET of %q served another body: %s", id, rec.Body)
 		}
 	})
@@ -98,7 +99,7 @@ func serve(wh *workerHealth, req *http.Request) *httptest.ResponseRecorder {
 	return rec
 }
 
-func checkAnswer(t *testing.T, v *view, req *http.Request, rec *httptest.ResponseRecorder) {
+func checkAnswer(t *testing.T, v *store.View, req *http.Request, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	switch rec.Code {
 	case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusServiceUnavailable:
@@ -113,19 +114,19 @@ func checkAnswer(t *testing.T, v *view, req *http.Request, rec *httptest.Respons
 		if err != nil {
 			t.Fatalf("%q: a verdict for an id that does not unescape", p)
 		}
-		e := v.byID[id]
+		e := v.ByID[id]
 		if e == nil {
 			t.Fatalf("%q: verdict %d for unpublished id %q", p, rec.Code, id)
 		}
-		if !bytes.Equal(rec.Body.Bytes(), e.json) && req.Method == http.MethodGet {
+		if !bytes.Equal(rec.Body.Bytes(), e.JSON) && req.Method == http.MethodGet {
 			t.Fatalf("%q: body is not worker %q's", p, id)
 		}
 		want := http.StatusServiceUnavailable
-		if e.w.State.MayTakeWork() {
+		if e.Worker.State.MayTakeWork() {
 			want = http.StatusOK
 		}
 		if rec.Code != want {
-			t.Fatalf("%q: %d for state %s", p, rec.Code, e.w.State)
+			t.Fatalf("%q: %d for state %s", p, rec.Code, e.Worker.State)
 		}
 	}
 	// Bounded answer: the fleet is three workers; only an error echoing the

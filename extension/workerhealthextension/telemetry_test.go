@@ -3,8 +3,12 @@ package workerhealthextension
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/otel/attribute"
@@ -41,4 +45,31 @@ func TestTelemetry(t *testing.T) {
 		dp(routeWorker, http.StatusNotFound, 1),
 		dp(routeNotFound, http.StatusNotFound, 1),
 	}, metricdatatest.IgnoreTimestamp(), metricdatatest.IgnoreExemplars())
+}
+
+// The endpoint label's values in docs/http-api.md are the router's routes,
+// all of them and no others.
+func TestEndpointLabelValuesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "http-api.md"))
+	require.NoError(t, err)
+	var row string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `otelcol_worker_health_requests` |") {
+			row = line
+		}
+	}
+	require.NotEmpty(t, row, "the requests metric's row in docs/http-api.md")
+	_, list, ok := strings.Cut(row, "(the route: ")
+	require.True(t, ok, row)
+	list, _, _ = strings.Cut(list, ";")
+	var documented []string
+	for _, v := range strings.Split(list, ", ") {
+		documented = append(documented, strings.Trim(v, "`"))
+	}
+	routes := []string{routeWorker, routeHistory, routeWorkers, routeFleet, routeWorkerPg, routePage, routeLivez, routeReadyz, routeNotFound}
+	assert.ElementsMatch(t, routes, documented)
+	// Every route is what routeOf names some path.
+	for _, p := range []string{"/health/workers/a", "/health/workers/a/history", "/health/workers", "/health/fleet", "/workers/a", "/", "/livez", "/readyz", "/nope"} {
+		assert.Contains(t, routes, routeOf(p), p)
+	}
 }

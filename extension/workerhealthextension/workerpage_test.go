@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
 
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
@@ -21,7 +22,7 @@ import (
 func leakFixture(t *testing.T, now time.Time) (*workerHealth, leak) {
 	t.Helper()
 	wh := newTestExt(t)
-	wh.page.now = func() time.Time { return now }
+	wh.now = func() time.Time { return now }
 	l := leak{id: "openfn-worker-7", start: now.Add(-35 * time.Minute), overAt: now.Add(-9*time.Minute + 3*time.Second), soft: 900 << 20, mainSoft: 400 << 20}
 	publishHistory(wh, l.start, now, func(at time.Time) []contract.Worker {
 		return []contract.Worker{l.at(at), worker("steady", contract.Healthy)}
@@ -126,7 +127,7 @@ func TestWorkerPageServerRendered(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	assert.Equal(t, wh.page.csp[0], resp.Header.Get("Content-Security-Policy"), "the fleet page's policy")
+	assert.Equal(t, wh.page.CSP()[0], resp.Header.Get("Content-Security-Policy"), "the fleet page's policy")
 	doc, err := html.Parse(resp.Body)
 	require.NoError(t, err)
 	assert.Empty(t, findAll(doc, "script"), "no script on the worker page")
@@ -177,7 +178,7 @@ func checkLeakPage(t *testing.T, doc *html.Node, l leak, now time.Time) {
 	assert.Equal(t, l.overAt.UTC().Format(time.RFC3339), attr(mark, "data-at"))
 	x, err := strconv.ParseFloat(attr(mark, "x1"), 64)
 	require.NoError(t, err)
-	wantX := plotL + (plotR-plotL)*(30*time.Minute-now.Sub(l.overAt)).Seconds()/(30*time.Minute).Seconds()
+	wantX := pages.PlotLeft + (pages.PlotRight-pages.PlotLeft)*(30*time.Minute-now.Sub(l.overAt)).Seconds()/(30*time.Minute).Seconds()
 	assert.InDelta(t, wantX, x, 0.11)
 	// The state band turns red there too.
 	var red []float64
@@ -188,7 +189,7 @@ func checkLeakPage(t *testing.T, doc *html.Node, l leak, now time.Time) {
 		}
 	}
 	require.Len(t, red, 1)
-	assert.InDelta(t, wantX, red[0], (plotR-plotL)*10/1800.0+0.1, "the band starts at the first unhealthy sample")
+	assert.InDelta(t, wantX, red[0], (pages.PlotRight-pages.PlotLeft)*10/1800.0+0.1, "the band starts at the first unhealthy sample")
 
 	// The timeline, recent runs and sources.
 	trs := tableRowsOf(t, findByID(doc, "transitions"))
@@ -232,7 +233,7 @@ func cellTexts(r domRow) []string {
 // back to the root whatever slashes the id holds.
 func TestWorkerPageEscapingAndLinks(t *testing.T) {
 	wh := newTestExt(t)
-	wh.page.now = func() time.Time { return t0 }
+	wh.now = func() time.Time { return t0 }
 	bad := worker(scriptID, contract.Unhealthy)
 	bad.Name = `"><img src=x onerror=alert(2)>`
 	bad.Reasons = []contract.Reason{{Code: "<b>x</b>", Message: "<img src=x onerror=alert(3)>"}}
@@ -302,8 +303,8 @@ func TestWorkersListTrend(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &list))
 	require.Len(t, list.Workers, 1)
 	tr := list.Workers[0].Trend
-	require.Len(t, tr, trendPoints)
-	want := wh.store.history.trend([]string{l.id}, now, trendPoints)[0]
+	require.Len(t, tr, pages.TrendPoints)
+	want := wh.history.Trend([]string{l.id}, now, pages.TrendPoints)[0]
 	for i, v := range tr {
 		if want[i] < 0 {
 			assert.Nil(t, v, "point %d", i)
@@ -340,7 +341,7 @@ func tableRowsOf(t *testing.T, table *html.Node) []domRow {
 func TestWorkerPageYoungHistory(t *testing.T) {
 	now := time.Now().Truncate(10 * time.Second)
 	wh := newTestExt(t)
-	wh.page.now = func() time.Time { return now }
+	wh.now = func() time.Time { return now }
 	publishHistory(wh, now.Add(-90*time.Second), now, func(at time.Time) []contract.Worker {
 		w := worker("young", contract.Healthy)
 		w.CPU.MainCores = -1
@@ -369,7 +370,7 @@ func TestWorkerPageYoungHistory(t *testing.T) {
 		}
 	}
 	require.Len(t, tree, 10)
-	assert.InDelta(t, plotL+(plotR-plotL)*30.0/120, tree[0][0], 0.11, "the first sample, 90 s ago, a quarter in")
+	assert.InDelta(t, pages.PlotLeft+(pages.PlotRight-pages.PlotLeft)*30.0/120, tree[0][0], 0.11, "the first sample, 90 s ago, a quarter in")
 	assert.Contains(t, body, "<h2>The last 2m</h2>")
 
 	cpu := findByID(doc, "chart-cpu")

@@ -82,7 +82,7 @@ func TestWrkLoad(t *testing.T) {
 	start := time.Now()
 	wh.Publish(fleet)
 	returned := time.Since(start)
-	wh.store.flush()
+	wh.store.Flush()
 	t.Logf("publish of 10,000 workers: Publish returned after %s, served after %s", returned, time.Since(start))
 	base := startTestExt(t, wh)
 

@@ -108,8 +108,8 @@ const (
 	// KillOOM: the kernel's or the cgroup's OOM killer killed a process of
 	// the worker (MetricCgroupOOMKills, or a worker's record saying so).
 	KillOOM = "oom"
-	// KillCancelled: the run was canceled by a person or the scheduler.
-	KillCancelled = "canceled"
+	// KillCanceled: the run was canceled by a person or the scheduler.
+	KillCanceled = "canceled"
 	// KillShutdown: the worker stopped and killed its runs on the way out.
 	KillShutdown = "shutdown"
 	// KillCrash: a run's process died on its own, not killed by the worker
@@ -126,7 +126,7 @@ const (
 
 // KillReasons lists every kill reason, KillOther last.
 var KillReasons = [...]string{
-	KillTimeout, KillMemoryLimit, KillOOM, KillCancelled, KillShutdown,
+	KillTimeout, KillMemoryLimit, KillOOM, KillCanceled, KillShutdown,
 	KillCrash, KillWorkerExit, KillChildExit, KillOther,
 }
 
@@ -182,6 +182,14 @@ const (
 	// one worker (AttrWorkerID), listed in AttrSchedulerRuns; an empty list
 	// says it holds none (ViewSnapshots).
 	EventSchedulerSnapshot = "workerwatch.scheduler.snapshot"
+	// EventRunStalled: the scheduler found the run's worker stopped
+	// renewing its claim (BullMQ's stalled checker: the job's lock lapsed
+	// and the job went back to wait), on a scheduler record naming the
+	// worker that held it (AttrWorkerID) and the run (AttrRunID). The
+	// bullmq receiver sends it; the worker_health processor does not read
+	// it yet (a worker alive while its run stalls has a hung main loop:
+	// receiver/bullmqreceiver/README.md, "Hung workers").
+	EventRunStalled = "workerwatch.run.stalled"
 	// EventStateChange is the processor's record of one state transition.
 	EventStateChange = "workerwatch.worker.state_change"
 )

@@ -63,9 +63,6 @@ func NewReader(root string) *Reader {
 	return r
 }
 
-// Root is the proc root the reader reads.
-func (r *Reader) Root() string { return r.root }
-
 // IsProcfs reports whether the root is a real procfs (its pids are the
 // kernel's), not a fixture directory.
 func (r *Reader) IsProcfs() bool { return !r.notProcfs }

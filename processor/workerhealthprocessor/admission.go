@@ -76,6 +76,32 @@ type admissionCounts struct {
 	runsRefused    [nRefusedRun]int64
 }
 
+// admission is how much the processor knows a worker exists, the
+// evaluation it was admitted in, its place in the tracker's list of its
+// evidence level (not confirmed), and whether a state change while it was
+// seen once is still to be announced.
+type admission struct {
+	evidence    evidence
+	admitted    int
+	prev, next  *worker
+	unannounced bool
+}
+
+// cpAdmission is the admission's checkpoint record: evidenceRecords or
+// evidenceConfirmed (workers seen once are not checkpointed).
+type cpAdmission struct {
+	Evidence evidence `json:"ev"`
+}
+
+func (a *admission) cp() cpAdmission { return cpAdmission{Evidence: a.evidence} }
+
+func (a *admission) restore(c *cpAdmission) {
+	a.evidence = evidenceRecords
+	if c.Evidence == evidenceConfirmed {
+		a.evidence = evidenceConfirmed
+	}
+}
+
 // workerList is an intrusive list of workers, least recently mentioned first.
 type workerList struct {
 	head, tail *worker

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -293,4 +294,73 @@ func workerActive(worker string, n int64) pmetric.Metrics {
 	md := activeMetrics(n)
 	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
 	return md
+}
+
+// Evidence that was wrong before (issue 12, "Why" point 7).
+func TestEvidence(t *testing.T) {
+	t.Run("drift_missing has a since and a threshold in runs", func(t *testing.T) {
+		h := newHarness(t, testCfg())
+		hb(h)
+		h.logs(sl("w1", "workerwatch.run.claimed", "r1"))
+		h.advance(5 * sec)
+		hb(h)
+		h.eval()
+		r := h.reason(codeMissing)
+		assert.Equal(t, t0, r.Since, "when the disagreement began")
+		assert.InDelta(t, 1, r.Value, 0)
+		assert.InDelta(t, 1, r.Threshold, 0, "a run count, not the grace in seconds")
+	})
+	t.Run("recent runs and kills by reason are in the snapshot", func(t *testing.T) {
+		h := newHarness(t, testCfg())
+		h.logs(workerLogs("worker",
+			rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0},
+			rec{worker: "w1", event: "workerwatch.run.finished", run: "r1", ts: t0.Add(2 * sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},
+		))
+		h.advance(sec)
+		h.logs(workerLogs("worker",
+			rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(sec)},
+			rec{worker: "w1", event: "workerwatch.run.killed", run: "r2", ts: t0.Add(4 * sec), attrs: map[string]any{"cicd.pipeline.result": "timeout", "workerwatch.kill.reason": "timeout"}},
+		))
+		h.eval()
+		w := h.snap("w1")
+		assert.Equal(t, []contract.RunRecord{
+			{ID: "r2", Result: "timeout", KillReason: "timeout", Started: t0.Add(sec), Ended: t0.Add(4 * sec), DurationSeconds: 3},
+			{ID: "r1", Result: "success", Started: t0, Ended: t0.Add(2 * sec), DurationSeconds: 2},
+		}, w.Runs.Recent)
+		assert.Equal(t, map[string]int64{"timeout": 1}, w.Runs.Kills)
+		assert.True(t, w.Memory.SampledAt.IsZero(), "no memory sample: zero time")
+	})
+}
+
+func TestLimits(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = 2
+	cfg.Limits.MaxUnconfirmedWorkers = 2
+	cfg.Limits.MaxRunsPerWorker = 3
+	h := newHarness(t, cfg)
+	for _, w := range []string{"a", "b", "c"} {
+		h.logs(wl(w, "workerwatch.worker.heartbeat", "", nil))
+	}
+	for _, r := range []string{"r1", "r2", "r3", "r4"} {
+		h.logs(wl("a", "workerwatch.run.claimed", r, nil))
+	}
+	// Ended runs make room.
+	h.logs(wl("a", "workerwatch.run.finished", "r1", nil))
+	h.logs(wl("a", "workerwatch.run.claimed", "r5", nil))
+	h.p.mu.Lock()
+	assert.Len(t, h.p.tracker.workers, 2)
+	// Issue 14.7: counted once per resource naming it (it was counted
+	// twice: the resource's sign of life and its record).
+	assert.Equal(t, int64(1), h.p.tracker.counts.workersRefused[refusedMaxWorkers], "c, once")
+	assert.Equal(t, int64(1), h.p.tracker.counts.runsRefused[refusedRunsPerWorker])
+	assert.True(t, h.p.tracker.workers["a"].runs.has("r5"))
+	h.p.mu.Unlock()
+
+	// Workers are forgotten after the TTL.
+	h.advance(2 * time.Minute)
+	h.eval()
+	h.p.mu.Lock()
+	assert.Empty(t, h.p.tracker.workers)
+	assert.Equal(t, int64(2), h.p.tracker.counts.workersExpired[evidenceOnce])
+	h.p.mu.Unlock()
 }

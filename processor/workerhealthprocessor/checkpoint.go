@@ -1,16 +1,14 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
@@ -28,8 +26,11 @@ import (
 // admits what the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// To add a field: add it to cpWorker (or cpRun) with `json:",omitempty"`
-// and fill it in toCheckpoint and fromCheckpoint. Unknown fields are
+// To add a field: add it to the rule's checkpoint record (cpMemory in
+// memory.go, cpKills in kills.go, ...) with `json:",omitempty"` and fill it
+// in that type's cp and restore, next to the state it keeps. The records are
+// embedded in cpWorker, so their keys share one JSON object: a new key must
+// not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
 // ignored and missing ones are zero, so no version change is needed unless
 // a field changes meaning.
 const (
@@ -46,10 +47,6 @@ const (
 	// max_attribute_length bytes: 256 x ~500 B).
 	cpMaxRecord = 4 << 20
 )
-
-// cpMarshal marshals a record (a variable: a test holds it to prove the
-// processor's lock is free meanwhile).
-var cpMarshal = json.Marshal
 
 func cpSlotKey(slot int32) string { return cpPrefix + "w/" + strconv.Itoa(int(slot)) }
 
@@ -68,20 +65,6 @@ type cpMeta struct {
 // cpHistsKey holds the fleet-wide histograms (written when they changed).
 const cpHistsKey = cpPrefix + "hists"
 
-// cpHists are the histograms by name ("result/<result>", "claim_to_start",
-// "stage/<stage>"), with the bounds they were counted in: other bounds
-// (histogram_buckets changed) make them unusable, and they start over.
-type cpHists struct {
-	Bounds []float64         `json:"bounds"`
-	Hists  map[string]cpHist `json:"hists"`
-}
-
-type cpHist struct {
-	Counts []uint64 `json:"counts"`
-	Count  uint64   `json:"count"`
-	Sum    float64  `json:"sum"`
-}
-
 // cpSlots is the tracker's bookkeeping of the slots.
 type cpSlots struct {
 	enabled bool    // a storage is configured
@@ -98,90 +81,21 @@ type cpWrite struct {
 	rec  cpWorker
 }
 
-// The checkpoint keeps the evidence, not the verdict: restored workers are
-// "unknown" until they send telemetry again (or "lost" when they never do),
-// except that a memory latch or recent kills still make them "unhealthy".
-type cpRun struct {
-	WAt     int64  `json:"wa,omitempty"`
-	SAt     int64  `json:"sa,omitempty"`
-	WEnd    int64  `json:"we,omitempty"`
-	SEnd    int64  `json:"se,omitempty"`
-	ClaimTS int64  `json:"c,omitempty"`
-	StartTS int64  `json:"s,omitempty"`
-	Flags   uint16 `json:"f"`
-	EndTS   int64  `json:"e,omitempty"`
-	Result  uint8  `json:"r,omitempty"`
-	Kill    uint8  `json:"k,omitempty"`
-}
-
+// cpWorker is a worker's checkpoint record: the evidence, not the verdict.
+// Restored workers are "unknown" until they send telemetry again (or "lost"
+// when they never do), except that a memory latch or recent kills still make
+// them "unhealthy". Each rule's state type has its own record (cpIdentity in
+// identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
-	// Evidence: evidenceRecords or evidenceConfirmed (admission.go);
-	// workers seen once are not checkpointed.
-	Evidence     evidence         `json:"ev"`
-	Name         string           `json:"name,omitempty"`
-	FirstMention int64            `json:"first"`
-	LastMention  int64            `json:"mention"`
-	LastAlive    int64            `json:"alive"`
-	Capacity     int              `json:"cap"`
-	RSS          int64            `json:"rss"`
-	CgroupMax    int64            `json:"cgmax"`
-	Mem          cpEpisode        `json:"mem"`
-	Roles        []cpRole         `json:"roles,omitempty"`
-	KillLog      []killRecJSON    `json:"kill_log,omitempty"`
-	KillSince    int64            `json:"kill_since,omitempty"`
-	Kills        map[string]int64 `json:"kills,omitempty"`
-	Claims       [2]int64         `json:"claims"`
-	LastClaim    int64            `json:"last_claim"`
-	Runs         map[string]cpRun `json:"runs,omitempty"`
-	SchedKnown   bool             `json:"sched_known,omitempty"`
-	// Sources: which sources named the worker (identity.go), by name.
-	Sources map[string]cpOrigin `json:"sources,omitempty"`
-	// Sched: the service name of the scheduler that last named it.
-	Sched string `json:"sched,omitempty"`
-	// Transitions: the cumulative state transitions by state entered.
-	Transitions map[string]int64 `json:"transitions,omitempty"`
-}
-
-// cpOrigin is one source's view of a worker's identity, its id attributes
-// by name (their bit order depends on the config).
-type cpOrigin struct {
-	Last int64    `json:"last"`
-	Keys []string `json:"keys,omitempty"`
-}
-
-// cpEpisode is a memEpisode (memory.go).
-type cpEpisode struct {
-	Over         bool  `json:"over,omitempty"`
-	OverSamples  int   `json:"n,omitempty"`
-	UnderSamples int   `json:"u,omitempty"`
-	OverSince    int64 `json:"since,omitempty"`
-	Persist      bool  `json:"persist,omitempty"`
-	PersistSince int64 `json:"persist_since,omitempty"`
-	AtStart      bool  `json:"at_start,omitempty"`
-	AtStartSince int64 `json:"at_start_since,omitempty"`
-}
-
-func (e *memEpisode) cp() cpEpisode {
-	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
-}
-
-func (c cpEpisode) episode() memEpisode {
-	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
-}
-
-// cpRole is a role's last memory and, for a limited role, its episode.
-type cpRole struct {
-	Role string    `json:"role"`
-	RSS  int64     `json:"rss"`
-	Mem  cpEpisode `json:"mem"`
-}
-
-// killRecJSON is a counted kill by reason name (indexes may change between
-// versions).
-type killRecJSON struct {
-	At     int64  `json:"at"`
-	Reason string `json:"reason"`
+	cpAdmission
+	cpIdentity
+	cpRuns
+	cpDrift
+	cpMemory
+	cpKills
+	cpVerdict
 }
 
 func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
@@ -212,152 +126,33 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // toCheckpoint copies what a worker's record keeps (the evidence, not the
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
-	cw := cpWorker{
-		ID: w.id, Evidence: w.evidence,
-		Name: w.name, FirstMention: w.firstMention, LastMention: w.lastMention, LastAlive: w.lastAlive,
-		Capacity: w.capacity, RSS: w.rss, CgroupMax: w.cgroupMax, Mem: w.mem.cp(),
-		KillSince: w.killSince, Kills: killsSnapshot(w), Claims: w.claims, LastClaim: w.lastClaim,
-		SchedKnown: w.schedKnown,
+	return cpWorker{
+		ID:          w.id,
+		cpAdmission: w.admission.cp(),
+		cpIdentity:  w.identity.cp(t.idKeys),
+		cpRuns:      w.runsState.cp(),
+		cpDrift:     w.driftState.cp(t),
+		cpMemory:    w.memState.cp(),
+		cpKills:     w.killState.cp(),
+		cpVerdict:   w.verdict.cp(),
 	}
-	for i, n := range w.transitions {
-		if n > 0 {
-			if cw.Transitions == nil {
-				cw.Transitions = map[string]int64{}
-			}
-			cw.Transitions[string(contract.AllStates[i])] = n
-		}
-	}
-	for _, r := range w.roles {
-		cr := cpRole{Role: r.role, RSS: r.rss}
-		if r.ep != nil {
-			cr.Mem = r.ep.cp()
-		}
-		cw.Roles = append(cw.Roles, cr)
-	}
-	for _, k := range w.killLog {
-		cw.KillLog = append(cw.KillLog, killRecJSON{At: k.at, Reason: killReasonNames[k.reason]})
-	}
-	for o, seen := range w.origins {
-		if seen.last == 0 {
-			continue
-		}
-		if cw.Sources == nil {
-			cw.Sources = map[string]cpOrigin{}
-		}
-		co := cpOrigin{Last: seen.last}
-		for i, k := range t.idKeys {
-			if seen.keys&(1<<i) != 0 {
-				co.Keys = append(co.Keys, k)
-			}
-		}
-		cw.Sources[originNames[o]] = co
-	}
-	if w.schedKnown {
-		cw.Sched = t.schedOf(w).name
-	}
-	if w.runs.len() > 0 {
-		cw.Runs = make(map[string]cpRun, w.runs.len())
-		for r := range w.runs.all() {
-			cw.Runs[string(r.id)] = cpRun{
-				WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
-				Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
-			}
-		}
-	}
-	return cw
-}
-
-// firstSeen is when a run was first claimed by either side (0 = never).
-func firstSeen(r *run) int64 {
-	switch {
-	case r.wAt == 0:
-		return r.sAt
-	case r.sAt == 0:
-		return r.wAt
-	}
-	return min(r.wAt, r.sAt)
 }
 
 // fromCheckpoint makes a worker of its record, its runs within the limits
 // (admission.go). The caller admits it.
 func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
-	w.name, w.lastMention, w.lastAlive = cw.Name, cw.LastMention, cw.LastAlive
-	w.capacity, w.rss, w.cgroupMax = cw.Capacity, cw.RSS, cw.CgroupMax
-	w.mem = cw.Mem.episode()
-	for st, n := range cw.Transitions {
-		if s := contract.State(st); s.Valid() && n > 0 {
-			w.transitions[stateIndex(s)] = n
-		}
-	}
-	for _, r := range cw.Roles {
-		if rm := t.role(w, r.Role); rm != nil {
-			rm.rss = r.RSS
-			if rm.ep != nil {
-				*rm.ep = r.Mem.episode()
-			}
-		}
-	}
-	for _, k := range cw.KillLog {
-		if i, ok := killReasonIndex[k.Reason]; ok && t.effects[i] != effectNone && len(w.killLog) < maxKillLog {
-			w.killLog = append(w.killLog, killRec{at: k.At, reason: uint8(i)})
-		}
-	}
-	w.killSince = cw.KillSince
-	for r, n := range cw.Kills {
-		w.kills[killIndex(r)] += n
-	}
-	w.claims, w.lastClaim = cw.Claims, cw.LastClaim
-	for o, name := range originNames {
-		co, ok := cw.Sources[name]
-		if !ok {
-			continue
-		}
-		w.origins[o].last = co.Last
-		for _, k := range co.Keys {
-			if i := slices.Index(t.idKeys, k); i >= 0 {
-				w.origins[o].keys |= 1 << i
-			}
-		}
-	}
-	for i, s := range t.scheds {
-		if s.name == cw.Sched {
-			w.sched = uint8(i)
-		}
-	}
-	w.schedKnown = cw.SchedKnown
-	w.evidence = evidenceRecords
-	if cw.Evidence == evidenceConfirmed {
-		w.evidence = evidenceConfirmed
-	}
+	w.admission.restore(&cw.cpAdmission)
+	w.identity.restore(&cw.cpIdentity, t.idKeys, now)
+	w.runsState.restore(&cw.cpRuns, t)
+	w.driftState.restore(&cw.cpDrift, t)
+	t.restoreMemory(&w.memState, &cw.cpMemory)
+	w.killState.restore(&cw.cpKills, &t.effects)
+	w.verdict.restore(&cw.cpVerdict)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
 	w.state, w.since = contract.Unknown, now
 	w.reasons = []contract.Reason{notReported(w, now, true)}
-	w.restoredAt = now
-	if len(cw.Runs) > 0 {
-		for rid, r := range cw.Runs {
-			if w.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-				t.counts.runsRefused[refusedRunsTotal]++
-				break
-			}
-			if rid == "" || len(rid) > t.cfg.Limits.MaxAttributeLength || !utf8.ValidString(rid) {
-				continue // not an id the mapping would have taken
-			}
-			t.runCount++
-			rr := &run{
-				id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-				claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
-				endTS: r.EndTS, result: r.Result, kill: r.Kill,
-			}
-			w.runs.put(rr)
-			w.order = append(w.order, rr)
-		}
-		// First seen = the earlier side's claim (0 when never claimed).
-		slices.SortFunc(w.order, func(a, b *run) int {
-			return cmp.Compare(firstSeen(a), firstSeen(b))
-		})
-	}
 	return w
 }
 
@@ -445,31 +240,6 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
 }
 
-// restoreHists reads the checkpointed histograms. Unreadable ones are
-// counted and start over; so do histograms of other bounds (logged).
-func (p *healthProcessor) restoreHists(ctx context.Context) {
-	raw, err := p.storage.Get(ctx, cpHistsKey)
-	if err != nil || raw == nil {
-		if err != nil {
-			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-			p.logger.Warn("reading the checkpointed histograms failed; they start over", zap.Error(err))
-		}
-		return
-	}
-	var c cpHists
-	if err := json.Unmarshal(raw, &c); err != nil || len(raw) > cpMaxRecord {
-		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("the checkpointed histograms are unreadable; they start over", zap.Error(err))
-		return
-	}
-	p.mu.Lock()
-	ok := p.tracker.restoreHists(&c)
-	p.mu.Unlock()
-	if !ok {
-		p.logger.Info("histogram_buckets changed since the checkpoint: the histograms start over")
-	}
-}
-
 // validRecord: a record whose id the mapping would have taken.
 func validRecord(cw *cpWorker, cfg *Config) bool {
 	return cw.ID != "" && len(cw.ID) <= cfg.Limits.MaxAttributeLength && utf8.ValidString(cw.ID) &&
@@ -539,58 +309,6 @@ func (t *tracker) collectCheckpoint() (writes []cpWrite, deletes []int32, meta c
 	return writes, deletes, cpMeta{Version: checkpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
 }
 
-// collectHists copies the histograms when they changed since the last
-// checkpoint (nil when not). Under the processor's lock.
-func (t *tracker) collectHists() *cpHists {
-	if !t.hists.changed {
-		return nil
-	}
-	t.hists.changed = false
-	h := t.hists
-	out := &cpHists{Bounds: h.bounds, Hists: map[string]cpHist{}}
-	put := func(name string, x *hist) {
-		if x != nil && x.count > 0 {
-			out.Hists[name] = cpHist{Counts: slices.Clone(x.counts), Count: x.count, Sum: x.sum}
-		}
-	}
-	for i, x := range h.byResult {
-		put("result/"+resultNames[i], x)
-	}
-	put("claim_to_start", &h.claimStart)
-	for name, x := range h.stages {
-		put("stage/"+name, x)
-	}
-	return out
-}
-
-// restoreHists puts checkpointed histograms back; false when they were
-// counted in other bounds (they start over then).
-func (t *tracker) restoreHists(c *cpHists) bool {
-	h := t.hists
-	if !slices.Equal(c.Bounds, h.bounds) {
-		return false
-	}
-	for name, ch := range c.Hists {
-		if len(ch.Counts) != len(h.bounds)+1 {
-			continue
-		}
-		x := &hist{counts: slices.Clone(ch.Counts), count: ch.Count, sum: ch.Sum}
-		switch {
-		case name == "claim_to_start":
-			h.claimStart = *x
-		case strings.HasPrefix(name, "result/"):
-			if i := slices.Index(resultNames[:], strings.TrimPrefix(name, "result/")); i >= 0 {
-				h.byResult[i] = x
-			}
-		case strings.HasPrefix(name, "stage/"):
-			if st := h.stages[strings.TrimPrefix(name, "stage/")]; st != nil {
-				*st = *x
-			}
-		}
-	}
-	return true
-}
-
 // unchanged: nothing to write (the meta record as last written).
 func (p *healthProcessor) unchanged(writes []cpWrite, deletes []int32, meta cpMeta) bool {
 	return len(writes) == 0 && len(deletes) == 0 && meta == p.lastMeta
@@ -617,7 +335,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	var err error
 	for i := range writes {
 		var b []byte
-		if b, err = cpMarshal(&writes[i].rec); err != nil {
+		if b, err = p.marshal(&writes[i].rec); err != nil {
 			break
 		}
 		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].slot), b))
@@ -637,11 +355,11 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if err == nil {
 		err = p.storage.Batch(ctx, ops...)
 	}
+	p.checkpointStatus(err)
 	if err == nil {
 		p.lastMeta = meta
 	} else {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
-		p.logger.Warn("writing the checkpoint failed; trying again at the next one", zap.Error(err))
 		p.mu.Lock()
 		t := p.tracker
 		for _, wr := range writes {
@@ -654,5 +372,24 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 			t.hists.changed = true
 		}
 		p.mu.Unlock()
+	}
+}
+
+// checkpointStatus reports the checkpoint's health as the component's status,
+// the memory_limiter way: a recoverable error at the first failed write of an
+// episode, OK at the next good one, and one log line for each (a storage that
+// stays broken does not log every evaluation; checkpoint_errors counts every
+// failure). The caller holds cpMu.
+func (p *healthProcessor) checkpointStatus(err error) {
+	switch {
+	case err != nil && !p.cpFailing:
+		p.cpFailing = true
+		p.logger.Warn("writing the checkpoint failed; trying again at every checkpoint until it works "+
+			"(the component reports a recoverable error until then)", zap.Error(err))
+		p.reportStatus(componentstatus.NewRecoverableErrorEvent(fmt.Errorf("writing the checkpoint: %w", err)))
+	case err == nil && p.cpFailing:
+		p.cpFailing = false
+		p.logger.Info("writing the checkpoint works again")
+		p.reportStatus(componentstatus.NewEvent(componentstatus.StatusOK))
 	}
 }

@@ -2,24 +2,32 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // started is a harness whose processor checkpoints to store.
-func started(t *testing.T, cfg *Config, store *memStorage) *harness {
+func started(t *testing.T, cfg *Config, store *memStorage, opts ...option) *harness {
 	t.Helper()
 	id := component.MustNewID("file_storage")
 	cfg.StorageID = &id
-	h := newHarness(t, cfg)
+	h := newHarness(t, cfg, opts...)
 	pl := &pipeline{}
 	require.NoError(t, h.p.start(context.Background(), host{ext: map[component.ID]component.Component{id: store}}, pl))
 	t.Cleanup(func() { require.NoError(t, h.p.shutdown(context.Background(), pl)) })
@@ -68,16 +76,16 @@ func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 // pipelines (the whole state was marshaled under the lock).
 func TestCheckpointDoesNotHoldTheLock(t *testing.T) {
 	store := &memStorage{}
-	h := started(t, testCfg(), store)
-	h.metrics(treeMetrics("a", 10, -1, 1))
 	marshaling, release := make(chan struct{}), make(chan struct{})
-	old := cpMarshal
-	cpMarshal = func(v any) ([]byte, error) {
-		close(marshaling)
-		<-release
-		return old(v)
-	}
-	t.Cleanup(func() { cpMarshal = old })
+	var first sync.Once
+	h := started(t, testCfg(), store, withMarshal(func(v any) ([]byte, error) {
+		first.Do(func() { // the first record is held; shutdown's are not
+			close(marshaling)
+			<-release
+		})
+		return json.Marshal(v)
+	}))
+	h.metrics(treeMetrics("a", 10, -1, 1))
 	done := make(chan struct{})
 	go func() {
 		h.checkpoint()
@@ -165,4 +173,271 @@ func TestNoCheckpointQueueWithoutStorage(t *testing.T) {
 	defer h.p.mu.Unlock()
 	assert.Empty(t, h.p.tracker.workers)
 	assert.Empty(t, h.p.tracker.cp.dirty)
+}
+
+// statusHost records the component status events reported to it, as the
+// collector's per-instance host does.
+type statusHost struct {
+	host
+	mu     sync.Mutex
+	events []*componentstatus.Event
+}
+
+func (s *statusHost) Report(ev *componentstatus.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, ev)
+	s.mu.Unlock()
+}
+
+func (s *statusHost) statuses() []componentstatus.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []componentstatus.Status
+	for _, ev := range s.events {
+		out = append(out, ev.Status())
+	}
+	return out
+}
+
+// A failing checkpoint is the component's status (as memory_limiter reports
+// its own): a recoverable error at the first failed write, OK at the next
+// good one, and one log line per change, not one per evaluation.
+func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
+	store := &memStorage{fail: errors.New("disk full")}
+	id := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &id
+	h := newHarness(t, cfg)
+	core, logs := observer.New(zap.InfoLevel)
+	h.p.logger = zap.New(core)
+	sh := &statusHost{host: host{ext: map[component.ID]component.Component{id: store}}}
+	pl := &pipeline{}
+	require.NoError(t, h.p.start(context.Background(), sh, pl))
+	t.Cleanup(func() { require.NoError(t, h.p.shutdown(context.Background(), pl)) })
+	require.Empty(t, sh.statuses(), "nothing to report before a write")
+
+	for i := range 3 {
+		h.metrics(treeMetrics(fmt.Sprint("w", i), 10, -1, 1))
+		h.checkpoint()
+	}
+	require.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError}, sh.statuses())
+	assert.ErrorContains(t, sh.events[0].Err(), "disk full")
+	assert.Equal(t, 1, logs.FilterMessageSnippet("writing the checkpoint failed").Len(), "one log line for the episode")
+
+	store.mu.Lock()
+	store.fail = nil
+	store.mu.Unlock()
+	h.checkpoint()
+	h.metrics(treeMetrics("w9", 10, -1, 1))
+	h.checkpoint()
+	assert.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError, componentstatus.StatusOK}, sh.statuses())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("works again").Len())
+	assert.Contains(t, store.keys(cpPrefix), cpSlotKey(2), "the workers queued while failing were written")
+}
+
+// The per-rule checkpoint records are embedded in cpWorker and written as one
+// flat JSON object, the format of version 2 (worker_health.v2/): the keys
+// are those a checkpoint written before the records were split holds, each
+// once (a key repeated by two records would be dropped by encoding/json).
+func TestCheckpointRecordKeys(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.metrics(treeMetrics("w1", 10, -1, 1))
+	h.logs(wl("w1", "workerwatch.run.claimed", "r1", map[string]any{"workerwatch.worker.capacity": 2}))
+	h.logs(sl("w1", "workerwatch.run.claimed", "r1"))
+	for _, r := range []string{"r1", "r2", "r3"} { // 3 kills that count: kill_since
+		h.logs(wl("w1", "workerwatch.run.killed", r, map[string]any{"workerwatch.kill.reason": "oom"}))
+	}
+	h.eval()
+	h.p.mu.Lock()
+	rec := h.p.tracker.toCheckpoint(h.p.tracker.workers["w1"])
+	h.p.mu.Unlock()
+	b, err := json.Marshal(&rec)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	assert.Equal(t, []string{
+		"alive", "cap", "cgmax", "claims", "ev", "first", "id", "kill_log", "kill_since", "kills", "last_claim",
+		"mem", "mention", "roles", "rss", "runs", "sched", "sched_known", "sources", "transitions",
+	}, keys)
+	var back cpWorker
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, rec, back, "a record reads back as written")
+}
+
+// Counters and histograms are consistent across a restart with a
+// checkpoint (docs/processor.md, "Emitted metrics"): before, kills and
+// claims continued from the checkpoint while transitions and histograms
+// started over from 0, each with the new start time.
+func TestCumulativeAcrossRestart(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	cfg.Lost.After = time.Minute
+	ctx := context.Background()
+	hst := host{ext: map[component.ID]component.Component{storageID: store}}
+
+	h1 := newHarness(t, cfg)
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
+	started := h1.clock.Now()
+	h1.logs(workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
+		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
+		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
+	))
+	// Its tree confirms it at once (admission.go): checkpointed whenever
+	// the timer (driven by the fake clock too) evaluates.
+	h1.metrics(treeMetrics("w1", 100, -1, 1))
+	h1.advance(sec)
+	h1.p.tick(ctx)
+	require.Equal(t, healthy, h1.state("w1"))
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
+
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(time.Hour)
+	// A new process starts an hour later (the harness's clock starts at t0).
+	h2.p.startTime = h2.clock.Now().UnixNano()
+	h2.p.tracker.start = h2.p.startTime
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
+	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
+	h2.metrics(treeMetrics("w1", 100, -1, 1))
+	h2.logs(workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(time.Hour)},
+		rec{worker: "w1", event: "workerwatch.run.finished", run: "r2", ts: t0.Add(time.Hour + 2*sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},
+	))
+	h2.eval()
+	h2.p.mu.Lock()
+	md := h2.p.tracker.buildMetrics(h2.p.startTime, h2.clock.Now().UnixNano())
+	h2.p.mu.Unlock()
+	byWorker := metricsByWorker(md)
+
+	sum := func(m pmetric.Metric, attr, value string) (int64, pcommon.Timestamp) {
+		dps := m.Sum().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			if v, ok := dps.At(i).Attributes().Get(attr); ok && v.Str() == value {
+				return dps.At(i).IntValue(), dps.At(i).StartTimestamp()
+			}
+		}
+		return 0, 0
+	}
+	start := pcommon.NewTimestampFromTime(started)
+	kills, killsStart := sum(byWorker["w1"][contract.MetricKills], contract.AttrKillReason, "timeout")
+	assert.Equal(t, int64(1), kills, "kills continue")
+	assert.Equal(t, start, killsStart)
+	claims, claimsStart := sum(byWorker["w1"][contract.MetricClaims], contract.AttrSource, contract.SourceWorker)
+	assert.Equal(t, int64(2), claims, "claims continue: r1 before the restart, r2 (its start is its claim) after")
+	assert.Equal(t, start, claimsStart)
+	trans, transStart := sum(byWorker["w1"][contract.MetricStateTransitions], contract.AttrState, "healthy")
+	assert.Equal(t, int64(2), trans, "transitions continue: healthy before the restart and after it")
+	assert.Equal(t, start, transStart, "from the first start")
+	durations := byWorker[""][contract.MetricRunDuration].Histogram().DataPoints()
+	var total uint64
+	for i := 0; i < durations.Len(); i++ {
+		total += durations.At(i).Count()
+		assert.Equal(t, start, durations.At(i).StartTimestamp(), "histograms from the first start")
+	}
+	assert.Equal(t, uint64(2), total, "the run before the restart and the one after")
+}
+
+// openfn helper's finding: a restart longer than lost.after made idle
+// workers lost at once (their restored last sign of life was old). Silence
+// the processor did not witness counts from the restore.
+func TestRestoredSilenceCountsFromTheRestore(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	ctx := context.Background()
+	hst := host{ext: map[component.ID]component.Component{storageID: store}}
+	h1 := newHarness(t, cfg)
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
+	h1.metrics(treeMetrics("w1", 100, -1, 1))
+	h1.advance(sec)
+	h1.p.tick(ctx)
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
+
+	// Down for longer than lost.after (5 s in the test config).
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(20 * sec)
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
+	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
+	h2.eval()
+	assert.Equal(t, unknown, h2.state("w1"), "not lost for silence nobody witnessed")
+	h2.advance(6 * sec)
+	h2.eval()
+	assert.Equal(t, lost, h2.state("w1"), "lost after lost.after of silence since the restore")
+}
+
+// A restart restores drift and evidence; restored workers are unknown, never
+// healthy, until they report again.
+func TestRestoreAfterRestart(t *testing.T) {
+	store := &memStorage{}
+	storageID := component.MustNewID("file_storage")
+	cfg := testCfg()
+	cfg.StorageID = &storageID
+	cfg.Lost.After = time.Minute
+	// The test evaluates by hand: a timer that fired as it advances the
+	// clock would evaluate beside it (a data race on the worker it reads).
+	cfg.EmitInterval = time.Hour
+	ctx := context.Background()
+	h1 := newHarness(t, cfg)
+	sub := &subscriber{}
+	healthID := component.MustNewID("worker_health")
+	cfg.HealthExtension = &healthID
+	hst := host{ext: map[component.ID]component.Component{storageID: store, healthID: sub}}
+	pl1 := &pipeline{}
+	require.NoError(t, h1.p.start(ctx, hst, pl1))
+	// w1: scheduler holds a run the worker does not (missing); w2: memory latch.
+	hb(h1)
+	h1.logs(sl("w1", "workerwatch.run.claimed", "r1"))
+	for i := 0; i < 3; i++ {
+		h1.metrics(treeMetrics("w2", 5000, -1, 1))
+	}
+	h1.advance(5 * time.Second)
+	h1.p.tick(ctx)
+	require.Equal(t, degraded, h1.state("w1"))
+	require.Equal(t, unhealthy, h1.state("w2"))
+	require.NoError(t, h1.p.shutdown(ctx, pl1))
+
+	h2 := newHarness(t, cfg)
+	h2.clock.Advance(10 * time.Second)
+	sub2 := &subscriber{}
+	hst.ext[healthID] = sub2
+	pl2 := &pipeline{}
+	require.NoError(t, h2.p.start(ctx, hst, pl2))
+	snap := sub2.last()
+	require.Len(t, snap.Workers, 2)
+	for _, w := range snap.Workers {
+		assert.Equal(t, contract.Unknown, w.State, "restored as unknown")
+		// Before: restored workers had no reason at all.
+		require.Len(t, w.Reasons, 1, "restored as unknown, with a reason")
+		assert.Equal(t, codeNotReported, w.Reasons[0].Code)
+	}
+	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
+
+	restored := h2.clock.Now()
+	h2.advance(time.Second)
+	h2.eval()
+	assert.Equal(t, unknown, h2.state("w1"), "no telemetry since the restart: never healthy")
+	// Evaluated, it keeps saying why, since the restore (before: the
+	// reason lost "restored" and its since went back to when the previous
+	// process first saw the worker).
+	r := h2.reason(codeNotReported)
+	assert.Contains(t, r.Message, "restored from the checkpoint")
+	assert.Equal(t, restored, r.Since)
+	assert.Equal(t, unhealthy, h2.state("w2"), "restored evidence still counts")
+	hb(h2)
+	h2.eval()
+	assert.Equal(t, degraded, h2.state("w1"), "drift survived the restart")
+	assert.Contains(t, h2.codes("w1"), codeMissing)
+	require.NoError(t, h2.p.shutdown(ctx, pl2))
 }

@@ -20,51 +20,68 @@ import (
 // cpu.max "50000 100000" gets half a core): the thresholds are shares of
 // min(1, limit), so a main process held at its quota counts as saturated.
 
+// cpuState is the CPU episode of a worker's main process: cpuCores -1 =
+// never judged, cpuLimit -1 = unknown.
+type cpuState struct {
+	cpuCores float64
+	cpuLimit float64
+	cpuOver  int
+	cpuUnder int
+	cpuSat   bool
+	cpuSince int64
+}
+
 // cpuScale is what cpu.saturation_cores and cpu.recovery_cores are shares
 // of: one core, or the worker's CPU limit when that is smaller.
 func cpuScale(limit float64) float64 { return min(1, limit) }
 
-// cpuSample advances the CPU episode with one utilization sample. Without a
-// known limit there are no cores to judge, and the episode holds.
-func (t *tracker) cpuSample(w *worker, utilization float64, now int64) {
-	if w.cpuLimit <= 0 {
+// sample advances the episode with one utilization sample (a fraction of
+// the worker's CPU limit). Without a known limit there are no cores to
+// judge, and the episode holds.
+func (c *cpuState) sample(utilization float64, now int64, r *CPURule) {
+	if c.cpuLimit <= 0 {
 		return
 	}
-	c := &t.cfg.CPU
-	cores := contract.Cores(utilization, w.cpuLimit)
-	w.cpuCores = cores
-	scale := cpuScale(w.cpuLimit)
+	cores := contract.Cores(utilization, c.cpuLimit)
+	c.cpuCores = cores
+	scale := cpuScale(c.cpuLimit)
 	switch {
-	case cores >= c.SaturationCores*scale:
-		if w.cpuOver == 0 && !w.cpuSat {
-			w.cpuSince = now
+	case cores >= r.SaturationCores*scale:
+		if c.cpuOver == 0 && !c.cpuSat {
+			c.cpuSince = now
 		}
-		w.cpuOver++
-		w.cpuUnder = 0
-		if w.cpuOver >= c.Samples {
-			w.cpuSat = true
+		c.cpuOver++
+		c.cpuUnder = 0
+		if c.cpuOver >= r.Samples {
+			c.cpuSat = true
 		}
-	case cores < c.RecoveryCores*scale:
-		w.cpuOver = 0
-		w.cpuUnder++
-		if w.cpuUnder >= c.RecoverySamples {
-			w.cpuSat = false
+	case cores < r.RecoveryCores*scale:
+		c.cpuOver = 0
+		c.cpuUnder++
+		if c.cpuUnder >= r.RecoverySamples {
+			c.cpuSat = false
 		}
 	default:
-		w.cpuOver, w.cpuUnder = 0, 0
+		c.cpuOver, c.cpuUnder = 0, 0
 	}
 }
 
-func (t *tracker) cpuReason(w *worker) contract.Reason {
-	thr := t.cfg.CPU.SaturationCores * cpuScale(w.cpuLimit)
+// reason is the rule's reason while the main process is saturated.
+func (c *cpuState) reason(r *CPURule) (contract.Reason, bool) {
+	if !c.cpuSat {
+		return contract.Reason{}, false
+	}
+	thr := r.SaturationCores * cpuScale(c.cpuLimit)
 	return contract.Reason{
 		Code: codeCPU,
 		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores",
-			w.cpuCores, w.cpuLimit, t.cfg.CPU.Samples, thr),
-		Value: w.cpuCores, Threshold: thr, Since: ts(w.cpuSince),
-	}
+			c.cpuCores, c.cpuLimit, r.Samples, thr),
+		Value: c.cpuCores, Threshold: thr, Since: ts(c.cpuSince),
+	}, true
 }
 
-func cpuSnapshot(w *worker) contract.CPU {
-	return contract.CPU{MainCores: w.cpuCores, LimitCPUs: max(w.cpuLimit, 0)}
+// snapshot is the health API's view of the CPU (not checkpointed: a
+// restored worker's episode starts again with its next samples).
+func (c *cpuState) snapshot() contract.CPU {
+	return contract.CPU{MainCores: c.cpuCores, LimitCPUs: max(c.cpuLimit, 0)}
 }

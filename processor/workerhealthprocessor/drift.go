@@ -14,9 +14,65 @@ import (
 // leave permanent drift behind: snapshots and the counts both sides report
 // correct it as they come, and drift.heal_after bounds the rest.
 
+// driftState is the scheduler's view of a worker and the drift between it
+// and the worker's own, as of the last evaluation.
+type driftState struct {
+	// active: runs the worker itself reports holding (-1 = never reported),
+	// at activeAt; heldOverSince: since when the runs tracked as held by the
+	// worker exceed that count (0 = they do not).
+	active                  int
+	activeAt, heldOverSince int64
+
+	// schedKnown: the scheduler has named this worker at least once. Only
+	// then can its runs be orphaned: a worker no scheduler knows (one that
+	// generates its own work, or is scheduled elsewhere) has no other view.
+	// sched: the scheduler source that last named it.
+	schedKnown bool
+	sched      uint8
+	// A "snapshots" scheduler's statements: snapKind says which form,
+	// snapAt the last list, schedCount/schedCountAt the last count,
+	// schedOverSince since when the runs it named exceed its count.
+	snapKind                             uint8
+	snapAt, schedCountAt, schedOverSince int64
+	schedCount                           int
+	countMissSince, countOrphSince       int64
+	missN, orphN                         int
+	missSince, orphSince                 int64
+
+	overCapSince int64
+	// drift of the last evaluation, for metrics and the snapshot.
+	missing, orphaned []string
+	overCap           int
+	heldW, heldS      int
+}
+
+// cpDrift is the scheduler view's checkpoint record. Sched: the service
+// name of the scheduler that last named the worker.
+type cpDrift struct {
+	SchedKnown bool   `json:"sched_known,omitempty"`
+	Sched      string `json:"sched,omitempty"`
+}
+
+func (d *driftState) cp(t *tracker) cpDrift {
+	c := cpDrift{SchedKnown: d.schedKnown}
+	if d.schedKnown && int(d.sched) < len(t.scheds) {
+		c.Sched = t.scheds[d.sched].Name
+	}
+	return c
+}
+
+func (d *driftState) restore(c *cpDrift, t *tracker) {
+	for i, s := range t.scheds {
+		if s.Name == c.Sched {
+			d.sched = uint8(i)
+		}
+	}
+	d.schedKnown = c.SchedKnown
+}
+
 // noSched is the view of a worker no scheduler named: events (nothing to
 // close or restate).
-var noSched = schedSource{view: contract.ViewEvents}
+var noSched = schedSource{View: contract.ViewEvents}
 
 // schedOf is the scheduler source that last named the worker.
 func (t *tracker) schedOf(w *worker) *schedSource {
@@ -41,7 +97,7 @@ func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
 	r.flags |= fLetGo
 	t.healed[side]++
 	t.markDirty(w)
-	if side == srcWorker && r.has(fSchedHeld) && t.schedOf(w).view == contract.ViewClaimsOnly {
+	if side == srcWorker && r.has(fSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
 		// The worker's end closes a claims-only scheduler's claim: let go
 		// because its own count says it ended, the run ended all the same.
 		release(r, srcScheduler, now)
@@ -108,7 +164,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	// A scheduler that states only a count names no run: runs it does not
 	// name are not orphans, and its count is its side.
-	counted := src.view == contract.ViewSnapshots && w.snapKind == snapCount && t.countFresh(w, src, now)
+	counted := src.View == contract.ViewSnapshots && w.snapKind == snapCount && t.countFresh(w, src, now)
 	// Runs can be missing only from a worker that says what it holds: one
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
@@ -155,7 +211,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	// A claims-only scheduler never says a run ended: without the worker's
 	// own view its claims only add up (until drift.heal_after), which says
 	// nothing of the worker's load.
-	judged := w.origins[originTelemetry].last > 0 || src.view != contract.ViewClaimsOnly
+	judged := w.origins[originTelemetry].last > 0 || src.View != contract.ViewClaimsOnly
 	if c := t.capacityOf(w); c > 0 && judged {
 		if held := w.heldForCapacity(); held > c {
 			if w.overCapSince == 0 {
@@ -193,7 +249,7 @@ func minSince(cur, v int64) int64 {
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
 func (t *tracker) countFresh(w *worker, src *schedSource, now int64) bool {
-	return w.schedCountAt > 0 && now-w.schedCountAt <= 3*int64(src.interval)
+	return w.schedCountAt > 0 && now-w.schedCountAt <= 3*int64(src.Interval)
 }
 
 // countDrift judges a count-only scheduler's side: more held than the worker
@@ -232,9 +288,9 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 	workerCounted := t.reconcile(w, srcWorker, w.active, w.activeAt, int64(t.cfg.Lost.After), &w.heldOverSince, now, grace)
 	schedCorrected := false
-	if src.view == contract.ViewSnapshots {
+	if src.View == contract.ViewSnapshots {
 		switch {
-		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.interval):
+		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.Interval):
 			for r := range w.runs.all() {
 				if r.has(fSchedHeld) {
 					t.letGo(w, r, srcScheduler, now)
@@ -244,7 +300,7 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 		case w.snapKind == snapList:
 			schedCorrected = true
 		case w.snapKind == snapCount && t.countFresh(w, src, now):
-			t.reconcile(w, srcScheduler, w.schedCount, w.schedCountAt, 3*int64(src.interval), &w.schedOverSince, now, grace)
+			t.reconcile(w, srcScheduler, w.schedCount, w.schedCountAt, 3*int64(src.Interval), &w.schedOverSince, now, grace)
 			schedCorrected = true
 		}
 	}

@@ -23,11 +23,16 @@ import (
 type factory struct {
 	mu        sync.Mutex
 	instances map[*Config]*healthProcessor
+	// opts are given to every instance (tests: a fake clock, a shorter
+	// shutdown wait).
+	opts []option
 }
 
 // NewFactory returns the worker_health processor factory.
-func NewFactory() processor.Factory {
-	f := &factory{instances: map[*Config]*healthProcessor{}}
+func NewFactory() processor.Factory { return newFactory() }
+
+func newFactory(opts ...option) processor.Factory {
+	f := &factory{instances: map[*Config]*healthProcessor{}, opts: opts}
 	return processor.NewFactory(
 		metadata.Type,
 		createDefaultConfig,
@@ -99,11 +104,11 @@ func createDefaultConfig() component.Config {
 			Enabled: true, SaturationCores: 0.9, Samples: 3,
 			RecoveryCores: 0.7, RecoverySamples: 3,
 		},
-		Stall: StallRule{After: 5 * time.Minute, RequirePending: true},
-		Lost:  LostRule{After: 2 * time.Minute},
-		Drift: DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
-		Fleet: FleetRule{IdleIntervals: 3},
-		Hyst:  Hysteresis{RecoverEvaluations: 2},
+		Stalled:    StalledRule{After: 5 * time.Minute, RequirePending: true},
+		Lost:       LostRule{After: 2 * time.Minute},
+		Drift:      DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
+		Fleet:      FleetRule{IdleIntervals: 3},
+		Hysteresis: Hysteresis{RecoverEvaluations: 2},
 		Limits: LimitsConfig{
 			MaxWorkers: 10000, MaxUnconfirmedWorkers: 1000, MaxRunsPerWorker: 256, MaxRuns: 100000, DropUntrackedMetrics: true,
 			WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10,
@@ -123,7 +128,7 @@ func (f *factory) get(set processor.Settings, cfg component.Config) (*healthProc
 		return p, nil
 	}
 	set.TelemetrySettings = sharedTelemetry(set.TelemetrySettings)
-	p, err := newHealthProcessor(set, c, newClock())
+	p, err := newHealthProcessor(set, c, f.opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,15 +3,11 @@ package workerhealthprocessor
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -32,7 +28,7 @@ func testCfg() *Config {
 	cfg.EmitInterval = time.Second
 	cfg.Memory.SoftLimitBytes = 1000
 	cfg.Memory.UnhealthyAfter = 0
-	cfg.Stall.After = 10 * time.Second
+	cfg.Stalled.After = 10 * time.Second
 	cfg.Lost.After = 5 * time.Second
 	cfg.Drift.Grace = 3 * time.Second
 	cfg.Drift.TombstoneTTL = time.Minute
@@ -50,16 +46,22 @@ type harness struct {
 	clock *clockwork.FakeClock
 }
 
-func newHarness(t *testing.T, cfg *Config) *harness {
+func newHarness(t *testing.T, cfg *Config, opts ...option) *harness {
 	require.NoError(t, cfg.Validate())
 	clock := clockwork.NewFakeClockAt(t0)
-	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, clock)
+	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, append([]option{withClock(clock)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(p.tel.Shutdown)
 	return &harness{t: t, p: p, clock: clock}
 }
 
 func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
+
+// tick is one evaluation with its emission on the caller's goroutine; the
+// timer loop hands the metrics to the emitter instead.
+func (p *healthProcessor) tick(ctx context.Context) {
+	p.sendMetrics(ctx, p.evaluate(ctx))
+}
 
 func (h *harness) logs(ld plog.Logs) {
 	_, err := h.p.processLogs(context.Background(), ld)
@@ -246,124 +248,6 @@ func pendingMetrics(n int64) pmetric.Metrics {
 	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
 	return md
 }
-
-// memStorage is an in-memory storage extension that survives "restarts"
-// of the processor within a test, like file_storage survives the process.
-// It counts the values written per key; block, when set, holds every Batch
-// until it is closed (a slow disk).
-type memStorage struct {
-	mu     sync.Mutex
-	data   map[string][]byte
-	writes map[string]int
-	block  chan struct{}
-	fail   error
-}
-
-func (s *memStorage) Start(context.Context, component.Host) error { return nil }
-func (s *memStorage) Shutdown(context.Context) error              { return nil }
-func (s *memStorage) GetClient(context.Context, component.Kind, component.ID, string) (storage.Client, error) {
-	return &memClient{s: s}, nil
-}
-
-// written returns and resets the count of values written per key.
-func (s *memStorage) written() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.writes
-	s.writes = nil
-	return w
-}
-
-func (s *memStorage) keys(prefix string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range s.data {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-type memClient struct{ s *memStorage }
-
-func (c *memClient) Get(ctx context.Context, k string) ([]byte, error) {
-	op := storage.GetOperation(k)
-	err := c.Batch(ctx, op)
-	return op.Value, err
-}
-
-func (c *memClient) Set(ctx context.Context, k string, v []byte) error {
-	return c.Batch(ctx, storage.SetOperation(k, v))
-}
-
-func (c *memClient) Delete(ctx context.Context, k string) error {
-	return c.Batch(ctx, storage.DeleteOperation(k))
-}
-
-func (c *memClient) Batch(_ context.Context, ops ...*storage.Operation) error {
-	c.s.mu.Lock()
-	block, fail := c.s.block, c.s.fail
-	c.s.mu.Unlock()
-	if block != nil {
-		<-block
-	}
-	if fail != nil {
-		return fail
-	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	if c.s.data == nil {
-		c.s.data, c.s.writes = map[string][]byte{}, map[string]int{}
-	}
-	if c.s.writes == nil {
-		c.s.writes = map[string]int{}
-	}
-	for _, op := range ops {
-		switch op.Type {
-		case storage.Get:
-			op.Value = c.s.data[op.Key]
-		case storage.Set:
-			c.s.data[op.Key] = append([]byte(nil), op.Value...)
-			c.s.writes[op.Key]++
-		case storage.Delete:
-			delete(c.s.data, op.Key)
-		}
-	}
-	return nil
-}
-
-func (c *memClient) Close(context.Context) error { return nil }
-
-// subscriber records published snapshots.
-type subscriber struct {
-	mu    sync.Mutex
-	snaps []*contract.Snapshot
-}
-
-func (s *subscriber) Start(context.Context, component.Host) error { return nil }
-func (s *subscriber) Shutdown(context.Context) error              { return nil }
-func (s *subscriber) Publish(snap *contract.Snapshot) {
-	s.mu.Lock()
-	s.snaps = append(s.snaps, snap)
-	s.mu.Unlock()
-}
-
-func (s *subscriber) last() *contract.Snapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.snaps) == 0 {
-		return nil
-	}
-	return s.snaps[len(s.snaps)-1]
-}
-
-type host struct {
-	ext map[component.ID]component.Component
-}
-
-func (h host) GetExtensions() map[component.ID]component.Component { return h.ext }
 
 // metricsByWorker indexes derived metrics by the resource's worker id ("" for
 // the fleet resource) and name.

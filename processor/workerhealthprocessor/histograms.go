@@ -1,6 +1,14 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
-import "sort"
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+)
 
 // hist is a cumulative explicit-bucket histogram in seconds.
 type hist struct {
@@ -94,4 +102,95 @@ func (h *histograms) stage(name string, ns int64) {
 		x.observe(h.bounds, nsToSeconds(ns))
 		h.changed = true
 	}
+}
+
+// cpHists are the histograms by name ("result/<result>", "claim_to_start",
+// "stage/<stage>"), with the bounds they were counted in: other bounds
+// (histogram_buckets changed) make them unusable, and they start over.
+type cpHists struct {
+	Bounds []float64         `json:"bounds"`
+	Hists  map[string]cpHist `json:"hists"`
+}
+
+type cpHist struct {
+	Counts []uint64 `json:"counts"`
+	Count  uint64   `json:"count"`
+	Sum    float64  `json:"sum"`
+}
+
+// restoreHists reads the checkpointed histograms. Unreadable ones are
+// counted and start over; so do histograms of other bounds (logged).
+func (p *healthProcessor) restoreHists(ctx context.Context) {
+	raw, err := p.storage.Get(ctx, cpHistsKey)
+	if err != nil || raw == nil {
+		if err != nil {
+			p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+			p.logger.Warn("reading the checkpointed histograms failed; they start over", zap.Error(err))
+		}
+		return
+	}
+	var c cpHists
+	if err := json.Unmarshal(raw, &c); err != nil || len(raw) > cpMaxRecord {
+		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
+		p.logger.Warn("the checkpointed histograms are unreadable; they start over", zap.Error(err))
+		return
+	}
+	p.mu.Lock()
+	ok := p.tracker.restoreHists(&c)
+	p.mu.Unlock()
+	if !ok {
+		p.logger.Info("histogram_buckets changed since the checkpoint: the histograms start over")
+	}
+}
+
+// collectHists copies the histograms when they changed since the last
+// checkpoint (nil when not). Under the processor's lock.
+func (t *tracker) collectHists() *cpHists {
+	if !t.hists.changed {
+		return nil
+	}
+	t.hists.changed = false
+	h := t.hists
+	out := &cpHists{Bounds: h.bounds, Hists: map[string]cpHist{}}
+	put := func(name string, x *hist) {
+		if x != nil && x.count > 0 {
+			out.Hists[name] = cpHist{Counts: slices.Clone(x.counts), Count: x.count, Sum: x.sum}
+		}
+	}
+	for i, x := range h.byResult {
+		put("result/"+resultNames[i], x)
+	}
+	put("claim_to_start", &h.claimStart)
+	for name, x := range h.stages {
+		put("stage/"+name, x)
+	}
+	return out
+}
+
+// restoreHists puts checkpointed histograms back; false when they were
+// counted in other bounds (they start over then).
+func (t *tracker) restoreHists(c *cpHists) bool {
+	h := t.hists
+	if !slices.Equal(c.Bounds, h.bounds) {
+		return false
+	}
+	for name, ch := range c.Hists {
+		if len(ch.Counts) != len(h.bounds)+1 {
+			continue
+		}
+		x := &hist{counts: slices.Clone(ch.Counts), count: ch.Count, sum: ch.Sum}
+		switch {
+		case name == "claim_to_start":
+			h.claimStart = *x
+		case strings.HasPrefix(name, "result/"):
+			if i := slices.Index(resultNames[:], strings.TrimPrefix(name, "result/")); i >= 0 {
+				h.byResult[i] = x
+			}
+		case strings.HasPrefix(name, "stage/"):
+			if st := h.stages[strings.TrimPrefix(name, "stage/")]; st != nil {
+				*st = *x
+			}
+		}
+	}
+	return true
 }

@@ -1,14 +1,9 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -34,6 +29,76 @@ const (
 )
 
 var originNames = [nOrigins]string{"tree", "telemetry", "scheduler"}
+
+// identity is what a worker is called and which sources named it.
+type identity struct {
+	name string
+	// firstMention: first record naming it (any source); lastMention: last
+	// (drives expiry); lastAlive: last of its own telemetry or of its tree
+	// with a live process (drives "lost"); fresh: own telemetry or tree since
+	// start.
+	firstMention, lastMention, lastAlive int64
+	fresh                                bool
+	// restoredAt: when it was restored from the checkpoint (0 = not).
+	restoredAt int64
+	// origins: which sources named it, when and by which id attributes.
+	origins          [nOrigins]originSeen
+	unjoinedReported bool
+}
+
+// cpIdentity is the identity's checkpoint record. Sources: which sources
+// named the worker, by name, with their id attributes by name (their bit
+// order depends on the config).
+type cpIdentity struct {
+	Name         string              `json:"name,omitempty"`
+	FirstMention int64               `json:"first"`
+	LastMention  int64               `json:"mention"`
+	LastAlive    int64               `json:"alive"`
+	Sources      map[string]cpOrigin `json:"sources,omitempty"`
+}
+
+type cpOrigin struct {
+	Last int64    `json:"last"`
+	Keys []string `json:"keys,omitempty"`
+}
+
+func (x *identity) cp(idKeys []string) cpIdentity {
+	c := cpIdentity{Name: x.name, FirstMention: x.firstMention, LastMention: x.lastMention, LastAlive: x.lastAlive}
+	for o, seen := range x.origins {
+		if seen.last == 0 {
+			continue
+		}
+		if c.Sources == nil {
+			c.Sources = map[string]cpOrigin{}
+		}
+		co := cpOrigin{Last: seen.last}
+		for i, k := range idKeys {
+			if seen.keys&(1<<i) != 0 {
+				co.Keys = append(co.Keys, k)
+			}
+		}
+		c.Sources[originNames[o]] = co
+	}
+	return c
+}
+
+// restore takes a checkpointed identity back, restored now.
+func (x *identity) restore(c *cpIdentity, idKeys []string, now int64) {
+	x.name, x.firstMention, x.lastMention, x.lastAlive = c.Name, c.FirstMention, c.LastMention, c.LastAlive
+	for o, name := range originNames {
+		co, ok := c.Sources[name]
+		if !ok {
+			continue
+		}
+		x.origins[o].last = co.Last
+		for _, k := range co.Keys {
+			if i := slices.Index(idKeys, k); i >= 0 {
+				x.origins[o].keys |= 1 << i
+			}
+		}
+	}
+	x.restoredAt = now
+}
 
 // originSeen is one source's view of a worker's identity.
 type originSeen struct {
@@ -141,23 +206,4 @@ func (t *tracker) sourcesSnapshot(w *worker) contract.Sources {
 // message is the log line's text.
 func (u unjoined) message() string {
 	return fmt.Sprintf("worker %s is named only by its %s (%v); its other sources may use other ids", u.worker, u.origin, u.ids)
-}
-
-// judgeTelemetry counts the runs healed (by the side let go) and the
-// workers named by one source only, with one log line for each of those.
-func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, unjoinedN int64, uj []unjoined) {
-	for side, n := range healed {
-		if n > 0 {
-			name := contract.SourceWorker
-			if source(side) == srcScheduler {
-				name = contract.SourceScheduler
-			}
-			p.tel.ProcessorWorkerHealthRunsHealed.Add(ctx, n, metric.WithAttributes(attribute.String(contract.AttrSource, name)))
-		}
-	}
-	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersUnjoined, unjoinedN)
-	for _, u := range uj {
-		p.logger.Warn(u.message(), zap.String("worker", u.worker), zap.String("source", u.origin),
-			zap.Strings("ids", u.ids), zap.Strings("named_only_by_another_source", u.others))
-	}
 }

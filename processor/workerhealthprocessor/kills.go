@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -69,6 +68,24 @@ func killIndex(reason string) int {
 	return killOther
 }
 
+// killState is a worker's kills: the counted kills within kills.window, the
+// episode's start, the tree's cumulative counters' last values (-1 = none
+// yet), child exits not yet matched against run ends, run ends not yet
+// matched, the last tree sample, and the cumulative kills by reason.
+type killState struct {
+	killLog                              []killRec
+	killSince                            int64
+	oomBase, exitMainBase, exitChildBase int64
+	exitPend                             []exitRec
+	endTimes                             []int64 // in arrival order, 0 = spent
+	treeAt                               int64
+	kills                                [nKillReasons]int64
+	// killEffect and killN: the rule's effect and count at the last
+	// evaluation (window).
+	killEffect uint8
+	killN      int
+}
+
 // killRec is one counted kill: when it arrived and its reason's index.
 type killRec struct {
 	at     int64
@@ -81,65 +98,79 @@ const maxKillLog = 1024
 
 // kill counts one kill; a reason with an effect is remembered for the rule.
 func (t *tracker) kill(w *worker, idx int, now int64) {
-	w.kills[idx]++
-	if t.cfg.Kills.Count <= 0 || t.effects[idx] == effectNone {
-		return
-	}
-	if len(w.killLog) >= maxKillLog {
-		w.killLog = append(w.killLog[:0], w.killLog[1:]...)
-	}
-	w.killLog = append(w.killLog, killRec{at: now, reason: uint8(idx)})
+	w.killState.count(idx, now, &t.cfg.Kills, &t.effects)
 }
 
-// killsReason judges the kills rule: the real count of counted kills within
-// the window, and since when the episode runs (the oldest kill in the window
-// when the rule began to fire, fixed until it stops firing).
-func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
-	k := &t.cfg.Kills
-	if k.Count <= 0 || len(w.killLog) == 0 {
-		w.killSince = 0
-		return contract.Reason{}, effectNone
+// count counts one kill of reason idx; one whose reason has an effect
+// (effects) is remembered for the rule.
+func (k *killState) count(idx int, now int64, r *KillsRule, effects *[nKillReasons]uint8) {
+	k.kills[idx]++
+	if r.Count <= 0 || effects[idx] == effectNone {
+		return
 	}
-	// Forget what slid out of the window.
+	if len(k.killLog) >= maxKillLog {
+		k.killLog = append(k.killLog[:0], k.killLog[1:]...)
+	}
+	k.killLog = append(k.killLog, killRec{at: now, reason: uint8(idx)})
+}
+
+// window advances the kills rule to now: the kills that slid out of
+// kills.window are forgotten, and the rule's effect, its count and since when
+// the episode runs (the oldest kill in the window when the rule began to
+// fire, fixed until it stops firing) are kept for reason.
+func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint8) {
+	ks.killEffect, ks.killN = effectNone, 0
+	if k.Count <= 0 || len(ks.killLog) == 0 {
+		ks.killSince = 0
+		return
+	}
 	win := int64(k.Window)
 	i := 0
-	for i < len(w.killLog) && now-w.killLog[i].at > win {
+	for i < len(ks.killLog) && now-ks.killLog[i].at > win {
 		i++
 	}
 	if i > 0 {
-		w.killLog = append(w.killLog[:0], w.killLog[i:]...)
+		ks.killLog = append(ks.killLog[:0], ks.killLog[i:]...)
 	}
-	if len(w.killLog) == 0 {
-		w.killLog, w.killSince = nil, 0
-		return contract.Reason{}, effectNone
+	if len(ks.killLog) == 0 {
+		ks.killLog, ks.killSince = nil, 0
+		return
 	}
-	var byReason [nKillReasons]int
 	nUnhealthy, nAny := 0, 0
 	var oldestUnhealthy int64
-	for _, kr := range w.killLog {
-		byReason[kr.reason]++
+	for _, kr := range ks.killLog {
 		nAny++
-		if t.effects[kr.reason] == effectUnhealthy {
+		if effects[kr.reason] == effectUnhealthy {
 			if nUnhealthy == 0 {
 				oldestUnhealthy = kr.at
 			}
 			nUnhealthy++
 		}
 	}
-	var effect uint8
-	var n int
 	var oldest int64
 	switch {
 	case nUnhealthy >= k.Count:
-		effect, n, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
+		ks.killEffect, ks.killN, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
 	case nAny >= k.Count:
-		effect, n, oldest = effectDegraded, nAny, w.killLog[0].at
+		ks.killEffect, ks.killN, oldest = effectDegraded, nAny, ks.killLog[0].at
 	default:
-		w.killSince = 0
+		ks.killSince = 0
+		return
+	}
+	if ks.killSince == 0 {
+		ks.killSince = oldest
+	}
+}
+
+// reason is the kills rule's reason and effect as window left
+// them: the real count of counted kills within the window, by reason.
+func (ks *killState) reason(k *KillsRule) (contract.Reason, uint8) {
+	if ks.killEffect == effectNone {
 		return contract.Reason{}, effectNone
 	}
-	if w.killSince == 0 {
-		w.killSince = oldest
+	var byReason [nKillReasons]int
+	for _, kr := range ks.killLog {
+		byReason[kr.reason]++
 	}
 	var parts []string
 	for i, c := range byReason {
@@ -149,9 +180,22 @@ func (t *tracker) killsReason(w *worker, now int64) (contract.Reason, uint8) {
 	}
 	return contract.Reason{
 		Code:    codeKills,
-		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, time.Duration(win), strings.Join(parts, ", ")),
-		Value:   float64(n), Threshold: float64(k.Count), Since: ts(w.killSince),
-	}, effect
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", ks.killN, k.Window, strings.Join(parts, ", ")),
+		Value:   float64(ks.killN), Threshold: float64(k.Count), Since: ts(ks.killSince),
+	}, ks.killEffect
+}
+
+// runKilled counts the kill of a run once, whatever else about the run
+// arrived first (its span or a finished record may come through another
+// pipeline before the kill), with its reason.
+func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
+	if r.has(fKilled) {
+		return
+	}
+	r.flags |= fKilled
+	k := killIndex(reason)
+	r.kill = uint8(k + 1)
+	t.kill(w, k, now)
 }
 
 // treeKills reads the kills the process tree shows: the cgroup's OOM kills,
@@ -170,14 +214,14 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 		*base = v
 		return d
 	}
-	for n := delta(s.oomKills, &w.oomBase); n > 0; n-- {
+	for n := delta(s.OOMKills, &w.oomBase); n > 0; n-- {
 		t.kill(w, killReasonIndex[contract.KillOOM], now)
 	}
-	mainExits := delta(s.exitMain, &w.exitMainBase)
+	mainExits := delta(s.ExitMain, &w.exitMainBase)
 	for n := mainExits; n > 0; n-- {
 		t.kill(w, killReasonIndex[contract.KillWorkerExit], now)
 	}
-	childExits := delta(s.exitChild, &w.exitChildBase)
+	childExits := delta(s.ExitChild, &w.exitChildBase)
 	if mainExits > 0 {
 		// Children die with their root, in the same scrape or just before
 		// it (a worker stopping closes its pool first): the worker's exit
@@ -191,7 +235,7 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 		}
 		w.exitPend = append(w.exitPend, exitRec{at: now, after: w.treeAt, n: int32(min(childExits, 1<<20))})
 	}
-	if s.tree {
+	if s.Tree {
 		w.treeAt = now
 	}
 }
@@ -293,13 +337,48 @@ func (w *worker) dropSpentEnds(now, grace int64) {
 	}
 }
 
-// killsSnapshot is the kills by reason, reasons with none left out.
-func killsSnapshot(w *worker) map[string]int64 {
+// snapshot is the kills by reason, reasons with none left out.
+func (k *killState) snapshot() map[string]int64 {
 	m := map[string]int64{}
-	for i, n := range w.kills {
+	for i, n := range k.kills {
 		if n > 0 {
 			m[killReasonNames[i]] = n
 		}
 	}
 	return m
+}
+
+// cpKills is the kills' checkpoint record: counted kills by reason name
+// (indexes may change between versions).
+type cpKills struct {
+	KillLog   []killRecJSON    `json:"kill_log,omitempty"`
+	KillSince int64            `json:"kill_since,omitempty"`
+	Kills     map[string]int64 `json:"kills,omitempty"`
+}
+
+type killRecJSON struct {
+	At     int64  `json:"at"`
+	Reason string `json:"reason"`
+}
+
+func (k *killState) cp() cpKills {
+	c := cpKills{KillSince: k.killSince, Kills: k.snapshot()}
+	for _, r := range k.killLog {
+		c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: killReasonNames[r.reason]})
+	}
+	return c
+}
+
+// restore takes checkpointed kills back; only those of reasons that count
+// now (effects) go back into the rule's log.
+func (k *killState) restore(c *cpKills, effects *[nKillReasons]uint8) {
+	for _, r := range c.KillLog {
+		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != effectNone && len(k.killLog) < maxKillLog {
+			k.killLog = append(k.killLog, killRec{at: r.At, reason: uint8(i)})
+		}
+	}
+	k.killSince = c.KillSince
+	for r, n := range c.Kills {
+		k.kills[killIndex(r)] += n
+	}
 }

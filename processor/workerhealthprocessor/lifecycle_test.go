@@ -85,19 +85,17 @@ func TestShutdownDoesNotWaitForABlockedDownstream(t *testing.T) {
 			name = "context with deadline"
 		}
 		t.Run(name, func(t *testing.T) {
-			old := defaultShutdownWait
-			defaultShutdownWait = 50 * time.Millisecond
+			wait := 50 * time.Millisecond
 			if withDeadline {
-				defaultShutdownWait = time.Hour // only the context may end the wait
+				wait = time.Hour // only the context may end the wait
 			}
-			t.Cleanup(func() { defaultShutdownWait = old })
 
 			cfg := testCfg()
 			cfg.EmitInterval = time.Millisecond
 			store := &memStorage{}
 			storageID := component.MustNewID("file_storage")
 			cfg.StorageID = &storageID
-			f := NewFactory()
+			f := newFactory(withShutdownWait(wait))
 			set := processortest.NewNopSettings(metadata.Type)
 			ctx := context.Background()
 			down := newBlockingMetrics()
@@ -157,9 +155,6 @@ func (c *countingMetrics) ConsumeMetrics(ctx context.Context, md pmetric.Metrics
 // its wrapper shut down: the first Shutdown stops the timer.
 func TestNoEmissionIntoAShutDownPipeline(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
-	old := newClock
-	newClock = func() clockwork.Clock { return clock }
-	t.Cleanup(func() { newClock = old })
 	cfg := testCfg()
 	ctx := context.Background()
 	sink := new(consumertest.MetricsSink)
@@ -168,7 +163,7 @@ func TestNoEmissionIntoAShutDownPipeline(t *testing.T) {
 	require.NoError(t, err)
 	count := &countingMetrics{next: bp}
 
-	f := NewFactory()
+	f := newFactory(withClock(clock))
 	set := processortest.NewNopSettings(metadata.Type)
 	mp, err := f.CreateMetrics(ctx, set, cfg, count)
 	require.NoError(t, err)
@@ -247,7 +242,7 @@ func TestEmissionIsCounted(t *testing.T) {
 	tt := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
 	h := newHarness(t, testCfg())
-	p, err := newHealthProcessor(metadatatest.NewSettings(tt), testCfg(), h.clock)
+	p, err := newHealthProcessor(metadatatest.NewSettings(tt), testCfg(), withClock(h.clock))
 	require.NoError(t, err)
 	t.Cleanup(p.tel.Shutdown)
 	ctx := context.Background()
@@ -353,7 +348,7 @@ func TestSlowConsumerDoesNotDelayVerdicts(t *testing.T) {
 	healthID := component.MustNewID("worker_health")
 	cfg.HealthExtension = &healthID
 	h := newHarness(t, cfg)
-	p, err := newHealthProcessor(metadatatest.NewSettings(tt), cfg, h.clock)
+	p, err := newHealthProcessor(metadatatest.NewSettings(tt), cfg, withClock(h.clock))
 	require.NoError(t, err)
 	t.Cleanup(p.tel.Shutdown)
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -141,8 +142,8 @@ func FuzzMapLogs(f *testing.F) {
 
 		cfg := testCfg()
 		b := &batch{}
-		b.reset()
-		newMapper(cfg).logs(ld, b)
+		b.Reset()
+		mapping.New(cfg.mappingSettings()).Logs(ld, b)
 		checkBatch(t, cfg, b)
 
 		before, err := (&plog.ProtoMarshaler{}).MarshalLogs(ld)
@@ -185,8 +186,8 @@ func FuzzMapSpans(f *testing.F) {
 
 		cfg := testCfg()
 		b := &batch{}
-		b.reset()
-		newMapper(cfg).traces(td, b)
+		b.Reset()
+		mapping.New(cfg.mappingSettings()).Traces(td, b)
 		checkBatch(t, cfg, b)
 
 		before, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(td)
@@ -210,23 +211,23 @@ func FuzzMapSpans(f *testing.F) {
 func checkBatch(t *testing.T, cfg *Config, b *batch) {
 	t.Helper()
 	maxLen := cfg.Limits.MaxAttributeLength
-	if len(b.events) > 3 { // one "seen" per resource, one event per record
-		t.Fatalf("%d events from one resource with two records", len(b.events))
+	if len(b.Events) > 3 { // one "seen" per resource, one event per record
+		t.Fatalf("%d events from one resource with two records", len(b.Events))
 	}
-	for _, e := range b.events {
-		if e.worker == "" || len(e.worker) > maxLen || len(e.run) > maxLen || len(e.name) > maxLen ||
-			len(e.result) > maxLen || len(e.killReason) > maxLen {
+	for _, e := range b.Events {
+		if e.Worker == "" || len(e.Worker) > maxLen || len(e.Run) > maxLen || len(e.Name) > maxLen ||
+			len(e.Result) > maxLen || len(e.KillReason) > maxLen {
 			t.Fatalf("event out of bounds: worker %d bytes, run %d, name %d, result %d, reason %d",
-				len(e.worker), len(e.run), len(e.name), len(e.result), len(e.killReason))
+				len(e.Worker), len(e.Run), len(e.Name), len(e.Result), len(e.KillReason))
 		}
-		if e.capacity < -1 || e.capacity >= 1<<20 {
-			t.Fatalf("capacity %d", e.capacity)
+		if e.Capacity < -1 || e.Capacity >= 1<<20 {
+			t.Fatalf("capacity %d", e.Capacity)
 		}
-		if e.kind > evStage {
-			t.Fatalf("kind %d", e.kind)
+		if e.Kind > evStage {
+			t.Fatalf("kind %d", e.Kind)
 		}
-		if e.kind != evSeen && e.kind != evHeartbeat && e.kind != evStage && e.run == "" {
-			t.Fatalf("run event %d without a run id", e.kind)
+		if e.Kind != evSeen && e.Kind != evHeartbeat && e.Kind != evStage && e.Run == "" {
+			t.Fatalf("run event %d without a run id", e.Kind)
 		}
 	}
 }

@@ -8,6 +8,25 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// memRules is what the memory rule reads besides a worker's state: its
+// config section, the configured role limits (sorted by role), and
+// lost.after (a sample older than that says nothing at a run's start).
+type memRules struct {
+	cfg        *MemoryRule
+	roleLimits []roleLimit
+	lostAfter  int64
+}
+
+// memState is a worker's memory: the tree's last sample, its cgroup limit,
+// the tree's episode and each role's.
+type memState struct {
+	rss       int64 // -1 = no sample yet
+	rssAt     int64
+	cgroupMax int64 // -1 = not reported
+	mem       memEpisode
+	roles     []roleMem
+}
+
 // memEpisode is one soft limit's episode: the whole tree's, or one role's
 // (memory.roles). Two latches, because both conditions can hold at once and
 // each is a reason of its own: memory persistently over the limit
@@ -110,12 +129,12 @@ func roleLimits(cfg *Config) []roleLimit {
 }
 
 // softLimit is the effective soft limit of the tree in bytes (0 = none).
-func (t *tracker) softLimit(w *worker) int64 {
-	lim := t.cfg.Memory.SoftLimitBytes
-	if t.cfg.Memory.SoftLimitRatio > 0 && w.cgroupMax > 0 {
+func (m *memState) softLimit(r *memRules) int64 {
+	lim := r.cfg.SoftLimitBytes
+	if r.cfg.SoftLimitRatio > 0 && m.cgroupMax > 0 {
 		// At least 1 byte: 0 means "no limit", and a tiny cgroup limit
 		// (1 byte: 0.9 of it truncates to 0) must not turn the rule off.
-		r := max(1, int64(t.cfg.Memory.SoftLimitRatio*float64(w.cgroupMax)))
+		r := max(1, int64(r.cfg.SoftLimitRatio*float64(m.cgroupMax)))
 		if lim == 0 || r < lim {
 			lim = r
 		}
@@ -126,18 +145,18 @@ func (t *tracker) softLimit(w *worker) int64 {
 // memorySample advances the tree's episode and each role's.
 func (t *tracker) memorySample(w *worker, s *sample, now int64) {
 	m := &t.cfg.Memory
-	w.rss, w.rssAt = s.mem, now
-	w.mem.sample(s.mem, t.softLimit(w), now, m)
-	if s.nrole == 0 {
+	w.rss, w.rssAt = s.Mem, now
+	w.mem.sample(s.Mem, w.memState.softLimit(&t.mem), now, m)
+	if s.NRole == 0 {
 		return
 	}
 	// The roles of this sample; a role missing from it has no process now.
 	for i := range w.roles {
 		w.roles[i].rss = 0
 	}
-	for _, v := range s.roles[:s.nrole] {
-		if r := t.role(w, v.role); r != nil {
-			r.rss += v.rss
+	for _, v := range s.Roles[:s.NRole] {
+		if r := t.role(&w.memState, v.Role); r != nil {
+			r.rss += v.RSS
 		}
 	}
 	for i := range w.roles {
@@ -169,7 +188,7 @@ const maxRoles = 16
 
 // role returns the worker's entry for a role, adding it (sorted) when new;
 // nil when the worker already has maxRoles roles.
-func (t *tracker) role(w *worker, name string) *roleMem {
+func (t *tracker) role(w *memState, name string) *roleMem {
 	i, found := slices.BinarySearchFunc(w.roles, name, func(r roleMem, n string) int { return strings.Compare(r.role, n) })
 	if !found {
 		if len(w.roles) >= maxRoles {
@@ -184,35 +203,46 @@ func (t *tracker) role(w *worker, name string) *roleMem {
 	return &w.roles[i]
 }
 
-// memoryAtRunStart applies the at-run-start rule to the tree and to every
+// runStarted applies the at-run-start rule to the tree and to every
 // limited role, with a recent sample only: an old one says nothing about now.
-func (t *tracker) memoryAtRunStart(w *worker, now int64) {
-	if !t.cfg.Memory.AtRunStart || w.rss < 0 || now-w.rssAt > int64(t.cfg.Lost.After) {
+func (m *memState) runStarted(now int64, r *memRules) {
+	if !r.cfg.AtRunStart || m.rss < 0 || now-m.rssAt > r.lostAfter {
 		return
 	}
-	w.mem.runStarted(w.rss, t.softLimit(w), now)
-	for i := range w.roles {
-		if r := &w.roles[i]; r.limit >= 0 {
-			r.ep.runStarted(r.rss, t.roleLimits[r.limit].bytes, now)
+	m.mem.runStarted(m.rss, m.softLimit(r), now)
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			rm.ep.runStarted(rm.rss, r.roleLimits[rm.limit].bytes, now)
 		}
 	}
 }
 
-// memoryReasons are the reasons of the tree's episode and of every role's:
+// tick applies the duration form of the rule to the tree's episode
+// and every limited role's (it also fires between samples).
+func (m *memState) tick(now int64, r *memRules) {
+	c := r.cfg
+	m.mem.tick(now, c)
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			rm.ep.tick(now, c)
+		}
+	}
+}
+
+// addReasons adds the reasons of the tree's episode and of every role's:
 // unhealthy for each latch, degraded while over but not yet persistent.
-func (t *tracker) memoryReasons(w *worker, now int64, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
-	m := &t.cfg.Memory
+func (m *memState) addReasons(r *memRules, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
+	c := r.cfg
 	add := func(e *memEpisode, rss, lim int64, role string) {
-		e.tick(now, m)
 		what := "memory"
 		if role != "" {
 			what = "memory of role " + role
 		}
-		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", m.RecoverySamples, 100*m.RecoveryRatio)
+		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", c.RecoverySamples, 100*c.RecoveryRatio)
 		if e.persist {
 			unhealthy = append(unhealthy, contract.Reason{
 				Code:    codeMemory,
-				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, m.UnhealthySamples, m.UnhealthyAfter) + recovers,
+				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, c.UnhealthySamples, c.UnhealthyAfter) + recovers,
 				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.persistSince), Role: role,
 			})
 		}
@@ -226,34 +256,95 @@ func (t *tracker) memoryReasons(w *worker, now int64, unhealthy, degraded []cont
 		if e.over && !e.persist {
 			degraded = append(degraded, contract.Reason{
 				Code:    codeMemory,
-				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, m.UnhealthySamples),
+				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, c.UnhealthySamples),
 				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.overSince), Role: role,
 			})
 		}
 	}
-	add(&w.mem, w.rss, t.softLimit(w), "")
-	for i := range w.roles {
-		if r := &w.roles[i]; r.limit >= 0 {
-			add(r.ep, r.rss, t.roleLimits[r.limit].bytes, r.role)
+	add(&m.mem, m.rss, m.softLimit(r), "")
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.limit >= 0 {
+			add(rm.ep, rm.rss, r.roleLimits[rm.limit].bytes, rm.role)
 		}
 	}
 	return unhealthy, degraded
 }
 
-// memorySnapshot is the snapshot's view of the worker's memory.
-func (t *tracker) memorySnapshot(w *worker) contract.Memory {
+// snapshot is the snapshot's view of the worker's memory.
+func (m *memState) snapshot(r *memRules) contract.Memory {
 	mem := contract.Memory{
-		RSSBytes: max(w.rss, 0), SoftLimitBytes: t.softLimit(w),
-		CgroupMaxBytes: max(w.cgroupMax, 0), OverSamples: w.mem.overSamples,
-		SampledAt: ts(w.rssAt),
-		Roles:     make([]contract.RoleMemory, 0, len(w.roles)),
+		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.softLimit(r),
+		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: m.mem.overSamples,
+		SampledAt: ts(m.rssAt),
+		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
 	}
-	for _, r := range w.roles {
-		rm := contract.RoleMemory{Role: r.role, RSSBytes: r.rss}
-		if r.limit >= 0 {
-			rm.SoftLimitBytes, rm.OverSamples = t.roleLimits[r.limit].bytes, r.ep.overSamples
+	for _, role := range m.roles {
+		rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
+		if role.limit >= 0 {
+			rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, role.ep.overSamples
 		}
 		mem.Roles = append(mem.Roles, rm)
 	}
 	return mem
+}
+
+// cpMemory is the memory's checkpoint record.
+type cpMemory struct {
+	RSS       int64     `json:"rss"`
+	CgroupMax int64     `json:"cgmax"`
+	Mem       cpEpisode `json:"mem"`
+	Roles     []cpRole  `json:"roles,omitempty"`
+}
+
+// cpEpisode is a memEpisode.
+type cpEpisode struct {
+	Over         bool  `json:"over,omitempty"`
+	OverSamples  int   `json:"n,omitempty"`
+	UnderSamples int   `json:"u,omitempty"`
+	OverSince    int64 `json:"since,omitempty"`
+	Persist      bool  `json:"persist,omitempty"`
+	PersistSince int64 `json:"persist_since,omitempty"`
+	AtStart      bool  `json:"at_start,omitempty"`
+	AtStartSince int64 `json:"at_start_since,omitempty"`
+}
+
+func (e *memEpisode) cp() cpEpisode {
+	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
+}
+
+func (c cpEpisode) episode() memEpisode {
+	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
+}
+
+// cpRole is a role's last memory and, for a limited role, its episode.
+type cpRole struct {
+	Role string    `json:"role"`
+	RSS  int64     `json:"rss"`
+	Mem  cpEpisode `json:"mem"`
+}
+
+func (m *memState) cp() cpMemory {
+	c := cpMemory{RSS: m.rss, CgroupMax: m.cgroupMax, Mem: m.mem.cp()}
+	for _, r := range m.roles {
+		cr := cpRole{Role: r.role, RSS: r.rss}
+		if r.ep != nil {
+			cr.Mem = r.ep.cp()
+		}
+		c.Roles = append(c.Roles, cr)
+	}
+	return c
+}
+
+// restoreMemory takes a checkpointed memory back; its roles are the
+// tracker's (interned names, the configured limits).
+func (t *tracker) restoreMemory(m *memState, c *cpMemory) {
+	m.rss, m.cgroupMax, m.mem = c.RSS, c.CgroupMax, c.Mem.episode()
+	for _, r := range c.Roles {
+		if rm := t.role(m, r.Role); rm != nil {
+			rm.rss = r.RSS
+			if rm.ep != nil {
+				*rm.ep = r.Mem.episode()
+			}
+		}
+	}
 }

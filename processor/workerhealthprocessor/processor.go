@@ -2,6 +2,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,18 +11,16 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
-	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/collector/processor/processorhelper"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
 
@@ -33,7 +32,7 @@ type healthProcessor struct {
 	set    processor.Settings
 	logger *zap.Logger
 	clock  clockwork.Clock
-	mapper *mapper
+	mapper *mapping.Mapper
 	tel    *metadata.TelemetryBuilder
 	pool   sync.Pool
 
@@ -63,7 +62,10 @@ type healthProcessor struct {
 	// loop's checkpoint and the final one at shutdown never overlap.
 	cpMu     sync.Mutex
 	storage  storage.Client
-	lastMeta cpMeta // the meta record last written or read
+	marshal  func(any) ([]byte, error) // a checkpoint record's marshaler
+	lastMeta cpMeta                    // the meta record last written or read
+	// cpFailing: the last checkpoint write failed (status reported).
+	cpFailing bool
 
 	// shard: the cluster hooks of a sharded gateway (cluster.go), set at
 	// start from the health extension; read under mu.
@@ -104,16 +106,35 @@ type pipeline struct {
 	metrics consumer.Metrics // nil unless a metrics pipeline
 	logs    consumer.Logs    // nil unless a logs pipeline
 	started bool             // guarded by lifeMu
-	gone    atomic.Bool      // set at its Shutdown, before the wait for the loop
+	// host is the one its wrapper was started with: component status is
+	// reported to each pipeline's instance (set at start, under mu).
+	gone atomic.Bool // set at its Shutdown, before the wait for the loop
+	host component.Host
 }
 
 // defaultShutdownWait: a downstream that ignores a canceled context is a
 // bug in that component; five seconds is long enough for any consumer that
 // is merely slow, and short against the grace periods of systemd (90 s)
-// and Kubernetes (30 s). A variable so tests need not wait that long.
-var defaultShutdownWait = 5 * time.Second
+// and Kubernetes (30 s).
+const defaultShutdownWait = 5 * time.Second
 
-func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clock) (*healthProcessor, error) {
+// option sets what a test replaces: the clock, the checkpoint's marshaler,
+// the shutdown wait.
+type option func(*healthProcessor)
+
+// withClock gives the processor its clock (tests: a clockwork.FakeClock).
+func withClock(c clockwork.Clock) option { return func(p *healthProcessor) { p.clock = c } }
+
+// withMarshal replaces the checkpoint records' marshaler (a test holds it to
+// prove the processor's lock is free meanwhile).
+func withMarshal(f func(any) ([]byte, error)) option {
+	return func(p *healthProcessor) { p.marshal = f }
+}
+
+// withShutdownWait replaces defaultShutdownWait (tests need not wait that long).
+func withShutdownWait(d time.Duration) option { return func(p *healthProcessor) { p.shutdownWait = d } }
+
+func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*healthProcessor, error) {
 	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
@@ -122,14 +143,18 @@ func newHealthProcessor(set processor.Settings, cfg *Config, clock clockwork.Clo
 		cfg:          cfg,
 		set:          set,
 		logger:       set.Logger,
-		clock:        clock,
-		mapper:       newMapper(cfg),
+		clock:        clockwork.NewRealClock(),
+		marshal:      json.Marshal,
+		mapper:       mapping.New(cfg.mappingSettings()),
 		tel:          tel,
 		tracker:      newTracker(cfg),
 		shutdownWait: defaultShutdownWait,
 	}
-	p.pool.New = func() any { b := &batch{}; b.reset(); return b }
-	p.startTime = clock.Now().UnixNano()
+	for _, o := range opts {
+		o(p)
+	}
+	p.pool.New = func() any { b := &batch{}; b.Reset(); return b }
+	p.startTime = p.clock.Now().UnixNano()
 	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
@@ -171,6 +196,7 @@ func (p *healthProcessor) start(ctx context.Context, host component.Host, pl *pi
 	p.refs++
 	pl.started = true
 	p.mu.Lock()
+	pl.host = host
 	p.targets = append(p.targets, pl)
 	p.mu.Unlock()
 	return nil
@@ -331,192 +357,18 @@ func (p *healthProcessor) lastStop() {
 	}
 }
 
-// tick is one evaluation with its emission on the caller's goroutine (tests
-// and benchmarks); the timer loop hands the metrics to the emitter instead.
-func (p *healthProcessor) tick(ctx context.Context) {
-	p.sendMetrics(ctx, p.evaluate(ctx))
-}
-
-// evaluate judges, publishes the verdicts, sends the state-change records
-// and returns the derived metrics to emit. Lock, build, unlock, then call
-// out. ctx is the loop's: canceled by the first Shutdown, and checked before
-// every call out (consumer, subscriber, storage), so a loop released late by
-// a blocked consumer does nothing more.
-func (p *healthProcessor) evaluate(ctx context.Context) *emission {
-	now := p.clock.Now().UnixNano()
+// reportStatus reports a status event to the instance of every pipeline
+// the processor runs in (the collector keeps one status per pipeline's
+// instance; one shared processor serves them all).
+func (p *healthProcessor) reportStatus(ev *componentstatus.Event) {
 	p.mu.Lock()
-	handed := p.shard.handOver(p.tracker, now)
-	trs, unjoined := p.tracker.evaluate(now)
-	var mTo []consumer.Metrics
-	var lTo []consumer.Logs
-	var mGone, lGone []*atomic.Bool
+	hosts := make([]component.Host, 0, len(p.targets))
 	for _, pl := range p.targets {
-		if pl.metrics != nil {
-			mTo, mGone = append(mTo, pl.metrics), append(mGone, &pl.gone)
-		}
-		if pl.logs != nil && len(trs) > 0 {
-			lTo, lGone = append(lTo, pl.logs), append(lGone, &pl.gone)
-		}
+		hosts = append(hosts, pl.host)
 	}
-	var md pmetric.Metrics
-	if len(mTo) > 0 {
-		md = p.tracker.buildMetrics(p.startTime, now)
-	}
-	var ld plog.Logs
-	if len(lTo) > 0 {
-		ld = buildLogs(trs)
-	}
-	var snap *contract.Snapshot
-	if p.subscriber != nil {
-		snap = p.tracker.snapshot(now)
-	}
-	t := p.tracker
-	counts, malformed := t.counts, t.malformed
-	t.counts, t.malformed = admissionCounts{}, 0
-	healed, unjoinedN := t.healed, t.unjoinedN
-	t.healed, t.unjoinedN = [2]int64{}, 0
-	p.evals++
-	doCheckpoint := p.evals%p.cfg.CheckpointEvery == 0
 	p.mu.Unlock()
-
-	p.admissionTelemetry(ctx, &counts)
-	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersHandedOver, handed)
-	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
-	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
-
-	for _, tr := range trs {
-		p.logger.Debug("worker state changed", zap.String("worker", tr.worker),
-			zap.String("from", string(tr.from)), zap.String("to", string(tr.to)))
-	}
-	// The verdicts first: whatever the consumers do, the health API has
-	// this evaluation now.
-	p.publish(ctx, snap)
-	if len(lTo) > 0 {
-		records := int64(ld.LogRecordCount())
-		for i, c := range lTo {
-			if ctx.Err() != nil || lGone[i].Load() {
-				continue
-			}
-			out := ld
-			if i < len(lTo)-1 {
-				out = plog.NewLogs()
-				ld.CopyTo(out)
-			}
-			if err := c.ConsumeLogs(ctx, out); err != nil {
-				p.tel.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), records)
-				p.logger.Debug("the next consumer refused the state-change records", zap.Error(err))
-				continue
-			}
-			p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
-		}
-	}
-	if doCheckpoint {
-		p.cpMu.Lock()
-		if ctx.Err() == nil {
-			p.writeCheckpoint(ctx)
-		}
-		p.cpMu.Unlock()
-	}
-	if len(mTo) == 0 {
-		return nil
-	}
-	return &emission{md: md, to: mTo, gone: mGone}
-}
-
-// offer leaves em for the emitter, replacing an emission it has not taken
-// yet (counted as superseded, once per metrics pipeline, as the others).
-func (p *healthProcessor) offer(ctx context.Context, em *emission) {
-	if em == nil {
-		return
-	}
-	p.latest.mu.Lock()
-	old := p.latest.pending
-	p.latest.pending = em
-	p.latest.mu.Unlock()
-	if old != nil {
-		p.count(ctx, p.tel.ProcessorWorkerHealthSupersededMetricPoints, int64(old.md.DataPointCount())*int64(len(old.to)))
-	}
-	select {
-	case p.latest.wake <- struct{}{}:
-	default: // the emitter has a wake-up already
-	}
-}
-
-// take empties the slot.
-func (p *healthProcessor) take() *emission {
-	p.latest.mu.Lock()
-	defer p.latest.mu.Unlock()
-	em := p.latest.pending
-	p.latest.pending = nil
-	return em
-}
-
-// sendMetrics hands one emission to each metrics pipeline still running.
-// Each pipeline gets its own copy: a downstream processor may mutate it.
-func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
-	if em == nil {
-		return
-	}
-	points := int64(em.md.DataPointCount())
-	for i, c := range em.to {
-		if ctx.Err() != nil || em.gone[i].Load() {
-			continue
-		}
-		out := em.md
-		if i < len(em.to)-1 {
-			out = pmetric.NewMetrics()
-			em.md.CopyTo(out)
-		}
-		if err := c.ConsumeMetrics(ctx, out); err != nil {
-			p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
-			p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
-			continue
-		}
-		p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
-	}
-}
-
-func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n int64, opts ...metric.AddOption) {
-	if n > 0 {
-		c.Add(ctx, n, opts...)
-	}
-}
-
-// The attribute sets of the admission counters, made once.
-var (
-	evidenceAttrs = func() (a [nEvidence]metric.MeasurementOption) {
-		for i, n := range evidenceNames {
-			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("evidence", n)))
-		}
-		return a
-	}()
-	refusedWorkerAttrs = func() (a [nRefusedWorker]metric.MeasurementOption) {
-		for i, n := range refusedWorkerReasons {
-			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
-		}
-		return a
-	}()
-	refusedRunAttrs = func() (a [nRefusedRun]metric.MeasurementOption) {
-		for i, n := range refusedRunReasons {
-			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
-		}
-		return a
-	}()
-)
-
-// admissionTelemetry counts one evaluation's refusals, evictions and expiries.
-func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *admissionCounts) {
-	for i, n := range c.workersRefused {
-		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersRefused, n, refusedWorkerAttrs[i])
-	}
-	for i, n := range c.runsRefused {
-		p.count(ctx, p.tel.ProcessorWorkerHealthRunsRefused, n, refusedRunAttrs[i])
-	}
-	for i, n := range c.workersEvicted {
-		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersEvicted, n, evidenceAttrs[i])
-	}
-	for i, n := range c.workersExpired {
-		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, n, evidenceAttrs[i])
+	for _, h := range hosts {
+		componentstatus.ReportStatus(h, ev)
 	}
 }
 
@@ -529,89 +381,3 @@ func (p *healthProcessor) publish(ctx context.Context, snap *contract.Snapshot) 
 	snap.Source = p.set.ID
 	p.subscriber.Publish(snap)
 }
-
-// ingest applies one extracted batch under the lock.
-func (p *healthProcessor) ingest(b *batch) {
-	now := p.clock.Now().UnixNano()
-	p.mu.Lock()
-	p.tracker.apply(b, now)
-	p.mu.Unlock()
-	b.reset()
-	p.pool.Put(b)
-}
-
-func (p *healthProcessor) getBatch() *batch { return p.pool.Get().(*batch) }
-
-func (p *healthProcessor) processTraces(_ context.Context, td ptrace.Traces) (ptrace.Traces, error) {
-	b := p.getBatch()
-	p.mapper.traces(td, b)
-	p.ingest(b)
-	return td, nil
-}
-
-func (p *healthProcessor) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
-	b := p.getBatch()
-	p.mapper.metrics(md, b)
-	p.ingest(b)
-	if p.cfg.Limits.DropUntrackedMetrics && p.dropUntracked(ctx, md) {
-		return md, processorhelper.ErrSkipProcessingData
-	}
-	return md, nil
-}
-
-// dropUntracked removes the resources that name a worker the processor does
-// not track, has seen only once, or names by a malformed id (admission.go:
-// a flood of ids must not become a flood of series in the exporters), and
-// reports whether nothing is left.
-func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics) bool {
-	var dropped int64
-	p.mu.Lock()
-	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		r, ok := p.mapper.resource(rm.Resource())
-		if ok && (r.src == srcScheduler || r.id == "") {
-			return false
-		}
-		if w := p.tracker.workers[r.id]; ok && w != nil && w.evidence != evidenceOnce {
-			return false
-		}
-		dropped += int64(resourcePoints(rm))
-		return true
-	})
-	p.mu.Unlock()
-	p.count(ctx, p.tel.ProcessorWorkerHealthDroppedMetricPoints, dropped)
-	return dropped > 0 && md.ResourceMetrics().Len() == 0
-}
-
-func resourcePoints(rm pmetric.ResourceMetrics) int {
-	n := 0
-	sms := rm.ScopeMetrics()
-	for i := 0; i < sms.Len(); i++ {
-		ms := sms.At(i).Metrics()
-		for j := 0; j < ms.Len(); j++ {
-			m := ms.At(j)
-			switch m.Type() {
-			case pmetric.MetricTypeGauge:
-				n += m.Gauge().DataPoints().Len()
-			case pmetric.MetricTypeSum:
-				n += m.Sum().DataPoints().Len()
-			case pmetric.MetricTypeHistogram:
-				n += m.Histogram().DataPoints().Len()
-			case pmetric.MetricTypeExponentialHistogram:
-				n += m.ExponentialHistogram().DataPoints().Len()
-			case pmetric.MetricTypeSummary:
-				n += m.Summary().DataPoints().Len()
-			}
-		}
-	}
-	return n
-}
-
-func (p *healthProcessor) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {
-	b := p.getBatch()
-	p.mapper.logs(ld, b)
-	p.ingest(b)
-	return ld, nil
-}
-
-// newClock gives the processor its clock; tests inject a clockwork.FakeClock.
-var newClock = clockwork.NewRealClock

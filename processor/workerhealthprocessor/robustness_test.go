@@ -79,7 +79,7 @@ func TestTinyCgroupLimitKeepsTheSoftLimit(t *testing.T) {
 	}
 	h.eval()
 	h.p.mu.Lock()
-	lim := h.p.tracker.softLimit(h.p.tracker.workers["w1"])
+	lim := h.p.tracker.workers["w1"].memState.softLimit(&h.p.tracker.mem)
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(1), lim)
 	assert.Equal(t, unhealthy, h.state("w1"))

@@ -91,11 +91,3 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 		assert.Equal(t, runHash(string(r.id)), r.hash)
 	}
 }
-
-func TestResultIndex(t *testing.T) {
-	assert.True(t, slices.IsSorted(resultNames[:]), "points are emitted in this order")
-	for i, n := range resultNames {
-		assert.Equal(t, i, resultIndex(n), n)
-	}
-	assert.Equal(t, "other", resultNames[resultIndex("weird")])
-}

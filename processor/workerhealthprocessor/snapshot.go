@@ -49,11 +49,11 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Reasons:  append([]contract.Reason{}, w.reasons...),
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
-			Memory:   t.memorySnapshot(w),
-			CPU:      cpuSnapshot(w),
+			Memory:   w.memState.snapshot(&t.mem),
+			CPU:      w.cpuState.snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
-				Recent: t.recentRuns(ended), Kills: killsSnapshot(w),
+				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),

@@ -1,7 +1,11 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
+	"context"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -51,4 +55,67 @@ func sharedTelemetry(ts component.TelemetrySettings) component.TelemetrySettings
 		ts.TracerProvider = tp.DropInjectedAttributes(drop...)
 	}
 	return ts
+}
+
+func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n int64, opts ...metric.AddOption) {
+	if n > 0 {
+		c.Add(ctx, n, opts...)
+	}
+}
+
+// The attribute sets of the admission counters, made once.
+var (
+	evidenceAttrs = func() (a [nEvidence]metric.MeasurementOption) {
+		for i, n := range evidenceNames {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("evidence", n)))
+		}
+		return a
+	}()
+	refusedWorkerAttrs = func() (a [nRefusedWorker]metric.MeasurementOption) {
+		for i, n := range refusedWorkerReasons {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
+		}
+		return a
+	}()
+	refusedRunAttrs = func() (a [nRefusedRun]metric.MeasurementOption) {
+		for i, n := range refusedRunReasons {
+			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
+		}
+		return a
+	}()
+)
+
+// admissionTelemetry counts one evaluation's refusals, evictions and expiries.
+func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *admissionCounts) {
+	for i, n := range c.workersRefused {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersRefused, n, refusedWorkerAttrs[i])
+	}
+	for i, n := range c.runsRefused {
+		p.count(ctx, p.tel.ProcessorWorkerHealthRunsRefused, n, refusedRunAttrs[i])
+	}
+	for i, n := range c.workersEvicted {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersEvicted, n, evidenceAttrs[i])
+	}
+	for i, n := range c.workersExpired {
+		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, n, evidenceAttrs[i])
+	}
+}
+
+// judgeTelemetry counts the runs healed (by the side let go) and the
+// workers named by one source only, with one log line for each of those.
+func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, unjoinedN int64, uj []unjoined) {
+	for side, n := range healed {
+		if n > 0 {
+			name := contract.SourceWorker
+			if source(side) == srcScheduler {
+				name = contract.SourceScheduler
+			}
+			p.tel.ProcessorWorkerHealthRunsHealed.Add(ctx, n, metric.WithAttributes(attribute.String(contract.AttrSource, name)))
+		}
+	}
+	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersUnjoined, unjoinedN)
+	for _, u := range uj {
+		p.logger.Warn(u.message(), zap.String("worker", u.worker), zap.String("source", u.origin),
+			zap.Strings("ids", u.ids), zap.Strings("named_only_by_another_source", u.others))
+	}
 }

@@ -6,48 +6,6 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// Run flags. One run entry holds both sides' view so drift is a comparison of
-// two bits, and the "ended" bits are the tombstones that make late,
-// duplicated and reordered events harmless.
-const (
-	fWorkerHeld uint16 = 1 << iota
-	fWorkerEnded
-	fSchedHeld
-	fSchedEnded
-	fStarted
-	// fGone: pruned from the worker's runs; its entry in order is stale.
-	fGone
-	// fKilled: the worker reported the run killed (counted once).
-	fKilled
-	// fListed: listed by the snapshot being applied (only during it).
-	fListed
-	// fReleased: the worker's end was a release (not run: not a recent run).
-	fReleased
-	// fLetGo: a side was let go without an end (drift.go heal): not a
-	// recent run either.
-	fLetGo
-)
-
-// run is one run as both sides see it. Times are unix ns: *At are arrival
-// times on the processor's clock (for grace periods), *TS the records' own.
-type run struct {
-	id         []byte // reused when an evicted run's memory takes a new run
-	hash       uint64 // runHash(id)
-	wAt, sAt   int64  // when each side's claim arrived
-	wEnd, sEnd int64  // when each side's end arrived
-	claimTS    int64  // earliest claim timestamp of either side
-	startTS    int64
-	endTS      int64 // the worker's end record's own timestamp
-	flags      uint16
-	result     uint8 // resultIndex + 1 of how it ended (0 = not ended or unknown)
-	kill       uint8 // kill reason index + 1 (0 = not killed)
-}
-
-func (r *run) has(f uint16) bool { return r.flags&f != 0 }
-
-// lastEnd is when the run last stopped being held by a side.
-func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
-
 // stateIndex maps states to array slots, in contract.AllStates order.
 func stateIndex(s contract.State) int {
 	for i, v := range contract.AllStates {
@@ -58,131 +16,43 @@ func stateIndex(s contract.State) int {
 	return len(contract.AllStates) - 1
 }
 
-// worker is everything kept per worker. Kept small (docs/processor.md gives
+// worker is everything kept per worker: a composition of one state type per
+// rule, each in its own file with what it applies, its reasons, its part of
+// the snapshot and its checkpoint record. Kept small (docs/processor.md gives
 // the measured size): ints rather than time.Time, lazily made slices.
+//
+// To add a per-worker fact: add it to the rule's type, and to its checkpoint
+// record (a cp* type next to it, embedded in cpWorker) if it must survive a
+// restart.
 type worker struct {
-	id, name string
+	id string
 
-	// firstMention: first record naming it (any source); lastMention: last
-	// (drives expiry); lastAlive: last of its own telemetry or of its tree
-	// with a live process (drives "lost"); fresh: own telemetry or tree since
-	// start.
-	firstMention, lastMention, lastAlive int64
-	fresh                                bool
-	// restoredAt: when it was restored from the checkpoint (0 = not).
-	restoredAt int64
-
-	// origins: which sources named it, when and by which id attributes.
-	origins          [nOrigins]originSeen
-	unjoinedReported bool
-
-	// active: runs the worker itself reports holding (-1 = never reported),
-	// at activeAt; heldOverSince: since when the runs tracked as held by the
-	// worker exceed that count (0 = they do not).
-	active                  int
-	activeAt, heldOverSince int64
-
-	// schedKnown: the scheduler has named this worker at least once. Only
-	// then can its runs be orphaned: a worker no scheduler knows (one that
-	// generates its own work, or is scheduled elsewhere) has no other view.
-	// sched: the scheduler source that last named it.
-	schedKnown bool
-	sched      uint8
-	// A "snapshots" scheduler's statements: snapKind says which form,
-	// snapAt the last list, schedCount/schedCountAt the last count,
-	// schedOverSince since when the runs it named exceed its count.
-	snapKind                             uint8
-	snapAt, schedCountAt, schedOverSince int64
-	schedCount                           int
-	countMissSince, countOrphSince       int64
-	missN, orphN                         int
-	missSince, orphSince                 int64
-
-	capacity  int // reported by the worker, -1 = not reported
-	rss       int64
-	rssAt     int64
-	cgroupMax int64
-
-	// memory: the tree's episode and each role's (memory.go).
-	mem   memEpisode
-	roles []roleMem
-
-	// cpu episode (cpu.go); cpuCores -1 = never judged, cpuLimit -1 = unknown.
-	cpuCores float64
-	cpuLimit float64
-	cpuOver  int
-	cpuUnder int
-	cpuSat   bool
-	cpuSince int64
-
-	// kills (kills.go): the counted kills within kills.window, the episode's
-	// start, the tree's cumulative counters' last values (-1 = none yet),
-	// child exits not yet matched against run ends, run ends not yet
-	// matched, the last tree sample.
-	killLog                              []killRec
-	killSince                            int64
-	oomBase, exitMainBase, exitChildBase int64
-	exitPend                             []exitRec
-	endTimes                             []int64 // in arrival order, 0 = spent
-	treeAt                               int64
-
-	kills       [nKillReasons]int64 // cumulative by reason
-	claims      [2]int64            // cumulative by source
-	transitions [6]int64            // cumulative by state entered
-	lastClaim   int64               // last claim by the worker itself
-
-	runs runTable
-	// order holds the runs in the order they were first seen, from
-	// orderHead on (runs no longer tracked are skipped and compacted away):
-	// at the per-worker cap the oldest ended run is evicted in amortized
-	// O(1), not by a scan of every run for each new one.
-	order     []*run
-	orderHead int
-
-	overCapSince int64
-
-	// admission (admission.go): how much the processor knows it exists,
-	// the evaluation it was admitted in, its place in the tracker's list of
-	// its evidence level (not confirmed), and whether a state change while
-	// it was seen once is still to be announced.
-	evidence    evidence
-	admitted    int
-	prev, next  *worker
-	unannounced bool
+	identity   // identity.go: name, when and by whom it was named
+	runsState  // runstate.go: its runs, claims, capacity
+	driftState // drift.go: the scheduler's view and the drift between both views
+	memState   // memory.go: memory and its episodes
+	cpuState   // cpu.go: the CPU episode
+	killState  // kills.go: the kills and the kills rule
+	admission  // admission.go: evidence level and place in the admission lists
+	verdict    // judge.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
 	slot  int32
 	dirty bool
-
-	state   contract.State
-	since   int64
-	reasons []contract.Reason
-	better  int // consecutive evaluations that computed a better state
-
-	// drift of the last evaluation, for metrics and the snapshot.
-	missing, orphaned []string
-	overCap           int
-	heldW, heldS      int
 }
 
 func newWorker(id string, now int64) *worker {
 	return &worker{
-		id:            strings.Clone(id),
-		firstMention:  now,
-		lastMention:   now,
-		capacity:      -1,
-		active:        -1,
-		rss:           -1,
-		cgroupMax:     -1,
-		cpuCores:      -1,
-		cpuLimit:      -1,
-		oomBase:       -1,
-		exitMainBase:  -1,
-		exitChildBase: -1,
-		state:         contract.Unknown,
-		since:         now,
-		slot:          -1,
+		id:         strings.Clone(id),
+		identity:   identity{firstMention: now, lastMention: now},
+		runsState:  runsState{capacity: -1},
+		driftState: driftState{active: -1},
+		memState:   memState{rss: -1, cgroupMax: -1},
+		cpuState:   cpuState{cpuCores: -1, cpuLimit: -1},
+		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
+		verdict:    verdict{state: contract.Unknown, since: now},
+		slot:       -1,
 	}
 }
 
@@ -239,6 +109,8 @@ type tracker struct {
 	scheds     []schedSource
 	idKeys     []string
 	roleLimits []roleLimit
+	// mem is what the memory rule reads (memory.go).
+	mem memRules
 	// originAt: the last record of each source about any worker.
 	originAt [nOrigins]int64
 	// roleNames interns process role names (memory.go).
@@ -258,6 +130,7 @@ func newTracker(cfg *Config) *tracker {
 		clusterPending: -1,
 	}
 	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
+	t.mem = memRules{cfg: &cfg.Memory, roleLimits: t.roleLimits, lostAfter: int64(cfg.Lost.After)}
 	effects := defaultKillEffects()
 	for r, e := range cfg.Kills.Effects {
 		effects[r] = e
@@ -283,168 +156,125 @@ func (t *tracker) capacityOf(w *worker) int {
 // apply folds one batch into the state.
 func (t *tracker) apply(b *batch, now int64) {
 	t.lastRefused = ""
-	t.malformed += b.malformed
-	if b.schedulerSeen {
+	t.malformed += b.Malformed
+	if b.SchedulerSeen {
 		t.schedulerSeen = now
 	}
-	if b.pending >= 0 {
-		t.pending, t.pendingAt = b.pending, now
+	if b.Pending >= 0 {
+		t.pending, t.pendingAt = b.Pending, now
 	}
-	for i := range b.samples {
-		t.applySample(&b.samples[i], now)
+	for i := range b.Samples {
+		t.applySample(&b.Samples[i], now)
 	}
-	for i := range b.events {
-		t.applyEvent(&b.events[i], now)
+	for i := range b.Events {
+		t.applyEvent(&b.Events[i], now)
 	}
 	t.lastRefused = "" // it points into the batch's pdata
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
 	ev := evidenceOnce
-	if s.tree {
+	if s.Tree {
 		ev = evidenceConfirmed
 	}
-	w := t.get(s.worker, now, ev)
+	w := t.get(s.Worker, now, ev)
 	if w == nil {
 		return
 	}
-	if s.name != "" && w.name != s.name {
-		w.name = strings.Clone(s.name)
+	if s.Name != "" && w.name != s.Name {
+		w.name = strings.Clone(s.Name)
 	}
-	if s.tree {
-		t.seenBy(w, originTree, s.key, now)
+	if s.Tree {
+		t.seenBy(w, originTree, s.Key, now)
 	} else {
-		t.seenBy(w, originTelemetry, s.key, now)
+		t.seenBy(w, originTelemetry, s.Key, now)
 	}
 	w.fresh = true
 	// A live process is evidence of life as much as the worker's own
 	// telemetry: "lost" needs both silence and no process.
-	if s.present != 0 {
+	if s.Present != 0 {
 		w.lastAlive = now
 	}
-	if s.capacity >= 0 {
-		w.capacity = s.capacity
+	if s.Capacity >= 0 {
+		w.capacity = s.Capacity
 	}
-	if s.active >= 0 {
-		w.active, w.activeAt = s.active, now
+	if s.Active >= 0 {
+		w.active, w.activeAt = s.Active, now
 	}
-	if s.cgroupMax >= 0 {
-		w.cgroupMax = s.cgroupMax
+	if s.CgroupMax >= 0 {
+		w.cgroupMax = s.CgroupMax
 	}
-	if s.cpuLimit > 0 {
-		w.cpuLimit = s.cpuLimit
+	if s.CPULimit > 0 {
+		w.cpuLimit = s.CPULimit
 	}
-	if s.mem >= 0 {
+	if s.Mem >= 0 {
 		t.memorySample(w, s, now)
 	}
-	if s.cpuMain >= 0 && t.cfg.CPU.Enabled {
-		t.cpuSample(w, s.cpuMain, now)
+	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
+		w.cpuState.sample(s.CPUMain, now, &t.cfg.CPU)
 	}
 	t.treeKills(w, s, now)
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
 	ev := evidenceOnce
-	if e.src == srcScheduler {
+	if e.Src == srcScheduler {
 		ev = evidenceConfirmed
 	}
-	w := t.get(e.worker, now, ev)
+	w := t.get(e.Worker, now, ev)
 	if w == nil {
 		return
 	}
-	if e.src == srcScheduler {
-		t.seenBy(w, originScheduler, e.key, now)
+	if e.Src == srcScheduler {
+		t.seenBy(w, originScheduler, e.Key, now)
 		w.schedKnown = true
-		w.sched = e.sched
+		w.sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
 			w.lastAlive = now
 		}
 	}
-	if e.src == srcWorker {
-		t.seenBy(w, originTelemetry, e.key, now)
+	if e.Src == srcWorker {
+		t.seenBy(w, originTelemetry, e.Key, now)
 		w.fresh = true
 		w.lastAlive = now
-		if e.name != "" && w.name != e.name {
-			w.name = strings.Clone(e.name)
+		if e.Name != "" && w.name != e.Name {
+			w.name = strings.Clone(e.Name)
 		}
-		if e.capacity >= 0 {
-			w.capacity = e.capacity
+		if e.Capacity >= 0 {
+			w.capacity = e.Capacity
 		}
 	}
-	switch e.kind {
+	switch e.Kind {
 	case evSeen, evHeartbeat:
 		return
 	case evStage:
-		t.hists.stage(e.stage, e.ts-e.startTS)
+		t.hists.stage(e.Stage, e.TS-e.StartTS)
 		return
 	case evSnapshot:
-		t.applySnapshot(w, e.snapRuns, now)
+		t.applySnapshot(w, e.SnapRuns, now)
 		return
 	case evHeldCount:
-		w.heldCount(e.held, now)
+		w.heldCount(e.Held, now)
 		return
 	}
-	r := t.run(w, e.run)
+	r := t.run(w, e.Run)
 	if r == nil {
 		return
 	}
-	if e.src == srcScheduler {
+	if e.Src == srcScheduler {
 		t.schedulerEvent(w, r, e, now)
 		return
 	}
-	switch e.kind {
+	switch e.Kind {
 	case evClaimed:
-		t.workerClaim(w, r, e.ts, now)
+		t.workerClaim(w, r, e.TS, now)
 	case evStarted:
-		t.workerClaim(w, r, e.ts, now)
-		t.workerStart(w, r, e.ts, now)
+		t.workerClaim(w, r, e.TS, now)
+		t.workerStart(w, r, e.TS, now)
 	case evFinished, evKilled, evReleased:
-		if e.startTS > 0 {
-			// A run span: its start is in the same record.
-			t.workerClaim(w, r, e.startTS, now)
-			t.workerStart(w, r, e.startTS, now)
-		}
-		// A kill is its own fact: the run's span (or a finished record) may
-		// arrive first through another pipeline, and must not hide it.
-		if e.kind == evKilled && !r.has(fKilled) {
-			r.flags |= fKilled
-			k := killIndex(e.killReason)
-			r.kill = uint8(k + 1)
-			t.kill(w, k, now)
-		}
-		if r.has(fWorkerEnded) {
-			// A duplicate end (BullMQ's job span, which carries no result, and
-			// the worker's record of the same end, which does, in either
-			// order): the first that knows the result gives it.
-			if r.result == 0 && e.result != "" {
-				r.result = uint8(resultIndex(e.result) + 1)
-			}
-			return
-		}
-		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
-		r.wEnd = now
-		if t.schedOf(w).view == contract.ViewClaimsOnly && r.has(fSchedHeld) {
-			// The scheduler sends no end: the worker's closes its claim.
-			release(r, srcScheduler, now)
-		}
-		if e.kind == evReleased {
-			r.flags |= fReleased
-			return
-		}
-		r.endTS = e.ts
-		if e.result != "" {
-			r.result = uint8(resultIndex(e.result) + 1)
-		}
-		if r.has(fStarted) || e.kind == evKilled {
-			// A run killed before it started still had its child killed
-			// (OpenFn's engine starts the time limit at the hand-over).
-			w.runEnded(now)
-		}
-		if r.startTS > 0 && e.ts >= r.startTS {
-			t.hists.duration(e.result, e.ts-r.startTS)
-		}
+		t.workerEnd(w, r, e, now)
 	}
 }
 
@@ -454,137 +284,33 @@ func (t *tracker) applyEvent(e *event, now int64) {
 // record naming the worker (not a count, which a gauge keeps restating for a
 // worker long gone).
 func (t *tracker) signOfLife(e *event) bool {
-	if int(e.sched) >= len(t.scheds) {
+	if int(e.Sched) >= len(t.scheds) {
 		return false
 	}
-	switch src := &t.scheds[e.sched]; src.life {
+	switch src := &t.scheds[e.Sched]; src.Life {
 	case lifeAny:
-		return e.kind != evHeldCount
+		return e.Kind != evHeldCount
 	case lifeClaims:
-		return e.kind == evClaimed && src.view == contract.ViewClaimsOnly
+		return e.Kind == evClaimed && src.View == contract.ViewClaimsOnly
 	}
 	return false
 }
 
-// run finds or creates the run entry. When the worker is at its limit, or
-// the processor at limits.max_runs, the worker's oldest ended run makes
-// room; a new run beyond it is counted and dropped (admission.go).
-func (t *tracker) run(w *worker, id string) *run {
-	h := runHash(id)
-	r := w.runs.get(id, h)
-	if r != nil {
-		return r
-	}
-	perWorker := w.runs.len() >= t.runLimit(w)
-	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-		if r = t.evictEnded(w); r == nil {
-			if perWorker {
-				t.counts.runsRefused[refusedRunsPerWorker]++
-			} else {
-				t.counts.runsRefused[refusedRunsTotal]++
-			}
-			return nil
-		}
-		// The evicted run's memory, id bytes included, serves the new one.
-		*r = run{id: r.id[:0]}
-	} else {
-		r = &run{}
-		t.runCount++
-	}
-	r.id = append(r.id, id...)
-	r.hash = h
-	w.runs.put(r)
-	w.order = append(w.order, r)
-	return r
-}
-
-// evictEnded drops the oldest run that neither side holds any more and
-// returns it; nil when every run is held. Held runs (about the capacity) are
-// stepped over, so the cost does not grow with the runs tracked.
-func (t *tracker) evictEnded(w *worker) *run {
-	for i := w.orderHead; i < len(w.order); i++ {
-		r := w.order[i]
-		if r.has(fGone) {
-			if i == w.orderHead {
-				w.order[i] = nil
-				w.orderHead++
-			}
-			continue
-		}
-		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
-			continue
-		}
-		w.runs.remove(r)
-		// Drop order[i], keeping the entries before it in their order.
-		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
-		w.order[w.orderHead] = nil
-		w.orderHead++
-		w.compactOrder()
-		return r
-	}
-	return nil
-}
-
-// compactOrder forgets the entries of runs no longer tracked once order is
-// more than about twice the runs tracked, so it stays bounded by the run cap.
-func (w *worker) compactOrder() {
-	if len(w.order) <= 2*w.runs.len()+8 {
-		return
-	}
-	n := 0
-	for _, r := range w.order[w.orderHead:] {
-		if r != nil && !r.has(fGone) {
-			w.order[n] = r
-			n++
-		}
-	}
-	clear(w.order[n:])
-	w.order, w.orderHead = w.order[:n], 0
-}
-
-// workerClaim: the worker holds the run. Ignored once the worker ended it (a
-// late or duplicated claim), counted once.
-func (t *tracker) workerClaim(w *worker, r *run, ts, now int64) {
-	w.lastClaim = now
-	if r.has(fWorkerEnded) || r.has(fWorkerHeld) {
-		return
-	}
-	r.flags |= fWorkerHeld
-	r.wAt = now
-	w.claims[srcWorker]++
-	if ts > 0 && (r.claimTS == 0 || ts < r.claimTS) {
-		r.claimTS = ts
-	}
-}
-
-func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
-	if r.has(fStarted) || r.has(fWorkerEnded) {
-		return
-	}
-	r.flags |= fStarted
-	r.startTS = ts
-	if r.claimTS > 0 && ts >= r.claimTS {
-		t.hists.claimToStart(ts - r.claimTS)
-	}
-	// Scoot's rule: memory already over the soft limit when a run starts.
-	t.memoryAtRunStart(w, now)
-}
-
 func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
-	switch e.kind {
+	switch e.Kind {
 	case evClaimed, evStarted:
 		if r.has(fSchedEnded) || r.has(fSchedHeld) {
 			return
 		}
-		if r.has(fWorkerEnded) && t.schedOf(w).view == contract.ViewClaimsOnly {
+		if r.has(fWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
 			// A late claim of a run the worker already ended: closed.
 			return
 		}
 		r.flags |= fSchedHeld
 		r.sAt = now
 		w.claims[srcScheduler]++
-		if e.ts > 0 && (r.claimTS == 0 || e.ts < r.claimTS) {
-			r.claimTS = e.ts
+		if e.TS > 0 && (r.claimTS == 0 || e.TS < r.claimTS) {
+			r.claimTS = e.TS
 		}
 	case evFinished, evKilled, evReleased:
 		if r.has(fSchedEnded) {

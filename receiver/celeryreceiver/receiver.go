@@ -493,7 +493,7 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
 			a.PutStr(contract.AttrResult, contract.ResultCancellation)
 			if ev.Terminated {
-				a.PutStr(contract.AttrKillReason, contract.KillCancelled)
+				a.PutStr(contract.AttrKillReason, contract.KillCanceled)
 			}
 		}, contract.ResultCancellation)
 	case "task-retried":

@@ -37,16 +37,14 @@ func TestProcessEventsConfig(t *testing.T) {
 // TestProcessEventsUnavailable: without the capability, auto logs once at
 // info and falls back to sampling; netlink fails Start with what to grant.
 func TestProcessEventsUnavailable(t *testing.T) {
-	saved := openProcEvents
-	t.Cleanup(func() { openProcEvents = saved })
-	openProcEvents = func() (*procevents.Conn, error) {
+	refused := withProcEvents(func() (*procevents.Conn, error) {
 		return nil, errors.New("joining the proc connector group: operation not permitted")
-	}
+	})
 	core, logs := observer.New(zapcore.DebugLevel)
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.Logger = zap.New(core)
 	cfg := realConfig()
-	s, err := newWorkerScraper(set, cfg)
+	s, err := newWorkerScraper(set, cfg, refused)
 	require.NoError(t, err)
 	require.NoError(t, s.start(context.Background(), componenttest.NewNopHost()))
 	assert.Nil(t, s.ev)
@@ -62,7 +60,7 @@ func TestProcessEventsUnavailable(t *testing.T) {
 
 	cfg = realConfig()
 	cfg.ProcessEvents = "netlink"
-	s2, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	s2, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, refused)
 	require.NoError(t, err)
 	err = s2.start(context.Background(), componenttest.NewNopHost())
 	require.ErrorContains(t, err, "process_events: netlink")
@@ -71,17 +69,17 @@ func TestProcessEventsUnavailable(t *testing.T) {
 
 	// A fixture proc_root never uses the connector, even where the
 	// subscription would succeed: auto is sampling, and netlink is refused.
-	openProcEvents = func() (*procevents.Conn, error) { return &procevents.Conn{}, nil }
+	granted := withProcEvents(func() (*procevents.Conn, error) { return &procevents.Conn{}, nil })
 	cfg = fixtureConfig(copyFixture(t))
 	cfg.ProcessEvents = "auto"
-	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, granted)
 	require.NoError(t, err)
 	require.NoError(t, s3.start(context.Background(), componenttest.NewNopHost()))
 	assert.Nil(t, s3.ev, "auto on a fixture proc_root")
 	s3.ev = nil // the stub cannot be closed
 	require.NoError(t, s3.shutdown(context.Background()))
 	cfg.ProcessEvents = "netlink"
-	s4, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
+	s4, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, granted)
 	require.NoError(t, err)
 	require.ErrorContains(t, s4.start(context.Background(), componenttest.NewNopHost()), "needs proc_root")
 	require.NoError(t, s4.shutdown(context.Background()))

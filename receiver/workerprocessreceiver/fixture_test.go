@@ -55,7 +55,7 @@ func TestFixtureScrapes(t *testing.T) {
 
 	md, err := s.scrape(context.Background())
 	require.NoError(t, err)
-	compareGolden(t, "fixture_scrape1.txt", md)
+	compareGolden(t, "fixture_scrape1", md)
 	// The vanished child 104 is counted, never an error.
 	assert.Equal(t, int64(1), s.vanished)
 
@@ -75,7 +75,7 @@ func TestFixtureScrapes(t *testing.T) {
 
 	md, err = s.scrape(context.Background())
 	require.NoError(t, err)
-	compareGolden(t, "fixture_scrape2.txt", md)
+	compareGolden(t, "fixture_scrape2", md)
 
 	// Whole-tree CPU only grows: 101's last reading stays in "run", the root's
 	// cutime growth beyond it (the tail) lands in "main", 110's unseen

@@ -6,13 +6,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pmetrictest"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -24,8 +25,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // metricsText renders metrics as sorted lines "resource | metric unit type |
-// attributes = value", without timestamps: a stable golden format that reads
-// well in a diff.
+// attributes = value", without timestamps: what the security tests search.
 func metricsText(md pmetric.Metrics) string {
 	var lines []string
 	attrs := func(m pcommon.Map) string {
@@ -70,17 +70,26 @@ func metricsText(md pmetric.Metrics) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// compareGolden compares md with testdata/golden/<name>.yaml (contrib
+// pkg/golden); -update rewrites the file from md, to be reviewed as a diff.
+// The fixture's scrapes are deterministic (its /proc is fixed, the clock
+// injected), so every value is compared; the timestamps and the order of
+// resources, metrics and points are not part of what the receiver promises.
 func compareGolden(t *testing.T, name string, md pmetric.Metrics) {
 	t.Helper()
-	got := metricsText(md)
-	path := filepath.Join("testdata", "golden", name)
+	path := filepath.Join("testdata", "golden", name+".yaml")
 	if *update {
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		require.NoError(t, golden.WriteMetricsToFile(path, md))
 	}
-	want, err := os.ReadFile(path)
+	want, err := golden.ReadMetrics(path)
 	require.NoError(t, err)
-	require.Equal(t, string(want), got)
+	require.NoError(t, pmetrictest.CompareMetrics(want, md,
+		pmetrictest.IgnoreStartTimestamp(),
+		pmetrictest.IgnoreTimestamp(),
+		pmetrictest.IgnoreResourceMetricsOrder(),
+		pmetrictest.IgnoreMetricsOrder(),
+		pmetrictest.IgnoreMetricDataPointsOrder(),
+	))
 }
 
 // values returns the values of one metric's data points for a worker that

@@ -59,11 +59,13 @@ type workerScraper struct {
 	// ev is the proc connector subscription (nil: sampling only); evExits
 	// and evWalked are scratch for ev.Sync; bootOff is CLOCK_BOOTTIME -
 	// CLOCK_MONOTONIC at the scrape.
-	ev       *procevents.Conn
-	evExits  []procevents.Exit
-	evWalked []int32
-	bootOff  uint64
-	evLost   int64
+	ev *procevents.Conn
+	// openEvents subscribes to the proc connector (procevents.Open).
+	openEvents func() (*procevents.Conn, error)
+	evExits    []procevents.Exit
+	evWalked   []int32
+	bootOff    uint64
+	evLost     int64
 
 	// Per-scrape counts for internal telemetry.
 	read, vanished, perms, scans int64
@@ -71,11 +73,16 @@ type workerScraper struct {
 	scrapeTime                   time.Time
 }
 
-// openProcEvents subscribes to the proc connector. It is a variable so that
-// tests can simulate a host where the subscription fails.
-var openProcEvents = procevents.Open
+// scraperOption changes how a scraper reaches the host (tests only).
+type scraperOption func(*workerScraper)
 
-func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error) {
+// withProcEvents replaces procevents.Open, the subscription to the proc
+// connector: a test simulates a host where it fails, or succeeds.
+func withProcEvents(open func() (*procevents.Conn, error)) scraperOption {
+	return func(s *workerScraper) { s.openEvents = open }
+}
+
+func newWorkerScraper(set receiver.Settings, cfg *Config, opts ...scraperOption) (*workerScraper, error) {
 	// process.command_line is exported only through its own switch, which
 	// also redacts it; Validate rejects enabling the attribute directly.
 	mbc := cfg.MetricsBuilderConfig
@@ -93,19 +100,20 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 	}
 	r := procfs.NewReader(cfg.ProcRoot)
 	s := &workerScraper{
-		cfg:      cfg,
-		logger:   set.Logger,
-		redact:   red,
-		mb:       metadata.NewMetricsBuilder(mbc, set),
-		r:        r,
-		files:    procfs.NewHeldFiles(r, cfg.MaxOpenFiles),
-		now:      time.Now,
-		cgSet:    map[int32]struct{}{},
-		scanPPID: map[int32]int32{},
-		logged:   map[string]bool{},
-		wantFDs:  cfg.Metrics.ProcessUnixFileDescriptorCount.Enabled,
-		wantPSS:  cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled,
-		wantTop:  cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled && cfg.TopProcesses > 0,
+		cfg:        cfg,
+		logger:     set.Logger,
+		redact:     red,
+		mb:         metadata.NewMetricsBuilder(mbc, set),
+		r:          r,
+		files:      procfs.NewHeldFiles(r, cfg.MaxOpenFiles),
+		now:        time.Now,
+		openEvents: procevents.Open,
+		cgSet:      map[int32]struct{}{},
+		scanPPID:   map[int32]int32{},
+		logged:     map[string]bool{},
+		wantFDs:    cfg.Metrics.ProcessUnixFileDescriptorCount.Enabled,
+		wantPSS:    cfg.Metrics.WorkerwatchProcessMemoryPss.Enabled,
+		wantTop:    cfg.Metrics.WorkerwatchProcessTopMemoryUsage.Enabled && cfg.TopProcesses > 0,
 	}
 	for i, wc := range cfg.Workers {
 		k, err := newWorkerKind(i, wc)
@@ -124,6 +132,9 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 		return nil, err
 	}
 	s.tel = tel
+	for _, o := range opts {
+		o(s)
+	}
 	return s, nil
 }
 
@@ -148,7 +159,7 @@ func (s *workerScraper) startEvents() error {
 		}
 		return nil
 	}
-	p, err := openProcEvents()
+	p, err := s.openEvents()
 	if err != nil {
 		if mode == processEventsNetlink {
 			return fmt.Errorf("process_events: netlink: cannot subscribe to the kernel's process events (%w); the collector needs CAP_NET_ADMIN in the host's initial user and pid namespaces (root, or the capability granted), or set process_events: auto or off", err)

@@ -1,0 +1,185 @@
+package pages // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
+
+import (
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// The formatting is mirrored by assets/page.js, which re-renders the
+// rows from JSON; keep the two in step.
+
+func newPageRow(w *contract.Worker, now time.Time) pageRow {
+	row := pageRow{
+		PathID:   url.PathEscape(w.ID),
+		Name:     w.Name,
+		State:    w.State,
+		Since:    since(w.Since, now),
+		Runs:     runsText(w.Runs),
+		LastSeen: ago(w.LastSeen, now),
+	}
+	row.ID, row.NotUTF8 = shownID(w.ID)
+	for _, r := range w.Reasons {
+		row.Reasons = append(row.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
+	}
+	row.MemPct, row.MemClass, row.MemText = memoryCell(w, now)
+	row.Drift, row.DriftTitle, row.DriftBad = driftText(w.Drift)
+	return row
+}
+
+// shownID is how a page shows an id: as it is, or URL-escaped when it is not
+// valid UTF-8 (a browser would show every invalid byte as the same U+FFFD,
+// so two such ids would look alike). It is the id_escaped of the JSON.
+func shownID(id string) (string, bool) {
+	if utf8.ValidString(id) {
+		return id, false
+	}
+	return url.PathEscape(id), true
+}
+
+func fleetText(f contract.Fleet) string {
+	p := "not reported"
+	if f.Pending >= 0 {
+		p = strconv.FormatInt(f.Pending, 10)
+	}
+	return "pending work: " + p + " · idle capacity: " + strconv.FormatInt(f.IdleCapacity, 10)
+}
+
+var units = []string{"B", "KiB", "MiB", "GiB", "TiB"}
+
+func formatBytes(n float64) string {
+	i, v := 0, n
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 || v >= 100 {
+		return strconv.FormatFloat(math.Round(v), 'f', 0, 64) + " " + units[i]
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
+}
+
+func formatNum(f float64) string {
+	if f == math.Round(f) {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64)
+}
+
+func dur(d time.Duration) string {
+	s := max(0, int64(d/time.Second))
+	switch {
+	case s < 60:
+		return strconv.FormatInt(s, 10) + "s"
+	case s < 3600:
+		return strconv.FormatInt(s/60, 10) + "m"
+	case s < 86400:
+		return strconv.FormatInt(s/3600, 10) + "h " + strconv.FormatInt(s%3600/60, 10) + "m"
+	default:
+		return strconv.FormatInt(s/86400, 10) + "d " + strconv.FormatInt(s%86400/3600, 10) + "h"
+	}
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() || t.Unix() <= 0 {
+		return "never"
+	}
+	return dur(now.Sub(t)) + " ago"
+}
+
+func since(t, now time.Time) string {
+	if t.IsZero() || t.Unix() <= 0 {
+		return "–"
+	}
+	return dur(now.Sub(t))
+}
+
+func evidence(r contract.Reason) string {
+	if r.Value == 0 && r.Threshold == 0 {
+		return ""
+	}
+	f := formatNum
+	if strings.Contains(r.Code, "memory") {
+		f = formatBytes
+	}
+	return f(r.Value) + " / " + f(r.Threshold)
+}
+
+// staleMemoryAfter: a tree sampled longer ago than this shows its memory as
+// the last known, greyed, with the sample's age. The receiver samples every
+// few seconds (collection_interval, 3 s in the default config), so a minute
+// without a sample means the figure is history, as it is for a lost worker.
+const staleMemoryAfter = time.Minute
+
+// memoryCell is memoryText, and a worker whose memory is not current (lost,
+// or no sample for staleMemoryAfter) greyed with the age of its last sample.
+func memoryCell(w *contract.Worker, now time.Time) (pct int, class, text string) {
+	m := w.Memory
+	if m.SampledAt.IsZero() && m.RSSBytes == 0 {
+		return 0, "none", "no sample yet"
+	}
+	pct, class, text = memoryText(m)
+	switch {
+	case !m.SampledAt.IsZero() && (w.State == contract.Lost || now.Sub(m.SampledAt) > staleMemoryAfter):
+		class, text = "stale", text+" · last sample "+ago(m.SampledAt, now)
+	case w.State == contract.Lost: // a publisher that does not say when
+		class, text = "stale", text+" · last known"
+	}
+	return pct, class, text
+}
+
+func memoryText(m contract.Memory) (pct int, class, text string) {
+	if m.SoftLimitBytes <= 0 {
+		return 0, "none", formatBytes(float64(m.RSSBytes)) + " (no soft limit)"
+	}
+	ratio := float64(m.RSSBytes) / float64(m.SoftLimitBytes)
+	p := int(math.Round(ratio * 100))
+	switch {
+	case ratio > 1:
+		class = "over"
+	case ratio >= 0.8:
+		class = "warn"
+	default:
+		class = "ok"
+	}
+	return min(100, p), class, formatBytes(float64(m.RSSBytes)) + " / " + formatBytes(float64(m.SoftLimitBytes)) + " (" + strconv.Itoa(p) + "%)"
+}
+
+func runsText(r contract.Runs) string {
+	s := "worker " + strconv.Itoa(len(r.Worker)) + " · scheduler " + strconv.Itoa(len(r.Scheduler))
+	if r.Capacity > 0 {
+		s += " · cap " + strconv.Itoa(r.Capacity)
+	}
+	return s
+}
+
+func driftText(d contract.Drift) (text, title string, bad bool) {
+	var parts, titles []string
+	if len(d.Missing) > 0 {
+		parts = append(parts, "missing "+strconv.Itoa(len(d.Missing)))
+		titles = append(titles, "missing: "+strings.Join(d.Missing, ", "))
+	}
+	if len(d.Orphaned) > 0 {
+		parts = append(parts, "orphaned "+strconv.Itoa(len(d.Orphaned)))
+		titles = append(titles, "orphaned: "+strings.Join(d.Orphaned, ", "))
+	}
+	if d.OverCapacity > 0 {
+		parts = append(parts, "over capacity "+strconv.Itoa(d.OverCapacity))
+	}
+	if len(parts) == 0 {
+		return "none", "", false
+	}
+	return strings.Join(parts, " · "), strings.Join(titles, "\n"), true
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

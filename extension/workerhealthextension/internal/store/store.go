@@ -1,0 +1,453 @@
+// Package store is what the API serves: the latest snapshot of each
+// publishing processor, indexed once (every worker's JSON encoded when its
+// snapshot arrives) and merged into one immutable View that readers load
+// without a lock. It feeds the history and knows nothing of HTTP.
+package store // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"math"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// entry is one worker as served: the judgement plus its JSON, encoded once
+// when the snapshot arrives so a scheduler polling thousands of times a
+// second costs a map lookup and a write, not an encoding.
+type Entry struct {
+	Worker *contract.Worker
+	JSON   []byte
+	// at is the time of the snapshot the worker came in: on a tie between
+	// two processors, the fresher one wins.
+	At time.Time
+}
+
+// sourceIndex is one processor's latest snapshot, indexed by worker id.
+type SourceIndex struct {
+	Snap *contract.Snapshot
+	ByID map[string]*Entry
+	// Order is Snap.Workers' entries sorted by id.
+	Order []*Entry
+}
+
+// sourceInfo tells readers which processors contributed and how fresh each is:
+// a processor that stopped publishing shows up as an old time.
+type SourceInfo struct {
+	ID      string    `json:"id"`
+	Time    time.Time `json:"time"`
+	Workers int       `json:"workers"`
+	// Error: a shard of the cluster that did not answer (docs/scaling.md).
+	Error string `json:"error,omitempty"`
+}
+
+// view is the merged, immutable picture every reader shares. A new view is
+// built on every Publish and swapped in atomically; nothing in it changes
+// afterwards, so readers never lock.
+type View struct {
+	// Time is the newest snapshot time; zero before any publish.
+	Time    time.Time
+	Sources []SourceInfo
+	ByID    map[string]*Entry
+	// ByIDOrder is every worker sorted by id (the JSON list order).
+	ByIDOrder []*Entry
+	// WorstFirst is every worker sorted by severity, then id (the page order).
+	WorstFirst []*Entry
+	Fleet      contract.Fleet
+	// ListHead is the list body's JSON up to its count (time, sources and
+	// fleet, without the closing brace), encoded once here rather than on
+	// every GET /health/workers; nil if it cannot be encoded.
+	ListHead []byte
+}
+
+// count is how many workers keep selects. fleet.ByState counts every worker
+// of the view, so no request walks the workers to count them.
+func (v *View) Count(keep StateFilter) int {
+	if keep == nil {
+		return len(v.ByIDOrder)
+	}
+	n := 0
+	for st := range keep {
+		n += v.Fleet.ByState[st]
+	}
+	return n
+}
+
+// store keeps the latest snapshot of each publishing processor and the merged
+// view. Publish only hands the snapshot over (publish): the processor's
+// evaluation tick must not pay for encoding thousands of workers. One drain
+// goroutine at a time then indexes what was handed over and swaps a new,
+// complete view in; readers only load the atomic pointer, so they see either
+// the previous view or the next one, never one being built.
+type Store struct {
+	// mu guards the hand-over: pending, accepted and draining.
+	mu sync.Mutex
+	// pending is the newest snapshot of each source not indexed yet. A
+	// source that publishes faster than the drain keeps only its newest:
+	// older ones would be replaced by it at once anyway.
+	pending map[component.ID]*contract.Snapshot
+	// accepted is the time of each source's newest snapshot handed over: an
+	// older one (a publish that lost a race) is refused at the door, so no
+	// order of encoding can roll a source back.
+	accepted map[component.ID]time.Time
+	draining bool
+	// idle is signaled when a drain ends with nothing pending.
+	idle *sync.Cond
+
+	// sources is only touched by the drain goroutine (one at a time).
+	sources map[component.ID]*SourceIndex
+	// index is indexSnapshot; tests slow it down.
+	index   func(*contract.Snapshot) *SourceIndex
+	history *history.Store
+	current atomic.Pointer[View]
+}
+
+func New(history *history.Store) *Store {
+	s := &Store{
+		history:  history,
+		pending:  map[component.ID]*contract.Snapshot{},
+		accepted: map[component.ID]time.Time{},
+		sources:  map[component.ID]*SourceIndex{},
+		index:    IndexSnapshot,
+	}
+	s.idle = sync.NewCond(&s.mu)
+	// An empty fleet, not an error, until a processor publishes.
+	s.current.Store(BuildView(nil))
+	return s
+}
+
+// load returns the current view; never nil.
+func (s *Store) Load() *View { return s.current.Load() }
+
+// publish hands snap over and returns at once; the view that serves it is
+// built by drain, in the background. A snapshot older than one already
+// handed over for the same source is ignored.
+func (s *Store) Publish(snap *contract.Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.accepted[snap.Source]; ok && last.After(snap.Time) {
+		return
+	}
+	s.accepted[snap.Source] = snap.Time
+	s.pending[snap.Source] = snap
+	if !s.draining {
+		s.draining = true
+		go s.drain()
+	}
+}
+
+// drain indexes pending snapshots until none is left, one view per round.
+// Only one drain runs at a time (draining), so indexes are never built
+// concurrently and the newest snapshot is always the last one swapped in.
+func (s *Store) drain() {
+	batch := map[component.ID]*contract.Snapshot{}
+	for {
+		s.mu.Lock()
+		if len(s.pending) == 0 {
+			s.draining = false
+			s.idle.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		batch, s.pending = s.pending, batch
+		s.mu.Unlock()
+
+		fresh := make([]*SourceIndex, 0, len(batch))
+		for src, snap := range batch {
+			si := s.index(snap)
+			s.sources[src] = si
+			fresh = append(fresh, si)
+		}
+		clear(batch)
+		srcs := make([]*SourceIndex, 0, len(s.sources))
+		for _, si := range s.sources {
+			srcs = append(srcs, si)
+		}
+		v := BuildView(srcs)
+		// History first, so a page that finds a worker in the view also
+		// finds the sample of that snapshot.
+		s.history.Update(servedWorkers(v, fresh), func(id string) bool { return v.ByID[id] != nil })
+		s.current.Store(v)
+	}
+}
+
+// servedWorkers yields the workers of the snapshots just indexed that v
+// serves, with their snapshot's time: with two processors listing one
+// worker, the history follows the API's answer.
+func servedWorkers(v *View, fresh []*SourceIndex) iter.Seq2[int64, *contract.Worker] {
+	return func(yield func(int64, *contract.Worker) bool) {
+		for _, si := range fresh {
+			at := si.Snap.Time.UnixMilli()
+			for _, e := range si.Order {
+				if v.ByID[e.Worker.ID] == e && !yield(at, e.Worker) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// flush waits until every snapshot handed over so far is in the view.
+func (s *Store) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.draining {
+		s.idle.Wait()
+	}
+}
+
+func IndexSnapshot(snap *contract.Snapshot) *SourceIndex {
+	idx := &SourceIndex{
+		Snap:  snap,
+		ByID:  make(map[string]*Entry, len(snap.Workers)),
+		Order: make([]*Entry, 0, len(snap.Workers)),
+	}
+	for i := range snap.Workers {
+		w := &snap.Workers[i]
+		b, err := marshalWorker(WithEmptyLists(w))
+		if err != nil {
+			// Only a NaN or Inf in the evidence can fail; serve the worker
+			// with that evidence zeroed rather than drop it from the API.
+			b, _ = marshalWorker(WithEmptyLists(WithFiniteEvidence(w)))
+		}
+		e := &Entry{Worker: w, JSON: b, At: snap.Time}
+		if prev, dup := idx.ByID[w.ID]; dup {
+			// A processor should not list a worker twice; if it does, the
+			// worse judgement stands (a scheduler must not be told "go" by
+			// the more optimistic copy).
+			if contract.Severity(prev.Worker.State) >= contract.Severity(w.State) {
+				continue
+			}
+			idx.Order = slices.DeleteFunc(idx.Order, func(x *Entry) bool { return x == prev })
+		}
+		idx.ByID[w.ID] = e
+		idx.Order = append(idx.Order, e)
+	}
+	// Snapshots promise id order; sort only if one breaks the promise.
+	if !slices.IsSortedFunc(idx.Order, CompareIDs) {
+		slices.SortStableFunc(idx.Order, CompareIDs)
+	}
+	return idx
+}
+
+// buildView merges the sources. With one source (the usual case) its index
+// is shared as is.
+func BuildView(srcs []*SourceIndex) *View {
+	slices.SortFunc(srcs, func(a, b *SourceIndex) int { return cmp.Compare(a.Snap.Source.String(), b.Snap.Source.String()) })
+	v := &View{
+		Sources: make([]SourceInfo, 0, len(srcs)),
+		Fleet: contract.Fleet{
+			ByState: make(map[contract.State]int, len(contract.AllStates)),
+			Pending: -1,
+		},
+	}
+	for _, st := range contract.AllStates {
+		v.Fleet.ByState[st] = 0
+	}
+	for _, si := range srcs {
+		v.Sources = append(v.Sources, SourceInfo{ID: si.Snap.Source.String(), Time: si.Snap.Time, Workers: len(si.Order)})
+		if si.Snap.Time.After(v.Time) {
+			v.Time = si.Snap.Time
+		}
+		f := si.Snap.Fleet
+		if f.Pending >= 0 {
+			v.Fleet.Pending = max(v.Fleet.Pending, 0) + f.Pending
+		}
+		v.Fleet.IdleCapacity += f.IdleCapacity
+		v.Fleet.IdleWhilePending = v.Fleet.IdleWhilePending || f.IdleWhilePending
+	}
+
+	switch len(srcs) {
+	case 0:
+		v.ByID = map[string]*Entry{}
+	case 1:
+		v.ByID = srcs[0].ByID
+		v.ByIDOrder = srcs[0].Order
+	default:
+		v.ByID, v.ByIDOrder = mergeSources(srcs)
+	}
+
+	for _, e := range v.ByIDOrder {
+		v.Fleet.ByState[e.Worker.State]++
+	}
+	// byIDOrder is in id order, so a stable sort by severity alone keeps
+	// the id order within a state.
+	v.WorstFirst = slices.Clone(v.ByIDOrder)
+	slices.SortStableFunc(v.WorstFirst, func(a, b *Entry) int {
+		return cmp.Compare(contract.Severity(b.Worker.State), contract.Severity(a.Worker.State))
+	})
+	v.ListHead = EncodeListHead(v)
+	return v
+}
+
+// encodeListHead is the list body up to "count", left open for it.
+func EncodeListHead(v *View) []byte {
+	head := ListHead{Sources: v.Sources, Fleet: v.Fleet}
+	if !v.Time.IsZero() {
+		head.Time = &v.Time
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil
+	}
+	return b[:len(b)-1]
+}
+
+// mergeSources unions several processors' workers. The same id from two
+// processors is a configuration mistake (two pipelines judging one worker);
+// the worse state wins so the API errs on the side of "do not send work",
+// and on a tie the fresher snapshot wins.
+func mergeSources(srcs []*SourceIndex) (map[string]*Entry, []*Entry) {
+	n := 0
+	for _, si := range srcs {
+		n += len(si.Order)
+	}
+	ids := make(map[string]*Entry, n)
+	for _, si := range srcs {
+		for _, e := range si.Order {
+			prev, dup := ids[e.Worker.ID]
+			if dup {
+				ps, es := contract.Severity(prev.Worker.State), contract.Severity(e.Worker.State)
+				if ps > es || (ps == es && !e.At.After(prev.At)) {
+					continue
+				}
+			}
+			ids[e.Worker.ID] = e
+		}
+	}
+	order := make([]*Entry, 0, len(ids))
+	for _, e := range ids {
+		order = append(order, e)
+	}
+	slices.SortFunc(order, CompareIDs)
+	return ids, order
+}
+
+func CompareIDs(a, b *Entry) int { return cmp.Compare(a.Worker.ID, b.Worker.ID) }
+
+// workerJSON is a worker whose id is not valid UTF-8. JSON strings are
+// Unicode, so encoding/json writes each invalid byte as U+FFFD and "dup\xff"
+// and "dup\xfe" would read alike; id_escaped is the id URL-escaped (RFC 3986),
+// which keeps every byte: distinct, reversible, and the path that addresses
+// the worker. (The worker_health processor refuses such ids; another
+// publisher might not.)
+type workerJSON struct {
+	*contract.Worker
+	IDEscaped string `json:"id_escaped"`
+}
+
+func marshalWorker(w *contract.Worker) ([]byte, error) {
+	if utf8.ValidString(w.ID) {
+		return json.Marshal(w)
+	}
+	return json.Marshal(workerJSON{Worker: w, IDEscaped: url.PathEscape(w.ID)})
+}
+
+// withEmptyLists returns w, or a copy whose nil lists are empty, so clients
+// always see [] and never null (the processor may leave them nil).
+func WithEmptyLists(w *contract.Worker) *contract.Worker {
+	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
+		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
+		w.Runs.Recent != nil && w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
+		w.Sources.Telemetry.IDs != nil && w.Sources.Scheduler.IDs != nil {
+		return w
+	}
+	c := *w
+	c.Reasons = nonNil(c.Reasons)
+	c.Runs.Worker = nonNil(c.Runs.Worker)
+	c.Runs.Scheduler = nonNil(c.Runs.Scheduler)
+	c.Runs.Recent = nonNil(c.Runs.Recent)
+	if c.Runs.Kills == nil {
+		c.Runs.Kills = map[string]int64{}
+	}
+	c.Drift.Missing = nonNil(c.Drift.Missing)
+	c.Drift.Orphaned = nonNil(c.Drift.Orphaned)
+	c.Memory.Roles = nonNil(c.Memory.Roles)
+	c.Sources.Tree.IDs = nonNil(c.Sources.Tree.IDs)
+	c.Sources.Telemetry.IDs = nonNil(c.Sources.Telemetry.IDs)
+	c.Sources.Scheduler.IDs = nonNil(c.Sources.Scheduler.IDs)
+	return &c
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// withFiniteEvidence returns a copy of w whose reason values JSON can encode.
+func WithFiniteEvidence(w *contract.Worker) *contract.Worker {
+	c := *w
+	c.Reasons = slices.Clone(w.Reasons)
+	for i := range c.Reasons {
+		c.Reasons[i].Value = Finite(c.Reasons[i].Value)
+		c.Reasons[i].Threshold = Finite(c.Reasons[i].Threshold)
+	}
+	return &c
+}
+
+func Finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
+
+// listHead is the list body but the count (the number of workers in this
+// response, after ?state=) and the workers, which are streamed from their
+// pre-encoded JSON after it. It is encoded once per view (view.listHead).
+type ListHead struct {
+	// Time is the newest snapshot's evaluation time; null before any.
+	Time    *time.Time     `json:"time"`
+	Sources []SourceInfo   `json:"sources"`
+	Fleet   contract.Fleet `json:"fleet"`
+}
+
+// stateFilter is the set of states ?state= asks for; nil keeps all.
+type StateFilter map[contract.State]bool
+
+func (f StateFilter) Has(s contract.State) bool { return f == nil || f[s] }
+
+// parseStateFilter accepts ?state=a&state=b and ?state=a,b; an unknown
+// state is a client error (a typo must not silently return nothing).
+func ParseStateFilter(values []string) (StateFilter, error) {
+	var f StateFilter
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(strings.ToLower(s))
+			if s == "" {
+				continue
+			}
+			st := contract.State(s)
+			if !st.Valid() {
+				return nil, fmt.Errorf("state: unknown state %q; use one or more of %s", s, stateList())
+			}
+			if f == nil {
+				f = StateFilter{}
+			}
+			f[st] = true
+		}
+	}
+	return f, nil
+}
+
+func stateList() string {
+	names := make([]string, len(contract.AllStates))
+	for i, s := range contract.AllStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,206 @@
+package workerhealthprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestIdentity(t *testing.T) {
+	hbNamed := named("w1", rec{worker: "x", event: "workerwatch.worker.heartbeat"})
+	liveTree := func(mem int64) tree {
+		return tree{worker: "w1", roles: map[string]int64{"main": mem / 2, "child": mem / 2}, present: 1, oom: -1}
+	}
+	runSteps(t, []stepCase{
+		{
+			// Before: worker_id_attribute applied to the tree too, so the tree
+			// never joined and no memory rule could fire (rss 0).
+			name: "the tree joins a worker named by another attribute, and its memory counts",
+			cfg:  openfnLike,
+			steps: seq(
+				repeat(3, step{do: feed(hbNamed, liveTree(1500)), advance: sec}),
+				step{want: unhealthy, code: codeMemory, check: func(h *harness) {
+					w := h.snap("w1")
+					assert.Equal(t, int64(1500), w.Memory.RSSBytes)
+					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree.IDs)
+					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry.IDs)
+					assert.False(t, w.Sources.Scheduler.Seen)
+					h.p.mu.Lock()
+					assert.Len(t, h.p.tracker.workers, 1, "one worker, not two")
+					h.p.mu.Unlock()
+				}},
+			),
+		},
+		{
+			// Before: the unjoined tree did not keep the worker alive: lost
+			// after lost.after while its run hung with the process there.
+			name: "a live process is evidence of life: a silent worker with its process is not lost",
+			cfg:  openfnLike,
+			steps: seq(
+				step{do: feed(hbNamed, liveTree(100)), advance: sec, want: healthy},
+				repeat(70, step{do: feed(liveTree(100)), advance: sec, want: healthy, noCode: codeNoTelemetry}),
+				repeat(5, step{do: feed(tree{worker: "w1", present: 0, oom: -1}), advance: sec}),
+				step{want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
+			// openfn helper's finding: with a pulled scheduler a claim exists
+			// because the worker just asked for work.
+			name: "a claims-only scheduler's claims are a sign of life: unknown, not lost",
+			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewClaimsOnly },
+			steps: seq(
+				repeat(10, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec, want: unknown, code: codeNotReported, noCode: codeNoTelemetry}),
+			),
+		},
+		{
+			// Before (openfn helper's finding, e2e bad input: a worker only
+			// Lightning names showed over_capacity 14): its claims never
+			// end, so they added up to capacity excess until heal_after.
+			name: "a claims-only scheduler alone is no measure of load: no over capacity",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewClaimsOnly
+				c.Capacity.Default = 2
+			},
+			steps: seq(
+				repeat(12, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec, noCode: codeOverCapacity, check: func(h *harness) {
+					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
+				}}),
+			),
+		},
+		{
+			// bullmq helper's finding: a queue that states only connected
+			// workers names a live worker in every snapshot.
+			name: "sign_of_life any: a snapshot naming the worker keeps it from lost",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewSnapshots
+				c.Scheduler.SignOfLife = "any"
+			},
+			steps: seq(repeat(10, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec, want: unknown, noCode: codeNoTelemetry})),
+		},
+		{
+			name: "sign_of_life none: even a claims-only scheduler's claims do not keep the worker from lost",
+			cfg: func(c *Config) {
+				c.Scheduler.View = contract.ViewClaimsOnly
+				c.Scheduler.SignOfLife = "none"
+			},
+			steps: seq(
+				repeat(5, step{do: func(h *harness) {
+					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
+				}, advance: sec}),
+				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "c-last")) }, want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
+			name: "by default a snapshot is not a sign of life",
+			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewSnapshots },
+			steps: seq(
+				repeat(5, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec}),
+				step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), want: lost, code: codeNoTelemetry},
+			),
+		},
+		{
+			name: "several id attributes: the first present names the worker",
+			cfg:  func(c *Config) { c.Mapping.WorkerIDAttributes = []string{"worker_name", "host.name"} },
+			steps: seq(
+				step{do: feed(named("w1", rec{worker: "x", event: "workerwatch.worker.heartbeat"}), liveTree(100)), advance: sec, want: healthy},
+				step{check: func(h *harness) {
+					h.p.mu.Lock()
+					defer h.p.mu.Unlock()
+					assert.Len(t, h.p.tracker.workers, 1)
+				}},
+			),
+		},
+	})
+}
+
+// A worker whose telemetry and tree never meet is reported once, with the
+// ids seen and a counter; a deployment with one source reports nothing.
+func TestUnjoinedWorkers(t *testing.T) {
+	cfg := testCfg()
+	cfg.Identity.JoinWithin = 10 * time.Second
+	h := newHarness(t, cfg)
+	for range 12 {
+		// The tree says pod-7, the worker's telemetry w7: they never meet.
+		h.metrics(tree{worker: "pod-7", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h.logs(wl("w7", "workerwatch.worker.heartbeat", "", nil))
+		h.advance(sec)
+		uj := h.evalUnjoined()
+		if len(uj) > 0 {
+			require.Len(t, uj, 2)
+			assert.Equal(t, unjoined{worker: "pod-7", origin: "tree", ids: []string{"cicd.worker.id=pod-7"}, others: []string{"telemetry cicd.worker.id=w7"}}, uj[0])
+			assert.Equal(t, "w7", uj[1].worker)
+			assert.Equal(t, "telemetry", uj[1].origin)
+			assert.Contains(t, uj[0].message(), "named only by its tree")
+		}
+	}
+	h.p.mu.Lock()
+	assert.Equal(t, int64(2), h.p.tracker.unjoinedN, "each reported once")
+	h.p.mu.Unlock()
+
+	// Only a tree, no telemetry anywhere: nothing to join, nothing reported.
+	h2 := newHarness(t, cfg)
+	for range 15 {
+		h2.metrics(tree{worker: "pod-1", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h2.advance(sec)
+		uj := h2.evalUnjoined()
+		assert.Empty(t, uj)
+	}
+}
+
+// What the tracker finds reaches the operator: through the processor's own
+// evaluation (tick), each unjoined worker is one warning naming its ids and
+// the ids only another source has, and a count in workers_unjoined; runs let
+// go in runs_healed by the side let go.
+func TestUnjoinedAndHealedReachTheOperator(t *testing.T) {
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+	set := metadatatest.NewSettings(tt)
+	core, logs := observer.New(zap.WarnLevel)
+	set.Logger = zap.New(core)
+	cfg := testCfg()
+	cfg.Identity.JoinWithin = 10 * sec
+	cfg.Scheduler.View = contract.ViewClaimsOnly
+	cfg.Drift.HealAfter = 5 * sec
+	h := newHarness(t, cfg)
+	p, err := newHealthProcessor(set, cfg, withClock(h.clock))
+	require.NoError(t, err)
+	t.Cleanup(p.tel.Shutdown)
+	h.p = p
+	ctx := context.Background()
+	for range 12 {
+		// The tree says pod-7, the worker's telemetry w7: they never meet.
+		h.metrics(tree{worker: "pod-7", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h.logs(wl("w7", "workerwatch.worker.heartbeat", "", nil))
+		// w8, joined: its scheduler's claim of a run it never names is let
+		// go after heal_after.
+		h.logs(wl("w8", "workerwatch.worker.heartbeat", "", nil))
+		h.logs(sl("w8", "workerwatch.run.claimed", "lost-1"))
+		h.advance(sec)
+		p.tick(ctx)
+	}
+	warns := logs.FilterMessageSnippet("is named only by its").All()
+	require.Len(t, warns, 2, "one line per unjoined worker, once")
+	assert.Equal(t, "worker pod-7 is named only by its tree ([cicd.worker.id=pod-7]); its other sources may use other ids", warns[0].Message)
+	assert.Equal(t, []any{"telemetry cicd.worker.id=w7"}, warns[0].ContextMap()["named_only_by_another_source"])
+	metadatatest.AssertEqualProcessorWorkerHealthWorkersUnjoined(t, tt,
+		[]metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualProcessorWorkerHealthRunsHealed(t, tt,
+		[]metricdata.DataPoint[int64]{{Value: 1, Attributes: attribute.NewSet(attribute.String(contract.AttrSource, contract.SourceScheduler))}},
+		metricdatatest.IgnoreTimestamp())
+}

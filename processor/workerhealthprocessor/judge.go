@@ -1,0 +1,309 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// Reason codes (docs/health-rules.md).
+const (
+	codeMemory        = "memory_over_soft_limit"
+	codeMemoryAtStart = "memory_over_soft_limit_at_run_start"
+	codeKills         = "kills_in_window"
+	codeCPU           = "cpu_saturated"
+	codeNoClaim       = "no_claim"
+	codeNoTelemetry   = "no_telemetry"
+	codeMissing       = "drift_missing"
+	codeOrphaned      = "drift_orphaned"
+	codeOverCapacity  = "over_capacity"
+	codeRecovering    = "recovering"
+	codeNotReported   = "no_telemetry_since_start"
+)
+
+// verdict is a worker's judged state: since when, with which reasons, the
+// consecutive evaluations that computed a better state (hysteresis), and
+// the cumulative state transitions by the state entered.
+type verdict struct {
+	state       contract.State
+	since       int64
+	reasons     []contract.Reason
+	better      int
+	transitions [6]int64
+}
+
+// cpVerdict is the verdict's checkpoint record: only the cumulative
+// transitions (the state itself is judged again after a restore).
+type cpVerdict struct {
+	Transitions map[string]int64 `json:"transitions,omitempty"`
+}
+
+func (v *verdict) cp() cpVerdict {
+	var c cpVerdict
+	for i, n := range v.transitions {
+		if n > 0 {
+			if c.Transitions == nil {
+				c.Transitions = map[string]int64{}
+			}
+			c.Transitions[string(contract.AllStates[i])] = n
+		}
+	}
+	return c
+}
+
+func (v *verdict) restore(c *cpVerdict) {
+	for st, n := range c.Transitions {
+		if s := contract.State(st); s.Valid() && n > 0 {
+			v.transitions[stateIndex(s)] = n
+		}
+	}
+}
+
+// transition is one state change, for the log record.
+type transition struct {
+	worker, name string
+	from, to     contract.State
+	reasons      []contract.Reason
+	at           int64
+}
+
+func ts(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// lastAlive is when the worker last showed life. Silence the processor did
+// not witness (it was down) is no evidence: a restored worker's counts from
+// the restore.
+func (w *worker) sinceAlive() int64 { return max(w.lastAlive, w.firstMention, w.restoredAt) }
+
+// lost: no telemetry and no live process for lost.after.
+func (t *tracker) lost(w *worker, now int64) bool {
+	return now-w.sinceAlive() >= int64(t.cfg.Lost.After)
+}
+
+// update advances every rule of a worker to now, before it is judged: what
+// changes with time alone (a memory episode's duration, the kills window,
+// child exits no run end explains) and the drift between both views (runs
+// let go, drift counted). A lost worker's rules stand still: it is judged
+// lost whatever they say.
+func (t *tracker) update(w *worker, now int64) {
+	if t.lost(w, now) {
+		return
+	}
+	w.memState.tick(now, &t.mem)
+	t.matchExits(w, now)
+	w.killState.window(now, &t.cfg.Kills, &t.effects)
+	t.drift(w, now)
+}
+
+// judge computes the state the rules give now, with every active reason,
+// worst first. It only reads: update brought every rule to now.
+func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason) {
+	var unhealthy, stalled, degraded []contract.Reason
+
+	if t.lost(w, now) {
+		lastAlive := w.sinceAlive()
+		return contract.Lost, []contract.Reason{{
+			Code:      codeNoTelemetry,
+			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
+			Value:     time.Duration(now - lastAlive).Seconds(),
+			Threshold: t.cfg.Lost.After.Seconds(),
+			Since:     ts(lastAlive),
+		}}
+	}
+
+	unhealthy, degraded = w.memState.addReasons(&t.mem, unhealthy, degraded)
+
+	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
+	case effectUnhealthy:
+		unhealthy = append(unhealthy, r)
+	case effectDegraded:
+		degraded = append(degraded, r)
+	}
+
+	capacity := t.capacityOf(w)
+	held := max(w.heldW, w.heldS)
+
+	if after := int64(t.cfg.Stalled.After); after > 0 {
+		free := held == 0 || (capacity > 0 && held < capacity)
+		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
+		last := max(w.lastClaim, w.firstMention)
+		if free && pending && now-last >= after {
+			stalled = append(stalled, contract.Reason{
+				Code:    codeNoClaim,
+				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
+				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stalled.After.Seconds(), Since: ts(last),
+			})
+		}
+	}
+
+	// Drift reasons count runs; one run in disagreement past the grace
+	// period is enough (threshold 1), since when the oldest began.
+	if w.missN > 0 {
+		degraded = append(degraded, contract.Reason{
+			Code:    codeMissing,
+			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.missN, t.cfg.Drift.Grace),
+			Value:   float64(w.missN), Threshold: 1, Since: ts(w.missSince),
+		})
+	}
+	if w.orphN > 0 {
+		degraded = append(degraded, contract.Reason{
+			Code:    codeOrphaned,
+			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.orphN, t.cfg.Drift.Grace),
+			Value:   float64(w.orphN), Threshold: 1, Since: ts(w.orphSince),
+		})
+	}
+	if w.overCap > 0 {
+		n := w.heldForCapacity()
+		degraded = append(degraded, contract.Reason{
+			Code:    codeOverCapacity,
+			Message: fmt.Sprintf("%d runs held with capacity %d", n, capacity),
+			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
+		})
+	}
+	if r, ok := w.cpuState.reason(&t.cfg.CPU); ok {
+		degraded = append(degraded, r)
+	}
+
+	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
+	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
+	if !w.fresh {
+		// Restored from a checkpoint, or only named by the scheduler: nothing
+		// of its own seen since this process started, so never "healthy".
+		// Restored evidence (a memory latch, kills) still makes it unhealthy.
+		if len(unhealthy) > 0 {
+			return contract.Unhealthy, reasons
+		}
+		return contract.Unknown, append(reasons, notReported(w, max(w.firstMention, w.restoredAt), w.restoredAt > 0))
+	}
+	switch {
+	case len(unhealthy) > 0:
+		return contract.Unhealthy, reasons
+	case len(stalled) > 0:
+		return contract.Stalled, reasons
+	case len(degraded) > 0:
+		return contract.Degraded, reasons
+	}
+	return contract.Healthy, reasons
+}
+
+// notReported is the reason of a worker that sent nothing of its own since
+// the processor started: restored from a checkpoint, or only named by the
+// scheduler (the message says so).
+func notReported(w *worker, since int64, restored bool) contract.Reason {
+	msg := "no telemetry from the worker or its process tree since the processor started"
+	switch {
+	case restored:
+		msg += "; restored from the checkpoint"
+	case w.origins[originScheduler].last > 0:
+		msg += "; only the scheduler named it"
+	}
+	return contract.Reason{Code: codeNotReported, Message: msg, Since: ts(since)}
+}
+
+func (t *tracker) pendingFresh(now int64) bool {
+	return t.pending >= 0 && now-t.pendingAt < int64(t.cfg.Lost.After)
+}
+
+// evaluate judges every worker, applies hysteresis, expires the forgotten
+// and returns the transitions. Worse states apply at once (each rule has its
+// own persistence); better ones only after hysteresis.recover_evaluations
+// consecutive evaluations, so alternating input cannot flap the state.
+func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
+	var out []transition
+	t.evals++
+	t.expire(now)
+	for _, w := range t.workers {
+		t.prune(w, now)
+		t.update(w, now)
+		target, reasons := t.judge(w, now)
+		cur := w.state
+		switch {
+		case target == cur:
+			w.better = 0
+		case cur == contract.Unknown || target == contract.Unknown || contract.Severity(target) > contract.Severity(cur):
+			w.better = 0
+			out = append(out, t.move(w, target, reasons, now))
+			continue
+		default:
+			w.better++
+			if w.better >= t.cfg.Hysteresis.RecoverEvaluations {
+				w.better = 0
+				out = append(out, t.move(w, target, reasons, now))
+				continue
+			}
+			reasons = append(reasons, contract.Reason{
+				Code:    codeRecovering,
+				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hysteresis.RecoverEvaluations),
+				Value:   float64(w.better), Threshold: float64(t.cfg.Hysteresis.RecoverEvaluations),
+			})
+		}
+		w.reasons = reasons
+	}
+	t.fleet(now)
+	out = t.announced(out, now)
+	sort.Slice(out, func(i, j int) bool { return out[i].worker < out[j].worker })
+	uj := t.checkJoin(now)
+	t.unjoinedN += int64(len(uj))
+	return out, uj
+}
+
+func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, now int64) transition {
+	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
+	w.state, w.since, w.reasons = to, now, reasons
+	w.transitions[stateIndex(to)]++
+	t.markDirty(w)
+	return tr
+}
+
+// fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
+func (t *tracker) fleet(now int64) {
+	t.idle = t.idleCapacity()
+	if t.pendingNow(now) > 0 && t.idle > 0 {
+		t.idleIntervals++
+	} else {
+		t.idleIntervals = 0
+	}
+	t.idleWhilePending = t.idleIntervals >= t.cfg.Fleet.IdleIntervals
+}
+
+// idleCapacity is free capacity on workers that may take work, clamped at 0
+// per worker (stale data can show more held than capacity).
+func (t *tracker) idleCapacity() int64 {
+	var idle int64
+	for _, w := range t.workers {
+		if !w.state.MayTakeWork() || w.evidence == evidenceOnce {
+			continue
+		}
+		if c := t.capacityOf(w); c > 0 {
+			idle += int64(max(0, c-max(w.heldW, w.heldS)))
+		}
+	}
+	return idle
+}
+
+// byID returns the workers sorted by id: the order of the metric points and
+// of the snapshot.
+func (t *tracker) byID() []*worker {
+	ws := make([]*worker, 0, len(t.workers))
+	for _, w := range t.workers {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b *worker) int { return strings.Compare(a.id, b.id) })
+	return ws
+}
+
+// nonNil keeps JSON arrays as [] rather than null for API readers.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

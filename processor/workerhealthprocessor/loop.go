@@ -1,0 +1,151 @@
+package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.uber.org/zap"
+)
+
+// evaluate judges, publishes the verdicts, sends the state-change records
+// and returns the derived metrics to emit. Lock, build, unlock, then call
+// out. ctx is the loop's: canceled by the first Shutdown, and checked before
+// every call out (consumer, subscriber, storage), so a loop released late by
+// a blocked consumer does nothing more.
+func (p *healthProcessor) evaluate(ctx context.Context) *emission {
+	now := p.clock.Now().UnixNano()
+	p.mu.Lock()
+	handed := p.shard.handOver(p.tracker, now)
+	trs, unjoined := p.tracker.evaluate(now)
+	var mTo []consumer.Metrics
+	var lTo []consumer.Logs
+	var mGone, lGone []*atomic.Bool
+	for _, pl := range p.targets {
+		if pl.metrics != nil {
+			mTo, mGone = append(mTo, pl.metrics), append(mGone, &pl.gone)
+		}
+		if pl.logs != nil && len(trs) > 0 {
+			lTo, lGone = append(lTo, pl.logs), append(lGone, &pl.gone)
+		}
+	}
+	var md pmetric.Metrics
+	if len(mTo) > 0 {
+		md = p.tracker.buildMetrics(p.startTime, now)
+	}
+	var ld plog.Logs
+	if len(lTo) > 0 {
+		ld = buildLogs(trs)
+	}
+	var snap *contract.Snapshot
+	if p.subscriber != nil {
+		snap = p.tracker.snapshot(now)
+	}
+	t := p.tracker
+	counts, malformed := t.counts, t.malformed
+	t.counts, t.malformed = admissionCounts{}, 0
+	healed, unjoinedN := t.healed, t.unjoinedN
+	t.healed, t.unjoinedN = [2]int64{}, 0
+	p.evals++
+	doCheckpoint := p.evals%p.cfg.CheckpointEvery == 0
+	p.mu.Unlock()
+
+	p.admissionTelemetry(ctx, &counts)
+	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersHandedOver, handed)
+	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
+	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
+
+	for _, tr := range trs {
+		p.logger.Debug("worker state changed", zap.String("worker", tr.worker),
+			zap.String("from", string(tr.from)), zap.String("to", string(tr.to)))
+	}
+	// The verdicts first: whatever the consumers do, the health API has
+	// this evaluation now.
+	p.publish(ctx, snap)
+	if len(lTo) > 0 {
+		records := int64(ld.LogRecordCount())
+		for i, c := range lTo {
+			if ctx.Err() != nil || lGone[i].Load() {
+				continue
+			}
+			out := ld
+			if i < len(lTo)-1 {
+				out = plog.NewLogs()
+				ld.CopyTo(out)
+			}
+			if err := c.ConsumeLogs(ctx, out); err != nil {
+				p.tel.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), records)
+				p.logger.Debug("the next consumer refused the state-change records", zap.Error(err))
+				continue
+			}
+			p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
+		}
+	}
+	if doCheckpoint {
+		p.cpMu.Lock()
+		if ctx.Err() == nil {
+			p.writeCheckpoint(ctx)
+		}
+		p.cpMu.Unlock()
+	}
+	if len(mTo) == 0 {
+		return nil
+	}
+	return &emission{md: md, to: mTo, gone: mGone}
+}
+
+// offer leaves em for the emitter, replacing an emission it has not taken
+// yet (counted as superseded, once per metrics pipeline, as the others).
+func (p *healthProcessor) offer(ctx context.Context, em *emission) {
+	if em == nil {
+		return
+	}
+	p.latest.mu.Lock()
+	old := p.latest.pending
+	p.latest.pending = em
+	p.latest.mu.Unlock()
+	if old != nil {
+		p.count(ctx, p.tel.ProcessorWorkerHealthSupersededMetricPoints, int64(old.md.DataPointCount())*int64(len(old.to)))
+	}
+	select {
+	case p.latest.wake <- struct{}{}:
+	default: // the emitter has a wake-up already
+	}
+}
+
+// take empties the slot.
+func (p *healthProcessor) take() *emission {
+	p.latest.mu.Lock()
+	defer p.latest.mu.Unlock()
+	em := p.latest.pending
+	p.latest.pending = nil
+	return em
+}
+
+// sendMetrics hands one emission to each metrics pipeline still running.
+// Each pipeline gets its own copy: a downstream processor may mutate it.
+func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
+	if em == nil {
+		return
+	}
+	points := int64(em.md.DataPointCount())
+	for i, c := range em.to {
+		if ctx.Err() != nil || em.gone[i].Load() {
+			continue
+		}
+		out := em.md
+		if i < len(em.to)-1 {
+			out = pmetric.NewMetrics()
+			em.md.CopyTo(out)
+		}
+		if err := c.ConsumeMetrics(ctx, out); err != nil {
+			p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
+			p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
+			continue
+		}
+		p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
+	}
+}

@@ -1,0 +1,84 @@
+package workerhealthprocessor
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+func TestResultFromEitherEnd(t *testing.T) {
+	started := func(run string) plog.Logs { return wl("w1", "workerwatch.run.started", run, nil) }
+	end := func(run, result string) plog.Logs {
+		if result == "" {
+			return wl("w1", "workerwatch.run.finished", run, nil)
+		}
+		return wl("w1", "workerwatch.run.finished", run, map[string]any{"cicd.pipeline.result": result})
+	}
+	result := func(run, want string) func(*harness) {
+		return func(h *harness) {
+			for _, r := range h.snap("w1").Runs.Recent {
+				if r.ID == run {
+					assert.Equal(h.t, want, r.Result, run)
+					return
+				}
+			}
+			h.t.Errorf("run %s not among the recent runs", run)
+		}
+	}
+	runSteps(t, []stepCase{{
+		// Before: the first end won, so a BullMQ job whose span (no result)
+		// came before the worker's record (completed, failed) had none.
+		name: "a run ended twice takes the result of whichever end has one",
+		steps: seq(
+			step{do: feed(hb, started("r1"), started("r2")), advance: sec},
+			step{do: feed(hb, end("r1", ""), end("r2", "failure")), advance: sec},
+			step{do: feed(hb, end("r1", "success"), end("r2", "")), advance: sec, want: healthy, check: func(h *harness) {
+				result("r1", "success")(h)
+				result("r2", "failure")(h)
+			}},
+			// A later end does not overwrite a known result.
+			step{do: feed(hb, end("r2", "success")), advance: sec, check: result("r2", "failure")},
+		),
+	}})
+}
+
+// At the per-worker cap the oldest run neither side holds makes room, held
+// runs are kept whatever their age, and the bookkeeping of the order stays
+// bounded by the cap however many runs pass through.
+func TestRunEvictionAtTheCap(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxRunsPerWorker = 4
+	h := newHarness(t, cfg)
+	claim := func(r string) { h.logs(wl("a", "workerwatch.run.claimed", r, nil)) }
+	finish := func(r string) {
+		h.logs(wl("a", "workerwatch.run.finished", r, map[string]any{"cicd.pipeline.result": "success"}))
+	}
+	claim("held") // the oldest, and still held
+	for _, r := range []string{"r1", "r2", "r3"} {
+		claim(r)
+		finish(r)
+	}
+	claim("r4") // evicts r1: the oldest that ended, not "held"
+	h.p.mu.Lock()
+	runs := &h.p.tracker.workers["a"].runs
+	assert.True(t, runs.has("held"))
+	assert.False(t, runs.has("r1"))
+	assert.True(t, runs.has("r2"))
+	assert.True(t, runs.has("r4"))
+	h.p.mu.Unlock()
+
+	for i := 0; i < 1000; i++ {
+		r := "x" + strconv.Itoa(i)
+		claim(r)
+		finish(r)
+	}
+	h.p.mu.Lock()
+	w := h.p.tracker.workers["a"]
+	assert.True(t, w.runs.has("held"))
+	assert.Equal(t, 4, w.runs.len())
+	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
+	assert.Zero(t, h.p.tracker.counts.runsRefused, "ended runs always made room")
+	h.p.mu.Unlock()
+}

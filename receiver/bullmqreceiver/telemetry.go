@@ -1,0 +1,44 @@
+package bullmqreceiver // import "github.com/workerwatch/workerwatch/receiver/bullmqreceiver"
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
+)
+
+// telemetry is the receiver's internal telemetry (metadata.yaml,
+// "telemetry"): Redis commands and errors, events read, stream gaps, poll
+// time.
+type telemetry struct {
+	tb *metadata.TelemetryBuilder
+	// sent mirrors the commands counter for the benchmark.
+	sent atomic.Int64
+}
+
+func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
+	tb, err := metadata.NewTelemetryBuilder(set)
+	if err != nil {
+		return nil, err
+	}
+	return &telemetry{tb: tb}, nil
+}
+
+func (t *telemetry) commands(ctx context.Context, n int64) {
+	t.sent.Add(n)
+	t.tb.BullmqRedisCommands.Add(ctx, n)
+}
+func (t *telemetry) errored(ctx context.Context) { t.tb.BullmqRedisErrors.Add(ctx, 1) }
+func (t *telemetry) eventsRead(ctx context.Context, n int64) {
+	if n > 0 {
+		t.tb.BullmqEventsRead.Add(ctx, n)
+	}
+}
+func (t *telemetry) gap(ctx context.Context) { t.tb.BullmqEventsGaps.Add(ctx, 1) }
+func (t *telemetry) polled(ctx context.Context, d time.Duration) {
+	t.tb.BullmqPollDuration.Record(ctx, d.Seconds())
+}
+func (t *telemetry) shutdown() { t.tb.Shutdown() }
