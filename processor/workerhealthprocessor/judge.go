@@ -8,21 +8,22 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// Reason codes (docs/health-rules.md).
+// Reason codes (internal/state/codes.go, docs/health-rules.md).
 const (
-	codeMemory        = "memory_over_soft_limit"
-	codeMemoryAtStart = "memory_over_soft_limit_at_run_start"
-	codeKills         = "kills_in_window"
-	codeCPU           = "cpu_saturated"
-	codeNoClaim       = "no_claim"
-	codeNoTelemetry   = "no_telemetry"
-	codeMissing       = "drift_missing"
-	codeOrphaned      = "drift_orphaned"
-	codeOverCapacity  = "over_capacity"
-	codeRecovering    = "recovering"
-	codeNotReported   = "no_telemetry_since_start"
+	codeMemory        = state.CodeMemory
+	codeMemoryAtStart = state.CodeMemoryAtStart
+	codeKills         = state.CodeKills
+	codeCPU           = state.CodeCPU
+	codeNoClaim       = state.CodeNoClaim
+	codeNoTelemetry   = state.CodeNoTelemetry
+	codeMissing       = state.CodeMissing
+	codeOrphaned      = state.CodeOrphaned
+	codeOverCapacity  = state.CodeOverCapacity
+	codeRecovering    = state.CodeRecovering
+	codeNotReported   = state.CodeNotReported
 )
 
 // verdict is a worker's judged state: since when, with which reasons, the
@@ -71,12 +72,7 @@ type transition struct {
 	at           int64
 }
 
-func ts(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
-}
+func ts(ns int64) time.Time { return state.Time(ns) }
 
 // lastAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
@@ -168,7 +164,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
 		})
 	}
-	if r, ok := w.cpuState.reason(&t.cfg.CPU); ok {
+	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
 		degraded = append(degraded, r)
 	}
 

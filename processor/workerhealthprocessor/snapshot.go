@@ -50,7 +50,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
 			Memory:   w.memState.snapshot(&t.mem),
-			CPU:      w.cpuState.snapshot(),
+			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
 				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // stateIndex maps states to array slots, in contract.AllStates order.
@@ -27,14 +28,14 @@ func stateIndex(s contract.State) int {
 type worker struct {
 	id string
 
-	identity   // identity.go: name, when and by whom it was named
-	runsState  // runstate.go: its runs, claims, capacity
-	driftState // drift.go: the scheduler's view and the drift between both views
-	memState   // memory.go: memory and its episodes
-	cpuState   // cpu.go: the CPU episode
-	killState  // kills.go: the kills and the kills rule
-	admission  // admission.go: evidence level and place in the admission lists
-	verdict    // judge.go: state, since, reasons, hysteresis, transitions
+	identity             // identity.go: name, when and by whom it was named
+	runsState            // runstate.go: its runs, claims, capacity
+	driftState           // drift.go: the scheduler's view and the drift between both views
+	memState             // memory.go: memory and its episodes
+	cpu        state.CPU // internal/state/cpu.go: the CPU episode
+	killState            // kills.go: the kills and the kills rule
+	admission            // admission.go: evidence level and place in the admission lists
+	verdict              // judge.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -49,7 +50,7 @@ func newWorker(id string, now int64) *worker {
 		runsState:  runsState{capacity: -1},
 		driftState: driftState{active: -1},
 		memState:   memState{rss: -1, cgroupMax: -1},
-		cpuState:   cpuState{cpuCores: -1, cpuLimit: -1},
+		cpu:        state.NewCPU(),
 		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
 		verdict:    verdict{state: contract.Unknown, since: now},
 		slot:       -1,
@@ -205,13 +206,13 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.cgroupMax = s.CgroupMax
 	}
 	if s.CPULimit > 0 {
-		w.cpuLimit = s.CPULimit
+		w.cpu.SetLimit(s.CPULimit)
 	}
 	if s.Mem >= 0 {
 		t.memorySample(w, s, now)
 	}
 	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
-		w.cpuState.sample(s.CPUMain, now, &t.cfg.CPU)
+		w.cpu.Sample(s.CPUMain, now, &t.cfg.CPU)
 	}
 	t.treeKills(w, s, now)
 }
