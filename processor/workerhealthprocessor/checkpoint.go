@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // The checkpoint lives in the storage client under these keys: one record
@@ -26,7 +27,7 @@ import (
 // admits what the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// To add a field: add it to the rule's checkpoint record (cpMemory in
+// To add a field: add it to the rule's checkpoint record (state.MemoryRecord in
 // memory.go, cpKills in kills.go, ...) with `json:",omitempty"` and fill it
 // in that type's cp and restore, next to the state it keeps. The records are
 // embedded in cpWorker, so their keys share one JSON object: a new key must
@@ -93,7 +94,7 @@ type cpWorker struct {
 	cpIdentity
 	cpRuns
 	cpDrift
-	cpMemory
+	state.MemoryRecord
 	cpKills
 	cpVerdict
 }
@@ -127,14 +128,14 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
 	return cpWorker{
-		ID:          w.id,
-		cpAdmission: w.admission.cp(),
-		cpIdentity:  w.identity.cp(t.idKeys),
-		cpRuns:      w.runsState.cp(),
-		cpDrift:     w.driftState.cp(t),
-		cpMemory:    w.memState.cp(),
-		cpKills:     w.killState.cp(),
-		cpVerdict:   w.verdict.cp(),
+		ID:           w.id,
+		cpAdmission:  w.admission.cp(),
+		cpIdentity:   w.identity.cp(t.idKeys),
+		cpRuns:       w.runsState.cp(),
+		cpDrift:      w.driftState.cp(t),
+		MemoryRecord: w.memory.Checkpoint(),
+		cpKills:      w.killState.cp(),
+		cpVerdict:    w.verdict.cp(),
 	}
 }
 
@@ -146,7 +147,7 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w.identity.restore(&cw.cpIdentity, t.idKeys, now)
 	w.runsState.restore(&cw.cpRuns, t)
 	w.driftState.restore(&cw.cpDrift, t)
-	t.restoreMemory(&w.memState, &cw.cpMemory)
+	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.killState.restore(&cw.cpKills, &t.effects)
 	w.verdict.restore(&cw.cpVerdict)
 	// The verdict is not restored: unknown until evaluated (never healthy

@@ -93,7 +93,7 @@ func (t *tracker) update(w *worker, now int64) {
 	if t.lost(w, now) {
 		return
 	}
-	w.memState.tick(now, &t.mem)
+	w.memory.Tick(now, t.mem)
 	t.matchExits(w, now)
 	w.killState.window(now, &t.cfg.Kills, &t.effects)
 	t.drift(w, now)
@@ -115,7 +115,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	unhealthy, degraded = w.memState.addReasons(&t.mem, unhealthy, degraded)
+	unhealthy, degraded = w.memory.AddReasons(t.mem, unhealthy, degraded)
 
 	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
 	case effectUnhealthy:

@@ -187,5 +187,5 @@ func TestMalformedRecords(t *testing.T) {
 	assert.Equal(t, int64(6), malformed)
 	assert.True(t, okRun, "the valid record after the malformed ones applied")
 	assert.Equal(t, 1, w.runs.len())
-	assert.Equal(t, int64(-1), w.rss, "a negative memory sample is ignored")
+	assert.Equal(t, int64(-1), w.memory.RSS(), "a negative memory sample is ignored")
 }

@@ -172,7 +172,7 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 		t.hists.claimToStart(ts - r.claimTS)
 	}
 	// Scoot's rule: memory already over the soft limit when a run starts.
-	w.memState.runStarted(now, &t.mem)
+	w.memory.RunStarted(now, t.mem)
 }
 
 // cpRuns is the runs' checkpoint record.

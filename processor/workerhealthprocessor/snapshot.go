@@ -49,7 +49,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			Reasons:  append([]contract.Reason{}, w.reasons...),
 			Since:    ts(w.since),
 			LastSeen: ts(w.lastAlive),
-			Memory:   w.memState.snapshot(&t.mem),
+			Memory:   w.memory.Snapshot(t.mem),
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),

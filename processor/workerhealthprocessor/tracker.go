@@ -28,14 +28,14 @@ func stateIndex(s contract.State) int {
 type worker struct {
 	id string
 
-	identity             // identity.go: name, when and by whom it was named
-	runsState            // runstate.go: its runs, claims, capacity
-	driftState           // drift.go: the scheduler's view and the drift between both views
-	memState             // memory.go: memory and its episodes
-	cpu        state.CPU // internal/state/cpu.go: the CPU episode
-	killState            // kills.go: the kills and the kills rule
-	admission            // admission.go: evidence level and place in the admission lists
-	verdict              // judge.go: state, since, reasons, hysteresis, transitions
+	identity                // identity.go: name, when and by whom it was named
+	runsState               // runstate.go: its runs, claims, capacity
+	driftState              // drift.go: the scheduler's view and the drift between both views
+	memory     state.Memory // internal/state/memory.go: memory and its episodes
+	cpu        state.CPU    // internal/state/cpu.go: the CPU episode
+	killState               // kills.go: the kills and the kills rule
+	admission               // admission.go: evidence level and place in the admission lists
+	verdict                 // judge.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -49,7 +49,7 @@ func newWorker(id string, now int64) *worker {
 		identity:   identity{firstMention: now, lastMention: now},
 		runsState:  runsState{capacity: -1},
 		driftState: driftState{active: -1},
-		memState:   memState{rss: -1, cgroupMax: -1},
+		memory:     state.NewMemory(),
 		cpu:        state.NewCPU(),
 		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
 		verdict:    verdict{state: contract.Unknown, since: now},
@@ -105,33 +105,30 @@ type tracker struct {
 
 	// effects: each kill reason's effect (kills.go).
 	effects [nKillReasons]uint8
-	// scheds are the scheduler sources, idKeys the worker id attributes,
-	// roleLimits the roles with a soft limit (all from the config).
-	scheds     []schedSource
-	idKeys     []string
-	roleLimits []roleLimit
-	// mem is what the memory rule reads (memory.go).
-	mem memRules
+	// scheds are the scheduler sources, idKeys the worker id attributes
+	// (both from the config).
+	scheds []schedSource
+	idKeys []string
+	// mem is what the memory rule reads (internal/state/memory.go), with
+	// the interned role names.
+	mem *state.MemRules
 	// originAt: the last record of each source about any worker.
 	originAt [nOrigins]int64
-	// roleNames interns process role names (memory.go).
-	roleNames map[string]string
 	// start is when the cumulative series began (checkpointed).
 	start int64
 }
 
 func newTracker(cfg *Config) *tracker {
 	t := &tracker{
-		cfg:       cfg,
-		workers:   map[string]*worker{},
-		hists:     newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
-		pending:   -1,
-		roleNames: map[string]string{},
+		cfg:     cfg,
+		workers: map[string]*worker{},
+		hists:   newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		pending: -1,
 
 		clusterPending: -1,
 	}
-	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
-	t.mem = memRules{cfg: &cfg.Memory, roleLimits: t.roleLimits, lostAfter: int64(cfg.Lost.After)}
+	t.scheds, t.idKeys = cfg.schedulers(), cfg.idKeys()
+	t.mem = state.NewMemRules(&cfg.Memory, cfg.Lost.After)
 	effects := defaultKillEffects()
 	for r, e := range cfg.Kills.Effects {
 		effects[r] = e
@@ -203,13 +200,13 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.active, w.activeAt = s.Active, now
 	}
 	if s.CgroupMax >= 0 {
-		w.cgroupMax = s.CgroupMax
+		w.memory.SetCgroupMax(s.CgroupMax)
 	}
 	if s.CPULimit > 0 {
 		w.cpu.SetLimit(s.CPULimit)
 	}
 	if s.Mem >= 0 {
-		t.memorySample(w, s, now)
+		w.memory.Sample(s, now, t.mem)
 	}
 	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
 		w.cpu.Sample(s.CPUMain, now, &t.cfg.CPU)
