@@ -323,7 +323,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	}
 	p.mu.Lock()
 	writes, deletes, meta := p.tracker.collectCheckpoint()
-	hists := p.tracker.collectHists()
+	hists := p.tracker.hists.Collect()
 	p.mu.Unlock()
 	if p.unchanged(writes, deletes, meta) && hists == nil {
 		return
@@ -370,7 +370,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 		}
 		t.cp.deleted = append(t.cp.deleted, deletes...)
 		if hists != nil {
-			t.hists.changed = true
+			t.hists.Unsaved()
 		}
 		p.mu.Unlock()
 	}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // scopeName is the scope of everything the processor emits. The names are in
@@ -143,31 +144,31 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 		return h.DataPoints()
 	}
-	hpoint := func(dps pmetric.HistogramDataPointSlice, h *hist, k, v string) {
-		if h.count == 0 {
+	hpoint := func(dps pmetric.HistogramDataPointSlice, h *state.Hist, k, v string) {
+		if h.Count() == 0 {
 			return
 		}
 		dp := dps.AppendEmpty()
 		dp.SetStartTimestamp(st)
 		dp.SetTimestamp(nt)
-		dp.SetCount(h.count)
-		dp.SetSum(h.sum)
-		dp.ExplicitBounds().FromRaw(t.hists.bounds)
-		dp.BucketCounts().FromRaw(h.counts)
+		dp.SetCount(h.Count())
+		dp.SetSum(h.Sum())
+		dp.ExplicitBounds().FromRaw(t.hists.Bounds())
+		dp.BucketCounts().FromRaw(h.Counts())
 		if k != "" {
 			dp.Attributes().PutStr(k, v)
 		}
 	}
 	dur := histo(contract.MetricRunDuration, "Run duration from start to finish, by result.")
-	for i, x := range t.hists.byResult {
-		if x != nil {
-			hpoint(dur, x, contract.AttrResult, resultNames[i])
+	for i, n := range state.ResultNames {
+		if x := t.hists.ByResult(i); x != nil {
+			hpoint(dur, x, contract.AttrResult, n)
 		}
 	}
-	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
+	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), t.hists.ClaimStart(), "", "")
 	stg := histo(contract.MetricStageDuration, "Duration of a run's stage spans, by stage.")
-	for _, s := range t.hists.stageNames {
-		hpoint(stg, t.hists.stages[s], contract.AttrStage, s)
+	for _, s := range t.hists.StageNames() {
+		hpoint(stg, t.hists.StageHist(s), contract.AttrStage, s)
 	}
 	return md
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -140,8 +141,8 @@ func TestOpenFnMapping(t *testing.T) {
 	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult[resultIndex("success")].count)
-	assert.Equal(t, uint64(6), h.p.tracker.hists.byResult[resultIndex("error")].count)
+	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())
+	assert.Equal(t, uint64(6), h.p.tracker.hists.ByResult(state.ResultIndex("error")).Count())
 }
 
 // Malformed records are counted and skipped; the rest of the batch applies

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // snapshot builds the immutable view for the health extension.
@@ -76,13 +77,13 @@ func (t *tracker) recentRuns(ended []*run) []contract.RunRecord {
 	for _, r := range ended[:n] {
 		rec := contract.RunRecord{ID: string(r.id), Started: ts(r.startTS), Ended: ts(r.endTS)}
 		if r.result > 0 {
-			rec.Result = resultNames[r.result-1]
+			rec.Result = state.ResultNames[r.result-1]
 		}
 		if r.kill > 0 {
 			rec.KillReason = killReasonNames[r.kill-1]
 		}
 		if r.startTS > 0 && r.endTS >= r.startTS {
-			rec.DurationSeconds = nsToSeconds(r.endTS - r.startTS)
+			rec.DurationSeconds = state.Seconds(r.endTS - r.startTS)
 		}
 		out = append(out, rec)
 	}

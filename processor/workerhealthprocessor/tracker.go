@@ -65,7 +65,7 @@ type tracker struct {
 	last    *worker // the worker get returned last (nil after any removal)
 
 	// stage and histogram state live in hists (fleet-wide, bounded by config).
-	hists *histograms
+	hists *state.Histograms
 
 	pending       int64 // scheduler's pending gauge, -1 = none
 	pendingAt     int64
@@ -122,7 +122,7 @@ func newTracker(cfg *Config) *tracker {
 	t := &tracker{
 		cfg:     cfg,
 		workers: map[string]*worker{},
-		hists:   newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		hists:   state.NewHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
 		pending: -1,
 
 		clusterPending: -1,
@@ -248,7 +248,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	case evSeen, evHeartbeat:
 		return
 	case evStage:
-		t.hists.stage(e.Stage, e.TS-e.StartTS)
+		t.hists.Stage(e.Stage, e.TS-e.StartTS)
 		return
 	case evSnapshot:
 		t.applySnapshot(w, e.SnapRuns, now)
