@@ -27,9 +27,10 @@ import (
 // admits what the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// To add a field: add it to the rule's checkpoint record (state.MemoryRecord in
-// memory.go, cpKills in kills.go, ...) with `json:",omitempty"` and fill it
-// in that type's cp and restore, next to the state it keeps. The records are
+// To add a field: add it to the rule's checkpoint record (state.MemoryRecord
+// in internal/state/memory.go, state.KillsRecord in internal/state/kills.go,
+// cpDrift in drift.go, ...) with `json:",omitempty"` and fill it in that
+// type's Checkpoint/cp and Restore/restore, next to the state it keeps. The records are
 // embedded in cpWorker, so their keys share one JSON object: a new key must
 // not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
 // ignored and missing ones are zero, so no version change is needed unless
@@ -95,7 +96,7 @@ type cpWorker struct {
 	cpRuns
 	cpDrift
 	state.MemoryRecord
-	cpKills
+	state.KillsRecord
 	cpVerdict
 }
 
@@ -134,7 +135,7 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 		cpRuns:       w.runsState.cp(),
 		cpDrift:      w.driftState.cp(t),
 		MemoryRecord: w.memory.Checkpoint(),
-		cpKills:      w.killState.cp(),
+		KillsRecord:  w.kills.Checkpoint(),
 		cpVerdict:    w.verdict.cp(),
 	}
 }
@@ -148,7 +149,7 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w.runsState.restore(&cw.cpRuns, t)
 	w.driftState.restore(&cw.cpDrift, t)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
-	w.killState.restore(&cw.cpKills, &t.effects)
+	w.kills.Restore(&cw.KillsRecord, t.kills)
 	w.verdict.restore(&cw.cpVerdict)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).

@@ -83,14 +83,14 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		rm := rms.AppendEmpty()
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.id)
 		scope(rm)
-		state := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
 			v := int64(0)
 			if s == w.state {
 				v = 1
 				byState[i]++
 			}
-			point(state, v, false, contract.AttrState, string(s))
+			point(states, v, false, contract.AttrState, string(s))
 		}
 		if anyPositive(w.transitions[:]) {
 			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
@@ -110,11 +110,11 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 		point(claims, w.claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
 		point(claims, w.claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
-		if anyPositive(w.kills[:]) {
+		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
-			for i, n := range w.kills {
+			for i, n := range byReason {
 				if n > 0 {
-					point(kills, n, true, contract.AttrKillReason, killReasonNames[i])
+					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
 		}

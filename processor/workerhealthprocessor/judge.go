@@ -94,8 +94,8 @@ func (t *tracker) update(w *worker, now int64) {
 		return
 	}
 	w.memory.Tick(now, t.mem)
-	t.matchExits(w, now)
-	w.killState.window(now, &t.cfg.Kills, &t.effects)
+	w.kills.MatchExits(now, t.kills)
+	w.kills.Window(now, t.kills)
 	t.drift(w, now)
 }
 
@@ -117,10 +117,10 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 	unhealthy, degraded = w.memory.AddReasons(t.mem, unhealthy, degraded)
 
-	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
-	case effectUnhealthy:
+	switch r, effect := w.kills.Reason(t.kills); effect {
+	case state.EffectUnhealthy:
 		unhealthy = append(unhealthy, r)
-	case effectDegraded:
+	case state.EffectDegraded:
 		degraded = append(degraded, r)
 	}
 

@@ -247,9 +247,9 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 		if w.runs.len() > cfg.Limits.MaxRunsPerWorker {
 			t.Fatalf("%d runs", w.runs.len())
 		}
-		for _, k := range w.kills {
+		for _, k := range w.kills.ByReason() {
 			if k < 0 {
-				t.Fatalf("kills %v", w.kills)
+				t.Fatalf("kills %v", w.kills.ByReason())
 			}
 		}
 		if !w.state.Valid() {

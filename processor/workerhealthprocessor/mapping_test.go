@@ -126,8 +126,8 @@ func TestOpenFnMapping(t *testing.T) {
 	h.eval()
 	w := h.worker("openfn-1")
 	require.NotNil(t, w)
-	assert.Equal(t, int64(2), w.kills[killReasonIndex["memory_limit"]])
-	assert.Equal(t, int64(1), w.kills[killReasonIndex["timeout"]])
+	assert.Equal(t, int64(2), w.kills.ByReason()[state.KillIndex("memory_limit")])
+	assert.Equal(t, int64(1), w.kills.ByReason()[state.KillIndex("timeout")])
 	assert.Equal(t, healthy, w.state, "runs killed by their own limits are the runs' fault")
 	assert.NotContains(t, h.codes("openfn-1"), codeKills)
 	for _, run := range []string{"e", "f", "g"} {
@@ -135,7 +135,7 @@ func TestOpenFnMapping(t *testing.T) {
 		send("run:complete", run, map[string]any{"reason": "crash", "error_type": "ExitError"})
 	}
 	h.eval()
-	assert.Equal(t, int64(3), w.kills[killReasonIndex["crash"]])
+	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
 	assert.Equal(t, unhealthy, w.state, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), codeKills)
 	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")

@@ -293,9 +293,22 @@ func (t *tracker) workerEnd(w *worker, r *run, e *event, now int64) {
 	if r.has(fStarted) || e.Kind == evKilled {
 		// A run killed before it started still had its child killed
 		// (OpenFn's engine starts the time limit at the hand-over).
-		w.runEnded(now)
+		w.kills.RunEnded(now)
 	}
 	if r.startTS > 0 && e.TS >= r.startTS {
 		t.hists.Duration(e.Result, e.TS-r.startTS)
 	}
+}
+
+// runKilled counts the kill of a run once, whatever else about the run
+// arrived first (its span or a finished record may come through another
+// pipeline before the kill), with its reason.
+func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
+	if r.has(fKilled) {
+		return
+	}
+	r.flags |= fKilled
+	k := state.KillIndex(reason)
+	r.kill = uint8(k + 1)
+	w.kills.Kill(k, now, t.kills)
 }

@@ -54,7 +54,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
-				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),
+				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
@@ -80,7 +80,7 @@ func (t *tracker) recentRuns(ended []*run) []contract.RunRecord {
 			rec.Result = state.ResultNames[r.result-1]
 		}
 		if r.kill > 0 {
-			rec.KillReason = killReasonNames[r.kill-1]
+			rec.KillReason = state.KillReasonNames[r.kill-1]
 		}
 		if r.startTS > 0 && r.endTS >= r.startTS {
 			rec.DurationSeconds = state.Seconds(r.endTS - r.startTS)

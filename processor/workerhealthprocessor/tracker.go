@@ -33,7 +33,7 @@ type worker struct {
 	driftState              // drift.go: the scheduler's view and the drift between both views
 	memory     state.Memory // internal/state/memory.go: memory and its episodes
 	cpu        state.CPU    // internal/state/cpu.go: the CPU episode
-	killState               // kills.go: the kills and the kills rule
+	kills      state.Kills  // internal/state/kills.go: the kills and the kills rule
 	admission               // admission.go: evidence level and place in the admission lists
 	verdict                 // judge.go: state, since, reasons, hysteresis, transitions
 
@@ -51,7 +51,7 @@ func newWorker(id string, now int64) *worker {
 		driftState: driftState{active: -1},
 		memory:     state.NewMemory(),
 		cpu:        state.NewCPU(),
-		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
+		kills:      state.NewKills(),
 		verdict:    verdict{state: contract.Unknown, since: now},
 		slot:       -1,
 	}
@@ -103,8 +103,9 @@ type tracker struct {
 	healed    [2]int64
 	unjoinedN int64
 
-	// effects: each kill reason's effect (kills.go).
-	effects [nKillReasons]uint8
+	// kills is what the kills rule reads: its section and each reason's
+	// effect (internal/state/kills.go).
+	kills *state.KillRules
 	// scheds are the scheduler sources, idKeys the worker id attributes
 	// (both from the config).
 	scheds []schedSource
@@ -129,15 +130,7 @@ func newTracker(cfg *Config) *tracker {
 	}
 	t.scheds, t.idKeys = cfg.schedulers(), cfg.idKeys()
 	t.mem = state.NewMemRules(&cfg.Memory, cfg.Lost.After)
-	effects := defaultKillEffects()
-	for r, e := range cfg.Kills.Effects {
-		effects[r] = e
-	}
-	for r, e := range effects {
-		if i, ok := killReasonIndex[r]; ok {
-			t.effects[i], _ = effectIndex(e)
-		}
-	}
+	t.kills = state.NewKillRules(&cfg.Kills)
 	return t
 }
 
@@ -211,7 +204,7 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
 		w.cpu.Sample(s.CPUMain, now, &t.cfg.CPU)
 	}
-	t.treeKills(w, s, now)
+	w.kills.Tree(s, now, t.kills)
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
