@@ -265,8 +265,8 @@ func (t *tracker) announced(trs []transition, now int64) []transition {
 			continue
 		}
 		w.unannounced = false
-		if w.state != contract.Unknown && !hasTransition(out, w.id) {
-			out = append(out, transition{worker: w.id, name: w.name, from: contract.Unknown, to: w.state, reasons: w.reasons, at: now})
+		if w.State != contract.Unknown && !hasTransition(out, w.id) {
+			out = append(out, transition{worker: w.id, name: w.name, from: contract.Unknown, to: w.State, reasons: w.Reasons, at: now})
 		}
 	}
 	t.fromOnce = t.fromOnce[:0]

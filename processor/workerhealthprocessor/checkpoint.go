@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -97,7 +96,7 @@ type cpWorker struct {
 	cpDrift
 	state.MemoryRecord
 	state.KillsRecord
-	cpVerdict
+	state.VerdictRecord
 }
 
 func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
@@ -129,14 +128,14 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
 	return cpWorker{
-		ID:           w.id,
-		cpAdmission:  w.admission.cp(),
-		cpIdentity:   w.identity.cp(t.idKeys),
-		cpRuns:       w.runsState.cp(),
-		cpDrift:      w.driftState.cp(t),
-		MemoryRecord: w.memory.Checkpoint(),
-		KillsRecord:  w.kills.Checkpoint(),
-		cpVerdict:    w.verdict.cp(),
+		ID:            w.id,
+		cpAdmission:   w.admission.cp(),
+		cpIdentity:    w.identity.cp(t.idKeys),
+		cpRuns:        w.runsState.cp(),
+		cpDrift:       w.driftState.cp(t),
+		MemoryRecord:  w.memory.Checkpoint(),
+		KillsRecord:   w.kills.Checkpoint(),
+		VerdictRecord: w.Verdict.Checkpoint(),
 	}
 }
 
@@ -150,11 +149,10 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w.driftState.restore(&cw.cpDrift, t)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)
-	w.verdict.restore(&cw.cpVerdict)
+	w.Verdict.Restore(&cw.VerdictRecord)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
-	w.state, w.since = contract.Unknown, now
-	w.reasons = []contract.Reason{notReported(w, now, true)}
+	w.Restored(now, notReported(w, now, true))
 	return w
 }
 

@@ -86,15 +86,15 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
 			v := int64(0)
-			if s == w.state {
+			if s == w.State {
 				v = 1
 				byState[i]++
 			}
 			point(states, v, false, contract.AttrState, string(s))
 		}
-		if anyPositive(w.transitions[:]) {
+		if trs := w.Transitions(); anyPositive(trs[:]) {
 			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
-			for i, n := range w.transitions {
+			for i, n := range trs {
 				if n > 0 {
 					point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
 				}

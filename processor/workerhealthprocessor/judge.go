@@ -26,44 +26,6 @@ const (
 	codeNotReported   = state.CodeNotReported
 )
 
-// verdict is a worker's judged state: since when, with which reasons, the
-// consecutive evaluations that computed a better state (hysteresis), and
-// the cumulative state transitions by the state entered.
-type verdict struct {
-	state       contract.State
-	since       int64
-	reasons     []contract.Reason
-	better      int
-	transitions [6]int64
-}
-
-// cpVerdict is the verdict's checkpoint record: only the cumulative
-// transitions (the state itself is judged again after a restore).
-type cpVerdict struct {
-	Transitions map[string]int64 `json:"transitions,omitempty"`
-}
-
-func (v *verdict) cp() cpVerdict {
-	var c cpVerdict
-	for i, n := range v.transitions {
-		if n > 0 {
-			if c.Transitions == nil {
-				c.Transitions = map[string]int64{}
-			}
-			c.Transitions[string(contract.AllStates[i])] = n
-		}
-	}
-	return c
-}
-
-func (v *verdict) restore(c *cpVerdict) {
-	for st, n := range c.Transitions {
-		if s := contract.State(st); s.Valid() && n > 0 {
-			v.transitions[stateIndex(s)] = n
-		}
-	}
-}
-
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string
@@ -220,28 +182,11 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 		t.prune(w, now)
 		t.update(w, now)
 		target, reasons := t.judge(w, now)
-		cur := w.state
-		switch {
-		case target == cur:
-			w.better = 0
-		case cur == contract.Unknown || target == contract.Unknown || contract.Severity(target) > contract.Severity(cur):
-			w.better = 0
-			out = append(out, t.move(w, target, reasons, now))
-			continue
-		default:
-			w.better++
-			if w.better >= t.cfg.Hysteresis.RecoverEvaluations {
-				w.better = 0
-				out = append(out, t.move(w, target, reasons, now))
-				continue
-			}
-			reasons = append(reasons, contract.Reason{
-				Code:    codeRecovering,
-				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hysteresis.RecoverEvaluations),
-				Value:   float64(w.better), Threshold: float64(t.cfg.Hysteresis.RecoverEvaluations),
-			})
+		from := w.State
+		if w.Judged(target, reasons, now, t.cfg.Hysteresis.RecoverEvaluations) {
+			out = append(out, transition{worker: w.id, name: w.name, from: from, to: target, reasons: reasons, at: now})
+			t.markDirty(w)
 		}
-		w.reasons = reasons
 	}
 	t.fleet(now)
 	out = t.announced(out, now)
@@ -249,14 +194,6 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	uj := t.checkJoin(now)
 	t.unjoinedN += int64(len(uj))
 	return out, uj
-}
-
-func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, now int64) transition {
-	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
-	w.state, w.since, w.reasons = to, now, reasons
-	w.transitions[stateIndex(to)]++
-	t.markDirty(w)
-	return tr
 }
 
 // fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
@@ -275,7 +212,7 @@ func (t *tracker) fleet(now int64) {
 func (t *tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
-		if !w.state.MayTakeWork() || w.evidence == evidenceOnce {
+		if !w.State.MayTakeWork() || w.evidence == evidenceOnce {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {

@@ -252,8 +252,8 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 				t.Fatalf("kills %v", w.kills.ByReason())
 			}
 		}
-		if !w.state.Valid() {
-			t.Fatalf("state %q", w.state)
+		if !w.State.Valid() {
+			t.Fatalf("state %q", w.State)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func TestOpenFnMapping(t *testing.T) {
 	require.NotNil(t, w)
 	assert.Equal(t, int64(2), w.kills.ByReason()[state.KillIndex("memory_limit")])
 	assert.Equal(t, int64(1), w.kills.ByReason()[state.KillIndex("timeout")])
-	assert.Equal(t, healthy, w.state, "runs killed by their own limits are the runs' fault")
+	assert.Equal(t, healthy, w.State, "runs killed by their own limits are the runs' fault")
 	assert.NotContains(t, h.codes("openfn-1"), codeKills)
 	for _, run := range []string{"e", "f", "g"} {
 		send("run:start", run, nil)
@@ -136,7 +136,7 @@ func TestOpenFnMapping(t *testing.T) {
 	}
 	h.eval()
 	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
-	assert.Equal(t, unhealthy, w.state, "3 crashes within the window are the worker's")
+	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), codeKills)
 	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()

@@ -63,7 +63,7 @@ func TestHugeMemorySampleIsOverTheLimit(t *testing.T) {
 	h.eval()
 	w := h.worker("w1")
 	assert.Equal(t, int64(math.MaxInt64), w.memory.RSS())
-	assert.Equal(t, unhealthy, w.state)
+	assert.Equal(t, unhealthy, w.State)
 }
 
 // Issue 14.7: a 1-byte cgroup limit makes a 1-byte soft limit (0.9 of it

@@ -29,7 +29,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 	}
 	var ended []*run
 	for _, w := range t.byID() {
-		s.Fleet.ByState[w.state]++
+		s.Fleet.ByState[w.State]++
 		var wr, sr []string
 		ended = ended[:0]
 		for r := range w.runs.all() {
@@ -46,9 +46,9 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 		sort.Strings(wr)
 		sort.Strings(sr)
 		s.Workers = append(s.Workers, contract.Worker{
-			ID: w.id, Name: w.name, State: w.state,
-			Reasons:  append([]contract.Reason{}, w.reasons...),
-			Since:    ts(w.since),
+			ID: w.id, Name: w.name, State: w.State,
+			Reasons:  append([]contract.Reason{}, w.Reasons...),
+			Since:    ts(w.Since),
 			LastSeen: ts(w.lastAlive),
 			Memory:   w.memory.Snapshot(t.mem),
 			CPU:      w.cpu.Snapshot(),

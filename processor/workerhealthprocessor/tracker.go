@@ -7,16 +7,6 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// stateIndex maps states to array slots, in contract.AllStates order.
-func stateIndex(s contract.State) int {
-	for i, v := range contract.AllStates {
-		if v == s {
-			return i
-		}
-	}
-	return len(contract.AllStates) - 1
-}
-
 // worker is everything kept per worker: a composition of one state type per
 // rule, each in its own file with what it applies, its reasons, its part of
 // the snapshot and its checkpoint record. Kept small (docs/processor.md gives
@@ -28,14 +18,14 @@ func stateIndex(s contract.State) int {
 type worker struct {
 	id string
 
-	identity                // identity.go: name, when and by whom it was named
-	runsState               // runstate.go: its runs, claims, capacity
-	driftState              // drift.go: the scheduler's view and the drift between both views
-	memory     state.Memory // internal/state/memory.go: memory and its episodes
-	cpu        state.CPU    // internal/state/cpu.go: the CPU episode
-	kills      state.Kills  // internal/state/kills.go: the kills and the kills rule
-	admission               // admission.go: evidence level and place in the admission lists
-	verdict                 // judge.go: state, since, reasons, hysteresis, transitions
+	identity                   // identity.go: name, when and by whom it was named
+	runsState                  // runstate.go: its runs, claims, capacity
+	driftState                 // drift.go: the scheduler's view and the drift between both views
+	memory        state.Memory // internal/state/memory.go: memory and its episodes
+	cpu           state.CPU    // internal/state/cpu.go: the CPU episode
+	kills         state.Kills  // internal/state/kills.go: the kills and the kills rule
+	admission                  // admission.go: evidence level and place in the admission lists
+	state.Verdict              // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -52,7 +42,7 @@ func newWorker(id string, now int64) *worker {
 		memory:     state.NewMemory(),
 		cpu:        state.NewCPU(),
 		kills:      state.NewKills(),
-		verdict:    verdict{state: contract.Unknown, since: now},
+		Verdict:    state.NewVerdict(now),
 		slot:       -1,
 	}
 }
