@@ -85,13 +85,13 @@ type cpWrite struct {
 // cpWorker is a worker's checkpoint record: the evidence, not the verdict.
 // Restored workers are "unknown" until they send telemetry again (or "lost"
 // when they never do), except that a memory latch or recent kills still make
-// them "unhealthy". Each rule's state type has its own record (cpIdentity in
-// identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// them "unhealthy". Each rule's state type has its own record (state.IdentityRecord in
+// internal/state/identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
 // writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
 	cpAdmission
-	cpIdentity
+	state.IdentityRecord
 	cpRuns
 	cpDrift
 	state.MemoryRecord
@@ -128,14 +128,14 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
 	return cpWorker{
-		ID:            w.id,
-		cpAdmission:   w.admission.cp(),
-		cpIdentity:    w.identity.cp(t.idKeys),
-		cpRuns:        w.runsState.cp(),
-		cpDrift:       w.driftState.cp(t),
-		MemoryRecord:  w.memory.Checkpoint(),
-		KillsRecord:   w.kills.Checkpoint(),
-		VerdictRecord: w.Verdict.Checkpoint(),
+		ID:             w.id,
+		cpAdmission:    w.admission.cp(),
+		IdentityRecord: w.Identity.Checkpoint(t.idKeys),
+		cpRuns:         w.runsState.cp(),
+		cpDrift:        w.driftState.cp(t),
+		MemoryRecord:   w.memory.Checkpoint(),
+		KillsRecord:    w.kills.Checkpoint(),
+		VerdictRecord:  w.Verdict.Checkpoint(),
 	}
 }
 
@@ -144,7 +144,7 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
 	w.admission.restore(&cw.cpAdmission)
-	w.identity.restore(&cw.cpIdentity, t.idKeys, now)
+	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
 	w.runsState.restore(&cw.cpRuns, t)
 	w.driftState.restore(&cw.cpDrift, t)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)

@@ -39,7 +39,7 @@ func ts(ns int64) time.Time { return state.Time(ns) }
 // lastAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
 // the restore.
-func (w *worker) sinceAlive() int64 { return max(w.lastAlive, w.firstMention, w.restoredAt) }
+func (w *worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
 
 // lost: no telemetry and no live process for lost.after.
 func (t *tracker) lost(w *worker, now int64) bool {
@@ -92,7 +92,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
 		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
-		last := max(w.lastClaim, w.firstMention)
+		last := max(w.lastClaim, w.FirstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,
@@ -132,14 +132,14 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
 	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
-	if !w.fresh {
+	if !w.Fresh {
 		// Restored from a checkpoint, or only named by the scheduler: nothing
 		// of its own seen since this process started, so never "healthy".
 		// Restored evidence (a memory latch, kills) still makes it unhealthy.
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, notReported(w, max(w.firstMention, w.restoredAt), w.restoredAt > 0))
+		return contract.Unknown, append(reasons, notReported(w, max(w.FirstMention, w.RestoredAt), w.RestoredAt > 0))
 	}
 	switch {
 	case len(unhealthy) > 0:
@@ -160,7 +160,7 @@ func notReported(w *worker, since int64, restored bool) contract.Reason {
 	switch {
 	case restored:
 		msg += "; restored from the checkpoint"
-	case w.origins[originScheduler].last > 0:
+	case w.NamedBy(state.OriginScheduler):
 		msg += "; only the scheduler named it"
 	}
 	return contract.Reason{Code: codeNotReported, Message: msg, Since: ts(since)}
@@ -184,7 +184,7 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 		target, reasons := t.judge(w, now)
 		from := w.State
 		if w.Judged(target, reasons, now, t.cfg.Hysteresis.RecoverEvaluations) {
-			out = append(out, transition{worker: w.id, name: w.name, from: from, to: target, reasons: reasons, at: now})
+			out = append(out, transition{worker: w.id, name: w.Name, from: from, to: target, reasons: reasons, at: now})
 			t.markDirty(w)
 		}
 	}

@@ -46,10 +46,10 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 		sort.Strings(wr)
 		sort.Strings(sr)
 		s.Workers = append(s.Workers, contract.Worker{
-			ID: w.id, Name: w.name, State: w.State,
+			ID: w.id, Name: w.Name, State: w.State,
 			Reasons:  append([]contract.Reason{}, w.Reasons...),
 			Since:    ts(w.Since),
-			LastSeen: ts(w.lastAlive),
+			LastSeen: ts(w.LastAlive),
 			Memory:   w.memory.Snapshot(t.mem),
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
@@ -60,7 +60,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
 				MissingCount: w.missN, OrphanedCount: w.orphN, OverCapacity: w.overCap,
 			},
-			Sources: t.sourcesSnapshot(w),
+			Sources: w.Identity.Snapshot(w.id, t.idKeys),
 		})
 	}
 	return s

@@ -18,14 +18,14 @@ import (
 type worker struct {
 	id string
 
-	identity                   // identity.go: name, when and by whom it was named
-	runsState                  // runstate.go: its runs, claims, capacity
-	driftState                 // drift.go: the scheduler's view and the drift between both views
-	memory        state.Memory // internal/state/memory.go: memory and its episodes
-	cpu           state.CPU    // internal/state/cpu.go: the CPU episode
-	kills         state.Kills  // internal/state/kills.go: the kills and the kills rule
-	admission                  // admission.go: evidence level and place in the admission lists
-	state.Verdict              // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
+	state.Identity              // internal/state/identity.go: name, when and by whom it was named
+	runsState                   // runstate.go: its runs, claims, capacity
+	driftState                  // drift.go: the scheduler's view and the drift between both views
+	memory         state.Memory // internal/state/memory.go: memory and its episodes
+	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
+	kills          state.Kills  // internal/state/kills.go: the kills and the kills rule
+	admission                   // admission.go: evidence level and place in the admission lists
+	state.Verdict               // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -36,7 +36,7 @@ type worker struct {
 func newWorker(id string, now int64) *worker {
 	return &worker{
 		id:         strings.Clone(id),
-		identity:   identity{firstMention: now, lastMention: now},
+		Identity:   state.NewIdentity(now),
 		runsState:  runsState{capacity: -1},
 		driftState: driftState{active: -1},
 		memory:     state.NewMemory(),
@@ -104,7 +104,7 @@ type tracker struct {
 	// the interned role names.
 	mem *state.MemRules
 	// originAt: the last record of each source about any worker.
-	originAt [nOrigins]int64
+	originAt [state.NOrigins]int64
 	// start is when the cumulative series began (checkpointed).
 	start int64
 }
@@ -162,19 +162,19 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if w == nil {
 		return
 	}
-	if s.Name != "" && w.name != s.Name {
-		w.name = strings.Clone(s.Name)
+	if s.Name != "" && w.Name != s.Name {
+		w.Name = strings.Clone(s.Name)
 	}
 	if s.Tree {
-		t.seenBy(w, originTree, s.Key, now)
+		t.seenBy(w, state.OriginTree, s.Key, now)
 	} else {
-		t.seenBy(w, originTelemetry, s.Key, now)
+		t.seenBy(w, state.OriginTelemetry, s.Key, now)
 	}
-	w.fresh = true
+	w.Fresh = true
 	// A live process is evidence of life as much as the worker's own
 	// telemetry: "lost" needs both silence and no process.
 	if s.Present != 0 {
-		w.lastAlive = now
+		w.LastAlive = now
 	}
 	if s.Capacity >= 0 {
 		w.capacity = s.Capacity
@@ -207,21 +207,21 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		return
 	}
 	if e.Src == srcScheduler {
-		t.seenBy(w, originScheduler, e.Key, now)
+		t.seenBy(w, state.OriginScheduler, e.Key, now)
 		w.schedKnown = true
 		w.sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
-			w.lastAlive = now
+			w.LastAlive = now
 		}
 	}
 	if e.Src == srcWorker {
-		t.seenBy(w, originTelemetry, e.Key, now)
-		w.fresh = true
-		w.lastAlive = now
-		if e.Name != "" && w.name != e.Name {
-			w.name = strings.Clone(e.Name)
+		t.seenBy(w, state.OriginTelemetry, e.Key, now)
+		w.Fresh = true
+		w.LastAlive = now
+		if e.Name != "" && w.Name != e.Name {
+			w.Name = strings.Clone(e.Name)
 		}
 		if e.Capacity >= 0 {
 			w.capacity = e.Capacity
