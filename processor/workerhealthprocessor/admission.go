@@ -192,7 +192,7 @@ func (t *tracker) refuse(id string, reason int) *worker {
 
 // mention notes a record about a tracked worker.
 func (t *tracker) mention(w *worker, now int64, ev evidence) {
-	w.lastMention = now
+	w.LastMention = now
 	t.markDirty(w)
 	switch {
 	case w.evidence == evidenceConfirmed:
@@ -235,13 +235,13 @@ func (t *tracker) forget(w *worker) {
 // removes.
 func (t *tracker) expire(now int64) {
 	once := &t.low[evidenceOnce]
-	for w := once.head; w != nil && now-w.lastMention > int64(t.cfg.Lost.After); w = once.head {
+	for w := once.head; w != nil && now-w.LastMention > int64(t.cfg.Lost.After); w = once.head {
 		t.counts.workersExpired[evidenceOnce]++
 		t.forget(w)
 	}
 	ttl := int64(t.cfg.Limits.WorkerTTL)
 	for _, w := range t.workers {
-		if now-w.lastMention > ttl {
+		if now-w.LastMention > ttl {
 			t.counts.workersExpired[w.evidence]++
 			t.forget(w)
 		}
@@ -265,8 +265,8 @@ func (t *tracker) announced(trs []transition, now int64) []transition {
 			continue
 		}
 		w.unannounced = false
-		if w.state != contract.Unknown && !hasTransition(out, w.id) {
-			out = append(out, transition{worker: w.id, name: w.name, from: contract.Unknown, to: w.state, reasons: w.reasons, at: now})
+		if w.State != contract.Unknown && !hasTransition(out, w.id) {
+			out = append(out, transition{worker: w.id, name: w.Name, from: contract.Unknown, to: w.State, reasons: w.Reasons, at: now})
 		}
 	}
 	t.fromOnce = t.fromOnce[:0]

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.uber.org/zap"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // The checkpoint lives in the storage client under these keys: one record
@@ -26,9 +26,10 @@ import (
 // admits what the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// To add a field: add it to the rule's checkpoint record (cpMemory in
-// memory.go, cpKills in kills.go, ...) with `json:",omitempty"` and fill it
-// in that type's cp and restore, next to the state it keeps. The records are
+// To add a field: add it to the rule's checkpoint record (state.MemoryRecord
+// in internal/state/memory.go, state.KillsRecord in internal/state/kills.go,
+// cpDrift in drift.go, ...) with `json:",omitempty"` and fill it in that
+// type's Checkpoint/cp and Restore/restore, next to the state it keeps. The records are
 // embedded in cpWorker, so their keys share one JSON object: a new key must
 // not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
 // ignored and missing ones are zero, so no version change is needed unless
@@ -84,18 +85,18 @@ type cpWrite struct {
 // cpWorker is a worker's checkpoint record: the evidence, not the verdict.
 // Restored workers are "unknown" until they send telemetry again (or "lost"
 // when they never do), except that a memory latch or recent kills still make
-// them "unhealthy". Each rule's state type has its own record (cpIdentity in
-// identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// them "unhealthy". Each rule's state type has its own record (state.IdentityRecord in
+// internal/state/identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
 // writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
 	cpAdmission
-	cpIdentity
+	state.IdentityRecord
 	cpRuns
 	cpDrift
-	cpMemory
-	cpKills
-	cpVerdict
+	state.MemoryRecord
+	state.KillsRecord
+	state.VerdictRecord
 }
 
 func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) error {
@@ -127,14 +128,14 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
 	return cpWorker{
-		ID:          w.id,
-		cpAdmission: w.admission.cp(),
-		cpIdentity:  w.identity.cp(t.idKeys),
-		cpRuns:      w.runsState.cp(),
-		cpDrift:     w.driftState.cp(t),
-		cpMemory:    w.memState.cp(),
-		cpKills:     w.killState.cp(),
-		cpVerdict:   w.verdict.cp(),
+		ID:             w.id,
+		cpAdmission:    w.admission.cp(),
+		IdentityRecord: w.Identity.Checkpoint(t.idKeys),
+		cpRuns:         w.runsState.cp(),
+		cpDrift:        w.driftState.cp(t),
+		MemoryRecord:   w.memory.Checkpoint(),
+		KillsRecord:    w.kills.Checkpoint(),
+		VerdictRecord:  w.Verdict.Checkpoint(),
 	}
 }
 
@@ -143,16 +144,15 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
 	w.admission.restore(&cw.cpAdmission)
-	w.identity.restore(&cw.cpIdentity, t.idKeys, now)
+	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
 	w.runsState.restore(&cw.cpRuns, t)
 	w.driftState.restore(&cw.cpDrift, t)
-	t.restoreMemory(&w.memState, &cw.cpMemory)
-	w.killState.restore(&cw.cpKills, &t.effects)
-	w.verdict.restore(&cw.cpVerdict)
+	w.memory.Restore(&cw.MemoryRecord, t.mem)
+	w.kills.Restore(&cw.KillsRecord, t.kills)
+	w.Verdict.Restore(&cw.VerdictRecord)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
-	w.state, w.since = contract.Unknown, now
-	w.reasons = []contract.Reason{notReported(w, now, true)}
+	w.Restored(now, notReported(w, now, true))
 	return w
 }
 
@@ -322,7 +322,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	}
 	p.mu.Lock()
 	writes, deletes, meta := p.tracker.collectCheckpoint()
-	hists := p.tracker.collectHists()
+	hists := p.tracker.hists.Collect()
 	p.mu.Unlock()
 	if p.unchanged(writes, deletes, meta) && hists == nil {
 		return
@@ -369,7 +369,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 		}
 		t.cp.deleted = append(t.cp.deleted, deletes...)
 		if hists != nil {
-			t.hists.changed = true
+			t.hists.Unsaved()
 		}
 		p.mu.Unlock()
 	}

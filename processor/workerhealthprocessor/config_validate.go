@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // Validate checks the configuration; every error names its YAML key. Each
@@ -60,7 +61,7 @@ func (c *Config) validateMapping(add func(key, format string, a ...any)) {
 			add(fmt.Sprintf("mapping.kill_reason_patterns[%d].pattern", i), "not a regular expression: %q", kp.Pattern)
 		}
 		if !validKillReason(kp.Reason) {
-			add(fmt.Sprintf("mapping.kill_reason_patterns[%d].reason", i), "unknown kill reason %q (one of %v)", kp.Reason, killReasonNames)
+			add(fmt.Sprintf("mapping.kill_reason_patterns[%d].reason", i), "unknown kill reason %q (one of %v)", kp.Reason, state.KillReasonNames)
 		}
 	}
 	if len(c.Mapping.KillReasonPatterns) > 0 && c.Mapping.FailureReasonAttribute == "" {
@@ -82,7 +83,7 @@ func (c *Config) validateMapping(add func(key, format string, a ...any)) {
 	}
 	for et, r := range c.Mapping.ErrorTypeKillReasons {
 		if !validKillReason(r) {
-			add("mapping.error_type_kill_reasons", "%q maps to unknown kill reason %q (one of %v)", et, r, killReasonNames)
+			add("mapping.error_type_kill_reasons", "%q maps to unknown kill reason %q (one of %v)", et, r, state.KillReasonNames)
 		}
 	}
 }
@@ -129,10 +130,10 @@ func (c *Config) validateKills(add func(key, format string, a ...any)) {
 		add("kills.window", "must be positive when kills.count is set, got %v", c.Kills.Window)
 	}
 	for r, e := range c.Kills.Effects {
-		if !slices.Contains(killReasonNames[:], r) {
-			add("kills.effects", "unknown kill reason %q (one of %v)", r, killReasonNames)
+		if !slices.Contains(state.KillReasonNames[:], r) {
+			add("kills.effects", "unknown kill reason %q (one of %v)", r, state.KillReasonNames)
 		}
-		if _, ok := effectIndex(e); !ok {
+		if _, ok := state.EffectIndex(e); !ok {
 			add("kills.effects", "%q: unknown effect %q (one of none, degraded, unhealthy)", r, e)
 		}
 	}
@@ -232,7 +233,7 @@ func (c *Config) validateCapacity(add func(key, format string, a ...any)) {
 	}
 }
 
-func validKillReason(r string) bool { return slices.Contains(killReasonNames[:], r) }
+func validKillReason(r string) bool { return slices.Contains(state.KillReasonNames[:], r) }
 
 func (c *Config) validateScheduler(add func(key, format string, a ...any)) {
 	sc := &c.Scheduler

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // Claim drift (docs/health-rules.md, "Claim drift" and "Scheduler views").
@@ -168,7 +169,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	// Runs can be missing only from a worker that says what it holds: one
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
-	workerView := w.origins[originTelemetry].last > 0
+	workerView := w.NamedBy(state.OriginTelemetry)
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
 	w.missSince, w.orphSince = 0, 0
 	w.heldW, w.heldS = 0, 0
@@ -211,7 +212,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	// A claims-only scheduler never says a run ended: without the worker's
 	// own view its claims only add up (until drift.heal_after), which says
 	// nothing of the worker's load.
-	judged := w.origins[originTelemetry].last > 0 || src.View != contract.ViewClaimsOnly
+	judged := w.NamedBy(state.OriginTelemetry) || src.View != contract.ViewClaimsOnly
 	if c := t.capacityOf(w); c > 0 && judged {
 		if held := w.heldForCapacity(); held > c {
 			if w.overCapSince == 0 {
@@ -233,7 +234,7 @@ func (t *tracker) drift(w *worker, now int64) {
 // lost claim twice. A worker whose own telemetry never named it has only the
 // scheduler's view.
 func (w *worker) heldForCapacity() int {
-	if w.origins[originTelemetry].last > 0 {
+	if w.NamedBy(state.OriginTelemetry) {
 		return w.heldW
 	}
 	return w.heldS

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // scopeName is the scope of everything the processor emits. The names are in
@@ -82,18 +83,18 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		rm := rms.AppendEmpty()
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.id)
 		scope(rm)
-		state := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
 			v := int64(0)
-			if s == w.state {
+			if s == w.State {
 				v = 1
 				byState[i]++
 			}
-			point(state, v, false, contract.AttrState, string(s))
+			point(states, v, false, contract.AttrState, string(s))
 		}
-		if anyPositive(w.transitions[:]) {
+		if trs := w.Transitions(); anyPositive(trs[:]) {
 			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
-			for i, n := range w.transitions {
+			for i, n := range trs {
 				if n > 0 {
 					point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
 				}
@@ -109,11 +110,11 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 		point(claims, w.claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
 		point(claims, w.claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
-		if anyPositive(w.kills[:]) {
+		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
-			for i, n := range w.kills {
+			for i, n := range byReason {
 				if n > 0 {
-					point(kills, n, true, contract.AttrKillReason, killReasonNames[i])
+					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
 		}
@@ -143,31 +144,31 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 		return h.DataPoints()
 	}
-	hpoint := func(dps pmetric.HistogramDataPointSlice, h *hist, k, v string) {
-		if h.count == 0 {
+	hpoint := func(dps pmetric.HistogramDataPointSlice, h *state.Hist, k, v string) {
+		if h.Count() == 0 {
 			return
 		}
 		dp := dps.AppendEmpty()
 		dp.SetStartTimestamp(st)
 		dp.SetTimestamp(nt)
-		dp.SetCount(h.count)
-		dp.SetSum(h.sum)
-		dp.ExplicitBounds().FromRaw(t.hists.bounds)
-		dp.BucketCounts().FromRaw(h.counts)
+		dp.SetCount(h.Count())
+		dp.SetSum(h.Sum())
+		dp.ExplicitBounds().FromRaw(t.hists.Bounds())
+		dp.BucketCounts().FromRaw(h.Counts())
 		if k != "" {
 			dp.Attributes().PutStr(k, v)
 		}
 	}
 	dur := histo(contract.MetricRunDuration, "Run duration from start to finish, by result.")
-	for i, x := range t.hists.byResult {
-		if x != nil {
-			hpoint(dur, x, contract.AttrResult, resultNames[i])
+	for i, n := range state.ResultNames {
+		if x := t.hists.ByResult(i); x != nil {
+			hpoint(dur, x, contract.AttrResult, n)
 		}
 	}
-	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), &t.hists.claimStart, "", "")
+	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), t.hists.ClaimStart(), "", "")
 	stg := histo(contract.MetricStageDuration, "Duration of a run's stage spans, by stage.")
-	for _, s := range t.hists.stageNames {
-		hpoint(stg, t.hists.stages[s], contract.AttrStage, s)
+	for _, s := range t.hists.StageNames() {
+		hpoint(stg, t.hists.StageHist(s), contract.AttrStage, s)
 	}
 	return md
 }

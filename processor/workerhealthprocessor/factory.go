@@ -12,6 +12,7 @@ import (
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // factory keeps one instance per *Config: the collector creates the
@@ -98,7 +99,7 @@ func createDefaultConfig() component.Config {
 			RecoveryRatio:    0.95,
 			RecoverySamples:  3,
 		},
-		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: defaultKillEffects(), ExitWindow: 15 * time.Second},
+		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: state.DefaultKillEffects(), ExitWindow: 15 * time.Second},
 		Identity: IdentityConfig{JoinWithin: time.Minute},
 		CPU: CPURule{
 			Enabled: true, SaturationCores: 0.9, Samples: 3,

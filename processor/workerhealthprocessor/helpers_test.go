@@ -101,13 +101,13 @@ func (h *harness) state(id string) contract.State {
 	if w == nil {
 		return ""
 	}
-	return w.state
+	return w.State
 }
 
 func (h *harness) codes(id string) []string {
 	w := h.worker(id)
 	var out []string
-	for _, r := range w.reasons {
+	for _, r := range w.Reasons {
 		out = append(out, r.Code)
 	}
 	return out
@@ -360,7 +360,7 @@ func (h *harness) snap(id string) contract.Worker {
 
 // reason is w1's reason with this code.
 func (h *harness) reason(code string) contract.Reason {
-	for _, r := range h.worker("w1").reasons {
+	for _, r := range h.worker("w1").Reasons {
 		if r.Code == code {
 			return r
 		}

@@ -8,60 +8,23 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// Reason codes (docs/health-rules.md).
+// Reason codes (internal/state/codes.go, docs/health-rules.md).
 const (
-	codeMemory        = "memory_over_soft_limit"
-	codeMemoryAtStart = "memory_over_soft_limit_at_run_start"
-	codeKills         = "kills_in_window"
-	codeCPU           = "cpu_saturated"
-	codeNoClaim       = "no_claim"
-	codeNoTelemetry   = "no_telemetry"
-	codeMissing       = "drift_missing"
-	codeOrphaned      = "drift_orphaned"
-	codeOverCapacity  = "over_capacity"
-	codeRecovering    = "recovering"
-	codeNotReported   = "no_telemetry_since_start"
+	codeMemory        = state.CodeMemory
+	codeMemoryAtStart = state.CodeMemoryAtStart
+	codeKills         = state.CodeKills
+	codeCPU           = state.CodeCPU
+	codeNoClaim       = state.CodeNoClaim
+	codeNoTelemetry   = state.CodeNoTelemetry
+	codeMissing       = state.CodeMissing
+	codeOrphaned      = state.CodeOrphaned
+	codeOverCapacity  = state.CodeOverCapacity
+	codeRecovering    = state.CodeRecovering
+	codeNotReported   = state.CodeNotReported
 )
-
-// verdict is a worker's judged state: since when, with which reasons, the
-// consecutive evaluations that computed a better state (hysteresis), and
-// the cumulative state transitions by the state entered.
-type verdict struct {
-	state       contract.State
-	since       int64
-	reasons     []contract.Reason
-	better      int
-	transitions [6]int64
-}
-
-// cpVerdict is the verdict's checkpoint record: only the cumulative
-// transitions (the state itself is judged again after a restore).
-type cpVerdict struct {
-	Transitions map[string]int64 `json:"transitions,omitempty"`
-}
-
-func (v *verdict) cp() cpVerdict {
-	var c cpVerdict
-	for i, n := range v.transitions {
-		if n > 0 {
-			if c.Transitions == nil {
-				c.Transitions = map[string]int64{}
-			}
-			c.Transitions[string(contract.AllStates[i])] = n
-		}
-	}
-	return c
-}
-
-func (v *verdict) restore(c *cpVerdict) {
-	for st, n := range c.Transitions {
-		if s := contract.State(st); s.Valid() && n > 0 {
-			v.transitions[stateIndex(s)] = n
-		}
-	}
-}
 
 // transition is one state change, for the log record.
 type transition struct {
@@ -71,17 +34,12 @@ type transition struct {
 	at           int64
 }
 
-func ts(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
-}
+func ts(ns int64) time.Time { return state.Time(ns) }
 
 // lastAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
 // the restore.
-func (w *worker) sinceAlive() int64 { return max(w.lastAlive, w.firstMention, w.restoredAt) }
+func (w *worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
 
 // lost: no telemetry and no live process for lost.after.
 func (t *tracker) lost(w *worker, now int64) bool {
@@ -97,9 +55,9 @@ func (t *tracker) update(w *worker, now int64) {
 	if t.lost(w, now) {
 		return
 	}
-	w.memState.tick(now, &t.mem)
-	t.matchExits(w, now)
-	w.killState.window(now, &t.cfg.Kills, &t.effects)
+	w.memory.Tick(now, t.mem)
+	w.kills.MatchExits(now, t.kills)
+	w.kills.Window(now, t.kills)
 	t.drift(w, now)
 }
 
@@ -119,12 +77,12 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		}}
 	}
 
-	unhealthy, degraded = w.memState.addReasons(&t.mem, unhealthy, degraded)
+	unhealthy, degraded = w.memory.AddReasons(t.mem, unhealthy, degraded)
 
-	switch r, effect := w.killState.reason(&t.cfg.Kills); effect {
-	case effectUnhealthy:
+	switch r, effect := w.kills.Reason(t.kills); effect {
+	case state.EffectUnhealthy:
 		unhealthy = append(unhealthy, r)
-	case effectDegraded:
+	case state.EffectDegraded:
 		degraded = append(degraded, r)
 	}
 
@@ -134,7 +92,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
 		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
-		last := max(w.lastClaim, w.firstMention)
+		last := max(w.lastClaim, w.FirstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,
@@ -168,20 +126,20 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
 		})
 	}
-	if r, ok := w.cpuState.reason(&t.cfg.CPU); ok {
+	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
 		degraded = append(degraded, r)
 	}
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
 	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
-	if !w.fresh {
+	if !w.Fresh {
 		// Restored from a checkpoint, or only named by the scheduler: nothing
 		// of its own seen since this process started, so never "healthy".
 		// Restored evidence (a memory latch, kills) still makes it unhealthy.
 		if len(unhealthy) > 0 {
 			return contract.Unhealthy, reasons
 		}
-		return contract.Unknown, append(reasons, notReported(w, max(w.firstMention, w.restoredAt), w.restoredAt > 0))
+		return contract.Unknown, append(reasons, notReported(w, max(w.FirstMention, w.RestoredAt), w.RestoredAt > 0))
 	}
 	switch {
 	case len(unhealthy) > 0:
@@ -202,7 +160,7 @@ func notReported(w *worker, since int64, restored bool) contract.Reason {
 	switch {
 	case restored:
 		msg += "; restored from the checkpoint"
-	case w.origins[originScheduler].last > 0:
+	case w.NamedBy(state.OriginScheduler):
 		msg += "; only the scheduler named it"
 	}
 	return contract.Reason{Code: codeNotReported, Message: msg, Since: ts(since)}
@@ -224,28 +182,11 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 		t.prune(w, now)
 		t.update(w, now)
 		target, reasons := t.judge(w, now)
-		cur := w.state
-		switch {
-		case target == cur:
-			w.better = 0
-		case cur == contract.Unknown || target == contract.Unknown || contract.Severity(target) > contract.Severity(cur):
-			w.better = 0
-			out = append(out, t.move(w, target, reasons, now))
-			continue
-		default:
-			w.better++
-			if w.better >= t.cfg.Hysteresis.RecoverEvaluations {
-				w.better = 0
-				out = append(out, t.move(w, target, reasons, now))
-				continue
-			}
-			reasons = append(reasons, contract.Reason{
-				Code:    codeRecovering,
-				Message: fmt.Sprintf("rules say %s; %d of %d evaluations before the state changes", target, w.better, t.cfg.Hysteresis.RecoverEvaluations),
-				Value:   float64(w.better), Threshold: float64(t.cfg.Hysteresis.RecoverEvaluations),
-			})
+		from := w.State
+		if w.Judged(target, reasons, now, t.cfg.Hysteresis.RecoverEvaluations) {
+			out = append(out, transition{worker: w.id, name: w.Name, from: from, to: target, reasons: reasons, at: now})
+			t.markDirty(w)
 		}
-		w.reasons = reasons
 	}
 	t.fleet(now)
 	out = t.announced(out, now)
@@ -253,14 +194,6 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 	uj := t.checkJoin(now)
 	t.unjoinedN += int64(len(uj))
 	return out, uj
-}
-
-func (t *tracker) move(w *worker, to contract.State, reasons []contract.Reason, now int64) transition {
-	tr := transition{worker: w.id, name: w.name, from: w.state, to: to, reasons: reasons, at: now}
-	w.state, w.since, w.reasons = to, now, reasons
-	w.transitions[stateIndex(to)]++
-	t.markDirty(w)
-	return tr
 }
 
 // fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
@@ -279,7 +212,7 @@ func (t *tracker) fleet(now int64) {
 func (t *tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
-		if !w.state.MayTakeWork() || w.evidence == evidenceOnce {
+		if !w.State.MayTakeWork() || w.evidence == evidenceOnce {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {

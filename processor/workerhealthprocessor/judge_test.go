@@ -285,8 +285,8 @@ func TestReasonEvidence(t *testing.T) {
 	}
 	h.eval()
 	w := h.worker("w1")
-	require.Equal(t, unhealthy, w.state)
-	r := w.reasons[0]
+	require.Equal(t, unhealthy, w.State)
+	r := w.Reasons[0]
 	assert.Equal(t, codeMemory, r.Code)
 	assert.Equal(t, 1500.0, r.Value)
 	assert.Equal(t, 1000.0, r.Threshold)

@@ -241,19 +241,19 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 		t.Fatalf("%d workers tracked", len(tr.workers))
 	}
 	for id, w := range tr.workers {
-		if id == "" || len(id) > cfg.Limits.MaxAttributeLength || len(w.name) > cfg.Limits.MaxAttributeLength {
-			t.Fatalf("worker id %d bytes, name %d bytes", len(id), len(w.name))
+		if id == "" || len(id) > cfg.Limits.MaxAttributeLength || len(w.Name) > cfg.Limits.MaxAttributeLength {
+			t.Fatalf("worker id %d bytes, name %d bytes", len(id), len(w.Name))
 		}
 		if w.runs.len() > cfg.Limits.MaxRunsPerWorker {
 			t.Fatalf("%d runs", w.runs.len())
 		}
-		for _, k := range w.kills {
+		for _, k := range w.kills.ByReason() {
 			if k < 0 {
-				t.Fatalf("kills %v", w.kills)
+				t.Fatalf("kills %v", w.kills.ByReason())
 			}
 		}
-		if !w.state.Valid() {
-			t.Fatalf("state %q", w.state)
+		if !w.State.Valid() {
+			t.Fatalf("state %q", w.State)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -125,23 +126,23 @@ func TestOpenFnMapping(t *testing.T) {
 	h.eval()
 	w := h.worker("openfn-1")
 	require.NotNil(t, w)
-	assert.Equal(t, int64(2), w.kills[killReasonIndex["memory_limit"]])
-	assert.Equal(t, int64(1), w.kills[killReasonIndex["timeout"]])
-	assert.Equal(t, healthy, w.state, "runs killed by their own limits are the runs' fault")
+	assert.Equal(t, int64(2), w.kills.ByReason()[state.KillIndex("memory_limit")])
+	assert.Equal(t, int64(1), w.kills.ByReason()[state.KillIndex("timeout")])
+	assert.Equal(t, healthy, w.State, "runs killed by their own limits are the runs' fault")
 	assert.NotContains(t, h.codes("openfn-1"), codeKills)
 	for _, run := range []string{"e", "f", "g"} {
 		send("run:start", run, nil)
 		send("run:complete", run, map[string]any{"reason": "crash", "error_type": "ExitError"})
 	}
 	h.eval()
-	assert.Equal(t, int64(3), w.kills[killReasonIndex["crash"]])
-	assert.Equal(t, unhealthy, w.state, "3 crashes within the window are the worker's")
+	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
+	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), codeKills)
 	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, uint64(1), h.p.tracker.hists.byResult[resultIndex("success")].count)
-	assert.Equal(t, uint64(6), h.p.tracker.hists.byResult[resultIndex("error")].count)
+	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())
+	assert.Equal(t, uint64(6), h.p.tracker.hists.ByResult(state.ResultIndex("error")).Count())
 }
 
 // Malformed records are counted and skipped; the rest of the batch applies
@@ -187,5 +188,5 @@ func TestMalformedRecords(t *testing.T) {
 	assert.Equal(t, int64(6), malformed)
 	assert.True(t, okRun, "the valid record after the malformed ones applied")
 	assert.Equal(t, 1, w.runs.len())
-	assert.Equal(t, int64(-1), w.rss, "a negative memory sample is ignored")
+	assert.Equal(t, int64(-1), w.memory.RSS(), "a negative memory sample is ignored")
 }

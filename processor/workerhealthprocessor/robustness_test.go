@@ -62,8 +62,8 @@ func TestHugeMemorySampleIsOverTheLimit(t *testing.T) {
 	}
 	h.eval()
 	w := h.worker("w1")
-	assert.Equal(t, int64(math.MaxInt64), w.rss)
-	assert.Equal(t, unhealthy, w.state)
+	assert.Equal(t, int64(math.MaxInt64), w.memory.RSS())
+	assert.Equal(t, unhealthy, w.State)
 }
 
 // Issue 14.7: a 1-byte cgroup limit makes a 1-byte soft limit (0.9 of it
@@ -79,7 +79,7 @@ func TestTinyCgroupLimitKeepsTheSoftLimit(t *testing.T) {
 	}
 	h.eval()
 	h.p.mu.Lock()
-	lim := h.p.tracker.workers["w1"].memState.softLimit(&h.p.tracker.mem)
+	lim := h.p.tracker.workers["w1"].memory.SoftLimit(h.p.tracker.mem)
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(1), lim)
 	assert.Equal(t, unhealthy, h.state("w1"))

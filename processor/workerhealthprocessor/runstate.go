@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // The runs of a worker (docs/health-rules.md, "Claim drift"): one entry per
@@ -45,7 +46,7 @@ type run struct {
 	startTS    int64
 	endTS      int64 // the worker's end record's own timestamp
 	flags      uint16
-	result     uint8 // resultIndex + 1 of how it ended (0 = not ended or unknown)
+	result     uint8 // state.ResultIndex + 1 of how it ended (0 = not ended or unknown)
 	kill       uint8 // kill reason index + 1 (0 = not killed)
 }
 
@@ -169,10 +170,10 @@ func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
 	r.flags |= fStarted
 	r.startTS = ts
 	if r.claimTS > 0 && ts >= r.claimTS {
-		t.hists.claimToStart(ts - r.claimTS)
+		t.hists.ClaimToStart(ts - r.claimTS)
 	}
 	// Scoot's rule: memory already over the soft limit when a run starts.
-	w.memState.runStarted(now, &t.mem)
+	w.memory.RunStarted(now, t.mem)
 }
 
 // cpRuns is the runs' checkpoint record.
@@ -271,7 +272,7 @@ func (t *tracker) workerEnd(w *worker, r *run, e *event, now int64) {
 		// the worker's record of the same end, which does, in either
 		// order): the first that knows the result gives it.
 		if r.result == 0 && e.Result != "" {
-			r.result = uint8(resultIndex(e.Result) + 1)
+			r.result = uint8(state.ResultIndex(e.Result) + 1)
 		}
 		return
 	}
@@ -287,14 +288,27 @@ func (t *tracker) workerEnd(w *worker, r *run, e *event, now int64) {
 	}
 	r.endTS = e.TS
 	if e.Result != "" {
-		r.result = uint8(resultIndex(e.Result) + 1)
+		r.result = uint8(state.ResultIndex(e.Result) + 1)
 	}
 	if r.has(fStarted) || e.Kind == evKilled {
 		// A run killed before it started still had its child killed
 		// (OpenFn's engine starts the time limit at the hand-over).
-		w.runEnded(now)
+		w.kills.RunEnded(now)
 	}
 	if r.startTS > 0 && e.TS >= r.startTS {
-		t.hists.duration(e.Result, e.TS-r.startTS)
+		t.hists.Duration(e.Result, e.TS-r.startTS)
 	}
+}
+
+// runKilled counts the kill of a run once, whatever else about the run
+// arrived first (its span or a finished record may come through another
+// pipeline before the kill), with its reason.
+func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
+	if r.has(fKilled) {
+		return
+	}
+	r.flags |= fKilled
+	k := state.KillIndex(reason)
+	r.kill = uint8(k + 1)
+	w.kills.Kill(k, now, t.kills)
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // snapshot builds the immutable view for the health extension.
@@ -28,7 +29,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 	}
 	var ended []*run
 	for _, w := range t.byID() {
-		s.Fleet.ByState[w.state]++
+		s.Fleet.ByState[w.State]++
 		var wr, sr []string
 		ended = ended[:0]
 		for r := range w.runs.all() {
@@ -45,21 +46,21 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 		sort.Strings(wr)
 		sort.Strings(sr)
 		s.Workers = append(s.Workers, contract.Worker{
-			ID: w.id, Name: w.name, State: w.state,
-			Reasons:  append([]contract.Reason{}, w.reasons...),
-			Since:    ts(w.since),
-			LastSeen: ts(w.lastAlive),
-			Memory:   w.memState.snapshot(&t.mem),
-			CPU:      w.cpuState.snapshot(),
+			ID: w.id, Name: w.Name, State: w.State,
+			Reasons:  append([]contract.Reason{}, w.Reasons...),
+			Since:    ts(w.Since),
+			LastSeen: ts(w.LastAlive),
+			Memory:   w.memory.Snapshot(t.mem),
+			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
 				Worker: nonNil(wr), Scheduler: nonNil(sr), Capacity: t.capacityOf(w),
-				Recent: t.recentRuns(ended), Kills: w.killState.snapshot(),
+				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
 				MissingCount: w.missN, OrphanedCount: w.orphN, OverCapacity: w.overCap,
 			},
-			Sources: t.sourcesSnapshot(w),
+			Sources: w.Identity.Snapshot(w.id, t.idKeys),
 		})
 	}
 	return s
@@ -76,13 +77,13 @@ func (t *tracker) recentRuns(ended []*run) []contract.RunRecord {
 	for _, r := range ended[:n] {
 		rec := contract.RunRecord{ID: string(r.id), Started: ts(r.startTS), Ended: ts(r.endTS)}
 		if r.result > 0 {
-			rec.Result = resultNames[r.result-1]
+			rec.Result = state.ResultNames[r.result-1]
 		}
 		if r.kill > 0 {
-			rec.KillReason = killReasonNames[r.kill-1]
+			rec.KillReason = state.KillReasonNames[r.kill-1]
 		}
 		if r.startTS > 0 && r.endTS >= r.startTS {
-			rec.DurationSeconds = nsToSeconds(r.endTS - r.startTS)
+			rec.DurationSeconds = state.Seconds(r.endTS - r.startTS)
 		}
 		out = append(out, rec)
 	}

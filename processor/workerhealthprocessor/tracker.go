@@ -4,17 +4,8 @@ import (
 	"strings"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
-
-// stateIndex maps states to array slots, in contract.AllStates order.
-func stateIndex(s contract.State) int {
-	for i, v := range contract.AllStates {
-		if v == s {
-			return i
-		}
-	}
-	return len(contract.AllStates) - 1
-}
 
 // worker is everything kept per worker: a composition of one state type per
 // rule, each in its own file with what it applies, its reasons, its part of
@@ -27,14 +18,14 @@ func stateIndex(s contract.State) int {
 type worker struct {
 	id string
 
-	identity   // identity.go: name, when and by whom it was named
-	runsState  // runstate.go: its runs, claims, capacity
-	driftState // drift.go: the scheduler's view and the drift between both views
-	memState   // memory.go: memory and its episodes
-	cpuState   // cpu.go: the CPU episode
-	killState  // kills.go: the kills and the kills rule
-	admission  // admission.go: evidence level and place in the admission lists
-	verdict    // judge.go: state, since, reasons, hysteresis, transitions
+	state.Identity              // internal/state/identity.go: name, when and by whom it was named
+	runsState                   // runstate.go: its runs, claims, capacity
+	driftState                  // drift.go: the scheduler's view and the drift between both views
+	memory         state.Memory // internal/state/memory.go: memory and its episodes
+	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
+	kills          state.Kills  // internal/state/kills.go: the kills and the kills rule
+	admission                   // admission.go: evidence level and place in the admission lists
+	state.Verdict               // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -45,13 +36,13 @@ type worker struct {
 func newWorker(id string, now int64) *worker {
 	return &worker{
 		id:         strings.Clone(id),
-		identity:   identity{firstMention: now, lastMention: now},
+		Identity:   state.NewIdentity(now),
 		runsState:  runsState{capacity: -1},
 		driftState: driftState{active: -1},
-		memState:   memState{rss: -1, cgroupMax: -1},
-		cpuState:   cpuState{cpuCores: -1, cpuLimit: -1},
-		killState:  killState{oomBase: -1, exitMainBase: -1, exitChildBase: -1},
-		verdict:    verdict{state: contract.Unknown, since: now},
+		memory:     state.NewMemory(),
+		cpu:        state.NewCPU(),
+		kills:      state.NewKills(),
+		Verdict:    state.NewVerdict(now),
 		slot:       -1,
 	}
 }
@@ -64,7 +55,7 @@ type tracker struct {
 	last    *worker // the worker get returned last (nil after any removal)
 
 	// stage and histogram state live in hists (fleet-wide, bounded by config).
-	hists *histograms
+	hists *state.Histograms
 
 	pending       int64 // scheduler's pending gauge, -1 = none
 	pendingAt     int64
@@ -102,44 +93,34 @@ type tracker struct {
 	healed    [2]int64
 	unjoinedN int64
 
-	// effects: each kill reason's effect (kills.go).
-	effects [nKillReasons]uint8
-	// scheds are the scheduler sources, idKeys the worker id attributes,
-	// roleLimits the roles with a soft limit (all from the config).
-	scheds     []schedSource
-	idKeys     []string
-	roleLimits []roleLimit
-	// mem is what the memory rule reads (memory.go).
-	mem memRules
+	// kills is what the kills rule reads: its section and each reason's
+	// effect (internal/state/kills.go).
+	kills *state.KillRules
+	// scheds are the scheduler sources, idKeys the worker id attributes
+	// (both from the config).
+	scheds []schedSource
+	idKeys []string
+	// mem is what the memory rule reads (internal/state/memory.go), with
+	// the interned role names.
+	mem *state.MemRules
 	// originAt: the last record of each source about any worker.
-	originAt [nOrigins]int64
-	// roleNames interns process role names (memory.go).
-	roleNames map[string]string
+	originAt [state.NOrigins]int64
 	// start is when the cumulative series began (checkpointed).
 	start int64
 }
 
 func newTracker(cfg *Config) *tracker {
 	t := &tracker{
-		cfg:       cfg,
-		workers:   map[string]*worker{},
-		hists:     newHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
-		pending:   -1,
-		roleNames: map[string]string{},
+		cfg:     cfg,
+		workers: map[string]*worker{},
+		hists:   state.NewHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		pending: -1,
 
 		clusterPending: -1,
 	}
-	t.scheds, t.idKeys, t.roleLimits = cfg.schedulers(), cfg.idKeys(), roleLimits(cfg)
-	t.mem = memRules{cfg: &cfg.Memory, roleLimits: t.roleLimits, lostAfter: int64(cfg.Lost.After)}
-	effects := defaultKillEffects()
-	for r, e := range cfg.Kills.Effects {
-		effects[r] = e
-	}
-	for r, e := range effects {
-		if i, ok := killReasonIndex[r]; ok {
-			t.effects[i], _ = effectIndex(e)
-		}
-	}
+	t.scheds, t.idKeys = cfg.schedulers(), cfg.idKeys()
+	t.mem = state.NewMemRules(&cfg.Memory, cfg.Lost.After)
+	t.kills = state.NewKillRules(&cfg.Kills)
 	return t
 }
 
@@ -181,19 +162,19 @@ func (t *tracker) applySample(s *sample, now int64) {
 	if w == nil {
 		return
 	}
-	if s.Name != "" && w.name != s.Name {
-		w.name = strings.Clone(s.Name)
+	if s.Name != "" && w.Name != s.Name {
+		w.Name = strings.Clone(s.Name)
 	}
 	if s.Tree {
-		t.seenBy(w, originTree, s.Key, now)
+		t.seenBy(w, state.OriginTree, s.Key, now)
 	} else {
-		t.seenBy(w, originTelemetry, s.Key, now)
+		t.seenBy(w, state.OriginTelemetry, s.Key, now)
 	}
-	w.fresh = true
+	w.Fresh = true
 	// A live process is evidence of life as much as the worker's own
 	// telemetry: "lost" needs both silence and no process.
 	if s.Present != 0 {
-		w.lastAlive = now
+		w.LastAlive = now
 	}
 	if s.Capacity >= 0 {
 		w.capacity = s.Capacity
@@ -202,18 +183,18 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.active, w.activeAt = s.Active, now
 	}
 	if s.CgroupMax >= 0 {
-		w.cgroupMax = s.CgroupMax
+		w.memory.SetCgroupMax(s.CgroupMax)
 	}
 	if s.CPULimit > 0 {
-		w.cpuLimit = s.CPULimit
+		w.cpu.SetLimit(s.CPULimit)
 	}
 	if s.Mem >= 0 {
-		t.memorySample(w, s, now)
+		w.memory.Sample(s, now, t.mem)
 	}
 	if s.CPUMain >= 0 && t.cfg.CPU.Enabled {
-		w.cpuState.sample(s.CPUMain, now, &t.cfg.CPU)
+		w.cpu.Sample(s.CPUMain, now, &t.cfg.CPU)
 	}
-	t.treeKills(w, s, now)
+	w.kills.Tree(s, now, t.kills)
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
@@ -226,21 +207,21 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		return
 	}
 	if e.Src == srcScheduler {
-		t.seenBy(w, originScheduler, e.Key, now)
+		t.seenBy(w, state.OriginScheduler, e.Key, now)
 		w.schedKnown = true
 		w.sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
-			w.lastAlive = now
+			w.LastAlive = now
 		}
 	}
 	if e.Src == srcWorker {
-		t.seenBy(w, originTelemetry, e.Key, now)
-		w.fresh = true
-		w.lastAlive = now
-		if e.Name != "" && w.name != e.Name {
-			w.name = strings.Clone(e.Name)
+		t.seenBy(w, state.OriginTelemetry, e.Key, now)
+		w.Fresh = true
+		w.LastAlive = now
+		if e.Name != "" && w.Name != e.Name {
+			w.Name = strings.Clone(e.Name)
 		}
 		if e.Capacity >= 0 {
 			w.capacity = e.Capacity
@@ -250,7 +231,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	case evSeen, evHeartbeat:
 		return
 	case evStage:
-		t.hists.stage(e.Stage, e.TS-e.StartTS)
+		t.hists.Stage(e.Stage, e.TS-e.StartTS)
 		return
 	case evSnapshot:
 		t.applySnapshot(w, e.SnapRuns, now)

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
 	"fmt"
@@ -20,68 +20,74 @@ import (
 // cpu.max "50000 100000" gets half a core): the thresholds are shares of
 // min(1, limit), so a main process held at its quota counts as saturated.
 
-// cpuState is the CPU episode of a worker's main process: cpuCores -1 =
-// never judged, cpuLimit -1 = unknown.
-type cpuState struct {
-	cpuCores float64
-	cpuLimit float64
-	cpuOver  int
-	cpuUnder int
-	cpuSat   bool
-	cpuSince int64
+// CPU is the CPU episode of a worker's main process: cores -1 = never
+// judged, limit -1 = unknown.
+type CPU struct {
+	cores float64
+	limit float64
+	over  int
+	under int
+	sat   bool
+	since int64
 }
+
+// NewCPU is the episode of a worker never sampled.
+func NewCPU() CPU { return CPU{cores: -1, limit: -1} }
+
+// SetLimit records the worker's CPU limit, in CPUs, as its tree reports it.
+func (c *CPU) SetLimit(limit float64) { c.limit = limit }
 
 // cpuScale is what cpu.saturation_cores and cpu.recovery_cores are shares
 // of: one core, or the worker's CPU limit when that is smaller.
 func cpuScale(limit float64) float64 { return min(1, limit) }
 
-// sample advances the episode with one utilization sample (a fraction of
+// Sample advances the episode with one utilization sample (a fraction of
 // the worker's CPU limit). Without a known limit there are no cores to
 // judge, and the episode holds.
-func (c *cpuState) sample(utilization float64, now int64, r *CPURule) {
-	if c.cpuLimit <= 0 {
+func (c *CPU) Sample(utilization float64, now int64, r *CPURule) {
+	if c.limit <= 0 {
 		return
 	}
-	cores := contract.Cores(utilization, c.cpuLimit)
-	c.cpuCores = cores
-	scale := cpuScale(c.cpuLimit)
+	cores := contract.Cores(utilization, c.limit)
+	c.cores = cores
+	scale := cpuScale(c.limit)
 	switch {
 	case cores >= r.SaturationCores*scale:
-		if c.cpuOver == 0 && !c.cpuSat {
-			c.cpuSince = now
+		if c.over == 0 && !c.sat {
+			c.since = now
 		}
-		c.cpuOver++
-		c.cpuUnder = 0
-		if c.cpuOver >= r.Samples {
-			c.cpuSat = true
+		c.over++
+		c.under = 0
+		if c.over >= r.Samples {
+			c.sat = true
 		}
 	case cores < r.RecoveryCores*scale:
-		c.cpuOver = 0
-		c.cpuUnder++
-		if c.cpuUnder >= r.RecoverySamples {
-			c.cpuSat = false
+		c.over = 0
+		c.under++
+		if c.under >= r.RecoverySamples {
+			c.sat = false
 		}
 	default:
-		c.cpuOver, c.cpuUnder = 0, 0
+		c.over, c.under = 0, 0
 	}
 }
 
-// reason is the rule's reason while the main process is saturated.
-func (c *cpuState) reason(r *CPURule) (contract.Reason, bool) {
-	if !c.cpuSat {
+// Reason is the rule's reason while the main process is saturated.
+func (c *CPU) Reason(r *CPURule) (contract.Reason, bool) {
+	if !c.sat {
 		return contract.Reason{}, false
 	}
-	thr := r.SaturationCores * cpuScale(c.cpuLimit)
+	thr := r.SaturationCores * cpuScale(c.limit)
 	return contract.Reason{
-		Code: codeCPU,
+		Code: CodeCPU,
 		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores",
-			c.cpuCores, c.cpuLimit, r.Samples, thr),
-		Value: c.cpuCores, Threshold: thr, Since: ts(c.cpuSince),
+			c.cores, c.limit, r.Samples, thr),
+		Value: c.cores, Threshold: thr, Since: Time(c.since),
 	}, true
 }
 
-// snapshot is the health API's view of the CPU (not checkpointed: a
+// Snapshot is the health API's view of the CPU (not checkpointed: a
 // restored worker's episode starts again with its next samples).
-func (c *cpuState) snapshot() contract.CPU {
-	return contract.CPU{MainCores: c.cpuCores, LimitCPUs: max(c.cpuLimit, 0)}
+func (c *CPU) Snapshot() contract.CPU {
+	return contract.CPU{MainCores: c.cores, LimitCPUs: max(c.limit, 0)}
 }

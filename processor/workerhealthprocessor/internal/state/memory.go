@@ -1,31 +1,49 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
-// memRules is what the memory rule reads besides a worker's state: its
+// MemRules is what the memory rule reads besides a worker's state: its
 // config section, the configured role limits (sorted by role), and
 // lost.after (a sample older than that says nothing at a run's start).
-type memRules struct {
+type MemRules struct {
 	cfg        *MemoryRule
 	roleLimits []roleLimit
 	lostAfter  int64
+	// roleNames interns process role names (role).
+	roleNames map[string]string
 }
 
-// memState is a worker's memory: the tree's last sample, its cgroup limit,
+// NewMemRules is the memory rule of one tracker: its section, and lost.after.
+func NewMemRules(cfg *MemoryRule, lostAfter time.Duration) *MemRules {
+	return &MemRules{cfg: cfg, roleLimits: roleLimits(cfg), lostAfter: int64(lostAfter), roleNames: map[string]string{}}
+}
+
+// Memory is a worker's memory: the tree's last sample, its cgroup limit,
 // the tree's episode and each role's.
-type memState struct {
+type Memory struct {
 	rss       int64 // -1 = no sample yet
 	rssAt     int64
 	cgroupMax int64 // -1 = not reported
 	mem       memEpisode
 	roles     []roleMem
 }
+
+// NewMemory is the memory of a worker never sampled.
+func NewMemory() Memory { return Memory{rss: -1, cgroupMax: -1} }
+
+// RSS is the tree's last sample (-1 = none yet).
+func (m *Memory) RSS() int64 { return m.rss }
+
+// SetCgroupMax records the worker's cgroup memory limit as its tree reports it.
+func (m *Memory) SetCgroupMax(v int64) { m.cgroupMax = v }
 
 // memEpisode is one soft limit's episode: the whole tree's, or one role's
 // (memory.roles). Two latches, because both conditions can hold at once and
@@ -103,7 +121,7 @@ func (e *memEpisode) runStarted(rss, lim, now int64) {
 
 // roleMem is one process role of a worker's tree: its memory at the last
 // sample and, for a role with a soft limit (limit >= 0: its index in the
-// tracker's roleLimits), its episode (made on first use: most roles have
+// rules' roleLimits), its episode (made on first use: most roles have
 // none).
 type roleMem struct {
 	role  string
@@ -119,17 +137,17 @@ type roleLimit struct {
 }
 
 // roleLimits are the configured role limits, sorted by role.
-func roleLimits(cfg *Config) []roleLimit {
-	out := make([]roleLimit, 0, len(cfg.Memory.Roles))
-	for r, rule := range cfg.Memory.Roles {
+func roleLimits(cfg *MemoryRule) []roleLimit {
+	out := make([]roleLimit, 0, len(cfg.Roles))
+	for r, rule := range cfg.Roles {
 		out = append(out, roleLimit{role: r, bytes: rule.SoftLimitBytes})
 	}
 	slices.SortFunc(out, func(a, b roleLimit) int { return strings.Compare(a.role, b.role) })
 	return out
 }
 
-// softLimit is the effective soft limit of the tree in bytes (0 = none).
-func (m *memState) softLimit(r *memRules) int64 {
+// SoftLimit is the effective soft limit of the tree in bytes (0 = none).
+func (m *Memory) SoftLimit(r *MemRules) int64 {
 	lim := r.cfg.SoftLimitBytes
 	if r.cfg.SoftLimitRatio > 0 && m.cgroupMax > 0 {
 		// At least 1 byte: 0 means "no limit", and a tiny cgroup limit
@@ -142,11 +160,12 @@ func (m *memState) softLimit(r *memRules) int64 {
 	return lim
 }
 
-// memorySample advances the tree's episode and each role's.
-func (t *tracker) memorySample(w *worker, s *sample, now int64) {
-	m := &t.cfg.Memory
+// Sample advances the tree's episode and each role's with a sample whose
+// memory is known (s.Mem >= 0).
+func (w *Memory) Sample(s *mapping.Sample, now int64, rules *MemRules) {
+	m := rules.cfg
 	w.rss, w.rssAt = s.Mem, now
-	w.mem.sample(s.Mem, w.memState.softLimit(&t.mem), now, m)
+	w.mem.sample(s.Mem, w.SoftLimit(rules), now, m)
 	if s.NRole == 0 {
 		return
 	}
@@ -155,21 +174,21 @@ func (t *tracker) memorySample(w *worker, s *sample, now int64) {
 		w.roles[i].rss = 0
 	}
 	for _, v := range s.Roles[:s.NRole] {
-		if r := t.role(&w.memState, v.Role); r != nil {
+		if r := rules.role(w, v.Role); r != nil {
 			r.rss += v.RSS
 		}
 	}
 	for i := range w.roles {
 		r := &w.roles[i]
 		if r.limit >= 0 {
-			r.ep.sample(r.rss, t.roleLimits[r.limit].bytes, now, m)
+			r.ep.sample(r.rss, rules.roleLimits[r.limit].bytes, now, m)
 		}
 	}
 }
 
 // internRole returns the tracker's copy of a role name: workers share it
 // (names are few; past maxInterned each worker keeps its own copy).
-func (t *tracker) internRole(name string) string {
+func (t *MemRules) internRole(name string) string {
 	if s, ok := t.roleNames[name]; ok {
 		return s
 	}
@@ -188,7 +207,7 @@ const maxRoles = 16
 
 // role returns the worker's entry for a role, adding it (sorted) when new;
 // nil when the worker already has maxRoles roles.
-func (t *tracker) role(w *memState, name string) *roleMem {
+func (t *MemRules) role(w *Memory, name string) *roleMem {
 	i, found := slices.BinarySearchFunc(w.roles, name, func(r roleMem, n string) int { return strings.Compare(r.role, n) })
 	if !found {
 		if len(w.roles) >= maxRoles {
@@ -203,13 +222,13 @@ func (t *tracker) role(w *memState, name string) *roleMem {
 	return &w.roles[i]
 }
 
-// runStarted applies the at-run-start rule to the tree and to every
+// RunStarted applies the at-run-start rule to the tree and to every
 // limited role, with a recent sample only: an old one says nothing about now.
-func (m *memState) runStarted(now int64, r *memRules) {
+func (m *Memory) RunStarted(now int64, r *MemRules) {
 	if !r.cfg.AtRunStart || m.rss < 0 || now-m.rssAt > r.lostAfter {
 		return
 	}
-	m.mem.runStarted(m.rss, m.softLimit(r), now)
+	m.mem.runStarted(m.rss, m.SoftLimit(r), now)
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
 			rm.ep.runStarted(rm.rss, r.roleLimits[rm.limit].bytes, now)
@@ -217,9 +236,9 @@ func (m *memState) runStarted(now int64, r *memRules) {
 	}
 }
 
-// tick applies the duration form of the rule to the tree's episode
+// Tick applies the duration form of the rule to the tree's episode
 // and every limited role's (it also fires between samples).
-func (m *memState) tick(now int64, r *memRules) {
+func (m *Memory) Tick(now int64, r *MemRules) {
 	c := r.cfg
 	m.mem.tick(now, c)
 	for i := range m.roles {
@@ -229,9 +248,9 @@ func (m *memState) tick(now int64, r *memRules) {
 	}
 }
 
-// addReasons adds the reasons of the tree's episode and of every role's:
+// AddReasons adds the reasons of the tree's episode and of every role's:
 // unhealthy for each latch, degraded while over but not yet persistent.
-func (m *memState) addReasons(r *memRules, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
+func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
 	c := r.cfg
 	add := func(e *memEpisode, rss, lim int64, role string) {
 		what := "memory"
@@ -241,27 +260,27 @@ func (m *memState) addReasons(r *memRules, unhealthy, degraded []contract.Reason
 		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", c.RecoverySamples, 100*c.RecoveryRatio)
 		if e.persist {
 			unhealthy = append(unhealthy, contract.Reason{
-				Code:    codeMemory,
+				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, c.UnhealthySamples, c.UnhealthyAfter) + recovers,
-				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.persistSince), Role: role,
+				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.persistSince), Role: role,
 			})
 		}
 		if e.atStart {
 			unhealthy = append(unhealthy, contract.Reason{
-				Code:    codeMemoryAtStart,
+				Code:    CodeMemoryAtStart,
 				Message: what + " over the soft limit when a run started" + recovers,
-				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.atStartSince), Role: role,
+				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.atStartSince), Role: role,
 			})
 		}
 		if e.over && !e.persist {
 			degraded = append(degraded, contract.Reason{
-				Code:    codeMemory,
+				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, c.UnhealthySamples),
-				Value:   float64(rss), Threshold: float64(lim), Since: ts(e.overSince), Role: role,
+				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.overSince), Role: role,
 			})
 		}
 	}
-	add(&m.mem, m.rss, m.softLimit(r), "")
+	add(&m.mem, m.rss, m.SoftLimit(r), "")
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
 			add(rm.ep, rm.rss, r.roleLimits[rm.limit].bytes, rm.role)
@@ -270,12 +289,12 @@ func (m *memState) addReasons(r *memRules, unhealthy, degraded []contract.Reason
 	return unhealthy, degraded
 }
 
-// snapshot is the snapshot's view of the worker's memory.
-func (m *memState) snapshot(r *memRules) contract.Memory {
+// Snapshot is the snapshot's view of the worker's memory.
+func (m *Memory) Snapshot(r *MemRules) contract.Memory {
 	mem := contract.Memory{
-		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.softLimit(r),
+		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
 		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: m.mem.overSamples,
-		SampledAt: ts(m.rssAt),
+		SampledAt: Time(m.rssAt),
 		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
 	}
 	for _, role := range m.roles {
@@ -288,8 +307,8 @@ func (m *memState) snapshot(r *memRules) contract.Memory {
 	return mem
 }
 
-// cpMemory is the memory's checkpoint record.
-type cpMemory struct {
+// MemoryRecord is the memory's checkpoint record.
+type MemoryRecord struct {
 	RSS       int64     `json:"rss"`
 	CgroupMax int64     `json:"cgmax"`
 	Mem       cpEpisode `json:"mem"`
@@ -323,8 +342,9 @@ type cpRole struct {
 	Mem  cpEpisode `json:"mem"`
 }
 
-func (m *memState) cp() cpMemory {
-	c := cpMemory{RSS: m.rss, CgroupMax: m.cgroupMax, Mem: m.mem.cp()}
+// Checkpoint is the memory's checkpoint record.
+func (m *Memory) Checkpoint() MemoryRecord {
+	c := MemoryRecord{RSS: m.rss, CgroupMax: m.cgroupMax, Mem: m.mem.cp()}
 	for _, r := range m.roles {
 		cr := cpRole{Role: r.role, RSS: r.rss}
 		if r.ep != nil {
@@ -335,9 +355,9 @@ func (m *memState) cp() cpMemory {
 	return c
 }
 
-// restoreMemory takes a checkpointed memory back; its roles are the
-// tracker's (interned names, the configured limits).
-func (t *tracker) restoreMemory(m *memState, c *cpMemory) {
+// Restore takes a checkpointed memory back; its roles are the rules'
+// (interned names, the configured limits).
+func (m *Memory) Restore(c *MemoryRecord, t *MemRules) {
 	m.rss, m.cgroupMax, m.mem = c.RSS, c.CgroupMax, c.Mem.episode()
 	for _, r := range c.Roles {
 		if rm := t.role(m, r.Role); rm != nil {

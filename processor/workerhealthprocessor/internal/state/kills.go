@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 // Kills blame the right party (docs/health-rules.md, "Kills"). Every kill is
@@ -19,26 +20,28 @@ import (
 
 // Effects of a kill reason, in order of severity.
 const (
-	effectNone uint8 = iota
-	effectDegraded
-	effectUnhealthy
+	EffectNone uint8 = iota
+	EffectDegraded
+	EffectUnhealthy
 )
 
-var effectNames = [...]string{"none", "degraded", "unhealthy"}
+// EffectNames are the effects' names, in that order.
+var EffectNames = [...]string{"none", "degraded", "unhealthy"}
 
-func effectIndex(e string) (uint8, bool) {
-	i := slices.Index(effectNames[:], e)
+// EffectIndex is an effect's index in EffectNames; false for no effect.
+func EffectIndex(e string) (uint8, bool) {
+	i := slices.Index(EffectNames[:], e)
 	return uint8(i), i >= 0
 }
 
-// defaultKillEffects is every reason's default effect.
-func defaultKillEffects() map[string]string {
-	m := make(map[string]string, len(killReasonNames))
-	for _, r := range killReasonNames {
-		m[r] = effectNames[effectNone]
+// DefaultKillEffects is every reason's default effect.
+func DefaultKillEffects() map[string]string {
+	m := make(map[string]string, len(KillReasonNames))
+	for _, r := range KillReasonNames {
+		m[r] = EffectNames[EffectNone]
 	}
 	for _, r := range []string{contract.KillOOM, contract.KillCrash, contract.KillWorkerExit, contract.KillChildExit} {
-		m[r] = effectNames[effectUnhealthy]
+		m[r] = EffectNames[EffectUnhealthy]
 	}
 	return m
 }
@@ -46,40 +49,42 @@ func defaultKillEffects() map[string]string {
 // The kill reason index: fixed so per-worker kill counters are an array. The
 // reasons of the contract, "other" last for anything else, so a misbehaving
 // worker cannot explode the kills metric's cardinality.
-var killReasonNames = contract.KillReasons
+var KillReasonNames = contract.KillReasons
 
 const (
-	nKillReasons = len(killReasonNames)
-	killOther    = nKillReasons - 1
+	NKillReasons = len(KillReasonNames)
+	killOther    = NKillReasons - 1
 )
 
 var killReasonIndex = func() map[string]int {
-	m := make(map[string]int, nKillReasons)
-	for i, r := range killReasonNames {
+	m := make(map[string]int, NKillReasons)
+	for i, r := range KillReasonNames {
 		m[r] = i
 	}
 	return m
 }()
 
-func killIndex(reason string) int {
+// KillIndex is a kill reason's index in KillReasonNames (other for any
+// reason not there).
+func KillIndex(reason string) int {
 	if i, ok := killReasonIndex[reason]; ok {
 		return i
 	}
 	return killOther
 }
 
-// killState is a worker's kills: the counted kills within kills.window, the
+// Kills is a worker's kills: the counted kills within kills.window, the
 // episode's start, the tree's cumulative counters' last values (-1 = none
 // yet), child exits not yet matched against run ends, run ends not yet
 // matched, the last tree sample, and the cumulative kills by reason.
-type killState struct {
+type Kills struct {
 	killLog                              []killRec
 	killSince                            int64
 	oomBase, exitMainBase, exitChildBase int64
 	exitPend                             []exitRec
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
-	kills                                [nKillReasons]int64
+	kills                                [NKillReasons]int64
 	// killEffect and killN: the rule's effect and count at the last
 	// evaluation (window).
 	killEffect uint8
@@ -96,16 +101,51 @@ type killRec struct {
 // kills.window); beyond it the oldest go and the rule's value is a floor.
 const maxKillLog = 1024
 
-// kill counts one kill; a reason with an effect is remembered for the rule.
-func (t *tracker) kill(w *worker, idx int, now int64) {
-	w.killState.count(idx, now, &t.cfg.Kills, &t.effects)
+// NewKills are the kills of a worker never seen (no tree counters yet).
+func NewKills() Kills { return Kills{oomBase: -1, exitMainBase: -1, exitChildBase: -1} }
+
+// KillRules is what the kills rule reads: its section and each reason's
+// effect (the defaults overridden by kills.effects).
+type KillRules struct {
+	cfg     *KillsRule
+	effects [NKillReasons]uint8
 }
+
+// NewKillRules is the kills rule of one tracker.
+func NewKillRules(cfg *KillsRule) *KillRules {
+	r := &KillRules{cfg: cfg}
+	effects := DefaultKillEffects()
+	for reason, e := range cfg.Effects {
+		effects[reason] = e
+	}
+	for reason, e := range effects {
+		if i, ok := killReasonIndex[reason]; ok {
+			r.effects[i], _ = EffectIndex(e)
+		}
+	}
+	return r
+}
+
+// Kill counts one kill of reason idx (KillIndex); a reason with an effect
+// is remembered for the rule.
+func (k *Kills) Kill(idx int, now int64, r *KillRules) {
+	k.count(idx, now, r.cfg, &r.effects)
+}
+
+// ByReason are the cumulative kills by reason index (KillReasonNames).
+func (k *Kills) ByReason() *[NKillReasons]int64 { return &k.kills }
+
+// Window advances the kills rule to now (window).
+func (k *Kills) Window(now int64, r *KillRules) { k.window(now, r.cfg, &r.effects) }
+
+// Reason is the kills rule's reason and effect (reason).
+func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) { return k.reason(r.cfg) }
 
 // count counts one kill of reason idx; one whose reason has an effect
 // (effects) is remembered for the rule.
-func (k *killState) count(idx int, now int64, r *KillsRule, effects *[nKillReasons]uint8) {
+func (k *Kills) count(idx int, now int64, r *KillsRule, effects *[NKillReasons]uint8) {
 	k.kills[idx]++
-	if r.Count <= 0 || effects[idx] == effectNone {
+	if r.Count <= 0 || effects[idx] == EffectNone {
 		return
 	}
 	if len(k.killLog) >= maxKillLog {
@@ -118,8 +158,8 @@ func (k *killState) count(idx int, now int64, r *KillsRule, effects *[nKillReaso
 // kills.window are forgotten, and the rule's effect, its count and since when
 // the episode runs (the oldest kill in the window when the rule began to
 // fire, fixed until it stops firing) are kept for reason.
-func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint8) {
-	ks.killEffect, ks.killN = effectNone, 0
+func (ks *Kills) window(now int64, k *KillsRule, effects *[NKillReasons]uint8) {
+	ks.killEffect, ks.killN = EffectNone, 0
 	if k.Count <= 0 || len(ks.killLog) == 0 {
 		ks.killSince = 0
 		return
@@ -140,7 +180,7 @@ func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint
 	var oldestUnhealthy int64
 	for _, kr := range ks.killLog {
 		nAny++
-		if effects[kr.reason] == effectUnhealthy {
+		if effects[kr.reason] == EffectUnhealthy {
 			if nUnhealthy == 0 {
 				oldestUnhealthy = kr.at
 			}
@@ -150,9 +190,9 @@ func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint
 	var oldest int64
 	switch {
 	case nUnhealthy >= k.Count:
-		ks.killEffect, ks.killN, oldest = effectUnhealthy, nUnhealthy, oldestUnhealthy
+		ks.killEffect, ks.killN, oldest = EffectUnhealthy, nUnhealthy, oldestUnhealthy
 	case nAny >= k.Count:
-		ks.killEffect, ks.killN, oldest = effectDegraded, nAny, ks.killLog[0].at
+		ks.killEffect, ks.killN, oldest = EffectDegraded, nAny, ks.killLog[0].at
 	default:
 		ks.killSince = 0
 		return
@@ -164,45 +204,32 @@ func (ks *killState) window(now int64, k *KillsRule, effects *[nKillReasons]uint
 
 // reason is the kills rule's reason and effect as window left
 // them: the real count of counted kills within the window, by reason.
-func (ks *killState) reason(k *KillsRule) (contract.Reason, uint8) {
-	if ks.killEffect == effectNone {
-		return contract.Reason{}, effectNone
+func (ks *Kills) reason(k *KillsRule) (contract.Reason, uint8) {
+	if ks.killEffect == EffectNone {
+		return contract.Reason{}, EffectNone
 	}
-	var byReason [nKillReasons]int
+	var byReason [NKillReasons]int
 	for _, kr := range ks.killLog {
 		byReason[kr.reason]++
 	}
 	var parts []string
 	for i, c := range byReason {
 		if c > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", killReasonNames[i], c))
+			parts = append(parts, fmt.Sprintf("%s %d", KillReasonNames[i], c))
 		}
 	}
 	return contract.Reason{
-		Code:    codeKills,
+		Code:    CodeKills,
 		Message: fmt.Sprintf("%d kills that count within %v (%s)", ks.killN, k.Window, strings.Join(parts, ", ")),
-		Value:   float64(ks.killN), Threshold: float64(k.Count), Since: ts(ks.killSince),
+		Value:   float64(ks.killN), Threshold: float64(k.Count), Since: Time(ks.killSince),
 	}, ks.killEffect
 }
 
-// runKilled counts the kill of a run once, whatever else about the run
-// arrived first (its span or a finished record may come through another
-// pipeline before the kill), with its reason.
-func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
-	if r.has(fKilled) {
-		return
-	}
-	r.flags |= fKilled
-	k := killIndex(reason)
-	r.kill = uint8(k + 1)
-	t.kill(w, k, now)
-}
-
-// treeKills reads the kills the process tree shows: the cgroup's OOM kills,
+// Tree reads the kills the process tree shows: the cgroup's OOM kills,
 // the main process exiting, child processes exiting. Cumulative counters:
 // the first value is a baseline, a value lower than the last (the receiver
 // restarted) a new one.
-func (t *tracker) treeKills(w *worker, s *sample, now int64) {
+func (w *Kills) Tree(s *mapping.Sample, now int64, r *KillRules) {
 	delta := func(v int64, base *int64) int64 {
 		if v < 0 {
 			return 0
@@ -215,11 +242,11 @@ func (t *tracker) treeKills(w *worker, s *sample, now int64) {
 		return d
 	}
 	for n := delta(s.OOMKills, &w.oomBase); n > 0; n-- {
-		t.kill(w, killReasonIndex[contract.KillOOM], now)
+		w.Kill(killReasonIndex[contract.KillOOM], now, r)
 	}
 	mainExits := delta(s.ExitMain, &w.exitMainBase)
 	for n := mainExits; n > 0; n-- {
-		t.kill(w, killReasonIndex[contract.KillWorkerExit], now)
+		w.Kill(killReasonIndex[contract.KillWorkerExit], now, r)
 	}
 	childExits := delta(s.ExitChild, &w.exitChildBase)
 	if mainExits > 0 {
@@ -252,16 +279,16 @@ type exitRec struct {
 const maxPending = 256
 
 // maxEnds bounds the run ends a worker keeps for matching; beyond it the
-// oldest go. matchExits drops those no exit can match any more, so a worker
+// oldest go. MatchExits drops those no exit can match any more, so a worker
 // keeps only the ends of about two exit windows, whatever its rate (a fixed
 // ring of 64 lost ends a worker ending 4 runs a second still needed, and
 // their exits counted as child_exit).
 const maxEnds = 1024
 
-// runEnded remembers that a started run of the worker ended (its child, if
+// RunEnded remembers that a started run of the worker ended (its child, if
 // any, exits too): a child exit around it is to blame on the run. Only for
 // workers whose tree reports exits: nothing else needs it. In arrival order.
-func (w *worker) runEnded(now int64) {
+func (w *Kills) RunEnded(now int64) {
 	if w.exitChildBase < 0 {
 		return
 	}
@@ -271,15 +298,15 @@ func (w *worker) runEnded(now int64) {
 	w.endTimes = append(w.endTimes, now)
 }
 
-// matchExits blames the child exits older than kills.exit_window (a main
-// exit within it explains them: treeKills drops them) on runs
+// MatchExits blames the child exits older than kills.exit_window (a main
+// exit within it explains them: Tree drops them) on runs
 // that ended from the sample before them until kills.exit_window after them
 // (the run's end event and the tree sample travel apart: seconds apart on a
 // loaded host); the rest are child deaths with no run to blame (child_exit). A run end explains one exit,
 // and only one close to it in time, so runs whose children live on
 // (OpenFn's engine keeps its child processes) do not excuse later deaths.
-func (t *tracker) matchExits(w *worker, now int64) {
-	grace := int64(t.cfg.Kills.ExitWindow)
+func (w *Kills) MatchExits(now int64, r *KillRules) {
+	grace := int64(r.cfg.ExitWindow)
 	done := 0
 	for _, ex := range w.exitPend {
 		if now-ex.at < grace {
@@ -303,7 +330,7 @@ func (t *tracker) matchExits(w *worker, now int64) {
 			}
 		}
 		for ; n > 0; n-- {
-			t.kill(w, killReasonIndex[contract.KillChildExit], ex.at)
+			w.Kill(killReasonIndex[contract.KillChildExit], ex.at, r)
 		}
 	}
 	if done > 0 {
@@ -319,7 +346,7 @@ func (t *tracker) matchExits(w *worker, now int64) {
 // spent ones, and those before every window still to come (an exit waiting
 // matches ends after its previous tree sample - exit_window, a later exit
 // ends after the last tree sample - exit_window).
-func (w *worker) dropSpentEnds(now, grace int64) {
+func (w *Kills) dropSpentEnds(now, grace int64) {
 	from := now
 	if w.treeAt > 0 {
 		from = w.treeAt
@@ -337,20 +364,20 @@ func (w *worker) dropSpentEnds(now, grace int64) {
 	}
 }
 
-// snapshot is the kills by reason, reasons with none left out.
-func (k *killState) snapshot() map[string]int64 {
+// Snapshot is the kills by reason, reasons with none left out.
+func (k *Kills) Snapshot() map[string]int64 {
 	m := map[string]int64{}
 	for i, n := range k.kills {
 		if n > 0 {
-			m[killReasonNames[i]] = n
+			m[KillReasonNames[i]] = n
 		}
 	}
 	return m
 }
 
-// cpKills is the kills' checkpoint record: counted kills by reason name
+// KillsRecord is the kills' checkpoint record: counted kills by reason name
 // (indexes may change between versions).
-type cpKills struct {
+type KillsRecord struct {
 	KillLog   []killRecJSON    `json:"kill_log,omitempty"`
 	KillSince int64            `json:"kill_since,omitempty"`
 	Kills     map[string]int64 `json:"kills,omitempty"`
@@ -361,24 +388,26 @@ type killRecJSON struct {
 	Reason string `json:"reason"`
 }
 
-func (k *killState) cp() cpKills {
-	c := cpKills{KillSince: k.killSince, Kills: k.snapshot()}
+// Checkpoint is the kills' checkpoint record.
+func (k *Kills) Checkpoint() KillsRecord {
+	c := KillsRecord{KillSince: k.killSince, Kills: k.Snapshot()}
 	for _, r := range k.killLog {
-		c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: killReasonNames[r.reason]})
+		c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: KillReasonNames[r.reason]})
 	}
 	return c
 }
 
-// restore takes checkpointed kills back; only those of reasons that count
-// now (effects) go back into the rule's log.
-func (k *killState) restore(c *cpKills, effects *[nKillReasons]uint8) {
+// Restore takes checkpointed kills back; only those of reasons that count
+// now (the rules' effects) go back into the rule's log.
+func (k *Kills) Restore(c *KillsRecord, rules *KillRules) {
+	effects := &rules.effects
 	for _, r := range c.KillLog {
-		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != effectNone && len(k.killLog) < maxKillLog {
+		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != EffectNone && len(k.killLog) < maxKillLog {
 			k.killLog = append(k.killLog, killRec{at: r.At, reason: uint8(i)})
 		}
 	}
 	k.killSince = c.KillSince
 	for r, n := range c.Kills {
-		k.kills[killIndex(r)] += n
+		k.kills[KillIndex(r)] += n
 	}
 }

@@ -1,0 +1,166 @@
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+
+import (
+	"slices"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+)
+
+// One identity (docs/health-rules.md, "Identity"). Three sources name a
+// worker: its process tree (the worker_process receiver, always by
+// cicd.worker.id), its own telemetry and the scheduler (by the mapping's id
+// attributes, cicd.worker.id always tried last, so the tree joins whatever
+// the mapping says). Each worker remembers which sources named it, when, and
+// by which attributes; the processor reports a worker only one source names
+// long after it was first seen (identity.go there).
+
+// Origin is a source of records about a worker.
+type Origin uint8
+
+const (
+	OriginTree Origin = iota
+	OriginTelemetry
+	OriginScheduler
+	NOrigins
+)
+
+// OriginNames are the sources' names, in Origin order.
+var OriginNames = [NOrigins]string{"tree", "telemetry", "scheduler"}
+
+// Identity is what a worker is called and which sources named it.
+type Identity struct {
+	Name string
+	// FirstMention: first record naming it (any source); LastMention: last
+	// (drives expiry); LastAlive: last of its own telemetry or of its tree
+	// with a live process (drives "lost"); Fresh: own telemetry or tree since
+	// start.
+	FirstMention, LastMention, LastAlive int64
+	Fresh                                bool
+	// RestoredAt: when it was restored from the checkpoint (0 = not).
+	RestoredAt int64
+	// origins: which sources named it, when and by which id attributes.
+	origins          [NOrigins]originSeen
+	unjoinedReported bool
+}
+
+// NewIdentity is the identity of a worker first named now.
+func NewIdentity(now int64) Identity { return Identity{FirstMention: now, LastMention: now} }
+
+// originSeen is one source's view of a worker's identity.
+type originSeen struct {
+	last int64 // last record (0 = never)
+	keys uint8 // bit i: named by the i-th id attribute
+}
+
+// Seen records a record of a source about the worker, naming it by the
+// key-th id attribute (mapping.NoKey: none).
+func (x *Identity) Seen(o Origin, key uint8, now int64) {
+	s := &x.origins[o]
+	s.last = now
+	if key != mapping.NoKey {
+		s.keys |= 1 << key
+	}
+}
+
+// NamedBy: the source has named the worker.
+func (x *Identity) NamedBy(o Origin) bool { return x.origins[o].last > 0 }
+
+// Sources is the number of sources that named the worker, and the last one.
+func (x *Identity) Sources() (n int, last Origin) {
+	for o := range NOrigins {
+		if x.origins[o].last > 0 {
+			n++
+			last = o
+		}
+	}
+	return n, last
+}
+
+// Unjoined: the worker was reported as named by one source only.
+func (x *Identity) Unjoined() bool { return x.unjoinedReported }
+
+// ReportUnjoined marks it reported (once per worker).
+func (x *Identity) ReportUnjoined() { x.unjoinedReported = true }
+
+// IDs are the "key=value" ids a source named the worker (id) by.
+func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
+	var ids []string
+	for i, k := range idKeys {
+		if x.origins[o].keys&(1<<i) != 0 {
+			ids = append(ids, k+"="+id)
+		}
+	}
+	if len(ids) == 0 {
+		ids = append(ids, "(no id attribute)="+id)
+	}
+	return ids
+}
+
+// Snapshot is the health API's view of the sources that named the worker.
+func (x *Identity) Snapshot(id string, idKeys []string) contract.Sources {
+	one := func(o Origin) contract.Source {
+		s := x.origins[o]
+		if s.last == 0 {
+			return contract.Source{IDs: []string{}}
+		}
+		return contract.Source{Seen: true, LastSeen: Time(s.last), IDs: x.IDs(o, id, idKeys)}
+	}
+	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
+}
+
+// IdentityRecord is the identity's checkpoint record. Sources: which sources
+// named the worker, by name, with their id attributes by name (their bit
+// order depends on the config).
+type IdentityRecord struct {
+	Name         string              `json:"name,omitempty"`
+	FirstMention int64               `json:"first"`
+	LastMention  int64               `json:"mention"`
+	LastAlive    int64               `json:"alive"`
+	Sources      map[string]cpOrigin `json:"sources,omitempty"`
+}
+
+type cpOrigin struct {
+	Last int64    `json:"last"`
+	Keys []string `json:"keys,omitempty"`
+}
+
+// Checkpoint is the identity's checkpoint record; idKeys are the id
+// attributes in the processor's order.
+func (x *Identity) Checkpoint(idKeys []string) IdentityRecord {
+	c := IdentityRecord{Name: x.Name, FirstMention: x.FirstMention, LastMention: x.LastMention, LastAlive: x.LastAlive}
+	for o, seen := range x.origins {
+		if seen.last == 0 {
+			continue
+		}
+		if c.Sources == nil {
+			c.Sources = map[string]cpOrigin{}
+		}
+		co := cpOrigin{Last: seen.last}
+		for i, k := range idKeys {
+			if seen.keys&(1<<i) != 0 {
+				co.Keys = append(co.Keys, k)
+			}
+		}
+		c.Sources[OriginNames[o]] = co
+	}
+	return c
+}
+
+// Restore takes a checkpointed identity back, restored now.
+func (x *Identity) Restore(c *IdentityRecord, idKeys []string, now int64) {
+	x.Name, x.FirstMention, x.LastMention, x.LastAlive = c.Name, c.FirstMention, c.LastMention, c.LastAlive
+	for o, name := range OriginNames {
+		co, ok := c.Sources[name]
+		if !ok {
+			continue
+		}
+		x.origins[o].last = co.Last
+		for _, k := range co.Keys {
+			if i := slices.Index(idKeys, k); i >= 0 {
+				x.origins[o].keys |= 1 << i
+			}
+		}
+	}
+	x.RestoredAt = now
+}
