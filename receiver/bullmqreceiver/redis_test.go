@@ -65,7 +65,7 @@ func startRedis(tb testing.TB, args ...string) *redisServer {
 // for command, for the receiver to read: the end-to-end test runs the real
 // BullMQ.
 type bull struct {
-	c      *redis.Client
+	c      redis.Cmdable // a node's client, or a cluster's
 	prefix string
 	queue  string
 }
