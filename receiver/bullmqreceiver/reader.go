@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -604,18 +605,18 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 func (r *bullReceiver) clientNames(ctx context.Context) ([]string, error) {
 	var lists []string
 	if cc, ok := r.client.(*redis.ClusterClient); ok {
-		ch := make(chan string, 64)
+		// ForEachShard calls back from one goroutine per node: appended
+		// under a lock, so no node count can fill a buffer and block it.
+		var mu sync.Mutex
 		err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 			s, err := c.ClientList(ctx).Result()
 			if err == nil {
-				ch <- s
+				mu.Lock()
+				lists = append(lists, s)
+				mu.Unlock()
 			}
 			return err
 		})
-		close(ch)
-		for s := range ch {
-			lists = append(lists, s)
-		}
 		r.tel.commands(ctx, int64(len(lists)))
 		if err != nil {
 			return nil, err
