@@ -93,12 +93,12 @@ const (
 
 // letGo releases a run's side in the judgement (heal, reconcile): counted,
 // and the worker's record is rewritten at the next checkpoint.
-func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
+func (t *tracker) letGo(w *worker, r *state.Run, side source, now int64) {
 	release(r, side, now)
-	r.flags |= fLetGo
+	r.Flags |= state.RunLetGo
 	t.healed[side]++
 	t.markDirty(w)
-	if side == srcWorker && r.has(fSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
+	if side == srcWorker && r.Has(state.RunSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
 		// The worker's end closes a claims-only scheduler's claim: let go
 		// because its own count says it ended, the run ended all the same.
 		release(r, srcScheduler, now)
@@ -108,14 +108,14 @@ func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
 
 // release ends one side's hold of a run that was let go without an end
 // event (healed, closed by the other side, or absent from a snapshot).
-func release(r *run, side source, now int64) {
+func release(r *state.Run, side source, now int64) {
 	if side == srcWorker {
-		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
-		r.wEnd = now
+		r.Flags = (r.Flags | state.RunWorkerEnded) &^ state.RunWorkerHeld
+		r.WEnd = now
 		return
 	}
-	r.flags = (r.flags | fSchedEnded) &^ fSchedHeld
-	r.sEnd = now
+	r.Flags = (r.Flags | state.RunSchedEnded) &^ state.RunSchedHeld
+	r.SEnd = now
 }
 
 // applySnapshot makes the scheduler's side exactly the runs listed: runs
@@ -127,17 +127,17 @@ func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
 		if r == nil {
 			continue
 		}
-		r.flags |= fListed
-		if !r.has(fSchedHeld) {
-			r.flags = (r.flags | fSchedHeld) &^ fSchedEnded
-			r.sAt = now
+		r.Flags |= state.RunListed
+		if !r.Has(state.RunSchedHeld) {
+			r.Flags = (r.Flags | state.RunSchedHeld) &^ state.RunSchedEnded
+			r.SAt = now
 			w.claims[srcScheduler]++
 		}
 	}
-	for r := range w.runs.all() {
-		if r.has(fListed) {
-			r.flags &^= fListed
-		} else if r.has(fSchedHeld) {
+	for r := range w.runs.All() {
+		if r.Has(state.RunListed) {
+			r.Flags &^= state.RunListed
+		} else if r.Has(state.RunSchedHeld) {
 			release(r, srcScheduler, now)
 		}
 	}
@@ -173,8 +173,8 @@ func (t *tracker) drift(w *worker, now int64) {
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
 	w.missSince, w.orphSince = 0, 0
 	w.heldW, w.heldS = 0, 0
-	for r := range w.runs.all() {
-		wh, sh := r.has(fWorkerHeld), r.has(fSchedHeld)
+	for r := range w.runs.All() {
+		wh, sh := r.Has(state.RunWorkerHeld), r.Has(state.RunSchedHeld)
 		if wh {
 			w.heldW++
 		}
@@ -183,13 +183,13 @@ func (t *tracker) drift(w *worker, now int64) {
 		}
 		switch {
 		case sh && !wh && workerView:
-			if began := max(r.sAt, r.wEnd); now-began >= grace {
-				w.missing = append(w.missing, string(r.id))
+			if began := max(r.SAt, r.WEnd); now-began >= grace {
+				w.missing = append(w.missing, string(r.ID))
 				w.missSince = minSince(w.missSince, began)
 			}
 		case wh && !sh && schedulerLive && w.schedKnown && !counted:
-			if began := max(r.wAt, r.sEnd); now-began >= grace {
-				w.orphaned = append(w.orphaned, string(r.id))
+			if began := max(r.WAt, r.SEnd); now-began >= grace {
+				w.orphaned = append(w.orphaned, string(r.ID))
 				w.orphSince = minSince(w.orphSince, began)
 			}
 		}
@@ -292,8 +292,8 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 	if src.View == contract.ViewSnapshots {
 		switch {
 		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.Interval):
-			for r := range w.runs.all() {
-				if r.has(fSchedHeld) {
+			for r := range w.runs.All() {
+				if r.Has(state.RunSchedHeld) {
 					t.letGo(w, r, srcScheduler, now)
 				}
 			}
@@ -306,24 +306,24 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 		}
 	}
 	after := int64(t.cfg.Drift.HealAfter)
-	for r := range w.runs.all() {
+	for r := range w.runs.All() {
 		switch {
-		case !schedCorrected && r.has(fSchedHeld) && !r.has(fWorkerHeld):
+		case !schedCorrected && r.Has(state.RunSchedHeld) && !r.Has(state.RunWorkerHeld):
 			// The worker ended it (its end reached us, the scheduler's did
 			// not), or never named it (its claim and end were both lost, or
 			// the run really was lost: a scheduler gives up on it by now).
-			if now-max(r.sAt, r.wEnd) >= after {
+			if now-max(r.SAt, r.WEnd) >= after {
 				t.letGo(w, r, srcScheduler, now)
 			}
-		case !workerCounted && r.has(fWorkerHeld) && r.has(fSchedEnded):
-			if now-max(r.wAt, r.sEnd) >= after {
+		case !workerCounted && r.Has(state.RunWorkerHeld) && r.Has(state.RunSchedEnded):
+			if now-max(r.WAt, r.SEnd) >= after {
 				t.letGo(w, r, srcWorker, now)
 			}
-		case !workerCounted && r.has(fWorkerHeld) && !r.has(fSchedHeld) && w.schedKnown:
+		case !workerCounted && r.Has(state.RunWorkerHeld) && !r.Has(state.RunSchedHeld) && w.schedKnown:
 			// A scheduler that knows the worker never named the run (a
 			// short run between two snapshots, a claim lost): its end was
 			// lost too, or it is a real orphan no longer news.
-			if now-r.wAt >= after {
+			if now-r.WAt >= after {
 				t.letGo(w, r, srcWorker, now)
 			}
 		}
@@ -342,15 +342,15 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 		*overSince = 0
 		return false
 	}
-	flag := fWorkerHeld
-	claimAt := func(r *run) int64 { return r.wAt }
+	flag := state.RunWorkerHeld
+	claimAt := func(r *state.Run) int64 { return r.WAt }
 	if side == srcScheduler {
-		flag = fSchedHeld
-		claimAt = func(r *run) int64 { return r.sAt }
+		flag = state.RunSchedHeld
+		claimAt = func(r *state.Run) int64 { return r.SAt }
 	}
 	held := 0
-	for r := range w.runs.all() {
-		if r.has(flag) {
+	for r := range w.runs.All() {
+		if r.Has(flag) {
 			held++
 		}
 	}
@@ -365,9 +365,9 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 		return true
 	}
 	for excess := held - count; excess > 0; excess-- {
-		var oldest *run
-		for r := range w.runs.all() {
-			if r.has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
+		var oldest *state.Run
+		for r := range w.runs.All() {
+			if r.Has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
 				oldest = r
 			}
 		}
@@ -383,16 +383,16 @@ func (t *tracker) prune(w *worker, now int64) {
 	ttl := int64(t.cfg.Drift.TombstoneTTL)
 	// Through order, not the table: removing from the table shifts entries.
 	for _, r := range w.order[w.orderHead:] {
-		if r == nil || r.has(fGone) || r.has(fWorkerHeld) || r.has(fSchedHeld) {
+		if r == nil || r.Has(state.RunGone) || r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
-		if now-r.lastEnd() > ttl {
-			r.flags |= fGone
-			w.runs.remove(r)
+		if now-r.LastEnd() > ttl {
+			r.Flags |= state.RunGone
+			w.runs.Remove(r)
 			t.runCount--
 			t.markDirty(w)
 		}
 	}
 	w.compactOrder()
-	w.runs.shrink()
+	w.runs.Shrink()
 }

@@ -183,10 +183,10 @@ func TestMalformedRecords(t *testing.T) {
 	h.p.mu.Lock()
 	malformed := h.p.tracker.malformed
 	w := h.p.tracker.workers["w1"]
-	okRun := w.runs.has("ok")
+	okRun := hasRun(&w.runs, "ok")
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(6), malformed)
 	assert.True(t, okRun, "the valid record after the malformed ones applied")
-	assert.Equal(t, 1, w.runs.len())
+	assert.Equal(t, 1, w.runs.Len())
 	assert.Equal(t, int64(-1), w.memory.RSS(), "a negative memory sample is ignored")
 }

@@ -9,51 +9,9 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// The runs of a worker (docs/health-rules.md, "Claim drift"): one entry per
-// run holding both sides' view, in a runTable (runs.go), with the order they
+// The runs of a worker (docs/health-rules.md, "Claim drift"): one state.Run
+// per run holding both sides' view, in a state.RunTable, with the order they
 // were first seen in for eviction at the caps (admission.go).
-
-// Run flags. One run entry holds both sides' view so drift is a comparison of
-// two bits, and the "ended" bits are the tombstones that make late,
-// duplicated and reordered events harmless.
-const (
-	fWorkerHeld uint16 = 1 << iota
-	fWorkerEnded
-	fSchedHeld
-	fSchedEnded
-	fStarted
-	// fGone: pruned from the worker's runs; its entry in order is stale.
-	fGone
-	// fKilled: the worker reported the run killed (counted once).
-	fKilled
-	// fListed: listed by the snapshot being applied (only during it).
-	fListed
-	// fReleased: the worker's end was a release (not run: not a recent run).
-	fReleased
-	// fLetGo: a side was let go without an end (drift.go heal): not a
-	// recent run either.
-	fLetGo
-)
-
-// run is one run as both sides see it. Times are unix ns: *At are arrival
-// times on the processor's clock (for grace periods), *TS the records' own.
-type run struct {
-	id         []byte // reused when an evicted run's memory takes a new run
-	hash       uint64 // runHash(id)
-	wAt, sAt   int64  // when each side's claim arrived
-	wEnd, sEnd int64  // when each side's end arrived
-	claimTS    int64  // earliest claim timestamp of either side
-	startTS    int64
-	endTS      int64 // the worker's end record's own timestamp
-	flags      uint16
-	result     uint8 // state.ResultIndex + 1 of how it ended (0 = not ended or unknown)
-	kill       uint8 // kill reason index + 1 (0 = not killed)
-}
-
-func (r *run) has(f uint16) bool { return r.flags&f != 0 }
-
-// lastEnd is when the run last stopped being held by a side.
-func (r *run) lastEnd() int64 { return max(r.wEnd, r.sEnd) }
 
 // runsState is a worker's runs and what it says of them: its capacity
 // (reported by the worker, -1 = not reported), the runs claimed by each
@@ -63,25 +21,25 @@ type runsState struct {
 	claims    [2]int64 // cumulative by source
 	lastClaim int64
 
-	runs runTable
+	runs state.RunTable
 	// order holds the runs in the order they were first seen, from
 	// orderHead on (runs no longer tracked are skipped and compacted away):
 	// at the per-worker cap the oldest ended run is evicted in amortized
 	// O(1), not by a scan of every run for each new one.
-	order     []*run
+	order     []*state.Run
 	orderHead int
 }
 
 // run finds or creates the run entry. When the worker is at its limit, or
 // the processor at limits.max_runs, the worker's oldest ended run makes
 // room; a new run beyond it is counted and dropped (admission.go).
-func (t *tracker) run(w *worker, id string) *run {
-	h := runHash(id)
-	r := w.runs.get(id, h)
+func (t *tracker) run(w *worker, id string) *state.Run {
+	h := state.RunHash(id)
+	r := w.runs.Get(id, h)
 	if r != nil {
 		return r
 	}
-	perWorker := w.runs.len() >= t.runLimit(w)
+	perWorker := w.runs.Len() >= t.runLimit(w)
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 		if r = t.evictEnded(w); r == nil {
 			if perWorker {
@@ -92,14 +50,14 @@ func (t *tracker) run(w *worker, id string) *run {
 			return nil
 		}
 		// The evicted run's memory, id bytes included, serves the new one.
-		*r = run{id: r.id[:0]}
+		*r = state.Run{ID: r.ID[:0]}
 	} else {
-		r = &run{}
+		r = &state.Run{}
 		t.runCount++
 	}
-	r.id = append(r.id, id...)
-	r.hash = h
-	w.runs.put(r)
+	r.ID = append(r.ID, id...)
+	r.Hash = h
+	w.runs.Put(r)
 	w.order = append(w.order, r)
 	return r
 }
@@ -107,20 +65,20 @@ func (t *tracker) run(w *worker, id string) *run {
 // evictEnded drops the oldest run that neither side holds any more and
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
-func (t *tracker) evictEnded(w *worker) *run {
+func (t *tracker) evictEnded(w *worker) *state.Run {
 	for i := w.orderHead; i < len(w.order); i++ {
 		r := w.order[i]
-		if r.has(fGone) {
+		if r.Has(state.RunGone) {
 			if i == w.orderHead {
 				w.order[i] = nil
 				w.orderHead++
 			}
 			continue
 		}
-		if r.has(fWorkerHeld) || r.has(fSchedHeld) {
+		if r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
-		w.runs.remove(r)
+		w.runs.Remove(r)
 		// Drop order[i], keeping the entries before it in their order.
 		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
 		w.order[w.orderHead] = nil
@@ -134,12 +92,12 @@ func (t *tracker) evictEnded(w *worker) *run {
 // compactOrder forgets the entries of runs no longer tracked once order is
 // more than about twice the runs tracked, so it stays bounded by the run cap.
 func (w *worker) compactOrder() {
-	if len(w.order) <= 2*w.runs.len()+8 {
+	if len(w.order) <= 2*w.runs.Len()+8 {
 		return
 	}
 	n := 0
 	for _, r := range w.order[w.orderHead:] {
-		if r != nil && !r.has(fGone) {
+		if r != nil && !r.Has(state.RunGone) {
 			w.order[n] = r
 			n++
 		}
@@ -150,27 +108,27 @@ func (w *worker) compactOrder() {
 
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
 // late or duplicated claim), counted once.
-func (t *tracker) workerClaim(w *worker, r *run, ts, now int64) {
+func (t *tracker) workerClaim(w *worker, r *state.Run, ts, now int64) {
 	w.lastClaim = now
-	if r.has(fWorkerEnded) || r.has(fWorkerHeld) {
+	if r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) {
 		return
 	}
-	r.flags |= fWorkerHeld
-	r.wAt = now
+	r.Flags |= state.RunWorkerHeld
+	r.WAt = now
 	w.claims[srcWorker]++
-	if ts > 0 && (r.claimTS == 0 || ts < r.claimTS) {
-		r.claimTS = ts
+	if ts > 0 && (r.ClaimTS == 0 || ts < r.ClaimTS) {
+		r.ClaimTS = ts
 	}
 }
 
-func (t *tracker) workerStart(w *worker, r *run, ts, now int64) {
-	if r.has(fStarted) || r.has(fWorkerEnded) {
+func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
+	if r.Has(state.RunStarted) || r.Has(state.RunWorkerEnded) {
 		return
 	}
-	r.flags |= fStarted
-	r.startTS = ts
-	if r.claimTS > 0 && ts >= r.claimTS {
-		t.hists.ClaimToStart(ts - r.claimTS)
+	r.Flags |= state.RunStarted
+	r.StartTS = ts
+	if r.ClaimTS > 0 && ts >= r.ClaimTS {
+		t.hists.ClaimToStart(ts - r.ClaimTS)
 	}
 	// Scoot's rule: memory already over the soft limit when a run starts.
 	w.memory.RunStarted(now, t.mem)
@@ -199,12 +157,12 @@ type cpRun struct {
 
 func (x *runsState) cp() cpRuns {
 	c := cpRuns{Capacity: x.capacity, Claims: x.claims, LastClaim: x.lastClaim}
-	if x.runs.len() > 0 {
-		c.Runs = make(map[string]cpRun, x.runs.len())
-		for r := range x.runs.all() {
-			c.Runs[string(r.id)] = cpRun{
-				WAt: r.wAt, SAt: r.sAt, WEnd: r.wEnd, SEnd: r.sEnd, ClaimTS: r.claimTS, StartTS: r.startTS,
-				Flags: r.flags, EndTS: r.endTS, Result: r.result, Kill: r.kill,
+	if x.runs.Len() > 0 {
+		c.Runs = make(map[string]cpRun, x.runs.Len())
+		for r := range x.runs.All() {
+			c.Runs[string(r.ID)] = cpRun{
+				WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd, ClaimTS: r.ClaimTS, StartTS: r.StartTS,
+				Flags: r.Flags, EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
 			}
 		}
 	}
@@ -219,7 +177,7 @@ func (x *runsState) restore(c *cpRuns, t *tracker) {
 		return
 	}
 	for rid, r := range c.Runs {
-		if x.runs.len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
+		if x.runs.Len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 			t.counts.runsRefused[refusedRunsTotal]++
 			break
 		}
@@ -227,36 +185,36 @@ func (x *runsState) restore(c *cpRuns, t *tracker) {
 			continue // not an id the mapping would have taken
 		}
 		t.runCount++
-		rr := &run{
-			id: []byte(rid), hash: runHash(rid), wAt: r.WAt, sAt: r.SAt, wEnd: r.WEnd, sEnd: r.SEnd,
-			claimTS: r.ClaimTS, startTS: r.StartTS, flags: r.Flags &^ (fGone | fListed),
-			endTS: r.EndTS, result: r.Result, kill: r.Kill,
+		rr := &state.Run{
+			ID: []byte(rid), Hash: state.RunHash(rid), WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd,
+			ClaimTS: r.ClaimTS, StartTS: r.StartTS, Flags: r.Flags &^ (state.RunGone | state.RunListed),
+			EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
 		}
-		x.runs.put(rr)
+		x.runs.Put(rr)
 		x.order = append(x.order, rr)
 	}
 	// First seen = the earlier side's claim (0 when never claimed).
-	slices.SortFunc(x.order, func(a, b *run) int {
+	slices.SortFunc(x.order, func(a, b *state.Run) int {
 		return cmp.Compare(firstSeen(a), firstSeen(b))
 	})
 }
 
 // firstSeen is when a run was first claimed by either side (0 = never).
-func firstSeen(r *run) int64 {
+func firstSeen(r *state.Run) int64 {
 	switch {
-	case r.wAt == 0:
-		return r.sAt
-	case r.sAt == 0:
-		return r.wAt
+	case r.WAt == 0:
+		return r.SAt
+	case r.SAt == 0:
+		return r.WAt
 	}
-	return min(r.wAt, r.sAt)
+	return min(r.WAt, r.SAt)
 }
 
 // workerEnd applies the worker's end of a run (finished, killed, released;
 // a run span carries its start too): the run's kill is counted once, a
 // duplicate end only gives the result the first one lacked, a claims-only
 // scheduler's claim closes with it, and the duration is observed.
-func (t *tracker) workerEnd(w *worker, r *run, e *event, now int64) {
+func (t *tracker) workerEnd(w *worker, r *state.Run, e *event, now int64) {
 	if e.StartTS > 0 {
 		// A run span: its start is in the same record.
 		t.workerClaim(w, r, e.StartTS, now)
@@ -267,48 +225,48 @@ func (t *tracker) workerEnd(w *worker, r *run, e *event, now int64) {
 	if e.Kind == evKilled {
 		t.runKilled(w, r, e.KillReason, now)
 	}
-	if r.has(fWorkerEnded) {
+	if r.Has(state.RunWorkerEnded) {
 		// A duplicate end (BullMQ's job span, which carries no result, and
 		// the worker's record of the same end, which does, in either
 		// order): the first that knows the result gives it.
-		if r.result == 0 && e.Result != "" {
-			r.result = uint8(state.ResultIndex(e.Result) + 1)
+		if r.Result == 0 && e.Result != "" {
+			r.Result = uint8(state.ResultIndex(e.Result) + 1)
 		}
 		return
 	}
-	r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
-	r.wEnd = now
-	if t.schedOf(w).View == contract.ViewClaimsOnly && r.has(fSchedHeld) {
+	r.Flags = (r.Flags | state.RunWorkerEnded) &^ state.RunWorkerHeld
+	r.WEnd = now
+	if t.schedOf(w).View == contract.ViewClaimsOnly && r.Has(state.RunSchedHeld) {
 		// The scheduler sends no end: the worker's closes its claim.
 		release(r, srcScheduler, now)
 	}
 	if e.Kind == evReleased {
-		r.flags |= fReleased
+		r.Flags |= state.RunReleased
 		return
 	}
-	r.endTS = e.TS
+	r.EndTS = e.TS
 	if e.Result != "" {
-		r.result = uint8(state.ResultIndex(e.Result) + 1)
+		r.Result = uint8(state.ResultIndex(e.Result) + 1)
 	}
-	if r.has(fStarted) || e.Kind == evKilled {
+	if r.Has(state.RunStarted) || e.Kind == evKilled {
 		// A run killed before it started still had its child killed
 		// (OpenFn's engine starts the time limit at the hand-over).
 		w.kills.RunEnded(now)
 	}
-	if r.startTS > 0 && e.TS >= r.startTS {
-		t.hists.Duration(e.Result, e.TS-r.startTS)
+	if r.StartTS > 0 && e.TS >= r.StartTS {
+		t.hists.Duration(e.Result, e.TS-r.StartTS)
 	}
 }
 
 // runKilled counts the kill of a run once, whatever else about the run
 // arrived first (its span or a finished record may come through another
 // pipeline before the kill), with its reason.
-func (t *tracker) runKilled(w *worker, r *run, reason string, now int64) {
-	if r.has(fKilled) {
+func (t *tracker) runKilled(w *worker, r *state.Run, reason string, now int64) {
+	if r.Has(state.RunKilled) {
 		return
 	}
-	r.flags |= fKilled
+	r.Flags |= state.RunKilled
 	k := state.KillIndex(reason)
-	r.kill = uint8(k + 1)
+	r.Kill = uint8(k + 1)
 	w.kills.Kill(k, now, t.kills)
 }

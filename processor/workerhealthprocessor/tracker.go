@@ -277,24 +277,24 @@ func (t *tracker) signOfLife(e *event) bool {
 	return false
 }
 
-func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
+func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *event, now int64) {
 	switch e.Kind {
 	case evClaimed, evStarted:
-		if r.has(fSchedEnded) || r.has(fSchedHeld) {
+		if r.Has(state.RunSchedEnded) || r.Has(state.RunSchedHeld) {
 			return
 		}
-		if r.has(fWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
+		if r.Has(state.RunWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
 			// A late claim of a run the worker already ended: closed.
 			return
 		}
-		r.flags |= fSchedHeld
-		r.sAt = now
+		r.Flags |= state.RunSchedHeld
+		r.SAt = now
 		w.claims[srcScheduler]++
-		if e.TS > 0 && (r.claimTS == 0 || e.TS < r.claimTS) {
-			r.claimTS = e.TS
+		if e.TS > 0 && (r.ClaimTS == 0 || e.TS < r.ClaimTS) {
+			r.ClaimTS = e.TS
 		}
 	case evFinished, evKilled, evReleased:
-		if r.has(fSchedEnded) {
+		if r.Has(state.RunSchedEnded) {
 			return
 		}
 		release(r, srcScheduler, now)
