@@ -223,7 +223,7 @@ func (t *tracker) forget(w *worker) {
 	if w.evidence != evidenceConfirmed {
 		t.low[w.evidence].remove(w)
 	}
-	t.runCount -= w.runs.Len()
+	t.runCount -= w.Table.Len()
 	t.freeSlot(w)
 	delete(t.workers, w.id)
 	t.last = nil

@@ -164,7 +164,7 @@ func TestRunBounds(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	total := h.p.tracker.runCount
-	n1, n2 := h.p.tracker.workers["t1"].runs.Len(), h.p.tracker.workers["t2"].runs.Len()
+	n1, n2 := h.p.tracker.workers["t1"].Table.Len(), h.p.tracker.workers["t2"].Table.Len()
 	h.p.mu.Unlock()
 	assert.Equal(t, 20, total, "limits.max_runs")
 	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
@@ -175,7 +175,7 @@ func TestRunBounds(t *testing.T) {
 	h.logs(wl("t2", contract.EventFinished, "r0", nil))
 	h.logs(wl("t2", contract.EventClaimed, "new", nil))
 	h.p.mu.Lock()
-	assert.True(t, hasRun(&h.p.tracker.workers["t2"].runs, "new"))
+	assert.True(t, hasRun(&h.p.tracker.workers["t2"].Table, "new"))
 	assert.Equal(t, 20, h.p.tracker.runCount)
 	h.p.mu.Unlock()
 }
@@ -353,7 +353,7 @@ func TestLimits(t *testing.T) {
 	// twice: the resource's sign of life and its record).
 	assert.Equal(t, int64(1), h.p.tracker.counts.workersRefused[refusedMaxWorkers], "c, once")
 	assert.Equal(t, int64(1), h.p.tracker.counts.runsRefused[refusedRunsPerWorker])
-	assert.True(t, hasRun(&h.p.tracker.workers["a"].runs, "r5"))
+	assert.True(t, hasRun(&h.p.tracker.workers["a"].Table, "r5"))
 	h.p.mu.Unlock()
 
 	// Workers are forgotten after the TTL.

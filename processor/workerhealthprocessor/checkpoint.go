@@ -86,13 +86,13 @@ type cpWrite struct {
 // Restored workers are "unknown" until they send telemetry again (or "lost"
 // when they never do), except that a memory latch or recent kills still make
 // them "unhealthy". Each rule's state type has its own record (state.IdentityRecord in
-// internal/state/identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// internal/state/identity.go, state.RunsRecord in runstate.go, ...), embedded here: encoding/json
 // writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
 	cpAdmission
 	state.IdentityRecord
-	cpRuns
+	state.RunsRecord
 	cpDrift
 	state.MemoryRecord
 	state.KillsRecord
@@ -131,7 +131,7 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 		ID:             w.id,
 		cpAdmission:    w.admission.cp(),
 		IdentityRecord: w.Identity.Checkpoint(t.idKeys),
-		cpRuns:         w.runsState.cp(),
+		RunsRecord:     w.Runs.Checkpoint(),
 		cpDrift:        w.driftState.cp(t),
 		MemoryRecord:   w.memory.Checkpoint(),
 		KillsRecord:    w.kills.Checkpoint(),
@@ -145,7 +145,10 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
 	w.admission.restore(&cw.cpAdmission)
 	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
-	w.runsState.restore(&cw.cpRuns, t)
+	if w.Runs.Restore(&cw.RunsRecord, t.cfg.Limits.MaxRunsPerWorker, t.cfg.Limits.MaxRuns,
+		t.cfg.Limits.MaxAttributeLength, &t.runCount) {
+		t.counts.runsRefused[refusedRunsTotal]++
+	}
 	w.driftState.restore(&cw.cpDrift, t)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)

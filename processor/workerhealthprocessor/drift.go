@@ -131,10 +131,10 @@ func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
 		if !r.Has(state.RunSchedHeld) {
 			r.Flags = (r.Flags | state.RunSchedHeld) &^ state.RunSchedEnded
 			r.SAt = now
-			w.claims[srcScheduler]++
+			w.Claims[srcScheduler]++
 		}
 	}
-	for r := range w.runs.All() {
+	for r := range w.Table.All() {
 		if r.Has(state.RunListed) {
 			r.Flags &^= state.RunListed
 		} else if r.Has(state.RunSchedHeld) {
@@ -173,7 +173,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
 	w.missSince, w.orphSince = 0, 0
 	w.heldW, w.heldS = 0, 0
-	for r := range w.runs.All() {
+	for r := range w.Table.All() {
 		wh, sh := r.Has(state.RunWorkerHeld), r.Has(state.RunSchedHeld)
 		if wh {
 			w.heldW++
@@ -292,7 +292,7 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 	if src.View == contract.ViewSnapshots {
 		switch {
 		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.Interval):
-			for r := range w.runs.All() {
+			for r := range w.Table.All() {
 				if r.Has(state.RunSchedHeld) {
 					t.letGo(w, r, srcScheduler, now)
 				}
@@ -306,7 +306,7 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 		}
 	}
 	after := int64(t.cfg.Drift.HealAfter)
-	for r := range w.runs.All() {
+	for r := range w.Table.All() {
 		switch {
 		case !schedCorrected && r.Has(state.RunSchedHeld) && !r.Has(state.RunWorkerHeld):
 			// The worker ended it (its end reached us, the scheduler's did
@@ -349,7 +349,7 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 		claimAt = func(r *state.Run) int64 { return r.SAt }
 	}
 	held := 0
-	for r := range w.runs.All() {
+	for r := range w.Table.All() {
 		if r.Has(flag) {
 			held++
 		}
@@ -366,7 +366,7 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 	}
 	for excess := held - count; excess > 0; excess-- {
 		var oldest *state.Run
-		for r := range w.runs.All() {
+		for r := range w.Table.All() {
 			if r.Has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
 				oldest = r
 			}
@@ -382,17 +382,17 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 func (t *tracker) prune(w *worker, now int64) {
 	ttl := int64(t.cfg.Drift.TombstoneTTL)
 	// Through order, not the table: removing from the table shifts entries.
-	for _, r := range w.order[w.orderHead:] {
+	for _, r := range w.Order[w.OrderHead:] {
 		if r == nil || r.Has(state.RunGone) || r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
 		if now-r.LastEnd() > ttl {
 			r.Flags |= state.RunGone
-			w.runs.Remove(r)
+			w.Table.Remove(r)
 			t.runCount--
 			t.markDirty(w)
 		}
 	}
-	w.compactOrder()
-	w.runs.Shrink()
+	w.CompactOrder()
+	w.Table.Shrink()
 }

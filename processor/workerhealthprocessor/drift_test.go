@@ -162,8 +162,8 @@ func TestDrift(t *testing.T) {
 			}
 			w := h.worker("w1")
 			runs := int64(max(tt.runs, 1))
-			assert.LessOrEqual(t, w.claims[srcWorker], runs, "a run is claimed once")
-			assert.LessOrEqual(t, w.claims[srcScheduler], runs)
+			assert.LessOrEqual(t, w.Claims[srcWorker], runs, "a run is claimed once")
+			assert.LessOrEqual(t, w.Claims[srcScheduler], runs)
 		})
 	}
 }

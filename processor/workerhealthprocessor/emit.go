@@ -108,8 +108,8 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		point(drift, int64(len(w.orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
 		point(drift, int64(w.overCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-		point(claims, w.claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
-		point(claims, w.claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		point(claims, w.Claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
+		point(claims, w.Claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
 		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range byReason {

@@ -92,7 +92,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
 		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
-		last := max(w.lastClaim, w.FirstMention)
+		last := max(w.LastClaim, w.FirstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,

@@ -1,10 +1,6 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
-	"cmp"
-	"slices"
-	"unicode/utf8"
-
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
@@ -13,33 +9,16 @@ import (
 // per run holding both sides' view, in a state.RunTable, with the order they
 // were first seen in for eviction at the caps (admission.go).
 
-// runsState is a worker's runs and what it says of them: its capacity
-// (reported by the worker, -1 = not reported), the runs claimed by each
-// source (cumulative) and the last claim by the worker itself.
-type runsState struct {
-	capacity  int
-	claims    [2]int64 // cumulative by source
-	lastClaim int64
-
-	runs state.RunTable
-	// order holds the runs in the order they were first seen, from
-	// orderHead on (runs no longer tracked are skipped and compacted away):
-	// at the per-worker cap the oldest ended run is evicted in amortized
-	// O(1), not by a scan of every run for each new one.
-	order     []*state.Run
-	orderHead int
-}
-
 // run finds or creates the run entry. When the worker is at its limit, or
 // the processor at limits.max_runs, the worker's oldest ended run makes
 // room; a new run beyond it is counted and dropped (admission.go).
 func (t *tracker) run(w *worker, id string) *state.Run {
 	h := state.RunHash(id)
-	r := w.runs.Get(id, h)
+	r := w.Table.Get(id, h)
 	if r != nil {
 		return r
 	}
-	perWorker := w.runs.Len() >= t.runLimit(w)
+	perWorker := w.Table.Len() >= t.runLimit(w)
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 		if r = t.evictEnded(w); r == nil {
 			if perWorker {
@@ -57,8 +36,8 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 	}
 	r.ID = append(r.ID, id...)
 	r.Hash = h
-	w.runs.Put(r)
-	w.order = append(w.order, r)
+	w.Table.Put(r)
+	w.Order = append(w.Order, r)
 	return r
 }
 
@@ -66,56 +45,39 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
 func (t *tracker) evictEnded(w *worker) *state.Run {
-	for i := w.orderHead; i < len(w.order); i++ {
-		r := w.order[i]
+	for i := w.OrderHead; i < len(w.Order); i++ {
+		r := w.Order[i]
 		if r.Has(state.RunGone) {
-			if i == w.orderHead {
-				w.order[i] = nil
-				w.orderHead++
+			if i == w.OrderHead {
+				w.Order[i] = nil
+				w.OrderHead++
 			}
 			continue
 		}
 		if r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
-		w.runs.Remove(r)
+		w.Table.Remove(r)
 		// Drop order[i], keeping the entries before it in their order.
-		copy(w.order[w.orderHead+1:i+1], w.order[w.orderHead:i])
-		w.order[w.orderHead] = nil
-		w.orderHead++
-		w.compactOrder()
+		copy(w.Order[w.OrderHead+1:i+1], w.Order[w.OrderHead:i])
+		w.Order[w.OrderHead] = nil
+		w.OrderHead++
+		w.CompactOrder()
 		return r
 	}
 	return nil
 }
 
-// compactOrder forgets the entries of runs no longer tracked once order is
-// more than about twice the runs tracked, so it stays bounded by the run cap.
-func (w *worker) compactOrder() {
-	if len(w.order) <= 2*w.runs.Len()+8 {
-		return
-	}
-	n := 0
-	for _, r := range w.order[w.orderHead:] {
-		if r != nil && !r.Has(state.RunGone) {
-			w.order[n] = r
-			n++
-		}
-	}
-	clear(w.order[n:])
-	w.order, w.orderHead = w.order[:n], 0
-}
-
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
 // late or duplicated claim), counted once.
 func (t *tracker) workerClaim(w *worker, r *state.Run, ts, now int64) {
-	w.lastClaim = now
+	w.LastClaim = now
 	if r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) {
 		return
 	}
 	r.Flags |= state.RunWorkerHeld
 	r.WAt = now
-	w.claims[srcWorker]++
+	w.Claims[srcWorker]++
 	if ts > 0 && (r.ClaimTS == 0 || ts < r.ClaimTS) {
 		r.ClaimTS = ts
 	}
@@ -132,82 +94,6 @@ func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
 	}
 	// Scoot's rule: memory already over the soft limit when a run starts.
 	w.memory.RunStarted(now, t.mem)
-}
-
-// cpRuns is the runs' checkpoint record.
-type cpRuns struct {
-	Capacity  int              `json:"cap"`
-	Claims    [2]int64         `json:"claims"`
-	LastClaim int64            `json:"last_claim"`
-	Runs      map[string]cpRun `json:"runs,omitempty"`
-}
-
-type cpRun struct {
-	WAt     int64  `json:"wa,omitempty"`
-	SAt     int64  `json:"sa,omitempty"`
-	WEnd    int64  `json:"we,omitempty"`
-	SEnd    int64  `json:"se,omitempty"`
-	ClaimTS int64  `json:"c,omitempty"`
-	StartTS int64  `json:"s,omitempty"`
-	Flags   uint16 `json:"f"`
-	EndTS   int64  `json:"e,omitempty"`
-	Result  uint8  `json:"r,omitempty"`
-	Kill    uint8  `json:"k,omitempty"`
-}
-
-func (x *runsState) cp() cpRuns {
-	c := cpRuns{Capacity: x.capacity, Claims: x.claims, LastClaim: x.lastClaim}
-	if x.runs.Len() > 0 {
-		c.Runs = make(map[string]cpRun, x.runs.Len())
-		for r := range x.runs.All() {
-			c.Runs[string(r.ID)] = cpRun{
-				WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd, ClaimTS: r.ClaimTS, StartTS: r.StartTS,
-				Flags: r.Flags, EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
-			}
-		}
-	}
-	return c
-}
-
-// restore takes checkpointed runs back, within limits.max_runs_per_worker
-// and limits.max_runs (counted in the tracker).
-func (x *runsState) restore(c *cpRuns, t *tracker) {
-	x.capacity, x.claims, x.lastClaim = c.Capacity, c.Claims, c.LastClaim
-	if len(c.Runs) == 0 {
-		return
-	}
-	for rid, r := range c.Runs {
-		if x.runs.Len() >= t.cfg.Limits.MaxRunsPerWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-			t.counts.runsRefused[refusedRunsTotal]++
-			break
-		}
-		if rid == "" || len(rid) > t.cfg.Limits.MaxAttributeLength || !utf8.ValidString(rid) {
-			continue // not an id the mapping would have taken
-		}
-		t.runCount++
-		rr := &state.Run{
-			ID: []byte(rid), Hash: state.RunHash(rid), WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd,
-			ClaimTS: r.ClaimTS, StartTS: r.StartTS, Flags: r.Flags &^ (state.RunGone | state.RunListed),
-			EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
-		}
-		x.runs.Put(rr)
-		x.order = append(x.order, rr)
-	}
-	// First seen = the earlier side's claim (0 when never claimed).
-	slices.SortFunc(x.order, func(a, b *state.Run) int {
-		return cmp.Compare(firstSeen(a), firstSeen(b))
-	})
-}
-
-// firstSeen is when a run was first claimed by either side (0 = never).
-func firstSeen(r *state.Run) int64 {
-	switch {
-	case r.WAt == 0:
-		return r.SAt
-	case r.SAt == 0:
-		return r.WAt
-	}
-	return min(r.WAt, r.SAt)
 }
 
 // workerEnd applies the worker's end of a run (finished, killed, released;

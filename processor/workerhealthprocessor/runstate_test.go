@@ -64,7 +64,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	claim("r4") // evicts r1: the oldest that ended, not "held"
 	h.p.mu.Lock()
-	runs := &h.p.tracker.workers["a"].runs
+	runs := &h.p.tracker.workers["a"].Table
 	assert.True(t, hasRun(runs, "held"))
 	assert.False(t, hasRun(runs, "r1"))
 	assert.True(t, hasRun(runs, "r2"))
@@ -78,9 +78,9 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	w := h.p.tracker.workers["a"]
-	assert.True(t, hasRun(&w.runs, "held"))
-	assert.Equal(t, 4, w.runs.Len())
-	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
+	assert.True(t, hasRun(&w.Table, "held"))
+	assert.Equal(t, 4, w.Table.Len())
+	assert.LessOrEqual(t, len(w.Order), 2*4+8, "order is compacted")
 	assert.Zero(t, h.p.tracker.counts.runsRefused, "ended runs always made room")
 	h.p.mu.Unlock()
 }
@@ -104,16 +104,16 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 			r.Flags |= state.RunWorkerEnded
 		}
 	}
-	assert.Equal(t, 3, w.runs.Len())
+	assert.Equal(t, 3, w.Table.Len())
 	// The oldest ended run's memory serves each new run: d takes b's, e
 	// takes c's, f takes d's.
 	assert.Same(t, runs[1], runs[3])
 	assert.Same(t, runs[2], runs[4])
 	assert.Same(t, runs[3], runs[5])
 	for _, id := range []string{"a-long-run-id-0001", "e", "f"} {
-		assert.True(t, hasRun(&w.runs, id), id)
+		assert.True(t, hasRun(&w.Table, id), id)
 	}
-	for r := range w.runs.All() {
+	for r := range w.Table.All() {
 		assert.Equal(t, state.RunHash(string(r.ID)), r.Hash)
 	}
 }

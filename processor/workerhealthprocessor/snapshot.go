@@ -32,7 +32,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 		s.Fleet.ByState[w.State]++
 		var wr, sr []string
 		ended = ended[:0]
-		for r := range w.runs.All() {
+		for r := range w.Table.All() {
 			if r.Has(state.RunWorkerHeld) {
 				wr = append(wr, string(r.ID))
 			}

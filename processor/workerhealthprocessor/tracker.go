@@ -19,7 +19,7 @@ type worker struct {
 	id string
 
 	state.Identity              // internal/state/identity.go: name, when and by whom it was named
-	runsState                   // runstate.go: its runs, claims, capacity
+	state.Runs                  // internal/state/runs.go (+ runstate.go): its runs, claims, capacity
 	driftState                  // drift.go: the scheduler's view and the drift between both views
 	memory         state.Memory // internal/state/memory.go: memory and its episodes
 	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
@@ -37,7 +37,7 @@ func newWorker(id string, now int64) *worker {
 	return &worker{
 		id:         strings.Clone(id),
 		Identity:   state.NewIdentity(now),
-		runsState:  runsState{capacity: -1},
+		Runs:       state.Runs{Capacity: -1},
 		driftState: driftState{active: -1},
 		memory:     state.NewMemory(),
 		cpu:        state.NewCPU(),
@@ -125,8 +125,8 @@ func newTracker(cfg *Config) *tracker {
 }
 
 func (t *tracker) capacityOf(w *worker) int {
-	if w.capacity >= 0 {
-		return w.capacity
+	if w.Capacity >= 0 {
+		return w.Capacity
 	}
 	if n, ok := t.cfg.Capacity.PerWorker[w.id]; ok {
 		return n
@@ -177,7 +177,7 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.LastAlive = now
 	}
 	if s.Capacity >= 0 {
-		w.capacity = s.Capacity
+		w.Capacity = s.Capacity
 	}
 	if s.Active >= 0 {
 		w.active, w.activeAt = s.Active, now
@@ -224,7 +224,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			w.Name = strings.Clone(e.Name)
 		}
 		if e.Capacity >= 0 {
-			w.capacity = e.Capacity
+			w.Capacity = e.Capacity
 		}
 	}
 	switch e.Kind {
@@ -289,7 +289,7 @@ func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *event, now int64) {
 		}
 		r.Flags |= state.RunSchedHeld
 		r.SAt = now
-		w.claims[srcScheduler]++
+		w.Claims[srcScheduler]++
 		if e.TS > 0 && (r.ClaimTS == 0 || e.TS < r.ClaimTS) {
 			r.ClaimTS = e.TS
 		}
