@@ -28,7 +28,7 @@ import (
 //
 // To add a field: add it to the rule's checkpoint record (state.MemoryRecord
 // in internal/state/memory.go, state.KillsRecord in internal/state/kills.go,
-// cpDrift in drift.go, ...) with `json:",omitempty"` and fill it in that
+// state.DriftRecord in internal/state/drift.go, ...) with `json:",omitempty"` and fill it in that
 // type's Checkpoint/cp and Restore/restore, next to the state it keeps. The records are
 // embedded in cpWorker, so their keys share one JSON object: a new key must
 // not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
@@ -93,7 +93,7 @@ type cpWorker struct {
 	cpAdmission
 	state.IdentityRecord
 	state.RunsRecord
-	cpDrift
+	state.DriftRecord
 	state.MemoryRecord
 	state.KillsRecord
 	state.VerdictRecord
@@ -132,7 +132,7 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 		cpAdmission:    w.admission.cp(),
 		IdentityRecord: w.Identity.Checkpoint(t.idKeys),
 		RunsRecord:     w.Runs.Checkpoint(),
-		cpDrift:        w.driftState.cp(t),
+		DriftRecord:    w.Drift.Checkpoint(t.schedName),
 		MemoryRecord:   w.memory.Checkpoint(),
 		KillsRecord:    w.kills.Checkpoint(),
 		VerdictRecord:  w.Verdict.Checkpoint(),
@@ -149,7 +149,7 @@ func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 		t.cfg.Limits.MaxAttributeLength, &t.runCount) {
 		t.counts.runsRefused[refusedRunsTotal]++
 	}
-	w.driftState.restore(&cw.cpDrift, t)
+	w.Drift.Restore(&cw.DriftRecord, t.schedIndex)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)
 	w.Verdict.Restore(&cw.VerdictRecord)

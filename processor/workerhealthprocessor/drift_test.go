@@ -17,7 +17,7 @@ type driftWant struct {
 
 func (h *harness) drift(id string) driftWant {
 	w := h.worker(id)
-	return driftWant{missing: append([]string{}, w.missing...), orphaned: append([]string{}, w.orphaned...)}
+	return driftWant{missing: append([]string{}, w.Missing...), orphaned: append([]string{}, w.Orphaned...)}
 }
 
 func TestDrift(t *testing.T) {

@@ -57,8 +57,8 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
 			Drift: contract.Drift{
-				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
-				MissingCount: w.missN, OrphanedCount: w.orphN, OverCapacity: w.overCap,
+				Missing: nonNil(append([]string(nil), w.Missing...)), Orphaned: nonNil(append([]string(nil), w.Orphaned...)),
+				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
 			Sources: w.Identity.Snapshot(w.id, t.idKeys),
 		})

@@ -20,7 +20,7 @@ type worker struct {
 
 	state.Identity              // internal/state/identity.go: name, when and by whom it was named
 	state.Runs                  // internal/state/runs.go (+ runstate.go): its runs, claims, capacity
-	driftState                  // drift.go: the scheduler's view and the drift between both views
+	state.Drift                 // internal/state/drift.go (+ drift.go): the scheduler's view and the drift between both views
 	memory         state.Memory // internal/state/memory.go: memory and its episodes
 	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
 	kills          state.Kills  // internal/state/kills.go: the kills and the kills rule
@@ -35,15 +35,15 @@ type worker struct {
 
 func newWorker(id string, now int64) *worker {
 	return &worker{
-		id:         strings.Clone(id),
-		Identity:   state.NewIdentity(now),
-		Runs:       state.Runs{Capacity: -1},
-		driftState: driftState{active: -1},
-		memory:     state.NewMemory(),
-		cpu:        state.NewCPU(),
-		kills:      state.NewKills(),
-		Verdict:    state.NewVerdict(now),
-		slot:       -1,
+		id:       strings.Clone(id),
+		Identity: state.NewIdentity(now),
+		Runs:     state.Runs{Capacity: -1},
+		Drift:    state.Drift{Active: -1},
+		memory:   state.NewMemory(),
+		cpu:      state.NewCPU(),
+		kills:    state.NewKills(),
+		Verdict:  state.NewVerdict(now),
+		slot:     -1,
 	}
 }
 
@@ -180,7 +180,7 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.Capacity = s.Capacity
 	}
 	if s.Active >= 0 {
-		w.active, w.activeAt = s.Active, now
+		w.Active, w.ActiveAt = s.Active, now
 	}
 	if s.CgroupMax >= 0 {
 		w.memory.SetCgroupMax(s.CgroupMax)
@@ -208,8 +208,8 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	}
 	if e.Src == srcScheduler {
 		t.seenBy(w, state.OriginScheduler, e.Key, now)
-		w.schedKnown = true
-		w.sched = e.Sched
+		w.SchedKnown = true
+		w.Sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
