@@ -75,7 +75,7 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
-		if w.evidence == evidenceOnce {
+		if w.Evidence == state.EvidenceOnce {
 			// Not exported until seen again (admission.go): a flood of ids
 			// must not become a flood of series downstream.
 			continue

@@ -212,7 +212,7 @@ func (t *tracker) fleet(now int64) {
 func (t *tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
-		if !w.State.MayTakeWork() || w.evidence == evidenceOnce {
+		if !w.State.MayTakeWork() || w.Evidence == state.EvidenceOnce {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {

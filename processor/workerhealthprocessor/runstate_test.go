@@ -91,7 +91,7 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 	cfg := testCfg()
 	cfg.Limits.MaxRunsPerWorker = 3
 	tr := newTracker(cfg)
-	w := tr.get("w", 1, evidenceConfirmed)
+	w := tr.get("w", 1, state.EvidenceConfirmed)
 	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
 	runs := make([]*state.Run, len(ids))
 	for i, id := range ids {

@@ -18,14 +18,15 @@ import (
 type worker struct {
 	id string
 
-	state.Identity              // internal/state/identity.go: name, when and by whom it was named
-	state.Runs                  // internal/state/runs.go (+ runstate.go): its runs, claims, capacity
-	state.Drift                 // internal/state/drift.go (+ drift.go): the scheduler's view and the drift between both views
-	memory         state.Memory // internal/state/memory.go: memory and its episodes
-	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
-	kills          state.Kills  // internal/state/kills.go: the kills and the kills rule
-	admission                   // admission.go: evidence level and place in the admission lists
-	state.Verdict               // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
+	state.Identity               // internal/state/identity.go: name, when and by whom it was named
+	state.Runs                   // internal/state/runs.go (+ runstate.go): its runs, claims, capacity
+	state.Drift                  // internal/state/drift.go (+ drift.go): the scheduler's view and the drift between both views
+	memory          state.Memory // internal/state/memory.go: memory and its episodes
+	cpu             state.CPU    // internal/state/cpu.go: the CPU episode
+	kills           state.Kills  // internal/state/kills.go: the kills and the kills rule
+	state.Admission              // internal/state/admission.go: evidence level, admitted, unannounced
+	listLinks                    // admission.go: place in the admission lists
+	state.Verdict                // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -77,7 +78,7 @@ type tracker struct {
 	// once since the last evaluation; counts read and reset by the
 	// processor for its telemetry, as is malformed.
 	evals       int
-	low         [evidenceConfirmed]workerList
+	low         [state.EvidenceConfirmed]workerList
 	runCount    int
 	share       int // runLimit's share of max_runs for shareOf workers
 	shareOf     int
@@ -154,9 +155,9 @@ func (t *tracker) apply(b *batch, now int64) {
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
-	ev := evidenceOnce
+	ev := state.EvidenceOnce
 	if s.Tree {
-		ev = evidenceConfirmed
+		ev = state.EvidenceConfirmed
 	}
 	w := t.get(s.Worker, now, ev)
 	if w == nil {
@@ -198,9 +199,9 @@ func (t *tracker) applySample(s *sample, now int64) {
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
-	ev := evidenceOnce
+	ev := state.EvidenceOnce
 	if e.Src == srcScheduler {
-		ev = evidenceConfirmed
+		ev = state.EvidenceConfirmed
 	}
 	w := t.get(e.Worker, now, ev)
 	if w == nil {
