@@ -1,6 +1,9 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
-import "github.com/workerwatch/workerwatch/internal/contract"
+import (
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+)
 
 // Admission and bounds (docs/processor.md, "Bounds"). Anyone who can reach
 // the OTLP port can name workers and runs; the state must stay bounded and a
@@ -26,19 +29,9 @@ import "github.com/workerwatch/workerwatch/internal/contract"
 // is lower; a worker at its limit replaces its oldest ended run, and a run
 // beyond it is refused. Every refusal, eviction and expiry is counted.
 
-// evidence is how much the processor knows a worker exists.
-type evidence uint8
-
-const (
-	evidenceOnce evidence = iota
-	evidenceRecords
-	evidenceConfirmed
-	nEvidence
-)
-
 // evidenceNames are the values of the evidence attribute of the processor's
 // own telemetry.
-var evidenceNames = [nEvidence]string{"seen_once", "records", "tree_or_scheduler"}
+var evidenceNames = [state.NEvidence]string{"seen_once", "records", "tree_or_scheduler"}
 
 const (
 	// maxRunsSeenOnce: runs a worker seen once may hold. A real worker
@@ -71,35 +64,15 @@ var refusedRunReasons = [nRefusedRun]string{"max_runs_per_worker", "max_runs"}
 // admissionCounts are read and reset by the processor for its telemetry.
 type admissionCounts struct {
 	workersRefused [nRefusedWorker]int64
-	workersEvicted [nEvidence]int64
-	workersExpired [nEvidence]int64
+	workersEvicted [state.NEvidence]int64
+	workersExpired [state.NEvidence]int64
 	runsRefused    [nRefusedRun]int64
 }
 
-// admission is how much the processor knows a worker exists, the
-// evaluation it was admitted in, its place in the tracker's list of its
-// evidence level (not confirmed), and whether a state change while it was
-// seen once is still to be announced.
-type admission struct {
-	evidence    evidence
-	admitted    int
-	prev, next  *worker
-	unannounced bool
-}
-
-// cpAdmission is the admission's checkpoint record: evidenceRecords or
-// evidenceConfirmed (workers seen once are not checkpointed).
-type cpAdmission struct {
-	Evidence evidence `json:"ev"`
-}
-
-func (a *admission) cp() cpAdmission { return cpAdmission{Evidence: a.evidence} }
-
-func (a *admission) restore(c *cpAdmission) {
-	a.evidence = evidenceRecords
-	if c.Evidence == evidenceConfirmed {
-		a.evidence = evidenceConfirmed
-	}
+// listLinks is a worker's place in the tracker's list of its evidence level
+// (not confirmed).
+type listLinks struct {
+	prev, next *worker
 }
 
 // workerList is an intrusive list of workers, least recently mentioned first.
@@ -144,7 +117,7 @@ func (l *workerList) moveToBack(w *worker) {
 // get returns the worker a record names, admitting it if it is new and the
 // limits allow, and raises its evidence. ev is what the record is: a tree
 // sample or a scheduler record (confirmed), or the worker's own (seen once).
-func (t *tracker) get(id string, now int64, ev evidence) *worker {
+func (t *tracker) get(id string, now int64, ev state.Evidence) *worker {
 	// A batch's events come grouped by resource, so most are the previous
 	// event's worker: a string compare instead of a map lookup.
 	if w := t.last; w != nil && w.id == id {
@@ -160,23 +133,23 @@ func (t *tracker) get(id string, now int64, ev evidence) *worker {
 		return nil // one refusal per resource (or run of scheduler records)
 	}
 	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
-		victim := t.low[evidenceOnce].head
+		victim := t.low[state.EvidenceOnce].head
 		if victim == nil {
-			victim = t.low[evidenceRecords].head
+			victim = t.low[state.EvidenceRecords].head
 		}
-		if ev != evidenceConfirmed || victim == nil {
+		if ev != state.EvidenceConfirmed || victim == nil {
 			return t.refuse(id, refusedMaxWorkers)
 		}
-		t.counts.workersEvicted[victim.evidence]++
+		t.counts.workersEvicted[victim.Evidence]++
 		t.forget(victim)
 	}
-	if ev == evidenceOnce && t.low[evidenceOnce].n >= t.cfg.Limits.MaxUnconfirmedWorkers {
+	if ev == state.EvidenceOnce && t.low[state.EvidenceOnce].n >= t.cfg.Limits.MaxUnconfirmedWorkers {
 		return t.refuse(id, refusedMaxUnconfirmed)
 	}
 	w := newWorker(id, now)
-	w.evidence, w.admitted = ev, t.evals
+	w.Evidence, w.Admitted = ev, t.evals
 	t.markDirty(w)
-	if ev != evidenceConfirmed {
+	if ev != state.EvidenceConfirmed {
 		t.low[ev].pushBack(w)
 	}
 	t.workers[w.id] = w
@@ -191,39 +164,39 @@ func (t *tracker) refuse(id string, reason int) *worker {
 }
 
 // mention notes a record about a tracked worker.
-func (t *tracker) mention(w *worker, now int64, ev evidence) {
+func (t *tracker) mention(w *worker, now int64, ev state.Evidence) {
 	w.LastMention = now
 	t.markDirty(w)
 	switch {
-	case w.evidence == evidenceConfirmed:
-	case ev == evidenceConfirmed:
-		t.low[w.evidence].remove(w)
-		t.promoted(w, evidenceConfirmed)
-	case w.evidence == evidenceOnce && t.evals >= w.admitted+2:
+	case w.Evidence == state.EvidenceConfirmed:
+	case ev == state.EvidenceConfirmed:
+		t.low[w.Evidence].remove(w)
+		t.promoted(w, state.EvidenceConfirmed)
+	case w.Evidence == state.EvidenceOnce && t.evals >= w.Admitted+2:
 		// Seen in an interval that is not the next one: a batch of records
 		// can straddle one evaluation, so two adjacent intervals are still
 		// "seen once".
-		t.low[evidenceOnce].remove(w)
-		t.promoted(w, evidenceRecords)
-		t.low[evidenceRecords].pushBack(w)
+		t.low[state.EvidenceOnce].remove(w)
+		t.promoted(w, state.EvidenceRecords)
+		t.low[state.EvidenceRecords].pushBack(w)
 	default:
-		t.low[w.evidence].moveToBack(w)
+		t.low[w.Evidence].moveToBack(w)
 	}
 }
 
-func (t *tracker) promoted(w *worker, ev evidence) {
-	if w.evidence == evidenceOnce {
+func (t *tracker) promoted(w *worker, ev state.Evidence) {
+	if w.Evidence == state.EvidenceOnce {
 		t.fromOnce = append(t.fromOnce, w)
 	}
-	w.evidence = ev
+	w.Evidence = ev
 }
 
 // forget drops a worker and its runs from every structure.
 func (t *tracker) forget(w *worker) {
-	if w.evidence != evidenceConfirmed {
-		t.low[w.evidence].remove(w)
+	if w.Evidence != state.EvidenceConfirmed {
+		t.low[w.Evidence].remove(w)
 	}
-	t.runCount -= w.runs.len()
+	t.runCount -= w.Table.Len()
 	t.freeSlot(w)
 	delete(t.workers, w.id)
 	t.last = nil
@@ -234,15 +207,15 @@ func (t *tracker) forget(w *worker) {
 // once are listed least recently mentioned first, so this costs what it
 // removes.
 func (t *tracker) expire(now int64) {
-	once := &t.low[evidenceOnce]
+	once := &t.low[state.EvidenceOnce]
 	for w := once.head; w != nil && now-w.LastMention > int64(t.cfg.Lost.After); w = once.head {
-		t.counts.workersExpired[evidenceOnce]++
+		t.counts.workersExpired[state.EvidenceOnce]++
 		t.forget(w)
 	}
 	ttl := int64(t.cfg.Limits.WorkerTTL)
 	for _, w := range t.workers {
 		if now-w.LastMention > ttl {
-			t.counts.workersExpired[w.evidence]++
+			t.counts.workersExpired[w.Evidence]++
 			t.forget(w)
 		}
 	}
@@ -254,17 +227,17 @@ func (t *tracker) expire(now int64) {
 func (t *tracker) announced(trs []transition, now int64) []transition {
 	out := trs[:0]
 	for _, tr := range trs {
-		if w := t.workers[tr.worker]; w != nil && w.evidence == evidenceOnce {
-			w.unannounced = true
+		if w := t.workers[tr.worker]; w != nil && w.Evidence == state.EvidenceOnce {
+			w.Unannounced = true
 			continue
 		}
 		out = append(out, tr)
 	}
 	for _, w := range t.fromOnce {
-		if t.workers[w.id] != w || !w.unannounced {
+		if t.workers[w.id] != w || !w.Unannounced {
 			continue
 		}
-		w.unannounced = false
+		w.Unannounced = false
 		if w.State != contract.Unknown && !hasTransition(out, w.id) {
 			out = append(out, transition{worker: w.id, name: w.Name, from: contract.Unknown, to: w.State, reasons: w.Reasons, at: now})
 		}
@@ -284,7 +257,7 @@ func hasTransition(trs []transition, id string) bool {
 
 // runLimit is how many runs w may hold now (see the top of this file).
 func (t *tracker) runLimit(w *worker) int {
-	if w.evidence == evidenceOnce {
+	if w.Evidence == state.EvidenceOnce {
 		return min(maxRunsSeenOnce, t.cfg.Limits.MaxRunsPerWorker)
 	}
 	if n := len(t.workers); n != t.shareOf {
@@ -297,9 +270,9 @@ func (t *tracker) runLimit(w *worker) int {
 }
 
 // tracked is the number of workers by evidence.
-func (t *tracker) tracked() [nEvidence]int64 {
-	var n [nEvidence]int64
-	n[evidenceOnce], n[evidenceRecords] = int64(t.low[evidenceOnce].n), int64(t.low[evidenceRecords].n)
-	n[evidenceConfirmed] = int64(len(t.workers)) - n[evidenceOnce] - n[evidenceRecords]
+func (t *tracker) tracked() [state.NEvidence]int64 {
+	var n [state.NEvidence]int64
+	n[state.EvidenceOnce], n[state.EvidenceRecords] = int64(t.low[state.EvidenceOnce].n), int64(t.low[state.EvidenceRecords].n)
+	n[state.EvidenceConfirmed] = int64(len(t.workers)) - n[state.EvidenceOnce] - n[state.EvidenceRecords]
 	return n
 }

@@ -17,16 +17,17 @@ import (
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-func (h *harness) evidenceOf(id string) (evidence, bool) {
+func (h *harness) evidenceOf(id string) (state.Evidence, bool) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	w := h.p.tracker.workers[id]
 	if w == nil {
 		return 0, false
 	}
-	return w.evidence, true
+	return w.Evidence, true
 }
 
 func (h *harness) counts() admissionCounts {
@@ -65,19 +66,19 @@ func TestAdmissionAtTheCap(t *testing.T) {
 	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named"} {
 		ev, ok := h.evidenceOf(id)
 		assert.True(t, ok, id)
-		assert.Equal(t, evidenceConfirmed, ev, id)
+		assert.Equal(t, state.EvidenceConfirmed, ev, id)
 	}
 	for i, want := range []bool{false, false, true, true} {
 		_, ok := h.evidenceOf(fmt.Sprintf("bogus-%d", i))
 		assert.Equal(t, want, ok, "bogus-%d", i)
 	}
-	assert.Equal(t, int64(2), h.counts().workersEvicted[evidenceOnce])
+	assert.Equal(t, int64(2), h.counts().workersEvicted[state.EvidenceOnce])
 
 	// All confirmed: a new confirmed worker is refused, none is pushed out.
 	h.metrics(treeMetrics("real-2", 10, -1, 1))
 	h.metrics(treeMetrics("real-3", 10, -1, 1))
 	h.metrics(treeMetrics("real-4", 10, -1, 1))
-	assert.Equal(t, int64(4), h.counts().workersEvicted[evidenceOnce], "bogus-2 and bogus-3 made room too")
+	assert.Equal(t, int64(4), h.counts().workersEvicted[state.EvidenceOnce], "bogus-2 and bogus-3 made room too")
 	assert.Equal(t, int64(2), h.counts().workersRefused[refusedMaxWorkers], "bogus-4, then real-4")
 	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named", "real-2", "real-3"} {
 		_, ok := h.evidenceOf(id)
@@ -102,12 +103,12 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	h.advance(sec)
 	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the next interval: still seen once
 	ev, _ := h.evidenceOf("a")
-	assert.Equal(t, evidenceOnce, ev, "a batch may straddle one evaluation")
+	assert.Equal(t, state.EvidenceOnce, ev, "a batch may straddle one evaluation")
 	h.eval()
 	h.advance(sec)
 	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the one after
 	ev, _ = h.evidenceOf("a")
-	assert.Equal(t, evidenceRecords, ev)
+	assert.Equal(t, state.EvidenceRecords, ev)
 	h.logs(wl("c", contract.EventHeartbeat, "", nil)) // a's slot is free
 	_, ok := h.evidenceOf("c")
 	assert.True(t, ok)
@@ -121,7 +122,7 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	_, okB := h.evidenceOf("b")
 	assert.True(t, okA, "seen again: kept")
 	assert.False(t, okB, "seen once, not again within lost.after: forgotten")
-	assert.Equal(t, int64(2), h.counts().workersExpired[evidenceOnce], "b and c: no record for lost.after")
+	assert.Equal(t, int64(2), h.counts().workersExpired[state.EvidenceOnce], "b and c: no record for lost.after")
 }
 
 // A worker seen once changes state silently and is not exported; seen
@@ -164,7 +165,7 @@ func TestRunBounds(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	total := h.p.tracker.runCount
-	n1, n2 := h.p.tracker.workers["t1"].runs.len(), h.p.tracker.workers["t2"].runs.len()
+	n1, n2 := h.p.tracker.workers["t1"].Table.Len(), h.p.tracker.workers["t2"].Table.Len()
 	h.p.mu.Unlock()
 	assert.Equal(t, 20, total, "limits.max_runs")
 	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
@@ -175,7 +176,7 @@ func TestRunBounds(t *testing.T) {
 	h.logs(wl("t2", contract.EventFinished, "r0", nil))
 	h.logs(wl("t2", contract.EventClaimed, "new", nil))
 	h.p.mu.Lock()
-	assert.True(t, h.p.tracker.workers["t2"].runs.has("new"))
+	assert.True(t, hasRun(&h.p.tracker.workers["t2"].Table, "new"))
 	assert.Equal(t, 20, h.p.tracker.runCount)
 	h.p.mu.Unlock()
 }
@@ -221,9 +222,9 @@ func TestFloodStaysBounded(t *testing.T) {
 	n := tr.tracked()
 	t.Logf("after the flood: %v workers by evidence, %d runs, heap +%.1f MiB, refused %v",
 		n, tr.runCount, float64(grown)/(1<<20), tr.counts.workersRefused)
-	assert.LessOrEqual(t, n[evidenceOnce], int64(cfg.Limits.MaxUnconfirmedWorkers))
+	assert.LessOrEqual(t, n[state.EvidenceOnce], int64(cfg.Limits.MaxUnconfirmedWorkers))
 	assert.LessOrEqual(t, tr.runCount, cfg.Limits.MaxUnconfirmedWorkers*maxRunsSeenOnce)
-	assert.Equal(t, int64(51), n[evidenceConfirmed], "every real worker, the newcomer too")
+	assert.Equal(t, int64(51), n[state.EvidenceConfirmed], "every real worker, the newcomer too")
 	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
 	md := tr.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
@@ -353,7 +354,7 @@ func TestLimits(t *testing.T) {
 	// twice: the resource's sign of life and its record).
 	assert.Equal(t, int64(1), h.p.tracker.counts.workersRefused[refusedMaxWorkers], "c, once")
 	assert.Equal(t, int64(1), h.p.tracker.counts.runsRefused[refusedRunsPerWorker])
-	assert.True(t, h.p.tracker.workers["a"].runs.has("r5"))
+	assert.True(t, hasRun(&h.p.tracker.workers["a"].Table, "r5"))
 	h.p.mu.Unlock()
 
 	// Workers are forgotten after the TTL.
@@ -361,6 +362,6 @@ func TestLimits(t *testing.T) {
 	h.eval()
 	h.p.mu.Lock()
 	assert.Empty(t, h.p.tracker.workers)
-	assert.Equal(t, int64(2), h.p.tracker.counts.workersExpired[evidenceOnce])
+	assert.Equal(t, int64(2), h.p.tracker.counts.workersExpired[state.EvidenceOnce])
 	h.p.mu.Unlock()
 }

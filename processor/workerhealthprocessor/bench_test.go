@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 const (
@@ -193,7 +194,7 @@ func TestStateSize(t *testing.T) {
 	// Cross-check: drop every run table and see what is freed.
 	h.p.mu.Lock()
 	for _, w := range h.p.tracker.workers {
-		w.runs, w.order = runTable{}, nil // order also points at the runs
+		w.Table, w.Order = state.RunTable{}, nil // order also points at the runs
 	}
 	h.p.mu.Unlock()
 	withoutRuns := heapAfterGC()

@@ -28,7 +28,7 @@ import (
 //
 // To add a field: add it to the rule's checkpoint record (state.MemoryRecord
 // in internal/state/memory.go, state.KillsRecord in internal/state/kills.go,
-// cpDrift in drift.go, ...) with `json:",omitempty"` and fill it in that
+// state.DriftRecord in internal/state/drift.go, ...) with `json:",omitempty"` and fill it in that
 // type's Checkpoint/cp and Restore/restore, next to the state it keeps. The records are
 // embedded in cpWorker, so their keys share one JSON object: a new key must
 // not repeat another record's (TestCheckpointRecordKeys). Unknown fields are
@@ -86,14 +86,14 @@ type cpWrite struct {
 // Restored workers are "unknown" until they send telemetry again (or "lost"
 // when they never do), except that a memory latch or recent kills still make
 // them "unhealthy". Each rule's state type has its own record (state.IdentityRecord in
-// internal/state/identity.go, cpRuns in runstate.go, ...), embedded here: encoding/json
+// internal/state/identity.go, state.RunsRecord in runstate.go, ...), embedded here: encoding/json
 // writes their fields flat, as one record.
 type cpWorker struct {
 	ID string `json:"id"`
-	cpAdmission
+	state.AdmissionRecord
 	state.IdentityRecord
-	cpRuns
-	cpDrift
+	state.RunsRecord
+	state.DriftRecord
 	state.MemoryRecord
 	state.KillsRecord
 	state.VerdictRecord
@@ -128,14 +128,14 @@ func (p *healthProcessor) openStorage(ctx context.Context, host component.Host) 
 // verdict). Under the processor's lock: a copy, no marshaling.
 func (t *tracker) toCheckpoint(w *worker) cpWorker {
 	return cpWorker{
-		ID:             w.id,
-		cpAdmission:    w.admission.cp(),
-		IdentityRecord: w.Identity.Checkpoint(t.idKeys),
-		cpRuns:         w.runsState.cp(),
-		cpDrift:        w.driftState.cp(t),
-		MemoryRecord:   w.memory.Checkpoint(),
-		KillsRecord:    w.kills.Checkpoint(),
-		VerdictRecord:  w.Verdict.Checkpoint(),
+		ID:              w.id,
+		AdmissionRecord: w.Admission.Checkpoint(),
+		IdentityRecord:  w.Identity.Checkpoint(t.idKeys),
+		RunsRecord:      w.Runs.Checkpoint(),
+		DriftRecord:     w.Drift.Checkpoint(t.schedName),
+		MemoryRecord:    w.memory.Checkpoint(),
+		KillsRecord:     w.kills.Checkpoint(),
+		VerdictRecord:   w.Verdict.Checkpoint(),
 	}
 }
 
@@ -143,10 +143,13 @@ func (t *tracker) toCheckpoint(w *worker) cpWorker {
 // (admission.go). The caller admits it.
 func (t *tracker) fromCheckpoint(cw *cpWorker, now int64) *worker {
 	w := newWorker(cw.ID, cw.FirstMention)
-	w.admission.restore(&cw.cpAdmission)
+	w.Admission.Restore(&cw.AdmissionRecord)
 	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
-	w.runsState.restore(&cw.cpRuns, t)
-	w.driftState.restore(&cw.cpDrift, t)
+	if w.Runs.Restore(&cw.RunsRecord, t.cfg.Limits.MaxRunsPerWorker, t.cfg.Limits.MaxRuns,
+		t.cfg.Limits.MaxAttributeLength, &t.runCount) {
+		t.counts.runsRefused[refusedRunsTotal]++
+	}
+	w.Drift.Restore(&cw.DriftRecord, t.schedIndex)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)
 	w.Verdict.Restore(&cw.VerdictRecord)
@@ -236,14 +239,14 @@ func (p *healthProcessor) restore(ctx context.Context) {
 	if bad > 0 {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, int64(bad))
 	}
-	p.logger.Info("restored worker state from the checkpoint", zap.Int64("workers", n[evidenceRecords]+n[evidenceConfirmed]),
+	p.logger.Info("restored worker state from the checkpoint", zap.Int64("workers", n[state.EvidenceRecords]+n[state.EvidenceConfirmed]),
 		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
 }
 
 // validRecord: a record whose id the mapping would have taken.
 func validRecord(cw *cpWorker, cfg *Config) bool {
 	return cw.ID != "" && len(cw.ID) <= cfg.Limits.MaxAttributeLength && utf8.ValidString(cw.ID) &&
-		(cw.Evidence == evidenceRecords || cw.Evidence == evidenceConfirmed)
+		(cw.Evidence == state.EvidenceRecords || cw.Evidence == state.EvidenceConfirmed)
 }
 
 // restoreSlot admits one slot's worker, within limits.max_workers; a slot
@@ -253,8 +256,8 @@ func (t *tracker) restoreSlot(slot int32, cw *cpWorker, ok bool, now int64) {
 	if ok && t.workers[cw.ID] == nil && len(t.workers) < t.cfg.Limits.MaxWorkers {
 		w := t.fromCheckpoint(cw, now)
 		w.slot = slot
-		if w.evidence != evidenceConfirmed {
-			t.low[w.evidence].pushBack(w)
+		if w.Evidence != state.EvidenceConfirmed {
+			t.low[w.Evidence].pushBack(w)
 		}
 		t.workers[w.id] = w
 		return
@@ -290,7 +293,7 @@ func (t *tracker) freeSlot(w *worker) {
 func (t *tracker) collectCheckpoint() (writes []cpWrite, deletes []int32, meta cpMeta) {
 	for _, w := range t.cp.dirty {
 		w.dirty = false
-		if t.workers[w.id] != w || w.evidence == evidenceOnce {
+		if t.workers[w.id] != w || w.Evidence == state.EvidenceOnce {
 			continue // forgotten since, or not checkpointed (admission.go)
 		}
 		if w.slot < 0 {

@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"context"
 
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -50,7 +51,7 @@ func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics)
 		if ok && (r.Src == srcScheduler || r.ID == "") {
 			return false
 		}
-		if w := p.tracker.workers[r.ID]; ok && w != nil && w.evidence != evidenceOnce {
+		if w := p.tracker.workers[r.ID]; ok && w != nil && w.Evidence != state.EvidenceOnce {
 			return false
 		}
 		dropped += int64(resourcePoints(rm))

@@ -15,60 +15,23 @@ import (
 // leave permanent drift behind: snapshots and the counts both sides report
 // correct it as they come, and drift.heal_after bounds the rest.
 
-// driftState is the scheduler's view of a worker and the drift between it
-// and the worker's own, as of the last evaluation.
-type driftState struct {
-	// active: runs the worker itself reports holding (-1 = never reported),
-	// at activeAt; heldOverSince: since when the runs tracked as held by the
-	// worker exceed that count (0 = they do not).
-	active                  int
-	activeAt, heldOverSince int64
-
-	// schedKnown: the scheduler has named this worker at least once. Only
-	// then can its runs be orphaned: a worker no scheduler knows (one that
-	// generates its own work, or is scheduled elsewhere) has no other view.
-	// sched: the scheduler source that last named it.
-	schedKnown bool
-	sched      uint8
-	// A "snapshots" scheduler's statements: snapKind says which form,
-	// snapAt the last list, schedCount/schedCountAt the last count,
-	// schedOverSince since when the runs it named exceed its count.
-	snapKind                             uint8
-	snapAt, schedCountAt, schedOverSince int64
-	schedCount                           int
-	countMissSince, countOrphSince       int64
-	missN, orphN                         int
-	missSince, orphSince                 int64
-
-	overCapSince int64
-	// drift of the last evaluation, for metrics and the snapshot.
-	missing, orphaned []string
-	overCap           int
-	heldW, heldS      int
-}
-
-// cpDrift is the scheduler view's checkpoint record. Sched: the service
-// name of the scheduler that last named the worker.
-type cpDrift struct {
-	SchedKnown bool   `json:"sched_known,omitempty"`
-	Sched      string `json:"sched,omitempty"`
-}
-
-func (d *driftState) cp(t *tracker) cpDrift {
-	c := cpDrift{SchedKnown: d.schedKnown}
-	if d.schedKnown && int(d.sched) < len(t.scheds) {
-		c.Sched = t.scheds[d.sched].Name
+// schedName names scheduler source i for a checkpoint record ("" = none).
+func (t *tracker) schedName(i int) string {
+	if i < len(t.scheds) {
+		return t.scheds[i].Name
 	}
-	return c
+	return ""
 }
 
-func (d *driftState) restore(c *cpDrift, t *tracker) {
-	for i, s := range t.scheds {
-		if s.Name == c.Sched {
-			d.sched = uint8(i)
+// schedIndex is the scheduler source of this name (the last one; -1 = none).
+func (t *tracker) schedIndex(name string) int {
+	i := -1
+	for j, s := range t.scheds {
+		if s.Name == name {
+			i = j
 		}
 	}
-	d.schedKnown = c.SchedKnown
+	return i
 }
 
 // noSched is the view of a worker no scheduler named: events (nothing to
@@ -77,28 +40,20 @@ var noSched = schedSource{View: contract.ViewEvents}
 
 // schedOf is the scheduler source that last named the worker.
 func (t *tracker) schedOf(w *worker) *schedSource {
-	if int(w.sched) < len(t.scheds) {
-		return &t.scheds[w.sched]
+	if int(w.Sched) < len(t.scheds) {
+		return &t.scheds[w.Sched]
 	}
 	return &noSched
 }
 
-// Snapshot kinds of a worker: how its "snapshots" scheduler states what it
-// holds.
-const (
-	snapNone  uint8 = iota
-	snapList        // records listing the runs
-	snapCount       // a count only
-)
-
 // letGo releases a run's side in the judgement (heal, reconcile): counted,
 // and the worker's record is rewritten at the next checkpoint.
-func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
+func (t *tracker) letGo(w *worker, r *state.Run, side source, now int64) {
 	release(r, side, now)
-	r.flags |= fLetGo
+	r.Flags |= state.RunLetGo
 	t.healed[side]++
 	t.markDirty(w)
-	if side == srcWorker && r.has(fSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
+	if side == srcWorker && r.Has(state.RunSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
 		// The worker's end closes a claims-only scheduler's claim: let go
 		// because its own count says it ended, the run ended all the same.
 		release(r, srcScheduler, now)
@@ -108,36 +63,36 @@ func (t *tracker) letGo(w *worker, r *run, side source, now int64) {
 
 // release ends one side's hold of a run that was let go without an end
 // event (healed, closed by the other side, or absent from a snapshot).
-func release(r *run, side source, now int64) {
+func release(r *state.Run, side source, now int64) {
 	if side == srcWorker {
-		r.flags = (r.flags | fWorkerEnded) &^ fWorkerHeld
-		r.wEnd = now
+		r.Flags = (r.Flags | state.RunWorkerEnded) &^ state.RunWorkerHeld
+		r.WEnd = now
 		return
 	}
-	r.flags = (r.flags | fSchedEnded) &^ fSchedHeld
-	r.sEnd = now
+	r.Flags = (r.Flags | state.RunSchedEnded) &^ state.RunSchedHeld
+	r.SEnd = now
 }
 
 // applySnapshot makes the scheduler's side exactly the runs listed: runs
 // listed are held (claimed now if new), runs not listed are not.
 func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
-	w.snapAt, w.snapKind = now, snapList
+	w.SnapAt, w.SnapKind = now, state.SnapList
 	for _, id := range runs {
 		r := t.run(w, id)
 		if r == nil {
 			continue
 		}
-		r.flags |= fListed
-		if !r.has(fSchedHeld) {
-			r.flags = (r.flags | fSchedHeld) &^ fSchedEnded
-			r.sAt = now
-			w.claims[srcScheduler]++
+		r.Flags |= state.RunListed
+		if !r.Has(state.RunSchedHeld) {
+			r.Flags = (r.Flags | state.RunSchedHeld) &^ state.RunSchedEnded
+			r.SAt = now
+			w.Claims[srcScheduler]++
 		}
 	}
-	for r := range w.runs.all() {
-		if r.has(fListed) {
-			r.flags &^= fListed
-		} else if r.has(fSchedHeld) {
+	for r := range w.Table.All() {
+		if r.Has(state.RunListed) {
+			r.Flags &^= state.RunListed
+		} else if r.Has(state.RunSchedHeld) {
 			release(r, srcScheduler, now)
 		}
 	}
@@ -145,9 +100,9 @@ func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
 
 // heldCount records a "snapshots" scheduler's count of the runs it holds.
 func (w *worker) heldCount(n int, now int64) {
-	w.schedCount, w.schedCountAt = n, now
-	if w.snapKind != snapList {
-		w.snapKind = snapCount
+	w.SchedCount, w.SchedCountAt = n, now
+	if w.SnapKind != state.SnapList {
+		w.SnapKind = state.SnapCount
 	}
 }
 
@@ -165,66 +120,66 @@ func (t *tracker) drift(w *worker, now int64) {
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	// A scheduler that states only a count names no run: runs it does not
 	// name are not orphans, and its count is its side.
-	counted := src.View == contract.ViewSnapshots && w.snapKind == snapCount && t.countFresh(w, src, now)
+	counted := src.View == contract.ViewSnapshots && w.SnapKind == state.SnapCount && t.countFresh(w, src, now)
 	// Runs can be missing only from a worker that says what it holds: one
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
 	workerView := w.NamedBy(state.OriginTelemetry)
-	w.missing, w.orphaned = w.missing[:0], w.orphaned[:0]
-	w.missSince, w.orphSince = 0, 0
-	w.heldW, w.heldS = 0, 0
-	for r := range w.runs.all() {
-		wh, sh := r.has(fWorkerHeld), r.has(fSchedHeld)
+	w.Missing, w.Orphaned = w.Missing[:0], w.Orphaned[:0]
+	w.MissSince, w.OrphSince = 0, 0
+	w.HeldW, w.HeldS = 0, 0
+	for r := range w.Table.All() {
+		wh, sh := r.Has(state.RunWorkerHeld), r.Has(state.RunSchedHeld)
 		if wh {
-			w.heldW++
+			w.HeldW++
 		}
 		if sh {
-			w.heldS++
+			w.HeldS++
 		}
 		switch {
 		case sh && !wh && workerView:
-			if began := max(r.sAt, r.wEnd); now-began >= grace {
-				w.missing = append(w.missing, string(r.id))
-				w.missSince = minSince(w.missSince, began)
+			if began := max(r.SAt, r.WEnd); now-began >= grace {
+				w.Missing = append(w.Missing, string(r.ID))
+				w.MissSince = minSince(w.MissSince, began)
 			}
-		case wh && !sh && schedulerLive && w.schedKnown && !counted:
-			if began := max(r.wAt, r.sEnd); now-began >= grace {
-				w.orphaned = append(w.orphaned, string(r.id))
-				w.orphSince = minSince(w.orphSince, began)
+		case wh && !sh && schedulerLive && w.SchedKnown && !counted:
+			if began := max(r.WAt, r.SEnd); now-began >= grace {
+				w.Orphaned = append(w.Orphaned, string(r.ID))
+				w.OrphSince = minSince(w.OrphSince, began)
 			}
 		}
 	}
-	slices.Sort(w.missing)
-	slices.Sort(w.orphaned)
-	w.missN, w.orphN = len(w.missing), len(w.orphaned)
+	slices.Sort(w.Missing)
+	slices.Sort(w.Orphaned)
+	w.MissN, w.OrphN = len(w.Missing), len(w.Orphaned)
 	if counted {
-		w.heldS = max(w.heldS, w.schedCount)
+		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {
 			t.countDrift(w, now, grace)
 		}
 	} else {
-		w.countMissSince, w.countOrphSince = 0, 0
+		w.CountMissSince, w.CountOrphSince = 0, 0
 	}
 
 	// Over capacity: the runs held beyond the capacity, once that lasted the
 	// grace period (claims and ends cross in flight).
-	w.overCap = 0
+	w.OverCap = 0
 	// A claims-only scheduler never says a run ended: without the worker's
 	// own view its claims only add up (until drift.heal_after), which says
 	// nothing of the worker's load.
 	judged := w.NamedBy(state.OriginTelemetry) || src.View != contract.ViewClaimsOnly
 	if c := t.capacityOf(w); c > 0 && judged {
 		if held := w.heldForCapacity(); held > c {
-			if w.overCapSince == 0 {
-				w.overCapSince = now
+			if w.OverCapSince == 0 {
+				w.OverCapSince = now
 			}
-			if now-w.overCapSince >= grace {
-				w.overCap = held - c
+			if now-w.OverCapSince >= grace {
+				w.OverCap = held - c
 			}
 			return
 		}
 	}
-	w.overCapSince = 0
+	w.OverCapSince = 0
 }
 
 // heldForCapacity is what over capacity judges: the runs the worker holds,
@@ -235,9 +190,9 @@ func (t *tracker) drift(w *worker, now int64) {
 // scheduler's view.
 func (w *worker) heldForCapacity() int {
 	if w.NamedBy(state.OriginTelemetry) {
-		return w.heldW
+		return w.HeldW
 	}
-	return w.heldS
+	return w.HeldS
 }
 
 func minSince(cur, v int64) int64 {
@@ -250,7 +205,7 @@ func minSince(cur, v int64) int64 {
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
 func (t *tracker) countFresh(w *worker, src *schedSource, now int64) bool {
-	return w.schedCountAt > 0 && now-w.schedCountAt <= 3*int64(src.Interval)
+	return w.SchedCountAt > 0 && now-w.SchedCountAt <= 3*int64(src.Interval)
 }
 
 // countDrift judges a count-only scheduler's side: more held than the worker
@@ -263,16 +218,16 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 		}
 		if *since == 0 {
 			// From the count that showed it (restated every interval).
-			*since = w.schedCountAt
+			*since = w.SchedCountAt
 		}
 		if now-*since >= grace && diff > *n {
 			*n = diff
 			*first = minSince(*first, *since)
 		}
 	}
-	judge(w.schedCount-w.heldW, &w.countMissSince, &w.missN, &w.missSince)
-	if w.schedKnown {
-		judge(w.heldW-w.schedCount, &w.countOrphSince, &w.orphN, &w.orphSince)
+	judge(w.SchedCount-w.HeldW, &w.CountMissSince, &w.MissN, &w.MissSince)
+	if w.SchedKnown {
+		judge(w.HeldW-w.SchedCount, &w.CountOrphSince, &w.OrphN, &w.OrphSince)
 	}
 }
 
@@ -287,43 +242,43 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 //     the worker's side: only when a scheduler knows the worker; a worker no
 //     scheduler knows may hold a run for hours), is let go.
 func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
-	workerCounted := t.reconcile(w, srcWorker, w.active, w.activeAt, int64(t.cfg.Lost.After), &w.heldOverSince, now, grace)
+	workerCounted := t.reconcile(w, srcWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
 	schedCorrected := false
 	if src.View == contract.ViewSnapshots {
 		switch {
-		case w.snapKind == snapList && now-w.snapAt > 3*int64(src.Interval):
-			for r := range w.runs.all() {
-				if r.has(fSchedHeld) {
+		case w.SnapKind == state.SnapList && now-w.SnapAt > 3*int64(src.Interval):
+			for r := range w.Table.All() {
+				if r.Has(state.RunSchedHeld) {
 					t.letGo(w, r, srcScheduler, now)
 				}
 			}
-			w.snapKind = snapNone
-		case w.snapKind == snapList:
+			w.SnapKind = state.SnapNone
+		case w.SnapKind == state.SnapList:
 			schedCorrected = true
-		case w.snapKind == snapCount && t.countFresh(w, src, now):
-			t.reconcile(w, srcScheduler, w.schedCount, w.schedCountAt, 3*int64(src.Interval), &w.schedOverSince, now, grace)
+		case w.SnapKind == state.SnapCount && t.countFresh(w, src, now):
+			t.reconcile(w, srcScheduler, w.SchedCount, w.SchedCountAt, 3*int64(src.Interval), &w.SchedOverSince, now, grace)
 			schedCorrected = true
 		}
 	}
 	after := int64(t.cfg.Drift.HealAfter)
-	for r := range w.runs.all() {
+	for r := range w.Table.All() {
 		switch {
-		case !schedCorrected && r.has(fSchedHeld) && !r.has(fWorkerHeld):
+		case !schedCorrected && r.Has(state.RunSchedHeld) && !r.Has(state.RunWorkerHeld):
 			// The worker ended it (its end reached us, the scheduler's did
 			// not), or never named it (its claim and end were both lost, or
 			// the run really was lost: a scheduler gives up on it by now).
-			if now-max(r.sAt, r.wEnd) >= after {
+			if now-max(r.SAt, r.WEnd) >= after {
 				t.letGo(w, r, srcScheduler, now)
 			}
-		case !workerCounted && r.has(fWorkerHeld) && r.has(fSchedEnded):
-			if now-max(r.wAt, r.sEnd) >= after {
+		case !workerCounted && r.Has(state.RunWorkerHeld) && r.Has(state.RunSchedEnded):
+			if now-max(r.WAt, r.SEnd) >= after {
 				t.letGo(w, r, srcWorker, now)
 			}
-		case !workerCounted && r.has(fWorkerHeld) && !r.has(fSchedHeld) && w.schedKnown:
+		case !workerCounted && r.Has(state.RunWorkerHeld) && !r.Has(state.RunSchedHeld) && w.SchedKnown:
 			// A scheduler that knows the worker never named the run (a
 			// short run between two snapshots, a claim lost): its end was
 			// lost too, or it is a real orphan no longer news.
-			if now-r.wAt >= after {
+			if now-r.WAt >= after {
 				t.letGo(w, r, srcWorker, now)
 			}
 		}
@@ -342,15 +297,15 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 		*overSince = 0
 		return false
 	}
-	flag := fWorkerHeld
-	claimAt := func(r *run) int64 { return r.wAt }
+	flag := state.RunWorkerHeld
+	claimAt := func(r *state.Run) int64 { return r.WAt }
 	if side == srcScheduler {
-		flag = fSchedHeld
-		claimAt = func(r *run) int64 { return r.sAt }
+		flag = state.RunSchedHeld
+		claimAt = func(r *state.Run) int64 { return r.SAt }
 	}
 	held := 0
-	for r := range w.runs.all() {
-		if r.has(flag) {
+	for r := range w.Table.All() {
+		if r.Has(flag) {
 			held++
 		}
 	}
@@ -365,9 +320,9 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 		return true
 	}
 	for excess := held - count; excess > 0; excess-- {
-		var oldest *run
-		for r := range w.runs.all() {
-			if r.has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
+		var oldest *state.Run
+		for r := range w.Table.All() {
+			if r.Has(flag) && (oldest == nil || claimAt(r) < claimAt(oldest)) {
 				oldest = r
 			}
 		}
@@ -382,17 +337,17 @@ func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, 
 func (t *tracker) prune(w *worker, now int64) {
 	ttl := int64(t.cfg.Drift.TombstoneTTL)
 	// Through order, not the table: removing from the table shifts entries.
-	for _, r := range w.order[w.orderHead:] {
-		if r == nil || r.has(fGone) || r.has(fWorkerHeld) || r.has(fSchedHeld) {
+	for _, r := range w.Order[w.OrderHead:] {
+		if r == nil || r.Has(state.RunGone) || r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
-		if now-r.lastEnd() > ttl {
-			r.flags |= fGone
-			w.runs.remove(r)
+		if now-r.LastEnd() > ttl {
+			r.Flags |= state.RunGone
+			w.Table.Remove(r)
 			t.runCount--
 			t.markDirty(w)
 		}
 	}
-	w.compactOrder()
-	w.runs.shrink()
+	w.CompactOrder()
+	w.Table.Shrink()
 }

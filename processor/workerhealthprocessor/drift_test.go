@@ -17,7 +17,7 @@ type driftWant struct {
 
 func (h *harness) drift(id string) driftWant {
 	w := h.worker(id)
-	return driftWant{missing: append([]string{}, w.missing...), orphaned: append([]string{}, w.orphaned...)}
+	return driftWant{missing: append([]string{}, w.Missing...), orphaned: append([]string{}, w.Orphaned...)}
 }
 
 func TestDrift(t *testing.T) {
@@ -162,8 +162,8 @@ func TestDrift(t *testing.T) {
 			}
 			w := h.worker("w1")
 			runs := int64(max(tt.runs, 1))
-			assert.LessOrEqual(t, w.claims[srcWorker], runs, "a run is claimed once")
-			assert.LessOrEqual(t, w.claims[srcScheduler], runs)
+			assert.LessOrEqual(t, w.Claims[srcWorker], runs, "a run is claimed once")
+			assert.LessOrEqual(t, w.Claims[srcScheduler], runs)
 		})
 	}
 }

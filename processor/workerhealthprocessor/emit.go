@@ -75,7 +75,7 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
-		if w.evidence == evidenceOnce {
+		if w.Evidence == state.EvidenceOnce {
 			// Not exported until seen again (admission.go): a flood of ids
 			// must not become a flood of series downstream.
 			continue
@@ -101,15 +101,15 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 			}
 		}
 		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
-		point(active, int64(w.heldW), false, contract.AttrSource, contract.SourceWorker)
-		point(active, int64(w.heldS), false, contract.AttrSource, contract.SourceScheduler)
+		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
+		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
 		drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-		point(drift, int64(len(w.missing)), false, contract.AttrDriftKind, contract.DriftMissing)
-		point(drift, int64(len(w.orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
-		point(drift, int64(w.overCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
+		point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+		point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-		point(claims, w.claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
-		point(claims, w.claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		point(claims, w.Claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
+		point(claims, w.Claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
 		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range byReason {

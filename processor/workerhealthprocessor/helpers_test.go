@@ -17,6 +17,7 @@ import (
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -113,8 +114,8 @@ func (h *harness) codes(id string) []string {
 	return out
 }
 
-// has reports whether a run with this id is tracked.
-func (t *runTable) has(id string) bool { return t.get(id, runHash(id)) != nil }
+// hasRun tells whether a worker's run table holds the run id.
+func hasRun(t *state.RunTable, id string) bool { return t.Get(id, state.RunHash(id)) != nil }
 
 // rec describes one log record.
 type rec struct {

@@ -39,7 +39,7 @@ func (t *tracker) checkJoin(now int64) []unjoined {
 	var out []unjoined
 	var sorted []*worker // made once, only when a worker is reported
 	for _, w := range t.workers {
-		if w.Unjoined() || w.evidence == evidenceOnce || now-w.FirstMention < within {
+		if w.Unjoined() || w.Evidence == state.EvidenceOnce || now-w.FirstMention < within {
 			continue
 		}
 		n, o := w.Sources()

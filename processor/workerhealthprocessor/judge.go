@@ -87,12 +87,12 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	}
 
 	capacity := t.capacityOf(w)
-	held := max(w.heldW, w.heldS)
+	held := max(w.HeldW, w.HeldS)
 
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
 		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
-		last := max(w.lastClaim, w.FirstMention)
+		last := max(w.LastClaim, w.FirstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    codeNoClaim,
@@ -104,26 +104,26 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 
 	// Drift reasons count runs; one run in disagreement past the grace
 	// period is enough (threshold 1), since when the oldest began.
-	if w.missN > 0 {
+	if w.MissN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    codeMissing,
-			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.missN, t.cfg.Drift.Grace),
-			Value:   float64(w.missN), Threshold: 1, Since: ts(w.missSince),
+			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.MissN, t.cfg.Drift.Grace),
+			Value:   float64(w.MissN), Threshold: 1, Since: ts(w.MissSince),
 		})
 	}
-	if w.orphN > 0 {
+	if w.OrphN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    codeOrphaned,
-			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.orphN, t.cfg.Drift.Grace),
-			Value:   float64(w.orphN), Threshold: 1, Since: ts(w.orphSince),
+			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.OrphN, t.cfg.Drift.Grace),
+			Value:   float64(w.OrphN), Threshold: 1, Since: ts(w.OrphSince),
 		})
 	}
-	if w.overCap > 0 {
+	if w.OverCap > 0 {
 		n := w.heldForCapacity()
 		degraded = append(degraded, contract.Reason{
 			Code:    codeOverCapacity,
 			Message: fmt.Sprintf("%d runs held with capacity %d", n, capacity),
-			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.overCapSince),
+			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.OverCapSince),
 		})
 	}
 	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
@@ -212,11 +212,11 @@ func (t *tracker) fleet(now int64) {
 func (t *tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
-		if !w.State.MayTakeWork() || w.evidence == evidenceOnce {
+		if !w.State.MayTakeWork() || w.Evidence == state.EvidenceOnce {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {
-			idle += int64(max(0, c-max(w.heldW, w.heldS)))
+			idle += int64(max(0, c-max(w.HeldW, w.HeldS)))
 		}
 	}
 	return idle

@@ -244,8 +244,8 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 		if id == "" || len(id) > cfg.Limits.MaxAttributeLength || len(w.Name) > cfg.Limits.MaxAttributeLength {
 			t.Fatalf("worker id %d bytes, name %d bytes", len(id), len(w.Name))
 		}
-		if w.runs.len() > cfg.Limits.MaxRunsPerWorker {
-			t.Fatalf("%d runs", w.runs.len())
+		if w.Table.Len() > cfg.Limits.MaxRunsPerWorker {
+			t.Fatalf("%d runs", w.Table.Len())
 		}
 		for _, k := range w.kills.ByReason() {
 			if k < 0 {

@@ -138,7 +138,7 @@ func TestOpenFnMapping(t *testing.T) {
 	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
 	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), codeKills)
-	assert.Equal(t, int64(7), w.claims[srcWorker], "run:start counts as the claim")
+	assert.Equal(t, int64(7), w.Claims[srcWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())
@@ -183,10 +183,10 @@ func TestMalformedRecords(t *testing.T) {
 	h.p.mu.Lock()
 	malformed := h.p.tracker.malformed
 	w := h.p.tracker.workers["w1"]
-	okRun := w.runs.has("ok")
+	okRun := hasRun(&w.Table, "ok")
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(6), malformed)
 	assert.True(t, okRun, "the valid record after the malformed ones applied")
-	assert.Equal(t, 1, w.runs.len())
+	assert.Equal(t, 1, w.Table.Len())
 	assert.Equal(t, int64(-1), w.memory.RSS(), "a negative memory sample is ignored")
 }

@@ -28,7 +28,7 @@ func TestInvalidUTF8IdsAreMalformed(t *testing.T) {
 	assert.Equal(t, int64(5), h.p.tracker.malformed)
 	assert.Len(t, h.p.tracker.workers, 1, "only the valid id")
 	require.NotNil(t, h.p.tracker.workers["ok"])
-	assert.Zero(t, h.p.tracker.workers["ok"].runs.len(), "no run with an invalid id")
+	assert.Zero(t, h.p.tracker.workers["ok"].Table.Len(), "no run with an invalid id")
 }
 
 // memSample is one tree sample whose memory is a double.

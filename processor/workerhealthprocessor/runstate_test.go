@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/pdata/plog"
 )
 
@@ -62,11 +64,11 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	claim("r4") // evicts r1: the oldest that ended, not "held"
 	h.p.mu.Lock()
-	runs := &h.p.tracker.workers["a"].runs
-	assert.True(t, runs.has("held"))
-	assert.False(t, runs.has("r1"))
-	assert.True(t, runs.has("r2"))
-	assert.True(t, runs.has("r4"))
+	runs := &h.p.tracker.workers["a"].Table
+	assert.True(t, hasRun(runs, "held"))
+	assert.False(t, hasRun(runs, "r1"))
+	assert.True(t, hasRun(runs, "r2"))
+	assert.True(t, hasRun(runs, "r4"))
 	h.p.mu.Unlock()
 
 	for i := 0; i < 1000; i++ {
@@ -76,9 +78,42 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	w := h.p.tracker.workers["a"]
-	assert.True(t, w.runs.has("held"))
-	assert.Equal(t, 4, w.runs.len())
-	assert.LessOrEqual(t, len(w.order), 2*4+8, "order is compacted")
+	assert.True(t, hasRun(&w.Table, "held"))
+	assert.Equal(t, 4, w.Table.Len())
+	assert.LessOrEqual(t, len(w.Order), 2*4+8, "order is compacted")
 	assert.Zero(t, h.p.tracker.counts.runsRefused, "ended runs always made room")
 	h.p.mu.Unlock()
+}
+
+// An evicted run's memory (its id bytes included) serves the next run: the
+// runs still tracked keep their own ids.
+func TestRunIDsSurviveReuse(t *testing.T) {
+	cfg := testCfg()
+	cfg.Limits.MaxRunsPerWorker = 3
+	tr := newTracker(cfg)
+	w := tr.get("w", 1, state.EvidenceConfirmed)
+	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
+	runs := make([]*state.Run, len(ids))
+	for i, id := range ids {
+		r := tr.run(w, id)
+		require.NotNil(t, r)
+		runs[i] = r
+		if i == 0 {
+			r.Flags |= state.RunWorkerHeld // held: never evicted
+		} else {
+			r.Flags |= state.RunWorkerEnded
+		}
+	}
+	assert.Equal(t, 3, w.Table.Len())
+	// The oldest ended run's memory serves each new run: d takes b's, e
+	// takes c's, f takes d's.
+	assert.Same(t, runs[1], runs[3])
+	assert.Same(t, runs[2], runs[4])
+	assert.Same(t, runs[3], runs[5])
+	for _, id := range []string{"a-long-run-id-0001", "e", "f"} {
+		assert.True(t, hasRun(&w.Table, id), id)
+	}
+	for r := range w.Table.All() {
+		assert.Equal(t, state.RunHash(string(r.ID)), r.Hash)
+	}
 }

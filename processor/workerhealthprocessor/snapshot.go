@@ -27,19 +27,19 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 	for _, st := range contract.AllStates {
 		s.Fleet.ByState[st] = 0
 	}
-	var ended []*run
+	var ended []*state.Run
 	for _, w := range t.byID() {
 		s.Fleet.ByState[w.State]++
 		var wr, sr []string
 		ended = ended[:0]
-		for r := range w.runs.all() {
-			if r.has(fWorkerHeld) {
-				wr = append(wr, string(r.id))
+		for r := range w.Table.All() {
+			if r.Has(state.RunWorkerHeld) {
+				wr = append(wr, string(r.ID))
 			}
-			if r.has(fSchedHeld) {
-				sr = append(sr, string(r.id))
+			if r.Has(state.RunSchedHeld) {
+				sr = append(sr, string(r.ID))
 			}
-			if r.has(fWorkerEnded) && !r.has(fReleased|fLetGo) && r.wEnd > 0 {
+			if r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased|state.RunLetGo) && r.WEnd > 0 {
 				ended = append(ended, r)
 			}
 		}
@@ -57,8 +57,8 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
 			Drift: contract.Drift{
-				Missing: nonNil(append([]string(nil), w.missing...)), Orphaned: nonNil(append([]string(nil), w.orphaned...)),
-				MissingCount: w.missN, OrphanedCount: w.orphN, OverCapacity: w.overCap,
+				Missing: nonNil(append([]string(nil), w.Missing...)), Orphaned: nonNil(append([]string(nil), w.Orphaned...)),
+				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
 			Sources: w.Identity.Snapshot(w.id, t.idKeys),
 		})
@@ -68,22 +68,22 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 
 // recentRuns are the newest limits.recent_runs of the ended runs, newest
 // first (by when their end arrived, then id).
-func (t *tracker) recentRuns(ended []*run) []contract.RunRecord {
-	slices.SortFunc(ended, func(a, b *run) int {
-		return cmp.Or(cmp.Compare(b.wEnd, a.wEnd), cmp.Compare(string(b.id), string(a.id)))
+func (t *tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
+	slices.SortFunc(ended, func(a, b *state.Run) int {
+		return cmp.Or(cmp.Compare(b.WEnd, a.WEnd), cmp.Compare(string(b.ID), string(a.ID)))
 	})
 	n := min(len(ended), t.cfg.Limits.RecentRuns)
 	out := make([]contract.RunRecord, 0, n)
 	for _, r := range ended[:n] {
-		rec := contract.RunRecord{ID: string(r.id), Started: ts(r.startTS), Ended: ts(r.endTS)}
-		if r.result > 0 {
-			rec.Result = state.ResultNames[r.result-1]
+		rec := contract.RunRecord{ID: string(r.ID), Started: ts(r.StartTS), Ended: ts(r.EndTS)}
+		if r.Result > 0 {
+			rec.Result = state.ResultNames[r.Result-1]
 		}
-		if r.kill > 0 {
-			rec.KillReason = state.KillReasonNames[r.kill-1]
+		if r.Kill > 0 {
+			rec.KillReason = state.KillReasonNames[r.Kill-1]
 		}
-		if r.startTS > 0 && r.endTS >= r.startTS {
-			rec.DurationSeconds = state.Seconds(r.endTS - r.startTS)
+		if r.StartTS > 0 && r.EndTS >= r.StartTS {
+			rec.DurationSeconds = state.Seconds(r.EndTS - r.StartTS)
 		}
 		out = append(out, rec)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -65,7 +66,7 @@ func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n in
 
 // The attribute sets of the admission counters, made once.
 var (
-	evidenceAttrs = func() (a [nEvidence]metric.MeasurementOption) {
+	evidenceAttrs = func() (a [state.NEvidence]metric.MeasurementOption) {
 		for i, n := range evidenceNames {
 			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("evidence", n)))
 		}

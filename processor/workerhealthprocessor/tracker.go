@@ -18,14 +18,15 @@ import (
 type worker struct {
 	id string
 
-	state.Identity              // internal/state/identity.go: name, when and by whom it was named
-	runsState                   // runstate.go: its runs, claims, capacity
-	driftState                  // drift.go: the scheduler's view and the drift between both views
-	memory         state.Memory // internal/state/memory.go: memory and its episodes
-	cpu            state.CPU    // internal/state/cpu.go: the CPU episode
-	kills          state.Kills  // internal/state/kills.go: the kills and the kills rule
-	admission                   // admission.go: evidence level and place in the admission lists
-	state.Verdict               // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
+	state.Identity               // internal/state/identity.go: name, when and by whom it was named
+	state.Runs                   // internal/state/runs.go (+ runstate.go): its runs, claims, capacity
+	state.Drift                  // internal/state/drift.go (+ drift.go): the scheduler's view and the drift between both views
+	memory          state.Memory // internal/state/memory.go: memory and its episodes
+	cpu             state.CPU    // internal/state/cpu.go: the CPU episode
+	kills           state.Kills  // internal/state/kills.go: the kills and the kills rule
+	state.Admission              // internal/state/admission.go: evidence level, admitted, unannounced
+	listLinks                    // admission.go: place in the admission lists
+	state.Verdict                // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
@@ -35,15 +36,15 @@ type worker struct {
 
 func newWorker(id string, now int64) *worker {
 	return &worker{
-		id:         strings.Clone(id),
-		Identity:   state.NewIdentity(now),
-		runsState:  runsState{capacity: -1},
-		driftState: driftState{active: -1},
-		memory:     state.NewMemory(),
-		cpu:        state.NewCPU(),
-		kills:      state.NewKills(),
-		Verdict:    state.NewVerdict(now),
-		slot:       -1,
+		id:       strings.Clone(id),
+		Identity: state.NewIdentity(now),
+		Runs:     state.Runs{Capacity: -1},
+		Drift:    state.Drift{Active: -1},
+		memory:   state.NewMemory(),
+		cpu:      state.NewCPU(),
+		kills:    state.NewKills(),
+		Verdict:  state.NewVerdict(now),
+		slot:     -1,
 	}
 }
 
@@ -77,7 +78,7 @@ type tracker struct {
 	// once since the last evaluation; counts read and reset by the
 	// processor for its telemetry, as is malformed.
 	evals       int
-	low         [evidenceConfirmed]workerList
+	low         [state.EvidenceConfirmed]workerList
 	runCount    int
 	share       int // runLimit's share of max_runs for shareOf workers
 	shareOf     int
@@ -125,8 +126,8 @@ func newTracker(cfg *Config) *tracker {
 }
 
 func (t *tracker) capacityOf(w *worker) int {
-	if w.capacity >= 0 {
-		return w.capacity
+	if w.Capacity >= 0 {
+		return w.Capacity
 	}
 	if n, ok := t.cfg.Capacity.PerWorker[w.id]; ok {
 		return n
@@ -154,9 +155,9 @@ func (t *tracker) apply(b *batch, now int64) {
 }
 
 func (t *tracker) applySample(s *sample, now int64) {
-	ev := evidenceOnce
+	ev := state.EvidenceOnce
 	if s.Tree {
-		ev = evidenceConfirmed
+		ev = state.EvidenceConfirmed
 	}
 	w := t.get(s.Worker, now, ev)
 	if w == nil {
@@ -177,10 +178,10 @@ func (t *tracker) applySample(s *sample, now int64) {
 		w.LastAlive = now
 	}
 	if s.Capacity >= 0 {
-		w.capacity = s.Capacity
+		w.Capacity = s.Capacity
 	}
 	if s.Active >= 0 {
-		w.active, w.activeAt = s.Active, now
+		w.Active, w.ActiveAt = s.Active, now
 	}
 	if s.CgroupMax >= 0 {
 		w.memory.SetCgroupMax(s.CgroupMax)
@@ -198,9 +199,9 @@ func (t *tracker) applySample(s *sample, now int64) {
 }
 
 func (t *tracker) applyEvent(e *event, now int64) {
-	ev := evidenceOnce
+	ev := state.EvidenceOnce
 	if e.Src == srcScheduler {
-		ev = evidenceConfirmed
+		ev = state.EvidenceConfirmed
 	}
 	w := t.get(e.Worker, now, ev)
 	if w == nil {
@@ -208,8 +209,8 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	}
 	if e.Src == srcScheduler {
 		t.seenBy(w, state.OriginScheduler, e.Key, now)
-		w.schedKnown = true
-		w.sched = e.Sched
+		w.SchedKnown = true
+		w.Sched = e.Sched
 		if t.signOfLife(e) {
 			// Not the worker's own view: still unknown without its
 			// telemetry or tree, but not lost.
@@ -224,7 +225,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			w.Name = strings.Clone(e.Name)
 		}
 		if e.Capacity >= 0 {
-			w.capacity = e.Capacity
+			w.Capacity = e.Capacity
 		}
 	}
 	switch e.Kind {
@@ -277,24 +278,24 @@ func (t *tracker) signOfLife(e *event) bool {
 	return false
 }
 
-func (t *tracker) schedulerEvent(w *worker, r *run, e *event, now int64) {
+func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *event, now int64) {
 	switch e.Kind {
 	case evClaimed, evStarted:
-		if r.has(fSchedEnded) || r.has(fSchedHeld) {
+		if r.Has(state.RunSchedEnded) || r.Has(state.RunSchedHeld) {
 			return
 		}
-		if r.has(fWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
+		if r.Has(state.RunWorkerEnded) && t.schedOf(w).View == contract.ViewClaimsOnly {
 			// A late claim of a run the worker already ended: closed.
 			return
 		}
-		r.flags |= fSchedHeld
-		r.sAt = now
-		w.claims[srcScheduler]++
-		if e.TS > 0 && (r.claimTS == 0 || e.TS < r.claimTS) {
-			r.claimTS = e.TS
+		r.Flags |= state.RunSchedHeld
+		r.SAt = now
+		w.Claims[srcScheduler]++
+		if e.TS > 0 && (r.ClaimTS == 0 || e.TS < r.ClaimTS) {
+			r.ClaimTS = e.TS
 		}
 	case evFinished, evKilled, evReleased:
-		if r.has(fSchedEnded) {
+		if r.Has(state.RunSchedEnded) {
 			return
 		}
 		release(r, srcScheduler, now)

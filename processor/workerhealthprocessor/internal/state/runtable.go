@@ -1,15 +1,12 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
-import (
-	"hash/maphash"
-	"iter"
-)
+import "iter"
 
-// runTable holds one worker's runs by id: a small open-addressing hash table
+// RunTable holds one worker's runs by id: a small open-addressing hash table
 // (linear probing, at most half full, backward-shift deletion) of the runs'
 // 64-bit id hashes.
 //
-// Why not a map[string]*run: when every batch brings new runs (the normal
+// Why not a map[string]*Run: when every batch brings new runs (the normal
 // case: a run is seen a few times and then never again), each run record
 // cost three hashes of its id (a lookup that misses, the delete of the ended
 // run evicted at the cap, the insert) and a new allocation for a copy of the
@@ -25,24 +22,20 @@ import (
 // Runs are told apart by their id, not their hash alone: two ids with one
 // hash (chance about n^2/2^65 for n runs; the seed is random per process,
 // so ids cannot be chosen to collide) are two slots.
-type runTable struct {
+type RunTable struct {
 	slots []runSlot // len is 0 or a power of two
 	n     int
 }
 
 type runSlot struct {
 	h uint64
-	r *run // nil: empty
+	r *Run // nil: empty
 }
 
-var runSeed = maphash.MakeSeed()
+func (t *RunTable) Len() int { return t.n }
 
-func runHash(id string) uint64 { return maphash.String(runSeed, id) }
-
-func (t *runTable) len() int { return t.n }
-
-// get returns the run with this id (h is runHash(id)), or nil.
-func (t *runTable) get(id string, h uint64) *run {
+// Get returns the run with this id (h is RunHash(id)), or nil.
+func (t *RunTable) Get(id string, h uint64) *Run {
 	if t.n == 0 {
 		return nil
 	}
@@ -52,14 +45,14 @@ func (t *runTable) get(id string, h uint64) *run {
 		if s.r == nil {
 			return nil
 		}
-		if s.h == h && string(s.r.id) == id {
+		if s.h == h && string(s.r.ID) == id {
 			return s.r
 		}
 	}
 }
 
-// put adds a run (its id and hash set) that is not in the table.
-func (t *runTable) put(r *run) {
+// Put adds a run (its id and hash set) that is not in the table.
+func (t *RunTable) Put(r *Run) {
 	if 2*(t.n+1) > len(t.slots) {
 		t.resize(max(8, 2*len(t.slots)))
 	}
@@ -67,16 +60,16 @@ func (t *runTable) put(r *run) {
 	t.n++
 }
 
-func (t *runTable) place(r *run) {
+func (t *RunTable) place(r *Run) {
 	mask := uint64(len(t.slots) - 1)
-	i := r.hash & mask
+	i := r.Hash & mask
 	for t.slots[i].r != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = runSlot{h: r.hash, r: r}
+	t.slots[i] = runSlot{h: r.Hash, r: r}
 }
 
-func (t *runTable) resize(size int) {
+func (t *RunTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]runSlot, size)
 	for _, s := range old {
@@ -86,13 +79,13 @@ func (t *runTable) resize(size int) {
 	}
 }
 
-// remove drops a run of the table (a no-op when it is not there).
-func (t *runTable) remove(r *run) {
+// Remove drops a run of the table (a no-op when it is not there).
+func (t *RunTable) Remove(r *Run) {
 	if t.n == 0 {
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := r.hash & mask
+	i := r.Hash & mask
 	for t.slots[i].r != r {
 		if t.slots[i].r == nil {
 			return
@@ -121,8 +114,8 @@ func (t *runTable) remove(r *run) {
 	}
 }
 
-// shrink gives back the memory of a table that emptied (after pruning).
-func (t *runTable) shrink() {
+// Shrink gives back the memory of a table that emptied (after pruning).
+func (t *RunTable) Shrink() {
 	if len(t.slots) > 8 && 8*t.n < len(t.slots) {
 		size := 8
 		for 2*t.n > size/2 {
@@ -136,10 +129,10 @@ func (t *runTable) shrink() {
 	}
 }
 
-// all yields every run, in no particular order. The loop body must not add
+// All yields every run, in no particular order. The loop body must not add
 // or remove runs (a removal shifts entries).
-func (t *runTable) all() iter.Seq[*run] {
-	return func(yield func(*run) bool) {
+func (t *RunTable) All() iter.Seq[*Run] {
+	return func(yield func(*Run) bool) {
 		for _, s := range t.slots {
 			if s.r != nil && !yield(s.r) {
 				return

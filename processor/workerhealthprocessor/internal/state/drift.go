@@ -1,0 +1,67 @@
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+
+// Drift is the scheduler's view of a worker and the drift between it
+// and the worker's own, as of the last evaluation.
+type Drift struct {
+	// Active: runs the worker itself reports holding (-1 = never reported),
+	// at ActiveAt; HeldOverSince: since when the runs tracked as held by the
+	// worker exceed that count (0 = they do not).
+	Active                  int
+	ActiveAt, HeldOverSince int64
+
+	// SchedKnown: the scheduler has named this worker at least once. Only
+	// then can its runs be orphaned: a worker no scheduler knows (one that
+	// generates its own work, or is scheduled elsewhere) has no other view.
+	// Sched: the scheduler source that last named it.
+	SchedKnown bool
+	Sched      uint8
+	// A "snapshots" scheduler's statements: SnapKind says which form,
+	// SnapAt the last list, SchedCount/SchedCountAt the last count,
+	// SchedOverSince since when the runs it named exceed its count.
+	SnapKind                             uint8
+	SnapAt, SchedCountAt, SchedOverSince int64
+	SchedCount                           int
+	CountMissSince, CountOrphSince       int64
+	MissN, OrphN                         int
+	MissSince, OrphSince                 int64
+
+	OverCapSince int64
+	// drift of the last evaluation, for metrics and the snapshot.
+	Missing, Orphaned []string
+	OverCap           int
+	HeldW, HeldS      int
+}
+
+// DriftRecord is the scheduler view's checkpoint record. Sched: the service
+// name of the scheduler that last named the worker.
+type DriftRecord struct {
+	SchedKnown bool   `json:"sched_known,omitempty"`
+	Sched      string `json:"sched,omitempty"`
+}
+
+// Checkpoint is the scheduler view's record; schedName names scheduler
+// source i.
+func (d *Drift) Checkpoint(schedName func(i int) string) DriftRecord {
+	c := DriftRecord{SchedKnown: d.SchedKnown}
+	if d.SchedKnown {
+		c.Sched = schedName(int(d.Sched))
+	}
+	return c
+}
+
+// Restore takes the record back; schedIndex gives the scheduler source of a
+// name (-1 = none configured now).
+func (d *Drift) Restore(c *DriftRecord, schedIndex func(name string) int) {
+	if i := schedIndex(c.Sched); i >= 0 {
+		d.Sched = uint8(i)
+	}
+	d.SchedKnown = c.SchedKnown
+}
+
+// Snapshot kinds of a worker: how its "snapshots" scheduler states what it
+// holds.
+const (
+	SnapNone  uint8 = iota
+	SnapList        // records listing the runs
+	SnapCount       // a count only
+)

@@ -1,0 +1,47 @@
+package state
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The record names the scheduler that last named the worker (by service
+// name, so a reordered config keeps it) only when one did; restoring it
+// finds that scheduler again, or leaves Sched as it was when that scheduler is
+// no longer configured.
+func TestDriftCheckpoint(t *testing.T) {
+	names := []string{"bullmq", "celery"}
+	name := func(i int) string {
+		if i < len(names) {
+			return names[i]
+		}
+		return ""
+	}
+	index := func(n string) int {
+		for i, s := range names {
+			if s == n {
+				return i
+			}
+		}
+		return -1
+	}
+
+	assert.Equal(t, DriftRecord{}, (&Drift{Active: -1}).Checkpoint(name), "never named: empty record")
+
+	d := Drift{Active: 3, SchedKnown: true, Sched: 1, Missing: []string{"r"}}
+	rec := d.Checkpoint(name)
+	assert.Equal(t, DriftRecord{SchedKnown: true, Sched: "celery"}, rec)
+
+	var back Drift
+	back.Restore(&rec, index)
+	assert.True(t, back.SchedKnown)
+	assert.Equal(t, uint8(1), back.Sched)
+	assert.Nil(t, back.Missing, "the drift of the last evaluation is not kept")
+
+	names = []string{"bullmq"}
+	var gone Drift
+	gone.Restore(&rec, index)
+	assert.True(t, gone.SchedKnown)
+	assert.Zero(t, gone.Sched, "scheduler no longer configured: Sched left as it was")
+}
