@@ -43,7 +43,8 @@ apt_install() {
 		mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
 		if ! command -v apt-get >/dev/null; then
 			say "missing ${apt_pkgs[*]} and no apt-get here: install them yourself (the tests that need them skip locally, fail in CI)"
-			[ "${CI:-}" = true ] && exit 1
+			[ "${CI:-}" = true ] && return 1
+			return 0
 		else
 			SUDO=
 			[ "$(id -u)" = 0 ] || SUDO=sudo
@@ -63,12 +64,17 @@ apt_install() {
 				own_policy=1
 				trap '$SUDO rm -f "$policy"' EXIT
 			fi
-			$SUDO apt-get update -qq
-			DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+			# (Explicit status: this runs in a background job's && list,
+			# where set -e does not stop at a failed command.)
+			local rc=0
+			$SUDO apt-get update -qq &&
+				DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null ||
+				rc=$?
 			if [ -n "$own_policy" ]; then
 				$SUDO rm -f "$policy"
 				trap - EXIT
 			fi
+			return $rc
 		fi
 	fi
 }
@@ -115,17 +121,18 @@ npm_ci() {
 	[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
 	if ! command -v npm >/dev/null; then
 		say "npm missing: $dir not installed"
-		[ "${CI:-}" = true ] && exit 1
+		[ "${CI:-}" = true ] && return 1
 		return 0
 	fi
 	say "npm ci in $dir"
-	(cd "$dir" && npm ci --no-audit --no-fund --silent)
+	(cd "$dir" && npm ci --no-audit --no-fund --silent) || return 1
 	echo "$sum" >"$stamp"
 }
 npm_all() {
 	local lock
 	for lock in examples/*/package-lock.json; do
-		[ -f "$lock" ] && npm_ci "$(dirname "$lock")"
+		[ -f "$lock" ] || continue
+		npm_ci "$(dirname "$lock")" || return 1
 	done
 	return 0
 }
