@@ -96,7 +96,7 @@ $(GOLANGCI_LINT):
 	mkdir -p $(dir $@)
 	cd $(dir $@) && { [ -f go.mod ] || $(GO) mod init golangci-lint-tool >/dev/null 2>&1; } && \
 		GOFLAGS=-mod=mod $(GO) get -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
-		$(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+		$(GO) build -trimpath -ldflags="-s -w" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 unit:
 	$(GO) test -race -count=1 ./...
@@ -149,7 +149,7 @@ $(MDATAGEN):
 	mkdir -p $(dir $@)
 	cd $(dir $@) && { [ -f go.mod ] || $(GO) mod init mdatagen-tool >/dev/null 2>&1; } && \
 		GOFLAGS=-mod=mod $(GO) get -tool go.opentelemetry.io/collector/cmd/mdatagen@$(MDATAGEN_VERSION) && \
-		$(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
+		$(GO) build -trimpath -ldflags="-s -w" -o $@ go.opentelemetry.io/collector/cmd/mdatagen
 
 bench:
 	@scripts/bench.sh
