@@ -98,8 +98,10 @@ $(GOLANGCI_LINT):
 		GOFLAGS=-mod=mod $(GO) get -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
 		$(GO) build -trimpath -ldflags="-s -w" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
+# -vet=off: `make vet` (the stage before, in `make test`) ran every vet
+# check on the same packages; go test's own subset would run them again.
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -vet=off ./...
 
 # End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (`make deps` installs them).
