@@ -342,9 +342,10 @@ scrape_configs:
 					(a.at.After(returnedAt) && a.at.Before(backAt.Add(boundMove)))
 				switch {
 				case inWindow && (a.reason == contract.ReasonMoving || a.reason == contract.ReasonOwnerUnreachable || a.reason == "no_telemetry_since_start"):
-					if a.reason == contract.ReasonMoving {
+					switch a.reason {
+					case contract.ReasonMoving:
 						moving++
-					} else if a.reason == contract.ReasonOwnerUnreachable {
+					case contract.ReasonOwnerUnreachable:
 						unreachable++
 					}
 				case hopTimedOut(a):
