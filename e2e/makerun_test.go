@@ -124,12 +124,16 @@ func TestMakeRun(t *testing.T) {
 	if err := syscall.Kill(-run.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
+	// Bounds on a stop that completes at all (stopDeadline, 2 minutes), not
+	// on its speed; the time taken is logged.
+	interrupted := time.Now()
 	select {
 	case <-run.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("make run did not stop within 30s of Ctrl-C:\n%s", run.tail())
+		t.Logf("e2e: make run stopped %.1fs after Ctrl-C", time.Since(interrupted).Seconds())
+	case <-time.After(stopDeadline):
+		t.Fatalf("make run did not stop within %s of Ctrl-C:\n%s", stopDeadline, run.tail())
 	}
-	eventually(t, 10*time.Second, 200*time.Millisecond, "no process left after Ctrl-C", func() error {
+	eventually(t, 60*time.Second, 200*time.Millisecond, "no process left after Ctrl-C", func() error {
 		if left := fam.left(); left != "" {
 			return fmt.Errorf("still running:\n%s", left)
 		}

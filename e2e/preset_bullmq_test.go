@@ -39,8 +39,10 @@ const (
 	bullMainLimit = 512 << 20 // memory.roles.main.soft_limit_bytes
 	// Over the main role's limit -> unhealthy: 3 samples (2 s apart, the
 	// first one over counts) + one evaluation (2 s) + one Prometheus scrape
-	// (1 s), and 4 s of slack for a busy machine.
-	bullBoundUnhealthyAfterOver = 3*2*time.Second + 2*time.Second + time.Second + 4*time.Second
+	// (1 s), times a load factor of 3 (27 s): on a 2-core machine the
+	// suite's other scenarios keep busy, the collector can wait seconds for
+	// a CPU (issue 19); the figure seen is logged.
+	bullBoundUnhealthyAfterOver = 3 * (3*2*time.Second + 2*time.Second + time.Second)
 	// Restarted -> healthy: a sample under the limit (2 s), 3 recovery
 	// samples, 2 evaluations of hysteresis, 10 s slack for the restart.
 	bullBoundRecovered = 2*time.Second + 3*2*time.Second + 2*2*time.Second + 10*time.Second

@@ -253,12 +253,12 @@ func TestReliabilityProcessChurn(t *testing.T) {
 			id, life, secs, truth, float64(truth)/churned.Seconds(), failed, started, 100*started/float64(truth),
 			exited, 100*exited/float64(truth), cpu, 100*cpu/churned.Seconds(),
 			100*(chAfter.cpu-chBefore.cpu)/churned.Seconds(), eventsLost()-lostBefore, len(lastCPU), decreases)
-		// The churn must be real: at least half the rate (a quarter with
-		// every CPU busy, where the churner competes with the loops too).
-		least := rate * secs / 2
-		if urgent {
-			least = rate * secs / 4
-		}
+		// The churn must be real: at least a quarter of the asked rate, in
+		// both phases (a load factor of 4: on a 2-core machine kept busy by
+		// something else the churner gets a share of a core, issue 19; it was
+		// half the rate on the machine as it is). The rate reached is logged
+		// in the RESULT line.
+		least := rate * secs / 4
 		if truth < least {
 			t.Errorf("churner started only %d children in %d s (at least %d expected)", truth, secs, least)
 		}

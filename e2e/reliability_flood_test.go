@@ -46,9 +46,11 @@ import (
 //   - >= 99 % of the real workers' requests are accepted: the probes' exact
 //     count, and the collector's own OTLP/HTTP receiver counts (the
 //     simulator's items too);
-//   - the health API answers for the simulator's workers, p99 under 50 ms
-//     (WORKERWATCH_STRICT_LATENCY=1, as `make flood` sets; otherwise under
-//     1 s: a hang, not a busy machine), and never 404.
+//   - the health API answers for the simulator's workers, and never 404;
+//     its p99 is logged (the RESULT table), and is a gate only with
+//     WORKERWATCH_STRICT_LATENCY=1, as `make flood` (a measurement outside
+//     `make test`) sets: under 50 ms. In `make test` a latency on a loaded
+//     2-core machine is a figure, not a pass/fail (issue 19).
 //
 // `make test` floods 10,000 worker ids and 100,000 run ids; `make flood` the
 // full 1,000,000 and 10,000,000 (WORKERWATCH_FLOOD_WORKERS, _RUNS). The
@@ -58,8 +60,9 @@ import (
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilityFlood ./e2e/
 func TestReliabilityFlood(t *testing.T) {
-	// Not parallel: it bounds RSS and the health API's p99 under the flood, so
-	// it runs first, alone (docs/e2e.md, "Time").
+	// Not parallel: it bounds RSS under the flood (and, in `make flood`, the
+	// health API's p99), and the flood takes the machine's CPU; it runs
+	// first, alone (docs/e2e.md, "Time").
 	bin := collectorBinary(t)
 	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
 	workers := envInt("WORKERWATCH_FLOOD_WORKERS", 10000)
@@ -67,10 +70,7 @@ func TestReliabilityFlood(t *testing.T) {
 	after := time.Duration(envInt("WORKERWATCH_FLOOD_AFTER_SECONDS", 10)) * time.Second
 	strict := os.Getenv("WORKERWATCH_STRICT_LATENCY") == "1"
 	profile := os.Getenv("WORKERWATCH_FLOOD_PPROF") == "1"
-	p99Bound := time.Second // a hang, not a slow machine
-	if strict {
-		p99Bound = 50 * time.Millisecond
-	}
+	const p99Strict = 50 * time.Millisecond // `make flood` only
 	cfgPath := filepath.Join(repoRoot, "config.yaml")
 	limitMiB := limitMiBOf(t, cfgPath)
 	limit := int64(limitMiB) << 20
@@ -300,8 +300,10 @@ service:
 		}
 		if len(s.latencies) == 0 {
 			t.Errorf("%s: no health API probe", ph)
-		} else if p := percentile(s.latencies, 0.99); p > p99Bound {
-			t.Errorf("%s: health API p99 %s for the real workers (bound %s)", ph, p, p99Bound)
+		} else if p := percentile(s.latencies, 0.99); strict && p > p99Strict {
+			t.Errorf("%s: health API p99 %s for the real workers (bound %s, WORKERWATCH_STRICT_LATENCY=1)", ph, p, p99Strict)
+		} else {
+			t.Logf("e2e: %s: health API p99 %s for the real workers (%d requests; a figure, gated only by `make flood`)", ph, p, len(s.latencies))
 		}
 		if s.notFound > 0 {
 			t.Errorf("%s: the health API answered 404 for a real worker %d times", ph, s.notFound)

@@ -322,7 +322,7 @@ scrape_configs:
 		if len(answers) < 10*scaleWorkers {
 			t.Fatalf("only %d answers", len(answers))
 		}
-		moving, unreachable := 0, 0
+		moving, unreachable, slowOwner := 0, 0, 0
 		for _, a := range answers {
 			if a.err != "" {
 				t.Errorf("%s at %s: %s", a.id, a.at.Format(time.TimeOnly), a.err)
@@ -340,18 +340,40 @@ scrape_configs:
 			case a.state == contract.Unknown:
 				inWindow := (a.at.After(killedAt) && a.at.Before(droppedAt.Add(boundMove))) ||
 					(a.at.After(returnedAt) && a.at.Before(backAt.Add(boundMove)))
-				if !inWindow || (a.reason != contract.ReasonMoving && a.reason != contract.ReasonOwnerUnreachable && a.reason != "no_telemetry_since_start") {
-					t.Errorf("%s: unknown (%s) at %s, outside a ring change", a.id, a.reason, a.at.Format(time.TimeOnly))
-				}
-				if a.reason == contract.ReasonMoving {
-					moving++
-				}
-				if a.reason == contract.ReasonOwnerUnreachable {
-					unreachable++
+				switch {
+				case inWindow && (a.reason == contract.ReasonMoving || a.reason == contract.ReasonOwnerUnreachable || a.reason == "no_telemetry_since_start"):
+					switch a.reason {
+					case contract.ReasonMoving:
+						moving++
+					case contract.ReasonOwnerUnreachable:
+						unreachable++
+					}
+				case hopTimedOut(a):
+					// The owner is alive and on the ring but did not answer
+					// the asked shard's hop within cluster.client.timeout:
+					// on a loaded 2-core machine (both cores busy with the
+					// suite's other scenarios) a collector can wait that
+					// long for a CPU. `owner_unreachable` (503, do not
+					// assign work) is then the documented answer, not a
+					// wrong one (docs/http-api.md); it is counted and
+					// logged. Any other unknown outside a ring change, an
+					// `owner_unreachable` that came sooner than the hop's
+					// timeout included (a live owner refused), fails.
+					slowOwner++
+					t.Logf("e2e: %s: owner_unreachable at %s outside a ring change after %s (the hop timed out: %s)",
+						a.id, a.at.Format(time.TimeOnly), a.took.Round(time.Millisecond), a.msg)
+				default:
+					t.Errorf("%s: unknown (%s: %s) at %s after %s, outside a ring change", a.id, a.reason, a.msg,
+						a.at.Format(time.TimeOnly), a.took.Round(time.Millisecond))
 				}
 			}
 		}
-		t.Logf("e2e: %d answers from %s; %d `moving`, %d `owner_unreachable`, all within the ring changes", len(answers), asked.name, moving, unreachable)
+		var slowest time.Duration
+		for _, a := range answers {
+			slowest = max(slowest, a.took)
+		}
+		t.Logf("e2e: %d answers from %s (slowest %s); %d `moving`, %d `owner_unreachable` within the ring changes; %d hops timed out (%s) outside them",
+			len(answers), asked.name, slowest.Round(time.Millisecond), moving, unreachable, slowOwner, clusterHopTimeout)
 	})
 
 	t.Run("no worker was ever lost, and the fleet figures add up once", func(t *testing.T) {
@@ -739,15 +761,30 @@ func freePortOn(t *testing.T, ips []string) int {
 func deployConfig(name string) string { return filepath.Join(repoRoot, "deploy", "collector", name) }
 func e2eConfig(name string) string    { return filepath.Join(repoRoot, "e2e", "testdata", name) }
 
+// clusterHopTimeout is the shards' cluster.client.timeout: the extension's
+// default (deploy/collector/gateway.yaml sets none), 2 s.
+const clusterHopTimeout = 2 * time.Second
+
+// hopTimedOut reports whether an answer is the asked shard's
+// `owner_unreachable` for a hop to the owner that hit cluster.client.timeout:
+// Go's client timeout in the message, and the answer no sooner than that
+// timeout after the request.
+func hopTimedOut(a answer) bool {
+	return a.code == http.StatusServiceUnavailable && a.reason == contract.ReasonOwnerUnreachable &&
+		strings.Contains(a.msg, "Client.Timeout exceeded") && a.took >= clusterHopTimeout
+}
+
 // answer is one answer the polling scheduler got.
 type answer struct {
 	// at is when the answer came: a request sent just before a shard was
 	// killed is answered `owner_unreachable` after it, inside the window.
 	at     time.Time
+	took   time.Duration // from the request sent to the answer read
 	id     string
 	code   int
 	state  contract.State
 	reason string
+	msg    string // the first reason's message
 	err    string
 }
 
@@ -774,6 +811,7 @@ func startScheduler(base string, ids []string) *scheduler {
 				default:
 				}
 				a := answer{id: id}
+				sent := time.Now()
 				resp, err := httpClient.Get(base + "/health/workers/" + url.PathEscape(id))
 				a.at = time.Now()
 				if err != nil {
@@ -787,9 +825,10 @@ func startScheduler(base string, ids []string) *scheduler {
 					resp.Body.Close()
 					a.state = w.State
 					if len(w.Reasons) > 0 {
-						a.reason = w.Reasons[0].Code
+						a.reason, a.msg = w.Reasons[0].Code, w.Reasons[0].Message
 					}
 				}
+				a.took = a.at.Sub(sent)
 				s.mu.Lock()
 				s.answers = append(s.answers, a)
 				s.mu.Unlock()

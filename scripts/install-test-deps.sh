@@ -11,7 +11,8 @@
 #     5.2.6 for the Celery preset's e2e and receiver tests) and rabbitmq-server
 #     (the celery receiver's AMQP transport; no service is left running)
 #   - Go tools built in scratch modules OUTSIDE this repository's go.mod,
-#     cached in $CACHE/bin: Jaeger v2 (e2e trace backend), telemetrygen (load)
+#     cached by version in $CACHE/bin: Jaeger v2 (e2e trace backend),
+#     telemetrygen (load)
 #   - the npm packages of every examples/*/ with a package-lock.json
 #
 # To add a dependency: `need_cmd COMMAND PACKAGE...` for a Debian package,
@@ -41,58 +42,80 @@ need_cmd redis-server redis-server
 /usr/bin/python3 -c 'import celery, redis' 2>/dev/null || apt_pkgs+=(python3-celery python3-redis)
 command -v rabbitmq-server >/dev/null || [ -x /usr/sbin/rabbitmq-server ] || apt_pkgs+=(rabbitmq-server)
 
-if [ ${#apt_pkgs[@]} -gt 0 ]; then
-	mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
-	if ! command -v apt-get >/dev/null; then
-		say "missing ${apt_pkgs[*]} and no apt-get here: install them yourself (the tests that need them skip locally, fail in CI)"
-		[ "${CI:-}" = true ] && exit 1
-	else
-		SUDO=
-		[ "$(id -u)" = 0 ] || SUDO=sudo
-		say "apt-get install ${apt_pkgs[*]}"
-		# Packages such as prometheus (and redis-server) start a system service
-		# on their default port when installed. The tests start their own on
-		# free ports and need none, so this install starts no service: the
-		# standard policy-rc.d answer 101 ("action forbidden") for the length
-		# of the install, unless the machine already has a policy of its own
-		# (a container image's), which is then left as it is.
-		policy=/usr/sbin/policy-rc.d
-		own_policy=
-		if [ ! -e "$policy" ]; then
-			printf '#!/bin/sh\n# install-test-deps.sh: no service starts during its install\nexit 101\n' |
-				$SUDO tee "$policy" >/dev/null
-			$SUDO chmod 755 "$policy"
-			own_policy=1
-			trap '$SUDO rm -f "$policy"' EXIT
-		fi
-		$SUDO apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
-		if [ -n "$own_policy" ]; then
-			$SUDO rm -f "$policy"
-			trap - EXIT
+# apt_install: the missing Debian packages, if any.
+apt_install() {
+	if [ ${#apt_pkgs[@]} -gt 0 ]; then
+		mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
+		if ! command -v apt-get >/dev/null; then
+			say "missing ${apt_pkgs[*]} and no apt-get here: install them yourself (the tests that need them skip locally, fail in CI)"
+			[ "${CI:-}" = true ] && return 1
+			return 0
+		else
+			SUDO=
+			[ "$(id -u)" = 0 ] || SUDO=sudo
+			say "apt-get install ${apt_pkgs[*]}"
+			# Packages such as prometheus (and redis-server) start a system service
+			# on their default port when installed. The tests start their own on
+			# free ports and need none, so this install starts no service: the
+			# standard policy-rc.d answer 101 ("action forbidden") for the length
+			# of the install, unless the machine already has a policy of its own
+			# (a container image's), which is then left as it is.
+			policy=/usr/sbin/policy-rc.d
+			own_policy=
+			if [ ! -e "$policy" ]; then
+				printf '#!/bin/sh\n# install-test-deps.sh: no service starts during its install\nexit 101\n' |
+					$SUDO tee "$policy" >/dev/null
+				$SUDO chmod 755 "$policy"
+				own_policy=1
+				trap '$SUDO rm -f "$policy"' EXIT
+			fi
+			# (Explicit status: this runs in a background job's && list,
+			# where set -e does not stop at a failed command.)
+			local rc=0
+			$SUDO apt-get update -qq &&
+				DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null ||
+				rc=$?
+			if [ -n "$own_policy" ]; then
+				$SUDO rm -f "$policy"
+				trap - EXIT
+			fi
+			return $rc
 		fi
 	fi
-fi
+}
 
 # go_tool NAME MODULE@VERSION PACKAGE: build a Go tool in its own scratch
-# module (so it cannot move this repository's dependencies), once. Another
-# checkout's `make test` building the same tool at the same time waits for
-# it (flock) instead of racing it; the binary appears complete or not at all.
+# module (so it cannot move this repository's dependencies), once per
+# version: $CACHE/bin/NAME-VERSION, and $CACHE/bin/NAME a link to it (what
+# the tests run), so a new version here is built, never an old binary kept.
+# Another checkout's `make test` building the same tool at the same time
+# waits for it (flock) instead of racing it; the binary appears complete or
+# not at all.
 go_tool() {
-	local name=$1 modver=$2 pkg=$3 dir="$CACHE/src/$1"
-	[ -x "$CACHE/bin/$name" ] && return 0
-	mkdir -p "$dir"
-	(
-		flock 9
-		[ -x "$CACHE/bin/$name" ] && exit 0
-		say "building $name ($modver), once; cached in $CACHE/bin"
-		cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
-			GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
-			go build -o "$CACHE/bin/$name.tmp" "$pkg" && mv "$CACHE/bin/$name.tmp" "$CACHE/bin/$name"
-	) 9>"$dir.lock"
+	local name=$1 modver=$2 pkg=$3
+	local bin="$CACHE/bin/$name-${modver##*@}" dir="$CACHE/src/$name-${modver##*@}"
+	# A binary from before tools were cached by version is adopted when
+	# `go version -m` shows it was built from that module version.
+	if [ ! -x "$bin" ] && [ -x "$CACHE/bin/$name" ] && [ ! -L "$CACHE/bin/$name" ] &&
+		go version -m "$CACHE/bin/$name" 2>/dev/null | awk -v pkg="$pkg" -v ver="${modver##*@}" '
+			$1 == "path" && $2 == pkg { p = 1 }
+			($1 == "dep" || $1 == "mod") && $3 == ver && index(pkg "/", $2 "/") == 1 { d = 1 }
+			END { exit !(p && d) }'; then
+		mv "$CACHE/bin/$name" "$bin" 2>/dev/null || true
+	fi
+	if [ ! -x "$bin" ]; then
+		mkdir -p "$dir"
+		(
+			flock 9
+			[ -x "$bin" ] && exit 0
+			say "building $name ($modver), once; cached in $CACHE/bin"
+			cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
+				GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
+				go build -trimpath -ldflags='-s -w' -o "$bin.tmp" "$pkg" && mv "$bin.tmp" "$bin"
+		) 9>"$dir.lock" || return 1
+	fi
+	[ "$(readlink "$CACHE/bin/$name" 2>/dev/null)" = "${bin##*/}" ] || ln -sfn "${bin##*/}" "$CACHE/bin/$name"
 }
-go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
-go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
 
 # npm_ci DIR: the exact packages of DIR/package-lock.json, installed again
 # only when the lock file changed since the last install (a stamp in
@@ -103,14 +126,42 @@ npm_ci() {
 	[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
 	if ! command -v npm >/dev/null; then
 		say "npm missing: $dir not installed"
-		[ "${CI:-}" = true ] && exit 1
+		[ "${CI:-}" = true ] && return 1
 		return 0
 	fi
 	say "npm ci in $dir"
-	(cd "$dir" && npm ci --no-audit --no-fund --silent)
+	(cd "$dir" && npm ci --no-audit --no-fund --silent) || return 1
 	echo "$sum" >"$stamp"
 }
-for lock in examples/*/package-lock.json; do
-	[ -f "$lock" ] && npm_ci "$(dirname "$lock")"
+npm_all() {
+	local lock
+	for lock in examples/*/package-lock.json; do
+		[ -f "$lock" ] || continue
+		npm_ci "$(dirname "$lock")" || return 1
+	done
+	return 0
+}
+
+# The installs overlap: the Debian packages and then the npm packages (both
+# mostly waiting on the network and dpkg) in one background job, each Go
+# tool's download and build (CPU) in another; the script waits for all and
+# fails if any failed. On a fresh machine the Jaeger build is the longest
+# (issue 19: about 12 minutes cold); the apt and npm installs now take none
+# of the wall time beside it.
+pids=() names=()
+bg() {
+	"${@:2}" &
+	pids+=($!) names+=("$1")
+}
+bg "Debian and npm packages" eval 'apt_install && npm_all'
+bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
+bg telemetrygen go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
+failed=()
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || failed+=("${names[$i]}")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+	say "failed: ${failed[*]}"
+	exit 1
+fi
 say "ready"
