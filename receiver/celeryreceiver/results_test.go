@@ -170,7 +170,9 @@ func TestResultBackendCatchUp(t *testing.T) {
 			"exc_type": "WorkerLostError", "exc_module": "billiard.exceptions",
 			"exc_message": []any{"Worker exited prematurely: signal 9 (SIGKILL) Job: 3."},
 		},
-		"traceback": "Traceback (most recent call last):\n  File \"/usr/lib/python3/dist-packages/billiard/pool.py\", line 1265, in mark_as_worker_lost\n    raise WorkerLostError(\nbilliard.exceptions.WorkerLostError: Worker exited prematurely: signal 9 (SIGKILL) Job: 3.\n",
+		// Request.on_failure (celery/worker/request.py) stores a lost
+		// worker's failure without a traceback: only exc_type/exc_message.
+		"traceback": nil,
 	})
 	other, noWorker, old := "dddd0000-0000-0000-0000-000000000004", "eeee0000-0000-0000-0000-000000000005", "ffff0000-0000-0000-0000-000000000006"
 	storeMeta(t, srv, map[string]any{
