@@ -78,8 +78,9 @@ type Config struct {
 	ResultScanLimit int `mapstructure:"result_scan_limit"`
 	// StorageID is a storage extension (file_storage) that keeps, across
 	// collector restarts, the time of the latest event and the runs started
-	// and not ended. Only with result_backend; without it a catch-up covers
-	// broker reconnections, not a collector restart.
+	// and not ended. Used only with result_backend (ignored without it);
+	// without storage a catch-up covers broker reconnections, not a
+	// collector restart.
 	StorageID *component.ID `mapstructure:"storage"`
 }
 
@@ -195,8 +196,6 @@ func (cfg *Config) Validate() error {
 		} else if _, err := redis.ParseURL(cfg.ResultBackend); err != nil {
 			errs = append(errs, fmt.Errorf("result_backend: %w", err))
 		}
-	} else if cfg.StorageID != nil {
-		errs = append(errs, errors.New("storage: only with result_backend (the kept state serves the result catch-up)"))
 	}
 	if cfg.ResultScanLimit < 1 {
 		errs = append(errs, fmt.Errorf("result_scan_limit: must be positive, got %d", cfg.ResultScanLimit))

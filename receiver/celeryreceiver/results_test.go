@@ -243,11 +243,6 @@ func TestResultBackendValidate(t *testing.T) {
 		t.Errorf("rpc:// result_backend: %v", err)
 	}
 	cfg = testConfig("redis://127.0.0.1:6379/0")
-	id := component.MustNewID("file_storage")
-	cfg.StorageID = &id
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "storage") {
-		t.Errorf("storage without result_backend: %v", err)
-	}
 	cfg.ResultBackend = "redis://127.0.0.1:6379/1"
 	cfg.ResultScanLimit = 0
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "result_scan_limit") {
