@@ -130,8 +130,9 @@ func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &celeryReceiver{backend: b,
-		cfg: cfg, broker: p, set: set, logger: set.Logger, tb: tb,
+	return &celeryReceiver{
+		backend: b,
+		cfg:     cfg, broker: p, set: set, logger: set.Logger, tb: tb,
 		mb:      metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
 		workers: map[string]*workerState{}, tasks: map[string]*taskState{}, pending: map[string]int64{},
 		now: time.Now,

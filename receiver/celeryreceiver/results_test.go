@@ -43,7 +43,7 @@ func publishEvents(t *testing.T, srv *redisServer, evs ...map[string]any) {
 		"content-type": "application/json", "headers": map[string]any{"hostname": "w1@host"},
 		"properties": map[string]any{"body_encoding": "base64", "delivery_mode": 1},
 	})
-	if err := srv.client(t, "").Publish(context.Background(), "/0.celeryev/task.multi", string(env)).Err(); err != nil {
+	if err := srv.client(t).Publish(context.Background(), "/0.celeryev/task.multi", string(env)).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,7 +60,7 @@ func taskEvent(typ, id string, ts time.Time) map[string]any {
 func storeMeta(t *testing.T, srv *redisServer, meta map[string]any) {
 	t.Helper()
 	raw, _ := json.Marshal(meta)
-	if err := srv.client(t, "").Set(context.Background(), resultKeyPrefix+meta["task_id"].(string), raw, 24*time.Hour).Err(); err != nil {
+	if err := srv.client(t).Set(context.Background(), resultKeyPrefix+meta["task_id"].(string), raw, 24*time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -152,8 +152,10 @@ func TestResultBackendCatchUp(t *testing.T) {
 	waitFor(t, 20*time.Second, "the ended task seen", func() bool { return len(ends(h1, quick)) == 1 })
 	// quick's result was written before its end event (Celery stores it
 	// first): the catch-up must not end it again.
-	storeMeta(t, srv, map[string]any{"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
-		"date_done": dateDone(t0.Add(5 * time.Millisecond)), "task_id": quick})
+	storeMeta(t, srv, map[string]any{
+		"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
+		"date_done": dateDone(t0.Add(5 * time.Millisecond)), "task_id": quick,
+	})
 	if err := h1.rcv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +164,10 @@ func TestResultBackendCatchUp(t *testing.T) {
 	// other (never seen start) runs with result_extended, and one without
 	// a worker, one older than the last event.
 	down := time.Now().Add(time.Second)
-	storeMeta(t, srv, map[string]any{"status": "SUCCESS", "result": 42, "traceback": nil, "children": []any{},
-		"date_done": dateDone(down), "task_id": ok})
+	storeMeta(t, srv, map[string]any{
+		"status": "SUCCESS", "result": 42, "traceback": nil, "children": []any{},
+		"date_done": dateDone(down), "task_id": ok,
+	})
 	storeMeta(t, srv, map[string]any{
 		"status": "FAILURE", "children": []any{}, "date_done": dateDone(down), "task_id": lost,
 		"result": map[string]any{
@@ -181,10 +185,14 @@ func TestResultBackendCatchUp(t *testing.T) {
 		"traceback": "Traceback (most recent call last):\nValueError: boom\n",
 		"name":      "tasks.work", "worker": "w2@host", "retries": 0, "queue": "celery", "args": []any{}, "kwargs": map[string]any{},
 	})
-	storeMeta(t, srv, map[string]any{"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
-		"date_done": dateDone(down), "task_id": noWorker})
-	storeMeta(t, srv, map[string]any{"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
-		"date_done": dateDone(t0.Add(-time.Hour)), "task_id": old, "worker": "w1@host"})
+	storeMeta(t, srv, map[string]any{
+		"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
+		"date_done": dateDone(down), "task_id": noWorker,
+	})
+	storeMeta(t, srv, map[string]any{
+		"status": "SUCCESS", "result": 1, "traceback": nil, "children": []any{},
+		"date_done": dateDone(t0.Add(-time.Hour)), "task_id": old, "worker": "w1@host",
+	})
 
 	cfg2 := *cfg
 	h2 := startWithStorage(t, &cfg2, host)
