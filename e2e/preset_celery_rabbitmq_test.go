@@ -79,6 +79,8 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 	r := newCeleryRun(t)
 	amqpURL := startRabbitMQ(t)
 	r.broker = amqpURL
+	// This scenario proves the named event queue alone: no result_backend.
+	r.backend = ""
 	for i, e := range r.env {
 		if strings.HasPrefix(e, "BROKER=") {
 			r.env[i] = "BROKER=" + amqpURL

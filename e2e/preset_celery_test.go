@@ -41,9 +41,12 @@ type celeryRun struct {
 	t      *testing.T
 	python string
 	broker string // redis://addr/0
-	env    []string
-	prefix string // of every hostname of this run
-	c      *presetCollector
+	// backend is Celery's result backend (redis://addr/1), which the
+	// receiver reads after a restart (result_backend).
+	backend string
+	env     []string
+	prefix  string // of every hostname of this run
+	c       *presetCollector
 	// exported counts the OTLP/HTTP log requests the preset's exporter sent.
 	exported atomic.Int64
 }
@@ -80,7 +83,8 @@ func newCeleryRun(t *testing.T) *celeryRun {
 		t: t, python: python, broker: "redis://" + addr + "/0",
 		prefix: fmt.Sprintf("ww%d", os.Getpid()),
 	}
-	run.env = []string{"BROKER=" + run.broker, "BACKEND=redis://" + addr + "/1", "PYTHONPATH=" + celeryDir}
+	run.backend = "redis://" + addr + "/1"
+	run.env = []string{"BROKER=" + run.broker, "BACKEND=" + run.backend, "PYTHONPATH=" + celeryDir}
 	return run
 }
 
@@ -112,6 +116,9 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	put(overlay, "receivers::worker_process::workers", workers)
 	put(overlay, "receivers::worker_process::collection_interval", "1s")
 	put(overlay, "receivers::celery::broker", r.broker)
+	if r.backend != "" {
+		put(overlay, "receivers::celery::result_backend", r.backend)
+	}
 	put(overlay, "receivers::celery::queues", queues)
 	put(overlay, "receivers::celery::collection_interval", "1s")
 	for k, v := range set {
@@ -423,6 +430,52 @@ func TestPresetCelery(t *testing.T) {
 		for _, id := range more {
 			if rr, ok := recentRun(w, id); !ok || rr.Result != contract.ResultSuccess {
 				return fmt.Errorf("run %s: %+v", id, rr)
+			}
+		}
+		return nil
+	})
+
+	// 4b. The collector SIGKILLed while tasks run, and they finish (and one
+	// more is sent, runs and fails) while it is down: Redis pub/sub keeps
+	// none of their events; after the restart the receiver reads Celery's
+	// result backend (result_backend) and every task has Celery's outcome.
+	longIDs := r.send(qMain, "long", 2)
+	eventually(t, 2*time.Minute, time.Second, "the long tasks started", func() error {
+		_, w, err := r.health(hMain)
+		if err != nil {
+			return err
+		}
+		for _, id := range longIDs {
+			if !slices.Contains(w.Runs.Worker, id) {
+				return fmt.Errorf("run %s not held: %v", id, w.Runs.Worker)
+			}
+		}
+		return nil
+	})
+	r.c.kill(t)
+	downIDs := append(slices.Clone(longIDs), r.send(qMain, "boom", 1)...)
+	eventually(t, 2*time.Minute, time.Second, "the tasks done while the collector is down", func() error {
+		st := r.states(downIDs)
+		for _, id := range downIDs {
+			if s := st[id][0]; s != "SUCCESS" && s != "FAILURE" {
+				return fmt.Errorf("%s: %v", id, st[id])
+			}
+		}
+		return nil
+	})
+	r.c.start(t)
+	eventually(t, 2*time.Minute, time.Second, "the outcomes missed while the collector was down", func() error {
+		_, w, err := r.health(hMain)
+		if err != nil {
+			return err
+		}
+		for i, id := range downIDs {
+			want := contract.ResultSuccess
+			if i == len(downIDs)-1 {
+				want = contract.ResultFailure
+			}
+			if rr, ok := recentRun(w, id); !ok || rr.Result != want {
+				return fmt.Errorf("run %s: %+v (want %s)", id, rr, want)
 			}
 		}
 		return nil

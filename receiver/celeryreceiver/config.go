@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/config/configopaque"
 	"go.opentelemetry.io/collector/config/configtls"
@@ -66,6 +67,21 @@ type Config struct {
 	// not ended, across workers); past it the oldest is forgotten. Default
 	// 100000.
 	MaxTrackedTasks int `mapstructure:"max_tracked_tasks"`
+	// ResultBackend is Celery's Redis result backend URL (redis:// or
+	// rediss://, Celery's result_backend setting), read only: after each
+	// (re)connection to the broker the receiver reads the results stored
+	// there (celery-task-meta-<task id>) and ends the runs whose end events
+	// it missed while it was disconnected or down. Empty (default): off.
+	ResultBackend string `mapstructure:"result_backend"`
+	// ResultScanLimit bounds the result keys read per catch-up. Default
+	// 100000.
+	ResultScanLimit int `mapstructure:"result_scan_limit"`
+	// StorageID is a storage extension (file_storage) that keeps, across
+	// collector restarts, the time of the latest event and the runs started
+	// and not ended. Used only with result_backend (ignored without it);
+	// without storage a catch-up covers broker reconnections, not a
+	// collector restart.
+	StorageID *component.ID `mapstructure:"storage"`
 }
 
 // CapacityConfig: the pool size of the workers.
@@ -173,6 +189,16 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.ReconnectInterval <= 0 {
 		errs = append(errs, fmt.Errorf("reconnect_interval: must be positive, got %s", cfg.ReconnectInterval))
+	}
+	if cfg.ResultBackend != "" {
+		if u, err := url.Parse(cfg.ResultBackend); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			errs = append(errs, errors.New("result_backend: must be a redis:// or rediss:// URL (Celery's Redis result backend)"))
+		} else if _, err := redis.ParseURL(cfg.ResultBackend); err != nil {
+			errs = append(errs, fmt.Errorf("result_backend: %w", err))
+		}
+	}
+	if cfg.ResultScanLimit < 1 {
+		errs = append(errs, fmt.Errorf("result_scan_limit: must be positive, got %d", cfg.ResultScanLimit))
 	}
 	if cfg.MaxTrackedTasks < 1 {
 		errs = append(errs, fmt.Errorf("max_tracked_tasks: must be positive, got %d", cfg.MaxTrackedTasks))

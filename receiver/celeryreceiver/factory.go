@@ -32,6 +32,7 @@ func createDefaultConfig() component.Config {
 		ReconnectInterval:    5 * time.Second,
 		EventQueueExpires:    time.Hour,
 		EventQueueMaxLength:  100000,
+		ResultScanLimit:      100000,
 		MaxTrackedTasks:      100000,
 	}
 }

@@ -89,8 +89,8 @@ func (s *redisServer) stop() {
 	<-s.done
 }
 
-func (s *redisServer) client(t testing.TB, password string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), Password: password})
+func (s *redisServer) client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

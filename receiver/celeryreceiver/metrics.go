@@ -27,6 +27,8 @@ func (r *celeryReceiver) tick(ctx context.Context) {
 		case <-t.C:
 		}
 		r.readQueues(ctx)
+		r.catchUp(ctx)
+		r.saveState(ctx)
 		if r.metrics == nil {
 			continue
 		}

@@ -113,6 +113,8 @@ type celeryReceiver struct {
 	now     func() time.Time
 	// brokerDown is the last broker error reported as status ("" = up).
 	brokerDown string
+	// backend is the result backend catch-up (nil: result_backend off).
+	backend *backend
 }
 
 func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
@@ -124,8 +126,13 @@ func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := newBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &celeryReceiver{
-		cfg: cfg, broker: p, set: set, logger: set.Logger, tb: tb,
+		backend: b,
+		cfg:     cfg, broker: p, set: set, logger: set.Logger, tb: tb,
 		mb:      metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
 		workers: map[string]*workerState{}, tasks: map[string]*taskState{}, pending: map[string]int64{},
 		now: time.Now,
@@ -135,7 +142,7 @@ func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
 // Start connects to the broker in the background: a broker that is down or
 // refuses the credentials is reported as the component's status and retried
 // every reconnect_interval, never a failed start.
-func (r *celeryReceiver) Start(_ context.Context, host component.Host) error {
+func (r *celeryReceiver) Start(ctx context.Context, host component.Host) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.started++
@@ -143,16 +150,19 @@ func (r *celeryReceiver) Start(_ context.Context, host component.Host) error {
 		return nil
 	}
 	r.host = host
+	if err := r.openStorage(ctx, host); err != nil {
+		return err
+	}
 	tr, err := r.newTransport()
 	if err != nil {
 		return err
 	}
 	r.tr = tr
-	ctx, cancel := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
-	go func() { defer r.wg.Done(); tr.run(ctx) }()
-	go func() { defer r.wg.Done(); r.tick(ctx) }()
+	go func() { defer r.wg.Done(); tr.run(runCtx) }()
+	go func() { defer r.wg.Done(); r.tick(runCtx) }()
 	return nil
 }
 
@@ -184,6 +194,13 @@ func (r *celeryReceiver) Shutdown(context.Context) error {
 		err = tr.close()
 	}
 	r.wg.Wait()
+	if b := r.backend; b != nil {
+		r.saveState(context.Background())
+		if b.store != nil {
+			err = errors.Join(err, b.store.Close(context.Background()))
+		}
+		err = errors.Join(err, b.client.Close())
+	}
 	r.tb.Shutdown()
 	return err
 }
@@ -203,6 +220,9 @@ func (r *celeryReceiver) brokerState(err error) {
 	r.mu.Unlock()
 	if err != nil {
 		r.tb.ReceiverCeleryBrokerErrors.Add(context.Background(), 1)
+		r.disconnected()
+	} else {
+		r.connected()
 	}
 	if was == now && err != nil {
 		return
@@ -368,6 +388,7 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 	}
 	host := ev.Hostname
 	ts := eventTime(ev, now)
+	r.backend.seen(ts)
 	w := r.workers[host]
 	if w == nil {
 		w = &workerState{events: map[string]int64{}}
@@ -520,6 +541,10 @@ func (r *celeryReceiver) end(ev *event, host string, ts time.Time, out *logsOut,
 		t = &taskState{worker: host}
 	}
 	delete(r.tasks, ev.UUID)
+	if !r.markEnded(ev.UUID) {
+		// Already ended from the result backend's catch-up.
+		return
+	}
 	a := out.record(host, name, ts)
 	a.PutStr(contract.AttrRunID, ev.UUID)
 	r.taskAttrs(a, t)

@@ -112,7 +112,7 @@ func TestClassifyFailure(t *testing.T) {
 // publish replays recorded messages on a real Redis, as the worker
 // published them.
 func publish(t testing.TB, s *redisServer, msgs []recorded) {
-	c := s.client(t, "")
+	c := s.client(t)
 	for _, m := range msgs {
 		if err := c.Publish(context.Background(), m.channel, m.payload).Err(); err != nil {
 			t.Fatal(err)
@@ -133,7 +133,7 @@ func TestRecordedRun(t *testing.T) {
 		e := s.host.last()
 		return e != nil && e.Status() == componentstatus.StatusOK
 	})
-	c := srv.client(t, "")
+	c := srv.client(t)
 	ctx := context.Background()
 	// Queue lengths: kombu's lists, a priority level included.
 	if err := c.RPush(ctx, "celery", "a", "b", "c").Err(); err != nil {

@@ -23,13 +23,15 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                           metric.Meter
-	mu                              sync.Mutex
-	registrations                   []metric.Registration
-	ReceiverCeleryBrokerErrors      metric.Int64Counter
-	ReceiverCeleryMessages          metric.Int64Counter
-	ReceiverCeleryMessagesMalformed metric.Int64Counter
-	ReceiverCeleryTasksRedelivered  metric.Int64Counter
+	meter                             metric.Meter
+	mu                                sync.Mutex
+	registrations                     []metric.Registration
+	ReceiverCeleryBrokerErrors        metric.Int64Counter
+	ReceiverCeleryMessages            metric.Int64Counter
+	ReceiverCeleryMessagesMalformed   metric.Int64Counter
+	ReceiverCeleryResultsRecovered    metric.Int64Counter
+	ReceiverCeleryResultsUnattributed metric.Int64Counter
+	ReceiverCeleryTasksRedelivered    metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -77,6 +79,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_celery_messages_malformed",
 		metric.WithDescription("Broker messages or events that could not be decoded (not a kombu envelope, body not base64 JSON, an event without type or hostname); skipped. [Development]"),
 		metric.WithUnit("{message}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverCeleryResultsRecovered, err = builder.meter.Int64Counter(
+		"otelcol_receiver_celery_results_recovered",
+		metric.WithDescription("Run ends read from Celery's result backend (result_backend) because their end event was missed while the receiver was disconnected or down. [Development]"),
+		metric.WithUnit("{run}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverCeleryResultsUnattributed, err = builder.meter.Int64Counter(
+		"otelcol_receiver_celery_results_unattributed",
+		metric.WithDescription("Results read from the result backend for tasks the receiver never saw start, with no worker in the result (Celery's result_extended off); not emitted, since a run end needs its worker. [Development]"),
+		metric.WithUnit("{run}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverCeleryTasksRedelivered, err = builder.meter.Int64Counter(

@@ -22,6 +22,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverCeleryBrokerErrors.Add(context.Background(), 1)
 	tb.ReceiverCeleryMessages.Add(context.Background(), 1)
 	tb.ReceiverCeleryMessagesMalformed.Add(context.Background(), 1)
+	tb.ReceiverCeleryResultsRecovered.Add(context.Background(), 1)
+	tb.ReceiverCeleryResultsUnattributed.Add(context.Background(), 1)
 	tb.ReceiverCeleryTasksRedelivered.Add(context.Background(), 1)
 	AssertEqualReceiverCeleryBrokerErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
@@ -30,6 +32,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverCeleryMessagesMalformed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverCeleryResultsRecovered(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverCeleryResultsUnattributed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverCeleryTasksRedelivered(t, testTel,
