@@ -46,9 +46,6 @@ const (
 	// Restarted -> healthy: a sample under the limit (2 s), 3 recovery
 	// samples, 2 evaluations of hysteresis, 10 s slack for the restart.
 	bullBoundRecovered = 2*time.Second + 3*2*time.Second + 2*2*time.Second + 10*time.Second
-	// A disagreement is drift after the grace (3 s); it shows at the next
-	// poll (1 s) and evaluation (2 s); 10 s slack.
-	bullBoundDrift = 3*time.Second + time.Second + 2*time.Second + 10*time.Second
 	// The hang (lock 5 s, stalled interval 5 s): the lock lapses at most
 	// lockDuration after the block, the next stalled check moves the job
 	// within a stalled interval, the receiver reads it at its next poll
@@ -792,21 +789,6 @@ func (s *bullScenario) neverDrift(id string, from, to time.Time) {
 				from.Format(time.TimeOnly), to.Format(time.TimeOnly), r.Values[0])
 		}
 	}
-}
-
-// verdicts is the states and drift of the workers, as one comparable string.
-func (s *bullScenario) verdicts(ids ...string) string {
-	var out []string
-	for _, id := range ids {
-		w, err := worker(s.e, id)
-		if err != nil {
-			return err.Error()
-		}
-		m := slices.Clone(w.Drift.Missing)
-		slices.Sort(m)
-		out = append(out, fmt.Sprintf("%s=%s missing=%v orphaned=%v kills=%v", id, w.State, m, w.Drift.Orphaned, w.Runs.Kills))
-	}
-	return strings.Join(out, " ")
 }
 
 // checkRoleMemoryAPI compares a role's memory in the health API with /proc

@@ -221,7 +221,7 @@ func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
 		h.checkpoint()
 	}
 	require.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError}, sh.statuses())
-	assert.ErrorContains(t, sh.events[0].Err(), "disk full")
+	require.ErrorContains(t, sh.events[0].Err(), "disk full")
 	assert.Equal(t, 1, logs.FilterMessageSnippet("writing the checkpoint failed").Len(), "one log line for the episode")
 
 	store.mu.Lock()

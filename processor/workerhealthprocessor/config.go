@@ -5,8 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"go.opentelemetry.io/collector/component"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 // Config of the worker_health processor. Every key is documented in

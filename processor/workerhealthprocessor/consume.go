@@ -3,11 +3,12 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"context"
 
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processorhelper"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // ingest applies one extracted batch under the lock.

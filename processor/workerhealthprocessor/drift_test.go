@@ -7,8 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 type driftWant struct {

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // memStorage is an in-memory storage extension that survives "restarts"

@@ -4,11 +4,12 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.uber.org/zap"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // evaluate judges, publishes the verdicts, sends the state-change records

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 // fuzzValue sets v to one of pdata's value types chosen by typ, from s, n, f.

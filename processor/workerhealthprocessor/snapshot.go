@@ -60,7 +60,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 				Missing: nonNil(append([]string(nil), w.Missing...)), Orphaned: nonNil(append([]string(nil), w.Orphaned...)),
 				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
-			Sources: w.Identity.Snapshot(w.id, t.idKeys),
+			Sources: w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
 		})
 	}
 	return s

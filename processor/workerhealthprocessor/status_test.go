@@ -145,7 +145,7 @@ service:
 		}
 	}
 	require.True(t, found, "the processor's status is listed: %s", body)
-	require.True(t, strings.Contains(strings.Join(probe.Reasons, " "), "worker_health"), body)
+	require.Contains(t, strings.Join(probe.Reasons, " "), "worker_health", body)
 
 	store.mu.Lock()
 	store.fail = nil

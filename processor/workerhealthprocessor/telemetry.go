@@ -3,14 +3,15 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"context"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // The attributes the collector's service injects into a component's

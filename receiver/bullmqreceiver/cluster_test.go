@@ -86,14 +86,25 @@ func TestReceiverCluster(t *testing.T) {
 	// The node that serves the {bull} slot, and the others.
 	slot, err := cc.ClusterKeySlot(ctx, b.key("meta")).Result()
 	require.NoError(t, err)
-	var home string
-	slots, err := cc.ClusterSlots(ctx).Result()
+	shards, err := cc.ClusterShards(ctx).Result()
 	require.NoError(t, err)
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			home = s.Nodes[0].Addr
+	// masterOf is the address of the master serving a slot.
+	masterOf := func(slot int64) string {
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					if n.Role == "master" {
+						return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+					}
+				}
+			}
 		}
+		return ""
 	}
+	home := masterOf(slot)
 	require.Contains(t, addrs, home)
 	require.NotEmpty(t, home)
 	var away []string
@@ -209,12 +220,7 @@ func TestReceiverCluster(t *testing.T) {
 	nodeOf := func(key string) string {
 		s, err := cc.ClusterKeySlot(ctx, key).Result()
 		require.NoError(t, err)
-		for _, r := range slots {
-			if int64(r.Start) <= s && s <= int64(r.End) {
-				return r.Nodes[0].Addr
-			}
-		}
-		return ""
+		return masterOf(s)
 	}
 	spread := map[string]string{} // node: queue
 	for i := 0; len(spread) < len(addrs) && i < 100; i++ {

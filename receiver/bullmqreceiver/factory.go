@@ -39,7 +39,7 @@ func createDefaultConfig() component.Config {
 		MaxEventsPerPoll:     10000,
 		MaxActiveJobs:        10000,
 		ServiceName:          "bullmq",
-		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
+		MetricsBuilderConfig: metadata.NewDefaultMetricsBuilderConfig(),
 	}
 }
 

@@ -116,7 +116,7 @@ func (b *bull) stall(ctx context.Context, tb testing.TB, id string) {
 
 // connectWorker opens a connection named as a BullMQ Worker names its own
 // (RedisConnection: CLIENT SETNAME <prefix>:<base64 queue>:w:<name>).
-func (b *bull) connectWorker(tb testing.TB, addr, name string) *redis.Client {
+func (b *bull) connectWorker(tb testing.TB, addr, name string) {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, PoolSize: 1, MinIdleConns: 1,
@@ -124,7 +124,6 @@ func (b *bull) connectWorker(tb testing.TB, addr, name string) *redis.Client {
 	})
 	require.NoError(tb, c.Ping(context.Background()).Err())
 	tb.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // statusHost records the component status the receiver reports.

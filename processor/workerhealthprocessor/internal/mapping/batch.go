@@ -1,4 +1,4 @@
-package mapping // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+package mapping
 
 // source is whose view a record is: the worker's own or the scheduler's.
 type Side uint8

@@ -1,4 +1,4 @@
-package mapping // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+package mapping
 
 import (
 	"slices"

@@ -1,12 +1,13 @@
-package mapping // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+package mapping
 
 import (
 	"math"
 	"slices"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func (m *Mapper) Metrics(md pmetric.Metrics, b *Batch) {

@@ -158,27 +158,27 @@ func (k *Kills) count(idx int, now int64, r *KillsRule, effects *[NKillReasons]u
 // kills.window are forgotten, and the rule's effect, its count and since when
 // the episode runs (the oldest kill in the window when the rule began to
 // fire, fixed until it stops firing) are kept for reason.
-func (ks *Kills) window(now int64, k *KillsRule, effects *[NKillReasons]uint8) {
-	ks.killEffect, ks.killN = EffectNone, 0
-	if k.Count <= 0 || len(ks.killLog) == 0 {
-		ks.killSince = 0
+func (k *Kills) window(now int64, rule *KillsRule, effects *[NKillReasons]uint8) {
+	k.killEffect, k.killN = EffectNone, 0
+	if rule.Count <= 0 || len(k.killLog) == 0 {
+		k.killSince = 0
 		return
 	}
-	win := int64(k.Window)
+	win := int64(rule.Window)
 	i := 0
-	for i < len(ks.killLog) && now-ks.killLog[i].at > win {
+	for i < len(k.killLog) && now-k.killLog[i].at > win {
 		i++
 	}
 	if i > 0 {
-		ks.killLog = append(ks.killLog[:0], ks.killLog[i:]...)
+		k.killLog = append(k.killLog[:0], k.killLog[i:]...)
 	}
-	if len(ks.killLog) == 0 {
-		ks.killLog, ks.killSince = nil, 0
+	if len(k.killLog) == 0 {
+		k.killLog, k.killSince = nil, 0
 		return
 	}
 	nUnhealthy, nAny := 0, 0
 	var oldestUnhealthy int64
-	for _, kr := range ks.killLog {
+	for _, kr := range k.killLog {
 		nAny++
 		if effects[kr.reason] == EffectUnhealthy {
 			if nUnhealthy == 0 {
@@ -189,27 +189,27 @@ func (ks *Kills) window(now int64, k *KillsRule, effects *[NKillReasons]uint8) {
 	}
 	var oldest int64
 	switch {
-	case nUnhealthy >= k.Count:
-		ks.killEffect, ks.killN, oldest = EffectUnhealthy, nUnhealthy, oldestUnhealthy
-	case nAny >= k.Count:
-		ks.killEffect, ks.killN, oldest = EffectDegraded, nAny, ks.killLog[0].at
+	case nUnhealthy >= rule.Count:
+		k.killEffect, k.killN, oldest = EffectUnhealthy, nUnhealthy, oldestUnhealthy
+	case nAny >= rule.Count:
+		k.killEffect, k.killN, oldest = EffectDegraded, nAny, k.killLog[0].at
 	default:
-		ks.killSince = 0
+		k.killSince = 0
 		return
 	}
-	if ks.killSince == 0 {
-		ks.killSince = oldest
+	if k.killSince == 0 {
+		k.killSince = oldest
 	}
 }
 
 // reason is the kills rule's reason and effect as window left
 // them: the real count of counted kills within the window, by reason.
-func (ks *Kills) reason(k *KillsRule) (contract.Reason, uint8) {
-	if ks.killEffect == EffectNone {
+func (k *Kills) reason(rule *KillsRule) (contract.Reason, uint8) {
+	if k.killEffect == EffectNone {
 		return contract.Reason{}, EffectNone
 	}
 	var byReason [NKillReasons]int
-	for _, kr := range ks.killLog {
+	for _, kr := range k.killLog {
 		byReason[kr.reason]++
 	}
 	var parts []string
@@ -220,16 +220,16 @@ func (ks *Kills) reason(k *KillsRule) (contract.Reason, uint8) {
 	}
 	return contract.Reason{
 		Code:    CodeKills,
-		Message: fmt.Sprintf("%d kills that count within %v (%s)", ks.killN, k.Window, strings.Join(parts, ", ")),
-		Value:   float64(ks.killN), Threshold: float64(k.Count), Since: Time(ks.killSince),
-	}, ks.killEffect
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", k.killN, rule.Window, strings.Join(parts, ", ")),
+		Value:   float64(k.killN), Threshold: float64(rule.Count), Since: Time(k.killSince),
+	}, k.killEffect
 }
 
 // Tree reads the kills the process tree shows: the cgroup's OOM kills,
 // the main process exiting, child processes exiting. Cumulative counters:
 // the first value is a baseline, a value lower than the last (the receiver
 // restarted) a new one.
-func (w *Kills) Tree(s *mapping.Sample, now int64, r *KillRules) {
+func (k *Kills) Tree(s *mapping.Sample, now int64, r *KillRules) {
 	delta := func(v int64, base *int64) int64 {
 		if v < 0 {
 			return 0
@@ -241,29 +241,29 @@ func (w *Kills) Tree(s *mapping.Sample, now int64, r *KillRules) {
 		*base = v
 		return d
 	}
-	for n := delta(s.OOMKills, &w.oomBase); n > 0; n-- {
-		w.Kill(killReasonIndex[contract.KillOOM], now, r)
+	for n := delta(s.OOMKills, &k.oomBase); n > 0; n-- {
+		k.Kill(killReasonIndex[contract.KillOOM], now, r)
 	}
-	mainExits := delta(s.ExitMain, &w.exitMainBase)
+	mainExits := delta(s.ExitMain, &k.exitMainBase)
 	for n := mainExits; n > 0; n-- {
-		w.Kill(killReasonIndex[contract.KillWorkerExit], now, r)
+		k.Kill(killReasonIndex[contract.KillWorkerExit], now, r)
 	}
-	childExits := delta(s.ExitChild, &w.exitChildBase)
+	childExits := delta(s.ExitChild, &k.exitChildBase)
 	if mainExits > 0 {
 		// Children die with their root, in the same scrape or just before
 		// it (a worker stopping closes its pool first): the worker's exit
 		// explains them, not N more kills.
 		childExits = 0
-		w.exitPend = nil
+		k.exitPend = nil
 	}
 	if childExits > 0 {
-		if len(w.exitPend) >= maxPending {
-			w.exitPend = w.exitPend[1:]
+		if len(k.exitPend) >= maxPending {
+			k.exitPend = k.exitPend[1:]
 		}
-		w.exitPend = append(w.exitPend, exitRec{at: now, after: w.treeAt, n: int32(min(childExits, 1<<20))})
+		k.exitPend = append(k.exitPend, exitRec{at: now, after: k.treeAt, n: int32(min(childExits, 1<<20))})
 	}
 	if s.Tree {
-		w.treeAt = now
+		k.treeAt = now
 	}
 }
 
@@ -288,14 +288,14 @@ const maxEnds = 1024
 // RunEnded remembers that a started run of the worker ended (its child, if
 // any, exits too): a child exit around it is to blame on the run. Only for
 // workers whose tree reports exits: nothing else needs it. In arrival order.
-func (w *Kills) RunEnded(now int64) {
-	if w.exitChildBase < 0 {
+func (k *Kills) RunEnded(now int64) {
+	if k.exitChildBase < 0 {
 		return
 	}
-	if len(w.endTimes) >= maxEnds {
-		w.endTimes = slices.Delete(w.endTimes, 0, 1)
+	if len(k.endTimes) >= maxEnds {
+		k.endTimes = slices.Delete(k.endTimes, 0, 1)
 	}
-	w.endTimes = append(w.endTimes, now)
+	k.endTimes = append(k.endTimes, now)
 }
 
 // MatchExits blames the child exits older than kills.exit_window (a main
@@ -305,10 +305,10 @@ func (w *Kills) RunEnded(now int64) {
 // loaded host); the rest are child deaths with no run to blame (child_exit). A run end explains one exit,
 // and only one close to it in time, so runs whose children live on
 // (OpenFn's engine keeps its child processes) do not excuse later deaths.
-func (w *Kills) MatchExits(now int64, r *KillRules) {
+func (k *Kills) MatchExits(now int64, r *KillRules) {
 	grace := int64(r.cfg.ExitWindow)
 	done := 0
-	for _, ex := range w.exitPend {
+	for _, ex := range k.exitPend {
 		if now-ex.at < grace {
 			break
 		}
@@ -319,48 +319,48 @@ func (w *Kills) MatchExits(now int64, r *KillRules) {
 		}
 		n := int(ex.n)
 		// The oldest ends first: exits are matched oldest first too.
-		for i := range w.endTimes {
+		for i := range k.endTimes {
 			if n == 0 {
 				break
 			}
 			// A matched end is spent (0).
-			if e := w.endTimes[i]; e > 0 && e > from-grace && e <= ex.at+grace {
-				w.endTimes[i] = 0
+			if e := k.endTimes[i]; e > 0 && e > from-grace && e <= ex.at+grace {
+				k.endTimes[i] = 0
 				n--
 			}
 		}
 		for ; n > 0; n-- {
-			w.Kill(killReasonIndex[contract.KillChildExit], ex.at, r)
+			k.Kill(killReasonIndex[contract.KillChildExit], ex.at, r)
 		}
 	}
 	if done > 0 {
-		w.exitPend = slices.Delete(w.exitPend, 0, done)
+		k.exitPend = slices.Delete(k.exitPend, 0, done)
 	}
-	if len(w.exitPend) == 0 {
-		w.exitPend = nil
+	if len(k.exitPend) == 0 {
+		k.exitPend = nil
 	}
-	w.dropSpentEnds(now, grace)
+	k.dropSpentEnds(now, grace)
 }
 
 // dropSpentEnds forgets the run ends no child exit can match any more: the
 // spent ones, and those before every window still to come (an exit waiting
 // matches ends after its previous tree sample - exit_window, a later exit
 // ends after the last tree sample - exit_window).
-func (w *Kills) dropSpentEnds(now, grace int64) {
+func (k *Kills) dropSpentEnds(now, grace int64) {
 	from := now
-	if w.treeAt > 0 {
-		from = w.treeAt
+	if k.treeAt > 0 {
+		from = k.treeAt
 	}
-	for _, ex := range w.exitPend {
+	for _, ex := range k.exitPend {
 		if ex.after > 0 {
 			from = min(from, ex.after)
 		} else {
 			from = min(from, ex.at-grace)
 		}
 	}
-	w.endTimes = slices.DeleteFunc(w.endTimes, func(e int64) bool { return e == 0 || e <= from-grace })
-	if len(w.endTimes) == 0 {
-		w.endTimes = nil
+	k.endTimes = slices.DeleteFunc(k.endTimes, func(e int64) bool { return e == 0 || e <= from-grace })
+	if len(k.endTimes) == 0 {
+		k.endTimes = nil
 	}
 }
 

@@ -162,26 +162,26 @@ func (m *Memory) SoftLimit(r *MemRules) int64 {
 
 // Sample advances the tree's episode and each role's with a sample whose
 // memory is known (s.Mem >= 0).
-func (w *Memory) Sample(s *mapping.Sample, now int64, rules *MemRules) {
-	m := rules.cfg
-	w.rss, w.rssAt = s.Mem, now
-	w.mem.sample(s.Mem, w.SoftLimit(rules), now, m)
+func (m *Memory) Sample(s *mapping.Sample, now int64, rules *MemRules) {
+	rule := rules.cfg
+	m.rss, m.rssAt = s.Mem, now
+	m.mem.sample(s.Mem, m.SoftLimit(rules), now, rule)
 	if s.NRole == 0 {
 		return
 	}
 	// The roles of this sample; a role missing from it has no process now.
-	for i := range w.roles {
-		w.roles[i].rss = 0
+	for i := range m.roles {
+		m.roles[i].rss = 0
 	}
 	for _, v := range s.Roles[:s.NRole] {
-		if r := rules.role(w, v.Role); r != nil {
+		if r := rules.role(m, v.Role); r != nil {
 			r.rss += v.RSS
 		}
 	}
-	for i := range w.roles {
-		r := &w.roles[i]
+	for i := range m.roles {
+		r := &m.roles[i]
 		if r.limit >= 0 {
-			r.ep.sample(r.rss, rules.roleLimits[r.limit].bytes, now, m)
+			r.ep.sample(r.rss, rules.roleLimits[r.limit].bytes, now, rule)
 		}
 	}
 }
