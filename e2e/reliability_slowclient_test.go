@@ -46,8 +46,15 @@ import (
 //
 // WORKERWATCH_SLOW_CONNS sets the connections per listener (default 500).
 //
-//	make build && go test -tags e2e -count=1 -v -run TestReliabilitySlowClients ./e2e/
+//	make slow-clients
 func TestReliabilitySlowClients(t *testing.T) {
+	if os.Getenv("WORKERWATCH_SLOW_CLIENTS") != "1" {
+		// Opt-in (issue 19): thousands of slow connections to every shipped
+		// config at once starve the suite's other scenarios on 2 cores (two
+		// clean CI runs of the merged wave failed TestScaleShards, TestMakeRun
+		// and the OpenFn example beside it). `make slow-clients` runs it alone.
+		t.Skip("set WORKERWATCH_SLOW_CLIENTS=1 (make slow-clients): thousands of connections, run alone")
+	}
 	t.Parallel()
 	bin := collectorBinary(t)
 	conns := 500
