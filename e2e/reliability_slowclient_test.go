@@ -396,6 +396,14 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 					c["cgroup_root"] = "/sys/fs/cgroup"
 				}
 			case "extensions::bearertokenauth", "receivers::hostmetrics", "exporters::debug":
+			case "receivers::bullmq", "receivers::celery":
+				// Clients of a broker, never a listener: pointed at a closed
+				// loopback port (their status is an error; nothing crashes).
+				for _, k := range []string{"endpoint", "broker", "result_backend"} {
+					if _, ok := c[k]; ok {
+						c[k] = map[string]string{"endpoint": loopbackAddr(t), "broker": "redis://" + loopbackAddr(t) + "/0", "result_backend": ""}[k]
+					}
+				}
 			case "exporters::otlp", "exporters::otlp_grpc":
 				c["endpoint"] = loopbackAddr(t) // nothing listens: never someone else's
 			case "exporters::otlphttp", "exporters::otlp_http":
