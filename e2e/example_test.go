@@ -30,7 +30,8 @@ func TestBullMQExample(t *testing.T) {
 func TestOpenFnExample(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	// Alone, in the suite's sequential part: beside the parallel scenarios
+	// it failed clean CI runs of the merged wave on 2 cores (issue 19).
 	exampleNodeTests(t, "openfn-worker", filepath.Join("@openfn", "engine-multi"))
 }
 

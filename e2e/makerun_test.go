@@ -20,7 +20,8 @@ import (
 func TestMakeRun(t *testing.T) {
 	// Independent of the other scenarios (no other test uses make run's
 	// fixed ports): runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	// Alone, in the suite's sequential part: beside the parallel scenarios
+	// it failed clean CI runs of the merged wave on 2 cores (issue 19).
 	collectorBin := need(t, "otelcol-workerwatch", filepath.Join(binDir, "otelcol-workerwatch"))
 	simBin := need(t, "workersim", filepath.Join(binDir, "workersim"))
 	// make run listens on config.yaml's fixed ports. Another process on one

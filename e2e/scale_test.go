@@ -103,7 +103,8 @@ type scaleShard struct {
 }
 
 func TestScaleShards(t *testing.T) {
-	t.Parallel()
+	// Alone, in the suite's sequential part: beside the parallel scenarios
+	// it failed clean CI runs of the merged wave on 2 cores (issue 19).
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("the scale test needs root (a mount namespace per collector)")
