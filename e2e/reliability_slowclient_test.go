@@ -399,9 +399,10 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 			case "receivers::bullmq", "receivers::celery":
 				// Clients of a broker, never a listener: pointed at a closed
 				// loopback port (their status is an error; nothing crashes).
-				for _, k := range []string{"endpoint", "broker", "result_backend"} {
+				closed := loopbackAddr(t)
+				for k, v := range map[string]string{"endpoint": closed, "broker": "redis://" + closed + "/0", "result_backend": ""} {
 					if _, ok := c[k]; ok {
-						c[k] = map[string]string{"endpoint": loopbackAddr(t), "broker": "redis://" + loopbackAddr(t) + "/0", "result_backend": ""}[k]
+						c[k] = v
 					}
 				}
 			case "exporters::otlp", "exporters::otlp_grpc":
