@@ -42,46 +42,44 @@ need_cmd redis-server redis-server
 /usr/bin/python3 -c 'import celery, redis' 2>/dev/null || apt_pkgs+=(python3-celery python3-redis)
 command -v rabbitmq-server >/dev/null || [ -x /usr/sbin/rabbitmq-server ] || apt_pkgs+=(rabbitmq-server)
 
-# apt_install: the missing Debian packages, if any.
+# apt_install: the missing Debian packages, if any. (Every status is
+# explicit: it runs in a background job's && list, where set -e does not stop
+# at a failed command.)
 apt_install() {
-	if [ ${#apt_pkgs[@]} -gt 0 ]; then
-		mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
-		if ! command -v apt-get >/dev/null; then
-			say "missing ${apt_pkgs[*]} and no apt-get here: install them yourself (the tests that need them skip locally, fail in CI)"
-			[ "${CI:-}" = true ] && return 1
-			return 0
-		else
-			SUDO=
-			[ "$(id -u)" = 0 ] || SUDO=sudo
-			say "apt-get install ${apt_pkgs[*]}"
-			# Packages such as prometheus (and redis-server) start a system service
-			# on their default port when installed. The tests start their own on
-			# free ports and need none, so this install starts no service: the
-			# standard policy-rc.d answer 101 ("action forbidden") for the length
-			# of the install, unless the machine already has a policy of its own
-			# (a container image's), which is then left as it is.
-			policy=/usr/sbin/policy-rc.d
-			own_policy=
-			if [ ! -e "$policy" ]; then
-				printf '#!/bin/sh\n# install-test-deps.sh: no service starts during its install\nexit 101\n' |
-					$SUDO tee "$policy" >/dev/null
-				$SUDO chmod 755 "$policy"
-				own_policy=1
-				trap '$SUDO rm -f "$policy"' EXIT
-			fi
-			# (Explicit status: this runs in a background job's && list,
-			# where set -e does not stop at a failed command.)
-			local rc=0
-			$SUDO apt-get update -qq &&
-				DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null ||
-				rc=$?
-			if [ -n "$own_policy" ]; then
-				$SUDO rm -f "$policy"
-				trap - EXIT
-			fi
-			return $rc
-		fi
+	[ ${#apt_pkgs[@]} -gt 0 ] || return 0
+	mapfile -t apt_pkgs < <(printf '%s\n' "${apt_pkgs[@]}" | sort -u)
+	if ! command -v apt-get >/dev/null; then
+		say "missing ${apt_pkgs[*]} and no apt-get here: install them yourself (the tests that need them skip locally, fail in CI)"
+		[ "${CI:-}" != true ]
+		return
 	fi
+	SUDO=
+	[ "$(id -u)" = 0 ] || SUDO=sudo
+	say "apt-get install ${apt_pkgs[*]}"
+	# Packages such as prometheus (and redis-server) start a system service
+	# on their default port when installed. The tests start their own on
+	# free ports and need none, so this install starts no service: the
+	# standard policy-rc.d answer 101 ("action forbidden") for the length
+	# of the install, unless the machine already has a policy of its own
+	# (a container image's), which is then left as it is.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# install-test-deps.sh: no service starts during its install\nexit 101\n' |
+			$SUDO tee "$policy" >/dev/null
+		$SUDO chmod 755 "$policy"
+		own_policy=1
+		trap '$SUDO rm -f "$policy"' EXIT
+	fi
+	local rc=0
+	$SUDO apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null ||
+		rc=$?
+	if [ -n "$own_policy" ]; then
+		$SUDO rm -f "$policy"
+		trap - EXIT
+	fi
+	return $rc
 }
 
 # go_tool NAME MODULE@VERSION PACKAGE: build a Go tool in its own scratch
@@ -142,6 +140,9 @@ npm_all() {
 	return 0
 }
 
+# packages: the Debian packages, then the npm packages (npm comes with them).
+packages() { apt_install && npm_all; }
+
 # The installs overlap: the Debian packages and then the npm packages (both
 # mostly waiting on the network and dpkg) in one background job, each Go
 # tool's download and build (CPU) in another; the script waits for all and
@@ -153,7 +154,7 @@ bg() {
 	"${@:2}" &
 	pids+=($!) names+=("$1")
 }
-bg "Debian and npm packages" eval 'apt_install && npm_all'
+bg "Debian and npm packages" packages
 bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
 bg telemetrygen go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
 failed=()
