@@ -7,10 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/extension/extensiontest"
@@ -20,9 +18,14 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// The tests' short names for fleettest's: the source, "now", a minimal
+// worker, a snapshot, and a fleet in the proportions a real one shows.
 var (
-	testSource = fleettest.Source
-	t0         = fleettest.T0
+	testSource     = fleettest.Source
+	t0             = fleettest.T0
+	worker         = fleettest.Worker
+	snapshot       = fleettest.Snapshot
+	realisticFleet = fleettest.RealisticFleet
 )
 
 // newTestExt builds an extension on a free loopback port.
@@ -59,16 +62,6 @@ func get(t testing.TB, rawURL string) (int, string) {
 }
 
 func workerURL(base, id string) string { return base + "/health/workers/" + url.PathEscape(id) }
-
-// worker is a minimal worker in state st.
-func worker(id string, st contract.State) contract.Worker { return fleettest.Worker(id, st) }
-
-func snapshot(src component.ID, at time.Time, workers ...contract.Worker) *contract.Snapshot {
-	return fleettest.Snapshot(src, at, workers...)
-}
-
-// realisticFleet is n workers in the proportions a real fleet shows.
-func realisticFleet(n int, at time.Time) *contract.Snapshot { return fleettest.RealisticFleet(n, at) }
 
 func settingsForTest() extension.Settings { return extensiontest.NewNopSettings(metadata.Type) }
 
