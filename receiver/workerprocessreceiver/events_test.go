@@ -37,15 +37,16 @@ func TestProcessEventsConfig(t *testing.T) {
 // TestProcessEventsUnavailable: without the capability, auto logs once at
 // info and falls back to sampling; netlink fails Start with what to grant.
 func TestProcessEventsUnavailable(t *testing.T) {
-	refused := withProcEvents(func() (*procevents.Conn, error) {
+	refused := func() (*procevents.Conn, error) {
 		return nil, errors.New("joining the proc connector group: operation not permitted")
-	})
+	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.Logger = zap.New(core)
 	cfg := realConfig()
-	s, err := newWorkerScraper(set, cfg, refused)
+	s, err := newWorkerScraper(set, cfg)
 	require.NoError(t, err)
+	s.openEvents = refused
 	require.NoError(t, s.start(context.Background(), componenttest.NewNopHost()))
 	assert.Nil(t, s.ev)
 	for i := 0; i < 3; i++ {
@@ -60,8 +61,9 @@ func TestProcessEventsUnavailable(t *testing.T) {
 
 	cfg = realConfig()
 	cfg.ProcessEvents = "netlink"
-	s2, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, refused)
+	s2, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
+	s2.openEvents = refused
 	err = s2.start(context.Background(), componenttest.NewNopHost())
 	require.ErrorContains(t, err, "process_events: netlink")
 	require.ErrorContains(t, err, "CAP_NET_ADMIN")
@@ -69,18 +71,20 @@ func TestProcessEventsUnavailable(t *testing.T) {
 
 	// A fixture proc_root never uses the connector, even where the
 	// subscription would succeed: auto is sampling, and netlink is refused.
-	granted := withProcEvents(func() (*procevents.Conn, error) { return &procevents.Conn{}, nil })
+	granted := func() (*procevents.Conn, error) { return &procevents.Conn{}, nil }
 	cfg = fixtureConfig(copyFixture(t))
 	cfg.ProcessEvents = "auto"
-	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, granted)
+	s3, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
+	s3.openEvents = granted
 	require.NoError(t, s3.start(context.Background(), componenttest.NewNopHost()))
 	assert.Nil(t, s3.ev, "auto on a fixture proc_root")
 	s3.ev = nil // the stub cannot be closed
 	require.NoError(t, s3.shutdown(context.Background()))
 	cfg.ProcessEvents = "netlink"
-	s4, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg, granted)
+	s4, err := newWorkerScraper(receivertest.NewNopSettings(metadata.Type), cfg)
 	require.NoError(t, err)
+	s4.openEvents = granted
 	require.ErrorContains(t, s4.start(context.Background(), componenttest.NewNopHost()), "needs proc_root")
 	require.NoError(t, s4.shutdown(context.Background()))
 }

@@ -60,7 +60,8 @@ type workerScraper struct {
 	// and evWalked are scratch for ev.Sync; bootOff is CLOCK_BOOTTIME -
 	// CLOCK_MONOTONIC at the scrape.
 	ev *procevents.Conn
-	// openEvents subscribes to the proc connector (procevents.Open).
+	// openEvents subscribes to the proc connector (procevents.Open; a
+	// test replaces it to simulate a host where that fails, or succeeds).
 	openEvents func() (*procevents.Conn, error)
 	evExits    []procevents.Exit
 	evWalked   []int32
@@ -73,16 +74,7 @@ type workerScraper struct {
 	scrapeTime                   time.Time
 }
 
-// scraperOption changes how a scraper reaches the host (tests only).
-type scraperOption func(*workerScraper)
-
-// withProcEvents replaces procevents.Open, the subscription to the proc
-// connector: a test simulates a host where it fails, or succeeds.
-func withProcEvents(open func() (*procevents.Conn, error)) scraperOption {
-	return func(s *workerScraper) { s.openEvents = open }
-}
-
-func newWorkerScraper(set receiver.Settings, cfg *Config, opts ...scraperOption) (*workerScraper, error) {
+func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error) {
 	// process.command_line is exported only through its own switch, which
 	// also redacts it; Validate rejects enabling the attribute directly.
 	mbc := cfg.MetricsBuilderConfig
@@ -132,9 +124,6 @@ func newWorkerScraper(set receiver.Settings, cfg *Config, opts ...scraperOption)
 		return nil, err
 	}
 	s.tel = tel
-	for _, o := range opts {
-		o(s)
-	}
 	return s, nil
 }
 
