@@ -120,7 +120,7 @@ func New(history *history.Store) *Store {
 		pending:  map[component.ID]*contract.Snapshot{},
 		accepted: map[component.ID]time.Time{},
 		sources:  map[component.ID]*SourceIndex{},
-		index:    IndexSnapshot,
+		index:    indexSnapshot,
 	}
 	s.idle = sync.NewCond(&s.mu)
 	// An empty fleet, not an error, until a processor publishes.
@@ -208,7 +208,7 @@ func (s *Store) Flush() {
 	}
 }
 
-func IndexSnapshot(snap *contract.Snapshot) *SourceIndex {
+func indexSnapshot(snap *contract.Snapshot) *SourceIndex {
 	idx := &SourceIndex{
 		Snap:  snap,
 		ByID:  make(map[string]*Entry, len(snap.Workers)),

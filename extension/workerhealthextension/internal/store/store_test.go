@@ -128,7 +128,7 @@ func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
 	s.index = func(snap *contract.Snapshot) *SourceIndex {
 		indexed <- snap.Time
 		<-gate
-		return IndexSnapshot(snap)
+		return indexSnapshot(snap)
 	}
 	returned := func(snap *contract.Snapshot) {
 		t.Helper()
