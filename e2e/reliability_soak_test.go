@@ -28,6 +28,7 @@ import (
 //     workers tracked never more than the fleet (100), runs tracked never
 //     more than the fleet's share (100 x limits.max_runs_per_worker, 256);
 //   - no table filled: no worker and no run event refused;
+//   - those figures were read at all: some sample shows workers tracked;
 //   - at the end the health API knows the whole fleet, and the default
 //     config's trace export reached the backend.
 //
@@ -186,6 +187,13 @@ func TestReliabilitySoak(t *testing.T) {
 	}
 	if len(after) < 3 {
 		t.Fatalf("too few samples after warm-up: %d", len(after))
+	}
+	// The tracked-state checks above read the collector's own metrics; a
+	// scrape that never worked (or a metric renamed) reads 0 and would pass
+	// them all. The health API knew the fleet before the first sample, so
+	// any sample that read them shows workers tracked.
+	if maxWorkers == 0 {
+		t.Errorf("no sample read a worker tracked from %s: the tracked-state checks read nothing", telemetryURL)
 	}
 	rssSlope, rssMean := leastSquaresSlope(xs, rss)
 	heapSlope, heapMean := leastSquaresSlope(hx, heap)
