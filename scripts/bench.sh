@@ -15,7 +15,7 @@ step "worker_health processor state size with 100,000 workers"
 go test -count=1 -run 'TestStateSize' -v ./processor/workerhealthprocessor/ | grep -E 'B per|bytes|---|ok'
 
 step "worker_health extension handlers"
-go test -run '^$' -bench . -benchmem ./extension/workerhealthextension/
+go test -run '^$' -bench . -benchmem ./extension/workerhealthextension/...
 if command -v wrk >/dev/null; then
 	step "worker_health extension under wrk -t1 -c8 -d30s, 10,000 workers"
 	WORKERHEALTH_WRK=1 go test -count=1 -run TestWrkLoad -v ./extension/workerhealthextension/ | grep -vE '^=== RUN'
