@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
 )
 
@@ -35,9 +36,9 @@ func BenchmarkPoll(b *testing.B) {
 }
 
 func benchPoll(b *testing.B, queues, active int) {
-	srv := startRedis(b)
+	srv := redistest.Start(b)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	var names []string
 	for q := 0; q < queues; q++ {
@@ -55,7 +56,7 @@ func benchPoll(b *testing.B, queues, active int) {
 			b.Fatal(err)
 		}
 	}
-	cfg := testConfig(srv.addr, names...)
+	cfg := testConfig(srv.Addr, names...)
 	set := receivertest.NewNopSettings(metadata.Type)
 	r, err := newReceiver(set, cfg)
 	if err != nil {

@@ -18,18 +18,8 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
-
-// freePort is a free loopback port; the cluster bus port is given apart
-// (cluster-port) so any free port works.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
 
 // startCluster starts a Redis Cluster of three masters (real redis-server
 // processes, each stopped by its pid when the test ends), forms it with
@@ -40,10 +30,10 @@ func startCluster(t *testing.T) []string {
 	dir := t.TempDir()
 	var addrs []string
 	for i := 1; i <= 3; i++ {
-		srv := startRedis(t, "--cluster-enabled", "yes",
+		srv := redistest.Start(t, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
-			"--cluster-port", strconv.Itoa(freePort(t)))
-		addrs = append(addrs, srv.addr)
+			"--cluster-port", strconv.Itoa(redistest.FreePort(t)))
+		addrs = append(addrs, srv.Addr)
 	}
 	cli, err := exec.LookPath("redis-cli")
 	require.NoError(t, err, "redis-cli (package redis-tools) forms the cluster")

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
 )
 
@@ -143,16 +144,16 @@ func testConfig(addr string, queues ...string) *Config {
 // a failure's reason, a stall naming the worker that held the job and its
 // second attempt as a run of its own, and the queue's counts.
 func TestReceiverReadsBullMQState(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "0") // the queue exists before the receiver starts
-	b.connectWorker(t, srv.addr, "w1")
-	b.connectWorker(t, srv.addr, "w2")
-	b.connectWorker(t, srv.addr, "idle")
-	h := startReceiver(t, testConfig(srv.addr, "jobs"), nil)
+	b.connectWorker(t, srv.Addr, "w1")
+	b.connectWorker(t, srv.Addr, "w2")
+	b.connectWorker(t, srv.Addr, "idle")
+	h := startReceiver(t, testConfig(srv.Addr, "jobs"), nil)
 	h.polled()
 
 	for i := 1; i <= 5; i++ {
@@ -252,16 +253,16 @@ func TestReceiverReadsBullMQState(t *testing.T) {
 // the key, and the good queue keeps being read; wrong credentials and an
 // unreachable Redis get a recoverable status, never a crash.
 func TestReceiverBadInput(t *testing.T) {
-	srv := startRedis(t, "--requirepass", "secret")
+	srv := redistest.Start(t, "--requirepass", "secret")
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr, Password: "secret"})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "secret"})
 	defer c.Close()
 	good := &bull{c: c, prefix: "bull", queue: "good"}
 	good.add(ctx, t, "1")
 	require.NoError(t, c.Set(ctx, "bull:broken:active", "not a list", 0).Err())
 	require.NoError(t, c.HSet(ctx, "bull:broken:meta", "x", "1").Err())
 
-	cfg := testConfig(srv.addr, "broken", "good", "missing")
+	cfg := testConfig(srv.Addr, "broken", "good", "missing")
 	cfg.Password = "secret"
 	h := startReceiver(t, cfg, nil)
 	good.activate(ctx, t, "1", "w1")
@@ -293,7 +294,7 @@ func TestReceiverBadInput(t *testing.T) {
 	assert.Len(t, lines, 1)
 
 	// Wrong credentials: recoverable, named, no records.
-	bad := testConfig(srv.addr, "good")
+	bad := testConfig(srv.Addr, "good")
 	bad.Password = "wrong"
 	hb := startReceiver(t, bad, nil)
 	eventually(t, 10*time.Second, "wrong credentials reported", func() error {
@@ -322,9 +323,9 @@ func TestReceiverBadInput(t *testing.T) {
 // again reads the events it missed (no job outcome lost); past the stream's
 // retention it says so, counts the gap and restates the active jobs.
 func TestReceiverResumesStream(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")
@@ -332,7 +333,7 @@ func TestReceiverResumesStream(t *testing.T) {
 	stID := component.MustNewID("file_storage")
 	st := newMemStorage()
 	ext := map[component.ID]component.Component{stID: st}
-	cfg := testConfig(srv.addr, "jobs")
+	cfg := testConfig(srv.Addr, "jobs")
 	cfg.StorageID = &stID
 
 	h1 := startReceiver(t, cfg, ext)
@@ -397,16 +398,16 @@ func TestReceiverResumesStream(t *testing.T) {
 // TestReceiverDiscoversQueues: with no queues listed, every queue under the
 // prefix is read.
 func TestReceiverDiscoversQueues(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	for _, q := range []string{"a", "b"} {
 		b := &bull{c: c, prefix: "bull", queue: q}
 		b.add(ctx, t, "1")
 		b.activate(ctx, t, "1", "w-"+q)
 	}
-	h := startReceiver(t, testConfig(srv.addr), nil)
+	h := startReceiver(t, testConfig(srv.Addr), nil)
 	eventually(t, 10*time.Second, "both queues read", func() error {
 		rs := records(h.logs)
 		for _, q := range []string{"a", "b"} {
@@ -448,16 +449,16 @@ func TestConfigValidate(t *testing.T) {
 // stated (it would show the jobs left out as taken away), said once; the
 // counts go on.
 func TestReceiverMaxActiveJobs(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	for _, id := range []string{"1", "2"} {
 		b.add(ctx, t, id)
 		b.activate(ctx, t, id, "w1")
 	}
-	cfg := testConfig(srv.addr, "jobs")
+	cfg := testConfig(srv.Addr, "jobs")
 	cfg.MaxActiveJobs = 1
 	h := startReceiver(t, cfg, nil)
 	eventually(t, 10*time.Second, "the warning and the counts", func() error {
@@ -479,14 +480,14 @@ func TestReceiverMaxActiveJobs(t *testing.T) {
 // own; a stall (the same `waiting` entry, then `stalled`) does not end the
 // run of the worker that held the job.
 func TestReceiverRetry(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")
 	b.add(ctx, t, "2")
-	h := startReceiver(t, testConfig(srv.addr, "jobs"), nil)
+	h := startReceiver(t, testConfig(srv.Addr, "jobs"), nil)
 	h.polled()
 	b.activate(ctx, t, "1", "w1")
 	b.activate(ctx, t, "2", "w1")
