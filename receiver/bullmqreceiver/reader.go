@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
 )
 
 // BullMQ's names (BullMQ 6.x, src/commands/*.lua): each queue's keys are
@@ -51,6 +52,10 @@ type queueState struct {
 	name string
 	// keyPrefix is "<prefix>:<queue>:".
 	keyPrefix string
+	// The queue's keys each poll reads, built once.
+	keyEvents, keyActive, keyMeta, keyID string
+	// keyCounts[i] is the key of countKeys[i].
+	keyCounts [len(countKeys)]string
 	// clientPrefix is the CLIENT LIST name prefix of the queue's named
 	// workers: "<prefix>:<base64 queue>:w:".
 	clientPrefix string
@@ -76,7 +81,7 @@ type queueState struct {
 type runRef struct{ run, worker string }
 
 func newQueueState(prefix, name string) *queueState {
-	return &queueState{
+	q := &queueState{
 		name:         name,
 		keyPrefix:    prefix + ":" + name + ":",
 		clientPrefix: prefix + ":" + base64.StdEncoding.EncodeToString([]byte(name)) + workerClientSuffix,
@@ -84,6 +89,11 @@ func newQueueState(prefix, name string) *queueState {
 		jobRun:       map[string]runRef{},
 		stated:       map[string]bool{},
 	}
+	q.keyEvents, q.keyActive, q.keyMeta, q.keyID = q.key("events"), q.key("active"), q.key("meta"), q.key("id")
+	for i, k := range countKeys {
+		q.keyCounts[i] = q.key(k.suffix)
+	}
+	return q
 }
 
 func (q *queueState) key(suffix string) string { return q.keyPrefix + suffix }
@@ -108,19 +118,21 @@ type jobInfo struct {
 	later int
 }
 
-// queueCounts are the lengths of a queue's lists and sets.
-var countKeys = []struct {
-	state, suffix string
-	zset          bool
+// countKeys are the lists and sets whose lengths are a queue's counts
+// (bullmq.queue.jobs by state).
+var countKeys = [...]struct {
+	state  metadata.AttributeState
+	suffix string
+	zset   bool
 }{
-	{"waiting", "wait", false},
-	{"prioritized", "prioritized", true},
-	{"delayed", "delayed", true},
-	{"active", "active", false},
-	{"paused", "paused", false},
-	{"waiting-children", "waiting-children", true},
-	{"completed", "completed", true},
-	{"failed", "failed", true},
+	{metadata.AttributeStateWaiting, "wait", false},
+	{metadata.AttributeStatePrioritized, "prioritized", true},
+	{metadata.AttributeStateDelayed, "delayed", true},
+	{metadata.AttributeStateActive, "active", false},
+	{metadata.AttributeStatePaused, "paused", false},
+	{metadata.AttributeStateWaitingChildren, "waiting-children", true},
+	{metadata.AttributeStateCompleted, "completed", true},
+	{metadata.AttributeStateFailed, "failed", true},
 }
 
 // countActive is the index of the active list's length in countKeys.
@@ -128,9 +140,9 @@ const countActive = 3
 
 // pollResult is one queue's poll, to be emitted.
 type pollResult struct {
-	counts  map[string]int64
+	// counts[i] is the length of countKeys[i].
+	counts  [len(countKeys)]int64
 	workers int
-	ok      bool
 }
 
 // queueError names the queue and the key a failure is about.
@@ -163,39 +175,40 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 	// One round trip: the stream since the position, the active list, the
 	// counts, and whether the queue exists at all.
 	pipe := c.Pipeline()
-	xr := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{q.key("events"), q.lastID}, Count: int64(r.cfg.MaxEventsPerPoll), Block: -1})
-	active := pipe.LRange(ctx, q.key("active"), 0, int64(r.cfg.MaxActiveJobs)-1)
-	counts := make([]*redis.IntCmd, len(countKeys))
+	xr := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{q.keyEvents, q.lastID}, Count: int64(r.cfg.MaxEventsPerPoll), Block: -1})
+	active := pipe.LRange(ctx, q.keyActive, 0, int64(r.cfg.MaxActiveJobs)-1)
+	var counts [len(countKeys)]*redis.IntCmd
 	for i, k := range countKeys {
 		if k.zset {
-			counts[i] = pipe.ZCard(ctx, q.key(k.suffix))
+			counts[i] = pipe.ZCard(ctx, q.keyCounts[i])
 		} else {
-			counts[i] = pipe.LLen(ctx, q.key(k.suffix))
+			counts[i] = pipe.LLen(ctx, q.keyCounts[i])
 		}
 	}
-	exists := pipe.Exists(ctx, q.key("meta"), q.key("events"), q.key("id"))
+	exists := pipe.Exists(ctx, q.keyMeta, q.keyEvents, q.keyID)
 	_, err := pipe.Exec(ctx)
 	r.tel.commands(ctx, int64(3+len(countKeys)))
 	// Exec returns the first error, which may be XREAD's redis.Nil (nothing
 	// new): each command's own error names its key.
-	for _, kc := range []struct {
-		key string
-		err error
-	}{{q.key("events"), xr.Err()}, {q.key("active"), active.Err()}, {q.key("meta"), exists.Err()}} {
-		if kc.err != nil && !errors.Is(kc.err, redis.Nil) {
-			return res, &queueError{q.name, kc.key, kc.err}
-		}
+	if e := xr.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyEvents, e}
 	}
-	for i, k := range countKeys {
-		if e := counts[i].Err(); e != nil {
-			return res, &queueError{q.name, q.key(k.suffix), e}
+	if e := active.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyActive, e}
+	}
+	if e := exists.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyMeta, e}
+	}
+	for i, cmd := range counts {
+		if e := cmd.Err(); e != nil {
+			return res, &queueError{q.name, q.keyCounts[i], e}
 		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return res, &queueError{q.name, q.key("events"), err}
+		return res, &queueError{q.name, q.keyEvents, err}
 	}
 	if exists.Val() == 0 && len(active.Val()) == 0 {
-		return res, &queueError{q.name, q.key("meta"), errNoQueue}
+		return res, &queueError{q.name, q.keyMeta, errNoQueue}
 	}
 
 	var entries []redis.XMessage
@@ -299,7 +312,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 		if !q.overActive {
 			q.overActive = true
 			r.set.Logger.Warn("More active jobs than max_active_jobs: no snapshot of who holds what is stated for this queue",
-				zap.String("queue", q.name), zap.String("key", q.key("active")), zap.Int64("active", n), zap.Int("max_active_jobs", r.cfg.MaxActiveJobs))
+				zap.String("queue", q.name), zap.String("key", q.keyActive), zap.Int64("active", n), zap.Int("max_active_jobs", r.cfg.MaxActiveJobs))
 		}
 		return r.counted(res, counts, workers), nil
 	}
@@ -380,13 +393,11 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 }
 
 // counted fills a poll's counts.
-func (r *bullReceiver) counted(res pollResult, counts []*redis.IntCmd, workers []string) pollResult {
-	res.counts = map[string]int64{}
-	for i, k := range countKeys {
-		res.counts[k.state] = counts[i].Val()
+func (r *bullReceiver) counted(res pollResult, counts [len(countKeys)]*redis.IntCmd, workers []string) pollResult {
+	for i, cmd := range counts {
+		res.counts[i] = cmd.Val()
 	}
 	res.workers = len(workers)
-	res.ok = true
 	return res
 }
 
@@ -568,15 +579,15 @@ func streamLess(a, b string) bool {
 func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 	kept := r.loadPosition(ctx, q)
 	if kept != "" {
-		first, err := r.client.XRangeN(ctx, q.key("events"), "-", "+", 1).Result()
+		first, err := r.client.XRangeN(ctx, q.keyEvents, "-", "+", 1).Result()
 		r.tel.commands(ctx, 1)
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return &queueError{q.name, q.key("events"), err}
+			return &queueError{q.name, q.keyEvents, err}
 		}
 		if len(first) > 0 && streamLess(kept, first[0].ID) {
 			r.tel.gap(ctx)
 			r.set.Logger.Warn("The events stream was trimmed past the kept position: job events between the two may be lost; the active jobs are restated from Redis",
-				zap.String("queue", q.name), zap.String("key", q.key("events")),
+				zap.String("queue", q.name), zap.String("key", q.keyEvents),
 				zap.String("kept_position", kept), zap.String("oldest_entry", first[0].ID))
 		} else {
 			r.set.Logger.Info("Resuming the events stream", zap.String("queue", q.name), zap.String("position", kept))
@@ -584,10 +595,10 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 		q.lastID, q.positioned = kept, true
 		return nil
 	}
-	last, err := r.client.XRevRangeN(ctx, q.key("events"), "+", "-", 1).Result()
+	last, err := r.client.XRevRangeN(ctx, q.keyEvents, "+", "-", 1).Result()
 	r.tel.commands(ctx, 1)
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return &queueError{q.name, q.key("events"), err}
+		return &queueError{q.name, q.keyEvents, err}
 	}
 	q.lastID = "0-0"
 	if len(last) > 0 {

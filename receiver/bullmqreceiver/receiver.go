@@ -271,8 +271,8 @@ func (r *bullReceiver) poll(ctx context.Context) {
 			r.set.Logger.Info("BullMQ queue read again", zap.String("queue", q.name))
 			q.failing = ""
 		}
-		for _, k := range countKeys {
-			r.mb.RecordBullmqQueueJobsDataPoint(now, res.counts[k.state], q.name, metadata.MapAttributeState[k.state])
+		for i, k := range countKeys {
+			r.mb.RecordBullmqQueueJobsDataPoint(now, res.counts[i], q.name, k.state)
 		}
 		r.mb.RecordBullmqQueueWorkersDataPoint(now, int64(res.workers), q.name)
 	}
