@@ -56,9 +56,9 @@ type queueState struct {
 	keyEvents, keyActive, keyMeta, keyID string
 	// keyCounts[i] is the key of countKeys[i].
 	keyCounts [len(countKeys)]string
-	// clientPrefix is the CLIENT LIST name prefix of the queue's named
-	// workers: "<prefix>:<base64 queue>:w:".
-	clientPrefix string
+	// encoded is the queue's name as its named workers' connections carry
+	// it (CLIENT SETNAME <prefix>:<base64 queue>:w:<name>).
+	encoded string
 	// lastID is the events stream position: the id of the last entry read.
 	lastID string
 	// positioned: lastID was loaded or set (from storage or the stream's end).
@@ -82,12 +82,12 @@ type runRef struct{ run, worker string }
 
 func newQueueState(prefix, name string) *queueState {
 	q := &queueState{
-		name:         name,
-		keyPrefix:    prefix + ":" + name + ":",
-		clientPrefix: prefix + ":" + base64.StdEncoding.EncodeToString([]byte(name)) + workerClientSuffix,
-		held:         map[string]string{},
-		jobRun:       map[string]runRef{},
-		stated:       map[string]bool{},
+		name:      name,
+		keyPrefix: prefix + ":" + name + ":",
+		encoded:   base64.StdEncoding.EncodeToString([]byte(name)),
+		held:      map[string]string{},
+		jobRun:    map[string]runRef{},
+		stated:    map[string]bool{},
 	}
 	q.keyEvents, q.keyActive, q.keyMeta, q.keyID = q.key("events"), q.key("active"), q.key("meta"), q.key("id")
 	for i, k := range countKeys {
@@ -611,9 +611,10 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 	return nil
 }
 
-// clientNames lists the connected BullMQ workers per queue from CLIENT
-// LIST (every node of a cluster).
-func (r *bullReceiver) clientNames(ctx context.Context) ([]string, error) {
+// connectedWorkers reads CLIENT LIST (every node of a cluster) for the
+// connected BullMQ workers of every queue: by the queue's encoded name
+// (queueState.encoded), the worker names sorted, each once.
+func (r *bullReceiver) connectedWorkers(ctx context.Context) (map[string][]string, error) {
 	var lists []string
 	if cc, ok := r.client.(*redis.ClusterClient); ok {
 		// ForEachShard calls back from one goroutine per node: appended
@@ -640,28 +641,36 @@ func (r *bullReceiver) clientNames(ctx context.Context) ([]string, error) {
 		}
 		lists = append(lists, s)
 	}
-	var names []string
+	return workersByQueue(r.cfg.Prefix, lists), nil
+}
+
+// workersByQueue picks the named BullMQ workers out of CLIENT LIST replies,
+// one connection a line ("id=7 addr=... name=<n> age=..."; a name has no
+// spaces): a worker's connections are named <prefix>:<base64 queue>:w:<name>
+// (base64 has no ':'). Keyed by the base64 queue name; names sorted, each
+// once (a worker has several connections).
+func workersByQueue(prefix string, lists []string) map[string][]string {
+	pfx := prefix + ":"
+	byQueue := map[string][]string{}
 	for _, l := range lists {
 		for line := range strings.SplitSeq(l, "\n") {
-			for f := range strings.FieldsSeq(line) {
-				if n, ok := strings.CutPrefix(f, "name="); ok && n != "" {
-					names = append(names, n)
-				}
+			_, name, ok := strings.Cut(line, " name=")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			rest, ok := strings.CutPrefix(name, pfx)
+			if !ok {
+				continue
+			}
+			if enc, w, ok := strings.Cut(rest, workerClientSuffix); ok && w != "" {
+				byQueue[enc] = append(byQueue[enc], w)
 			}
 		}
 	}
-	return names, nil
-}
-
-// workersOf picks a queue's named workers out of the connection names,
-// each once.
-func workersOf(q *queueState, names []string) []string {
-	var out []string
-	for _, n := range names {
-		if w, ok := strings.CutPrefix(n, q.clientPrefix); ok && w != "" && !slices.Contains(out, w) {
-			out = append(out, w)
-		}
+	for enc, ws := range byQueue {
+		slices.Sort(ws)
+		byQueue[enc] = slices.Compact(ws)
 	}
-	slices.Sort(out)
-	return out
+	return byQueue
 }

@@ -201,7 +201,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	defer cancel()
 	now := pcommon.NewTimestampFromTime(start)
 
-	names, err := r.clientNames(pctx)
+	workers, err := r.connectedWorkers(pctx)
 	if err == nil && len(r.cfg.Queues) == 0 {
 		err = r.discover(pctx)
 	}
@@ -248,7 +248,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	var failed []error
 	for _, n := range qnames {
 		q := r.queues[n]
-		res, err := r.pollQueue(pctx, q, workersOf(q, names), sl.LogRecords(), wres, now)
+		res, err := r.pollQueue(pctx, q, workers[q.encoded], sl.LogRecords(), wres, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
