@@ -160,10 +160,10 @@ func (e *queueError) Unwrap() error { return e.err }
 var errNoQueue = errors.New("no such queue (none of its keys exist: check the queue name and prefix)")
 
 // pollQueue reads one queue: its new stream entries, its active jobs and
-// who holds them, its counts. It appends the worker-side records to wres
+// who holds them, its counts. It appends the worker-side records to wl
 // (one resource per worker), the scheduler-side records to sl; workers are
 // the names of the queue's connected workers (CLIENT LIST).
-func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice, now pcommon.Timestamp) (pollResult, error) {
+func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, sl plog.LogRecordSlice, wl *workerLogs, now pcommon.Timestamp) (pollResult, error) {
 	res := pollResult{}
 	c := r.client
 	if !q.positioned {
@@ -298,7 +298,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 				continue // the stalled entry that follows says it
 			}
 		}
-		r.entry(q, e, info, sl, wres)
+		r.entry(q, e, info, sl, wl)
 		q.lastID = e.ID
 	}
 	if len(entries) > 0 {
@@ -342,7 +342,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 			// receiver ran, between two reads, or in a stretch of the stream
 			// that was trimmed): the snapshot's run starts now.
 			q.held[ref.run] = ref.worker
-			r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
+			r.workerRecord(wl, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
 		}
 	}
 	for w := range q.stated {
@@ -402,7 +402,7 @@ func (r *bullReceiver) counted(res pollResult, counts [len(countKeys)]*redis.Int
 }
 
 // entry turns one stream entry into records.
-func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice) {
+func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, sl plog.LogRecordSlice, wl *workerLogs) {
 	ev, _ := e.Values[streamFieldEvent].(string)
 	id, _ := e.Values[streamFieldJobID].(string)
 	if id == "" {
@@ -434,7 +434,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 			return // already stated by a snapshot
 		}
 		q.held[ref.run] = ref.worker
-		r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 		})
 	case eventCompleted, eventFailed:
@@ -447,7 +447,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		}
 		delete(q.held, ref.run)
 		reason, _ := e.Values[streamFieldReason].(string)
-		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			if ev == eventCompleted {
 				a.PutStr(contract.AttrResult, contract.ResultSuccess)
@@ -475,13 +475,13 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		delete(q.held, ref.run)
 		if ji.reason == "" {
 			// Given back without a failure.
-			r.workerRecord(wres, ref.worker, contract.EventReleased, q, id, ref.run, ts, func(a pcommon.Map) {
+			r.workerRecord(wl, ref.worker, contract.EventReleased, q, id, ref.run, ts, func(a pcommon.Map) {
 				a.PutStr(attrStreamID, e.ID)
 				a.PutStr(attrJobState, ev)
 			})
 			return
 		}
-		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			a.PutStr(contract.AttrResult, contract.ResultFailure)
 			a.PutStr(attrJobState, "retrying")
@@ -526,15 +526,37 @@ func isStallOf(next, e redis.XMessage) bool {
 	return ev == eventStalled && next.Values[streamFieldJobID] == e.Values[streamFieldJobID]
 }
 
+// workerLogs are a poll's worker-side records: one resource per worker in
+// the poll's logs, added at its first record.
+type workerLogs struct {
+	ld       plog.Logs
+	byWorker map[string]plog.LogRecordSlice
+}
+
+func newWorkerLogs(ld plog.Logs) *workerLogs {
+	return &workerLogs{ld: ld, byWorker: map[string]plog.LogRecordSlice{}}
+}
+
+// of is the records of worker's resource.
+func (wl *workerLogs) of(worker string) plog.LogRecordSlice {
+	if lrs, ok := wl.byWorker[worker]; ok {
+		return lrs
+	}
+	rl := wl.ld.ResourceLogs().AppendEmpty()
+	a := rl.Resource().Attributes()
+	a.PutStr(attrWorkerName, worker)
+	a.PutStr(contract.AttrWorkerID, worker)
+	s := rl.ScopeLogs().AppendEmpty()
+	s.Scope().SetName(scopeName)
+	lrs := s.LogRecords()
+	wl.byWorker[worker] = lrs
+	return lrs
+}
+
 // workerRecord appends one record of a worker's run to that worker's
 // resource (the worker's own view of its runs, as BullMQ's stream states it).
-func (r *bullReceiver) workerRecord(wres map[string]plog.LogRecordSlice, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
-	lrs, ok := wres[worker]
-	if !ok {
-		lrs = r.newWorkerResource(worker)
-		wres[worker] = lrs
-	}
-	lr := lrs.AppendEmpty()
+func (r *bullReceiver) workerRecord(wl *workerLogs, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
+	lr := wl.of(worker).AppendEmpty()
 	lr.SetTimestamp(ts)
 	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(time.Now()))
 	lr.SetEventName(event)

@@ -48,10 +48,6 @@ type bullReceiver struct {
 	// status: the last status reported (reported again only on change).
 	status string
 
-	// newWorkerResource adds the resource of one worker's runs to the
-	// poll's logs.
-	newWorkerResource func(worker string) plog.LogRecordSlice
-
 	cancel     context.CancelFunc
 	done       chan struct{}
 	onShutdown func()
@@ -229,16 +225,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	sched.Resource().Attributes().PutStr(contract.AttrServiceName, r.cfg.ServiceName)
 	sl := sched.ScopeLogs().AppendEmpty()
 	sl.Scope().SetName(scopeName)
-	wres := map[string]plog.LogRecordSlice{}
-	r.newWorkerResource = func(w string) plog.LogRecordSlice {
-		rl := ld.ResourceLogs().AppendEmpty()
-		a := rl.Resource().Attributes()
-		a.PutStr(attrWorkerName, w)
-		a.PutStr(contract.AttrWorkerID, w)
-		s := rl.ScopeLogs().AppendEmpty()
-		s.Scope().SetName(scopeName)
-		return s.LogRecords()
-	}
+	wl := newWorkerLogs(ld)
 
 	qnames := make([]string, 0, len(r.queues))
 	for n := range r.queues {
@@ -248,7 +235,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	var failed []error
 	for _, n := range qnames {
 		q := r.queues[n]
-		res, err := r.pollQueue(pctx, q, workers[q.encoded], sl.LogRecords(), wres, now)
+		res, err := r.pollQueue(pctx, q, workers[q.encoded], sl.LogRecords(), wl, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
