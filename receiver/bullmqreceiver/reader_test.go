@@ -1,10 +1,16 @@
 package bullmqreceiver
 
 import (
+	"context"
 	"encoding/base64"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 // TestWorkersByQueue: the named workers of each queue out of CLIENT LIST
@@ -28,4 +34,28 @@ func TestWorkersByQueue(t *testing.T) {
 		big:  {"a:w:b"},
 	}, got)
 	assert.Equal(t, newQueueState("bull", "big:one").encoded, big)
+}
+
+// TestPollCommands: the Redis commands of a poll, as the README's "Cost"
+// counts them and otelcol_bullmq_redis_commands reports them. The first
+// poll: CLIENT LIST, the stream's end (XREVRANGE), the pipeline of 11
+// (XREAD, LRANGE, 8 counts, EXISTS), one HMGET per active job; later polls
+// with nothing new: CLIENT LIST and the pipeline.
+func TestPollCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	b := &bull{c: c, prefix: "bull", queue: "jobs"}
+	for _, id := range []string{"1", "2", "3"} {
+		b.add(ctx, t, id)
+		b.activate(ctx, t, id, "w1")
+	}
+	tt := componenttest.NewTelemetry()
+	defer func() { require.NoError(t, tt.Shutdown(ctx)) }()
+	r := pollingReceiver(t, tt, srv.Addr, "jobs")
+	r.poll(ctx)
+	require.Equal(t, int64(1+1+11+3), commandsSent(t, tt))
+	r.poll(ctx)
+	require.Equal(t, int64(1+1+11+3+1+11), commandsSent(t, tt))
 }
