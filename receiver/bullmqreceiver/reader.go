@@ -42,7 +42,6 @@ const (
 	attrJobID           = "bullmq.job.id"
 	attrJobState        = "bullmq.job.state"
 	attrJobFailedReason = "bullmq.job.failed.reason"
-	attrJobAttempt      = "bullmq.job.attempts.started"
 	attrWorkerName      = "bullmq.worker.name"
 	attrStreamID        = "bullmq.event.id"
 )
@@ -113,7 +112,6 @@ type jobInfo struct {
 	worker  string
 	attempt int
 	reason  string
-	exists  bool
 	// later: the `active` entries of the job still to come in this read.
 	later int
 }
@@ -218,17 +216,24 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 	r.tel.eventsRead(ctx, int64(len(entries)))
 
 	// One more round trip: the hash of every job named by an entry or
-	// listed as active whose holder is not known yet.
+	// listed as active whose holder is not known yet. need[id] counts the
+	// job's `active` entries in this read.
 	activeIDs := active.Val()
-	need := map[string]bool{}
+	need := map[string]int{}
 	for _, e := range entries {
 		if id, _ := e.Values[streamFieldJobID].(string); id != "" {
-			need[id] = true
+			n := need[id]
+			if ev, _ := e.Values[streamFieldEvent].(string); ev == eventActive {
+				n++
+			}
+			need[id] = n
 		}
 	}
 	for _, id := range activeIDs {
-		if _, known := q.jobRun[id]; !known {
-			need[id] = true
+		if _, named := need[id]; !named {
+			if _, known := q.jobRun[id]; !known {
+				need[id] = 0
+			}
 		}
 	}
 	info := map[string]jobInfo{}
@@ -262,29 +267,16 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 					ji.attempt, _ = strconv.Atoi(s)
 				}
 				ji.reason, _ = v[2].(string)
-				ji.exists = v[0] != nil || v[1] != nil
 			}
+			// A job's hash says its latest attempt: an `active` entry
+			// followed by more of the same job in this read is an earlier
+			// attempt.
+			ji.later = max(need[ids[i]]-1, 0)
 			info[ids[i]] = ji
 		}
 	}
 
 	// The stream's entries, in order.
-	// A job's hash says its latest attempt: an `active` entry followed by
-	// more of the same job in this read is an earlier attempt.
-	later := map[string]int{}
-	for _, e := range entries {
-		if ev, _ := e.Values[streamFieldEvent].(string); ev == eventActive {
-			if id, _ := e.Values[streamFieldJobID].(string); id != "" {
-				later[id]++
-			}
-		}
-	}
-	for id, n := range later {
-		if ji, ok := info[id]; ok {
-			ji.later = n - 1
-			info[id] = ji
-		}
-	}
 	full := len(entries) == r.cfg.MaxEventsPerPoll
 	for i, e := range entries {
 		if isBackToWait(e) {
