@@ -47,7 +47,7 @@ func FreePort(tb testing.TB) int {
 // waits until it answers.
 func Exec(tb testing.TB, args ...string) *exec.Cmd {
 	tb.Helper()
-	cmd := exec.Command(Bin(tb), args...)
+	cmd := exec.Command(Bin(tb), args...) //nolint:gosec // G204: a test helper; the arguments are the test's own
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting redis-server: %v", err)
 	}
