@@ -58,11 +58,12 @@ func Exec(tb testing.TB, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Server is a redis-server Start started.
+// Server is a redis-server Start or StartOn started.
 type Server struct {
 	// Addr is 127.0.0.1:Port.
 	Addr string
 	Port int
+	cmd  *exec.Cmd
 }
 
 // Start starts redis-server on a free loopback port, without persistence,
@@ -71,10 +72,18 @@ type Server struct {
 // with --requirepass it answers so).
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	port := FreePort(tb)
+	return StartOn(tb, 0, args...)
+}
+
+// StartOn is Start on a given port (0: a free one): a server stopped with
+// Stop can be started again where its clients expect it.
+func StartOn(tb testing.TB, port int, args ...string) *Server {
+	tb.Helper()
+	if port == 0 {
+		port = FreePort(tb)
+	}
 	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tb.TempDir()}, args...)
-	Exec(tb, all...)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, cmd: Exec(tb, all...)}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
@@ -85,4 +94,11 @@ func Start(tb testing.TB, args ...string) *Server {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return s
+}
+
+// Stop kills the server and waits for its exit (before the test ends, to
+// test what a client does without Redis). Stopping twice is harmless.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
 }
