@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 // readOnlyACL is the Redis ACL the README gives: read-only key access to the
@@ -24,9 +25,9 @@ const readOnlyACL = "on >ro-secret resetkeys %R~bull:* resetchannels -@all " +
 // snapshot, events, counts) as a user with the README's ACL and no more, so
 // the ACL lists every command it uses and the receiver writes nothing.
 func TestReceiverReadOnlyACL(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	args := []any{"ACL", "SETUSER", "workerwatch"}
 	for _, f := range strings.Fields(readOnlyACL) {
@@ -35,9 +36,9 @@ func TestReceiverReadOnlyACL(t *testing.T) {
 	require.NoError(t, c.Do(ctx, args...).Err())
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")
-	b.connectWorker(t, srv.addr, "w1")
+	b.connectWorker(t, srv.Addr, "w1")
 
-	cfg := testConfig(srv.addr) // discovery: SCAN
+	cfg := testConfig(srv.Addr) // discovery: SCAN
 	cfg.Username, cfg.Password = "workerwatch", "ro-secret"
 	h := startReceiver(t, cfg, nil)
 	h.polled()
@@ -61,7 +62,7 @@ func TestReceiverReadOnlyACL(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "commands refused to the read-only user")
 	// And the user really cannot write.
-	ro := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "workerwatch", Password: "ro-secret"})
+	ro := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "workerwatch", Password: "ro-secret"})
 	defer ro.Close()
 	require.ErrorContains(t, ro.Set(ctx, "bull:jobs:x", "1", 0).Err(), "NOPERM")
 }

@@ -13,23 +13,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component/componentstatus"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
-
-// freePort is a free loopback port; the cluster bus port is given apart
-// (cluster-port) so any free port works.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
 
 // startCluster starts a Redis Cluster of three masters (real redis-server
 // processes, each stopped by its pid when the test ends), forms it with
@@ -40,10 +27,10 @@ func startCluster(t *testing.T) []string {
 	dir := t.TempDir()
 	var addrs []string
 	for i := 1; i <= 3; i++ {
-		srv := startRedis(t, "--cluster-enabled", "yes",
+		srv := redistest.Start(t, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
-			"--cluster-port", strconv.Itoa(freePort(t)))
-		addrs = append(addrs, srv.addr)
+			"--cluster-port", strconv.Itoa(redistest.FreePort(t)))
+		addrs = append(addrs, srv.Addr)
 	}
 	cli, err := exec.LookPath("redis-cli")
 	require.NoError(t, err, "redis-cli (package redis-tools) forms the cluster")
@@ -128,90 +115,7 @@ func TestReceiverCluster(t *testing.T) {
 	h := startReceiver(t, cfg, nil)
 	h.polled()
 
-	for i := 1; i <= 5; i++ {
-		b.add(ctx, t, strconv.Itoa(i))
-	}
-	require.NoError(t, cc.ZAdd(ctx, b.key("delayed"), redis.Z{Score: 1, Member: "d1"}).Err())
-	require.NoError(t, cc.ZAdd(ctx, b.key("prioritized"), redis.Z{Score: 1, Member: "p1"}).Err())
-	b.activate(ctx, t, "1", "w1")
-	b.activate(ctx, t, "2", "w1")
-	b.activate(ctx, t, "3", "w2")
-	eventually(t, 20*time.Second, "snapshot lists w1's two jobs, w2's one, idle's none", func() error {
-		rs := records(h.logs)
-		for w, want := range map[string][]string{"w1": {"1", "2"}, "w2": {"3"}, "idle": nil} {
-			got, ok := lastSnapshot(rs, "jobs", w)
-			if !ok || !slices.Equal(got, want) {
-				return fmt.Errorf("%s: %v (stated %v), want %v (status %v)", w, got, ok, want, h.host.last())
-			}
-		}
-		return nil
-	})
-	rs := records(h.logs)
-	for _, x := range [][2]string{{"w1", "1"}, {"w1", "2"}, {"w2", "3"}} {
-		assert.NotNil(t, find(rs, x[0], contract.EventStarted, x[1]), "start of %v", x)
-	}
-
-	b.finish(ctx, t, "1", "")
-	b.finish(ctx, t, "3", "Unexpected exit code: null signal: SIGABRT")
-	b.stall(ctx, t, "2")
-	b.activate(ctx, t, "2", "w2")
-	b.finish(ctx, t, "2", "")
-	eventually(t, 20*time.Second, "ends, the stall, the second attempt", func() error {
-		rs := records(h.logs)
-		if r := find(rs, "w1", contract.EventFinished, "1"); r == nil || r.str(contract.AttrResult) != contract.ResultSuccess {
-			return fmt.Errorf("job 1's end on w1: %+v", r)
-		}
-		if r := find(rs, "w2", contract.EventFinished, "3"); r == nil || r.str(contract.AttrResult) != contract.ResultFailure ||
-			r.str(attrJobFailedReason) != "Unexpected exit code: null signal: SIGABRT" {
-			return fmt.Errorf("job 3's failure on w2: %+v", r)
-		}
-		var stalled *rec
-		for i := range rs {
-			if rs[i].sched && rs[i].event == contract.EventRunStalled {
-				stalled = &rs[i]
-			}
-		}
-		if stalled == nil || stalled.str(contract.AttrWorkerID) != "w1" || stalled.str(contract.AttrRunID) != "2" {
-			return fmt.Errorf("stalled record naming w1 and run 2: %+v", stalled)
-		}
-		if find(rs, "w2", contract.EventStarted, "2#2") == nil || find(rs, "w2", contract.EventFinished, "2#2") == nil {
-			return fmt.Errorf("second attempt 2#2 on w2 not started and ended")
-		}
-		if got, _ := lastSnapshot(rs, "jobs", "w1"); len(got) != 0 {
-			return fmt.Errorf("w1 still listed with %v", got)
-		}
-		return nil
-	})
-
-	eventually(t, 20*time.Second, "queue counts, workers from every node", func() error {
-		all := h.metrics.AllMetrics()
-		if len(all) == 0 {
-			return fmt.Errorf("no metrics")
-		}
-		md := all[len(all)-1]
-		got := map[string]int64{}
-		ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-		for i := 0; i < ms.Len(); i++ {
-			m := ms.At(i)
-			dps := m.Gauge().DataPoints()
-			for j := 0; j < dps.Len(); j++ {
-				st, _ := dps.At(j).Attributes().Get("bullmq.queue.jobs.state")
-				got[m.Name()+"/"+st.Str()] = dps.At(j).IntValue()
-			}
-		}
-		want := map[string]int64{
-			"bullmq.queue.jobs/waiting": 3, "bullmq.queue.jobs/prioritized": 1, "bullmq.queue.jobs/delayed": 1,
-			"bullmq.queue.jobs/active": 0, "bullmq.queue.jobs/completed": 2, "bullmq.queue.jobs/failed": 1,
-			"bullmq.queue.workers/": 3,
-		}
-		for k, v := range want {
-			if got[k] != v {
-				return fmt.Errorf("%s = %d, want %d (all %v)", k, got[k], v, got)
-			}
-		}
-		return nil
-	})
-	assert.Equal(t, componentstatus.StatusOK, h.host.last().Status())
+	checkLifecycle(ctx, t, h, b, 20*time.Second)
 
 	// Discovery: with no queues listed, every queue under the prefix on
 	// every master (SCAN on each). BullMQ's other cluster layout, a plain

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
 )
 
 // BullMQ's names (BullMQ 6.x, src/commands/*.lua): each queue's keys are
@@ -41,7 +42,6 @@ const (
 	attrJobID           = "bullmq.job.id"
 	attrJobState        = "bullmq.job.state"
 	attrJobFailedReason = "bullmq.job.failed.reason"
-	attrJobAttempt      = "bullmq.job.attempts.started"
 	attrWorkerName      = "bullmq.worker.name"
 	attrStreamID        = "bullmq.event.id"
 )
@@ -51,9 +51,13 @@ type queueState struct {
 	name string
 	// keyPrefix is "<prefix>:<queue>:".
 	keyPrefix string
-	// clientPrefix is the CLIENT LIST name prefix of the queue's named
-	// workers: "<prefix>:<base64 queue>:w:".
-	clientPrefix string
+	// The queue's keys each poll reads, built once.
+	keyEvents, keyActive, keyMeta, keyID string
+	// keyCounts[i] is the key of countKeys[i].
+	keyCounts [len(countKeys)]string
+	// encoded is the queue's name as its named workers' connections carry
+	// it (CLIENT SETNAME <prefix>:<base64 queue>:w:<name>).
+	encoded string
 	// lastID is the events stream position: the id of the last entry read.
 	lastID string
 	// positioned: lastID was loaded or set (from storage or the stream's end).
@@ -76,14 +80,19 @@ type queueState struct {
 type runRef struct{ run, worker string }
 
 func newQueueState(prefix, name string) *queueState {
-	return &queueState{
-		name:         name,
-		keyPrefix:    prefix + ":" + name + ":",
-		clientPrefix: prefix + ":" + base64.StdEncoding.EncodeToString([]byte(name)) + workerClientSuffix,
-		held:         map[string]string{},
-		jobRun:       map[string]runRef{},
-		stated:       map[string]bool{},
+	q := &queueState{
+		name:      name,
+		keyPrefix: prefix + ":" + name + ":",
+		encoded:   base64.StdEncoding.EncodeToString([]byte(name)),
+		held:      map[string]string{},
+		jobRun:    map[string]runRef{},
+		stated:    map[string]bool{},
 	}
+	q.keyEvents, q.keyActive, q.keyMeta, q.keyID = q.key("events"), q.key("active"), q.key("meta"), q.key("id")
+	for i, k := range countKeys {
+		q.keyCounts[i] = q.key(k.suffix)
+	}
+	return q
 }
 
 func (q *queueState) key(suffix string) string { return q.keyPrefix + suffix }
@@ -103,24 +112,25 @@ type jobInfo struct {
 	worker  string
 	attempt int
 	reason  string
-	exists  bool
 	// later: the `active` entries of the job still to come in this read.
 	later int
 }
 
-// queueCounts are the lengths of a queue's lists and sets.
-var countKeys = []struct {
-	state, suffix string
-	zset          bool
+// countKeys are the lists and sets whose lengths are a queue's counts
+// (bullmq.queue.jobs by state).
+var countKeys = [...]struct {
+	state  metadata.AttributeState
+	suffix string
+	zset   bool
 }{
-	{"waiting", "wait", false},
-	{"prioritized", "prioritized", true},
-	{"delayed", "delayed", true},
-	{"active", "active", false},
-	{"paused", "paused", false},
-	{"waiting-children", "waiting-children", true},
-	{"completed", "completed", true},
-	{"failed", "failed", true},
+	{metadata.AttributeStateWaiting, "wait", false},
+	{metadata.AttributeStatePrioritized, "prioritized", true},
+	{metadata.AttributeStateDelayed, "delayed", true},
+	{metadata.AttributeStateActive, "active", false},
+	{metadata.AttributeStatePaused, "paused", false},
+	{metadata.AttributeStateWaitingChildren, "waiting-children", true},
+	{metadata.AttributeStateCompleted, "completed", true},
+	{metadata.AttributeStateFailed, "failed", true},
 }
 
 // countActive is the index of the active list's length in countKeys.
@@ -128,9 +138,9 @@ const countActive = 3
 
 // pollResult is one queue's poll, to be emitted.
 type pollResult struct {
-	counts  map[string]int64
+	// counts[i] is the length of countKeys[i].
+	counts  [len(countKeys)]int64
 	workers int
-	ok      bool
 }
 
 // queueError names the queue and the key a failure is about.
@@ -148,10 +158,10 @@ func (e *queueError) Unwrap() error { return e.err }
 var errNoQueue = errors.New("no such queue (none of its keys exist: check the queue name and prefix)")
 
 // pollQueue reads one queue: its new stream entries, its active jobs and
-// who holds them, its counts. It appends the worker-side records to wres
+// who holds them, its counts. It appends the worker-side records to wl
 // (one resource per worker), the scheduler-side records to sl; workers are
 // the names of the queue's connected workers (CLIENT LIST).
-func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice, now pcommon.Timestamp) (pollResult, error) {
+func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []string, sl plog.LogRecordSlice, wl *workerLogs, now pcommon.Timestamp) (pollResult, error) {
 	res := pollResult{}
 	c := r.client
 	if !q.positioned {
@@ -163,39 +173,40 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 	// One round trip: the stream since the position, the active list, the
 	// counts, and whether the queue exists at all.
 	pipe := c.Pipeline()
-	xr := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{q.key("events"), q.lastID}, Count: int64(r.cfg.MaxEventsPerPoll), Block: -1})
-	active := pipe.LRange(ctx, q.key("active"), 0, int64(r.cfg.MaxActiveJobs)-1)
-	counts := make([]*redis.IntCmd, len(countKeys))
+	xr := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{q.keyEvents, q.lastID}, Count: int64(r.cfg.MaxEventsPerPoll), Block: -1})
+	active := pipe.LRange(ctx, q.keyActive, 0, int64(r.cfg.MaxActiveJobs)-1)
+	var counts [len(countKeys)]*redis.IntCmd
 	for i, k := range countKeys {
 		if k.zset {
-			counts[i] = pipe.ZCard(ctx, q.key(k.suffix))
+			counts[i] = pipe.ZCard(ctx, q.keyCounts[i])
 		} else {
-			counts[i] = pipe.LLen(ctx, q.key(k.suffix))
+			counts[i] = pipe.LLen(ctx, q.keyCounts[i])
 		}
 	}
-	exists := pipe.Exists(ctx, q.key("meta"), q.key("events"), q.key("id"))
+	exists := pipe.Exists(ctx, q.keyMeta, q.keyEvents, q.keyID)
 	_, err := pipe.Exec(ctx)
 	r.tel.commands(ctx, int64(3+len(countKeys)))
 	// Exec returns the first error, which may be XREAD's redis.Nil (nothing
 	// new): each command's own error names its key.
-	for _, kc := range []struct {
-		key string
-		err error
-	}{{q.key("events"), xr.Err()}, {q.key("active"), active.Err()}, {q.key("meta"), exists.Err()}} {
-		if kc.err != nil && !errors.Is(kc.err, redis.Nil) {
-			return res, &queueError{q.name, kc.key, kc.err}
-		}
+	if e := xr.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyEvents, e}
 	}
-	for i, k := range countKeys {
-		if e := counts[i].Err(); e != nil {
-			return res, &queueError{q.name, q.key(k.suffix), e}
+	if e := active.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyActive, e}
+	}
+	if e := exists.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		return res, &queueError{q.name, q.keyMeta, e}
+	}
+	for i, cmd := range counts {
+		if e := cmd.Err(); e != nil {
+			return res, &queueError{q.name, q.keyCounts[i], e}
 		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return res, &queueError{q.name, q.key("events"), err}
+		return res, &queueError{q.name, q.keyEvents, err}
 	}
 	if exists.Val() == 0 && len(active.Val()) == 0 {
-		return res, &queueError{q.name, q.key("meta"), errNoQueue}
+		return res, &queueError{q.name, q.keyMeta, errNoQueue}
 	}
 
 	var entries []redis.XMessage
@@ -205,17 +216,24 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 	r.tel.eventsRead(ctx, int64(len(entries)))
 
 	// One more round trip: the hash of every job named by an entry or
-	// listed as active whose holder is not known yet.
+	// listed as active whose holder is not known yet. need[id] counts the
+	// job's `active` entries in this read.
 	activeIDs := active.Val()
-	need := map[string]bool{}
+	need := map[string]int{}
 	for _, e := range entries {
 		if id, _ := e.Values[streamFieldJobID].(string); id != "" {
-			need[id] = true
+			n := need[id]
+			if ev, _ := e.Values[streamFieldEvent].(string); ev == eventActive {
+				n++
+			}
+			need[id] = n
 		}
 	}
 	for _, id := range activeIDs {
-		if _, known := q.jobRun[id]; !known {
-			need[id] = true
+		if _, named := need[id]; !named {
+			if _, known := q.jobRun[id]; !known {
+				need[id] = 0
+			}
 		}
 	}
 	info := map[string]jobInfo{}
@@ -249,29 +267,16 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 					ji.attempt, _ = strconv.Atoi(s)
 				}
 				ji.reason, _ = v[2].(string)
-				ji.exists = v[0] != nil || v[1] != nil
 			}
+			// A job's hash says its latest attempt: an `active` entry
+			// followed by more of the same job in this read is an earlier
+			// attempt.
+			ji.later = max(need[ids[i]]-1, 0)
 			info[ids[i]] = ji
 		}
 	}
 
 	// The stream's entries, in order.
-	// A job's hash says its latest attempt: an `active` entry followed by
-	// more of the same job in this read is an earlier attempt.
-	later := map[string]int{}
-	for _, e := range entries {
-		if ev, _ := e.Values[streamFieldEvent].(string); ev == eventActive {
-			if id, _ := e.Values[streamFieldJobID].(string); id != "" {
-				later[id]++
-			}
-		}
-	}
-	for id, n := range later {
-		if ji, ok := info[id]; ok {
-			ji.later = n - 1
-			info[id] = ji
-		}
-	}
 	full := len(entries) == r.cfg.MaxEventsPerPoll
 	for i, e := range entries {
 		if isBackToWait(e) {
@@ -285,7 +290,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 				continue // the stalled entry that follows says it
 			}
 		}
-		r.entry(q, e, info, sl, wres)
+		r.entry(q, e, info, sl, wl)
 		q.lastID = e.ID
 	}
 	if len(entries) > 0 {
@@ -299,7 +304,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 		if !q.overActive {
 			q.overActive = true
 			r.set.Logger.Warn("More active jobs than max_active_jobs: no snapshot of who holds what is stated for this queue",
-				zap.String("queue", q.name), zap.String("key", q.key("active")), zap.Int64("active", n), zap.Int("max_active_jobs", r.cfg.MaxActiveJobs))
+				zap.String("queue", q.name), zap.String("key", q.keyActive), zap.Int64("active", n), zap.Int("max_active_jobs", r.cfg.MaxActiveJobs))
 		}
 		return r.counted(res, counts, workers), nil
 	}
@@ -329,7 +334,7 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 			// receiver ran, between two reads, or in a stretch of the stream
 			// that was trimmed): the snapshot's run starts now.
 			q.held[ref.run] = ref.worker
-			r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
+			r.workerRecord(wl, ref.worker, contract.EventStarted, q, id, ref.run, now, nil)
 		}
 	}
 	for w := range q.stated {
@@ -380,18 +385,16 @@ func (r *bullReceiver) pollQueue(ctx context.Context, q *queueState, workers []s
 }
 
 // counted fills a poll's counts.
-func (r *bullReceiver) counted(res pollResult, counts []*redis.IntCmd, workers []string) pollResult {
-	res.counts = map[string]int64{}
-	for i, k := range countKeys {
-		res.counts[k.state] = counts[i].Val()
+func (r *bullReceiver) counted(res pollResult, counts [len(countKeys)]*redis.IntCmd, workers []string) pollResult {
+	for i, cmd := range counts {
+		res.counts[i] = cmd.Val()
 	}
 	res.workers = len(workers)
-	res.ok = true
 	return res
 }
 
 // entry turns one stream entry into records.
-func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, sl plog.LogRecordSlice, wres map[string]plog.LogRecordSlice) {
+func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jobInfo, sl plog.LogRecordSlice, wl *workerLogs) {
 	ev, _ := e.Values[streamFieldEvent].(string)
 	id, _ := e.Values[streamFieldJobID].(string)
 	if id == "" {
@@ -423,7 +426,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 			return // already stated by a snapshot
 		}
 		q.held[ref.run] = ref.worker
-		r.workerRecord(wres, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventStarted, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 		})
 	case eventCompleted, eventFailed:
@@ -436,7 +439,7 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		}
 		delete(q.held, ref.run)
 		reason, _ := e.Values[streamFieldReason].(string)
-		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			if ev == eventCompleted {
 				a.PutStr(contract.AttrResult, contract.ResultSuccess)
@@ -464,13 +467,13 @@ func (r *bullReceiver) entry(q *queueState, e redis.XMessage, info map[string]jo
 		delete(q.held, ref.run)
 		if ji.reason == "" {
 			// Given back without a failure.
-			r.workerRecord(wres, ref.worker, contract.EventReleased, q, id, ref.run, ts, func(a pcommon.Map) {
+			r.workerRecord(wl, ref.worker, contract.EventReleased, q, id, ref.run, ts, func(a pcommon.Map) {
 				a.PutStr(attrStreamID, e.ID)
 				a.PutStr(attrJobState, ev)
 			})
 			return
 		}
-		r.workerRecord(wres, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
+		r.workerRecord(wl, ref.worker, contract.EventFinished, q, id, ref.run, ts, func(a pcommon.Map) {
 			a.PutStr(attrStreamID, e.ID)
 			a.PutStr(contract.AttrResult, contract.ResultFailure)
 			a.PutStr(attrJobState, "retrying")
@@ -515,15 +518,37 @@ func isStallOf(next, e redis.XMessage) bool {
 	return ev == eventStalled && next.Values[streamFieldJobID] == e.Values[streamFieldJobID]
 }
 
+// workerLogs are a poll's worker-side records: one resource per worker in
+// the poll's logs, added at its first record.
+type workerLogs struct {
+	ld       plog.Logs
+	byWorker map[string]plog.LogRecordSlice
+}
+
+func newWorkerLogs(ld plog.Logs) *workerLogs {
+	return &workerLogs{ld: ld, byWorker: map[string]plog.LogRecordSlice{}}
+}
+
+// of is the records of worker's resource.
+func (wl *workerLogs) of(worker string) plog.LogRecordSlice {
+	if lrs, ok := wl.byWorker[worker]; ok {
+		return lrs
+	}
+	rl := wl.ld.ResourceLogs().AppendEmpty()
+	a := rl.Resource().Attributes()
+	a.PutStr(attrWorkerName, worker)
+	a.PutStr(contract.AttrWorkerID, worker)
+	s := rl.ScopeLogs().AppendEmpty()
+	s.Scope().SetName(scopeName)
+	lrs := s.LogRecords()
+	wl.byWorker[worker] = lrs
+	return lrs
+}
+
 // workerRecord appends one record of a worker's run to that worker's
 // resource (the worker's own view of its runs, as BullMQ's stream states it).
-func (r *bullReceiver) workerRecord(wres map[string]plog.LogRecordSlice, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
-	lrs, ok := wres[worker]
-	if !ok {
-		lrs = r.newWorkerResource(worker)
-		wres[worker] = lrs
-	}
-	lr := lrs.AppendEmpty()
+func (r *bullReceiver) workerRecord(wl *workerLogs, worker, event string, q *queueState, jobID, run string, ts pcommon.Timestamp, more func(pcommon.Map)) {
+	lr := wl.of(worker).AppendEmpty()
 	lr.SetTimestamp(ts)
 	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(time.Now()))
 	lr.SetEventName(event)
@@ -568,15 +593,15 @@ func streamLess(a, b string) bool {
 func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 	kept := r.loadPosition(ctx, q)
 	if kept != "" {
-		first, err := r.client.XRangeN(ctx, q.key("events"), "-", "+", 1).Result()
+		first, err := r.client.XRangeN(ctx, q.keyEvents, "-", "+", 1).Result()
 		r.tel.commands(ctx, 1)
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return &queueError{q.name, q.key("events"), err}
+			return &queueError{q.name, q.keyEvents, err}
 		}
 		if len(first) > 0 && streamLess(kept, first[0].ID) {
 			r.tel.gap(ctx)
 			r.set.Logger.Warn("The events stream was trimmed past the kept position: job events between the two may be lost; the active jobs are restated from Redis",
-				zap.String("queue", q.name), zap.String("key", q.key("events")),
+				zap.String("queue", q.name), zap.String("key", q.keyEvents),
 				zap.String("kept_position", kept), zap.String("oldest_entry", first[0].ID))
 		} else {
 			r.set.Logger.Info("Resuming the events stream", zap.String("queue", q.name), zap.String("position", kept))
@@ -584,10 +609,10 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 		q.lastID, q.positioned = kept, true
 		return nil
 	}
-	last, err := r.client.XRevRangeN(ctx, q.key("events"), "+", "-", 1).Result()
+	last, err := r.client.XRevRangeN(ctx, q.keyEvents, "+", "-", 1).Result()
 	r.tel.commands(ctx, 1)
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return &queueError{q.name, q.key("events"), err}
+		return &queueError{q.name, q.keyEvents, err}
 	}
 	q.lastID = "0-0"
 	if len(last) > 0 {
@@ -600,9 +625,10 @@ func (r *bullReceiver) position(ctx context.Context, q *queueState) error {
 	return nil
 }
 
-// clientNames lists the connected BullMQ workers per queue from CLIENT
-// LIST (every node of a cluster).
-func (r *bullReceiver) clientNames(ctx context.Context) ([]string, error) {
+// connectedWorkers reads CLIENT LIST (every node of a cluster) for the
+// connected BullMQ workers of every queue: by the queue's encoded name
+// (queueState.encoded), the worker names sorted, each once.
+func (r *bullReceiver) connectedWorkers(ctx context.Context) (map[string][]string, error) {
 	var lists []string
 	if cc, ok := r.client.(*redis.ClusterClient); ok {
 		// ForEachShard calls back from one goroutine per node: appended
@@ -629,28 +655,36 @@ func (r *bullReceiver) clientNames(ctx context.Context) ([]string, error) {
 		}
 		lists = append(lists, s)
 	}
-	var names []string
+	return workersByQueue(r.cfg.Prefix, lists), nil
+}
+
+// workersByQueue picks the named BullMQ workers out of CLIENT LIST replies,
+// one connection a line ("id=7 addr=... name=<n> age=..."; a name has no
+// spaces): a worker's connections are named <prefix>:<base64 queue>:w:<name>
+// (base64 has no ':'). Keyed by the base64 queue name; names sorted, each
+// once (a worker has several connections).
+func workersByQueue(prefix string, lists []string) map[string][]string {
+	pfx := prefix + ":"
+	byQueue := map[string][]string{}
 	for _, l := range lists {
 		for line := range strings.SplitSeq(l, "\n") {
-			for f := range strings.FieldsSeq(line) {
-				if n, ok := strings.CutPrefix(f, "name="); ok && n != "" {
-					names = append(names, n)
-				}
+			_, name, ok := strings.Cut(line, " name=")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			rest, ok := strings.CutPrefix(name, pfx)
+			if !ok {
+				continue
+			}
+			if enc, w, ok := strings.Cut(rest, workerClientSuffix); ok && w != "" {
+				byQueue[enc] = append(byQueue[enc], w)
 			}
 		}
 	}
-	return names, nil
-}
-
-// workersOf picks a queue's named workers out of the connection names,
-// each once.
-func workersOf(q *queueState, names []string) []string {
-	var out []string
-	for _, n := range names {
-		if w, ok := strings.CutPrefix(n, q.clientPrefix); ok && w != "" && !slices.Contains(out, w) {
-			out = append(out, w)
-		}
+	for enc, ws := range byQueue {
+		slices.Sort(ws)
+		byQueue[enc] = slices.Compact(ws)
 	}
-	slices.Sort(out)
-	return out
+	return byQueue
 }

@@ -48,10 +48,6 @@ type bullReceiver struct {
 	// status: the last status reported (reported again only on change).
 	status string
 
-	// newWorkerResource adds the resource of one worker's runs to the
-	// poll's logs.
-	newWorkerResource func(worker string) plog.LogRecordSlice
-
 	cancel     context.CancelFunc
 	done       chan struct{}
 	onShutdown func()
@@ -201,7 +197,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	defer cancel()
 	now := pcommon.NewTimestampFromTime(start)
 
-	names, err := r.clientNames(pctx)
+	workers, err := r.connectedWorkers(pctx)
 	if err == nil && len(r.cfg.Queues) == 0 {
 		err = r.discover(pctx)
 	}
@@ -229,16 +225,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	sched.Resource().Attributes().PutStr(contract.AttrServiceName, r.cfg.ServiceName)
 	sl := sched.ScopeLogs().AppendEmpty()
 	sl.Scope().SetName(scopeName)
-	wres := map[string]plog.LogRecordSlice{}
-	r.newWorkerResource = func(w string) plog.LogRecordSlice {
-		rl := ld.ResourceLogs().AppendEmpty()
-		a := rl.Resource().Attributes()
-		a.PutStr(attrWorkerName, w)
-		a.PutStr(contract.AttrWorkerID, w)
-		s := rl.ScopeLogs().AppendEmpty()
-		s.Scope().SetName(scopeName)
-		return s.LogRecords()
-	}
+	wl := newWorkerLogs(ld)
 
 	qnames := make([]string, 0, len(r.queues))
 	for n := range r.queues {
@@ -248,7 +235,7 @@ func (r *bullReceiver) poll(ctx context.Context) {
 	var failed []error
 	for _, n := range qnames {
 		q := r.queues[n]
-		res, err := r.pollQueue(pctx, q, workersOf(q, names), sl.LogRecords(), wres, now)
+		res, err := r.pollQueue(pctx, q, workers[q.encoded], sl.LogRecords(), wl, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -271,8 +258,8 @@ func (r *bullReceiver) poll(ctx context.Context) {
 			r.set.Logger.Info("BullMQ queue read again", zap.String("queue", q.name))
 			q.failing = ""
 		}
-		for _, k := range countKeys {
-			r.mb.RecordBullmqQueueJobsDataPoint(now, res.counts[k.state], q.name, metadata.MapAttributeState[k.state])
+		for i, k := range countKeys {
+			r.mb.RecordBullmqQueueJobsDataPoint(now, res.counts[i], q.name, k.state)
 		}
 		r.mb.RecordBullmqQueueWorkersDataPoint(now, int64(res.workers), q.name)
 	}

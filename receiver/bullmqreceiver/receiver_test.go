@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/bullmqreceiver/internal/metadata"
 )
 
@@ -143,108 +144,19 @@ func testConfig(addr string, queues ...string) *Config {
 // a failure's reason, a stall naming the worker that held the job and its
 // second attempt as a run of its own, and the queue's counts.
 func TestReceiverReadsBullMQState(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "0") // the queue exists before the receiver starts
-	b.connectWorker(t, srv.addr, "w1")
-	b.connectWorker(t, srv.addr, "w2")
-	b.connectWorker(t, srv.addr, "idle")
-	h := startReceiver(t, testConfig(srv.addr, "jobs"), nil)
+	b.connectWorker(t, srv.Addr, "w1")
+	b.connectWorker(t, srv.Addr, "w2")
+	b.connectWorker(t, srv.Addr, "idle")
+	h := startReceiver(t, testConfig(srv.Addr, "jobs"), nil)
 	h.polled()
 
-	for i := 1; i <= 5; i++ {
-		b.add(ctx, t, strconv.Itoa(i))
-	}
-	require.NoError(t, c.ZAdd(ctx, b.key("delayed"), redis.Z{Score: 1, Member: "d1"}).Err())
-	require.NoError(t, c.ZAdd(ctx, b.key("prioritized"), redis.Z{Score: 1, Member: "p1"}).Err())
-	b.activate(ctx, t, "1", "w1")
-	b.activate(ctx, t, "2", "w1")
-	b.activate(ctx, t, "3", "w2")
-	eventually(t, 10*time.Second, "snapshot lists w1's two jobs, w2's one, idle's none", func() error {
-		rs := records(h.logs)
-		for w, want := range map[string][]string{"w1": {"1", "2"}, "w2": {"3"}, "idle": nil} {
-			got, ok := lastSnapshot(rs, "jobs", w)
-			if !ok || !slices.Equal(got, want) {
-				return fmt.Errorf("%s: %v (stated %v), want %v", w, got, ok, want)
-			}
-		}
-		return nil
-	})
-	rs := records(h.logs)
-	for _, x := range [][2]string{{"w1", "1"}, {"w1", "2"}, {"w2", "3"}} {
-		assert.NotNil(t, find(rs, x[0], contract.EventStarted, x[1]), "start of %v", x)
-	}
-
-	b.finish(ctx, t, "1", "")
-	b.finish(ctx, t, "3", "Unexpected exit code: null signal: SIGABRT")
-	// Job 2's lock lapses: BullMQ moves it back, w2 runs it again.
-	b.stall(ctx, t, "2")
-	b.activate(ctx, t, "2", "w2")
-	b.finish(ctx, t, "2", "")
-	eventually(t, 10*time.Second, "ends, the stall, the second attempt", func() error {
-		rs := records(h.logs)
-		if r := find(rs, "w1", contract.EventFinished, "1"); r == nil || r.str(contract.AttrResult) != contract.ResultSuccess {
-			return fmt.Errorf("job 1's end on w1: %+v", r)
-		}
-		if r := find(rs, "w2", contract.EventFinished, "3"); r == nil || r.str(contract.AttrResult) != contract.ResultFailure ||
-			r.str(attrJobFailedReason) != "Unexpected exit code: null signal: SIGABRT" {
-			return fmt.Errorf("job 3's failure on w2: %+v", r)
-		}
-		var stalled *rec
-		for i := range rs {
-			if rs[i].sched && rs[i].event == contract.EventRunStalled {
-				stalled = &rs[i]
-			}
-		}
-		if stalled == nil || stalled.str(contract.AttrWorkerID) != "w1" || stalled.str(contract.AttrRunID) != "2" {
-			return fmt.Errorf("stalled record naming w1 and run 2: %+v", stalled)
-		}
-		if find(rs, "w2", contract.EventStarted, "2#2") == nil || find(rs, "w2", contract.EventFinished, "2#2") == nil {
-			return fmt.Errorf("second attempt 2#2 on w2 not started and ended")
-		}
-		if find(rs, "w1", contract.EventFinished, "2") != nil {
-			return fmt.Errorf("w1's run 2 ended: it must stay held on w1 (it may still run it)")
-		}
-		if got, _ := lastSnapshot(rs, "jobs", "w1"); len(got) != 0 {
-			return fmt.Errorf("w1 still listed with %v", got)
-		}
-		return nil
-	})
-
-	// Counts, as BullMQ's own gauge names them.
-	eventually(t, 10*time.Second, "queue counts", func() error {
-		all := h.metrics.AllMetrics()
-		if len(all) == 0 {
-			return fmt.Errorf("no metrics")
-		}
-		md := all[len(all)-1]
-		got := map[string]int64{}
-		ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-		for i := 0; i < ms.Len(); i++ {
-			m := ms.At(i)
-			dps := m.Gauge().DataPoints()
-			for j := 0; j < dps.Len(); j++ {
-				st, _ := dps.At(j).Attributes().Get("bullmq.queue.jobs.state")
-				key := m.Name() + "/" + st.Str()
-				got[key] = dps.At(j).IntValue()
-			}
-		}
-		want := map[string]int64{
-			"bullmq.queue.jobs/waiting": 3, "bullmq.queue.jobs/prioritized": 1, "bullmq.queue.jobs/delayed": 1,
-			"bullmq.queue.jobs/active": 0, "bullmq.queue.jobs/completed": 2, "bullmq.queue.jobs/failed": 1,
-			"bullmq.queue.workers/": 3,
-		}
-		for k, v := range want {
-			if got[k] != v {
-				return fmt.Errorf("%s = %d, want %d (all %v)", k, got[k], v, got)
-			}
-		}
-		return nil
-	})
-	assert.Equal(t, componentstatus.StatusOK, h.host.last().Status())
+	checkLifecycle(ctx, t, h, b, 10*time.Second)
 }
 
 // TestReceiverBadInput: a key of the wrong type and a queue that does not
@@ -252,16 +164,16 @@ func TestReceiverReadsBullMQState(t *testing.T) {
 // the key, and the good queue keeps being read; wrong credentials and an
 // unreachable Redis get a recoverable status, never a crash.
 func TestReceiverBadInput(t *testing.T) {
-	srv := startRedis(t, "--requirepass", "secret")
+	srv := redistest.Start(t, "--requirepass", "secret")
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr, Password: "secret"})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "secret"})
 	defer c.Close()
 	good := &bull{c: c, prefix: "bull", queue: "good"}
 	good.add(ctx, t, "1")
 	require.NoError(t, c.Set(ctx, "bull:broken:active", "not a list", 0).Err())
 	require.NoError(t, c.HSet(ctx, "bull:broken:meta", "x", "1").Err())
 
-	cfg := testConfig(srv.addr, "broken", "good", "missing")
+	cfg := testConfig(srv.Addr, "broken", "good", "missing")
 	cfg.Password = "secret"
 	h := startReceiver(t, cfg, nil)
 	good.activate(ctx, t, "1", "w1")
@@ -293,7 +205,7 @@ func TestReceiverBadInput(t *testing.T) {
 	assert.Len(t, lines, 1)
 
 	// Wrong credentials: recoverable, named, no records.
-	bad := testConfig(srv.addr, "good")
+	bad := testConfig(srv.Addr, "good")
 	bad.Password = "wrong"
 	hb := startReceiver(t, bad, nil)
 	eventually(t, 10*time.Second, "wrong credentials reported", func() error {
@@ -322,9 +234,9 @@ func TestReceiverBadInput(t *testing.T) {
 // again reads the events it missed (no job outcome lost); past the stream's
 // retention it says so, counts the gap and restates the active jobs.
 func TestReceiverResumesStream(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")
@@ -332,7 +244,7 @@ func TestReceiverResumesStream(t *testing.T) {
 	stID := component.MustNewID("file_storage")
 	st := newMemStorage()
 	ext := map[component.ID]component.Component{stID: st}
-	cfg := testConfig(srv.addr, "jobs")
+	cfg := testConfig(srv.Addr, "jobs")
 	cfg.StorageID = &stID
 
 	h1 := startReceiver(t, cfg, ext)
@@ -397,16 +309,16 @@ func TestReceiverResumesStream(t *testing.T) {
 // TestReceiverDiscoversQueues: with no queues listed, every queue under the
 // prefix is read.
 func TestReceiverDiscoversQueues(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	for _, q := range []string{"a", "b"} {
 		b := &bull{c: c, prefix: "bull", queue: q}
 		b.add(ctx, t, "1")
 		b.activate(ctx, t, "1", "w-"+q)
 	}
-	h := startReceiver(t, testConfig(srv.addr), nil)
+	h := startReceiver(t, testConfig(srv.Addr), nil)
 	eventually(t, 10*time.Second, "both queues read", func() error {
 		rs := records(h.logs)
 		for _, q := range []string{"a", "b"} {
@@ -448,16 +360,16 @@ func TestConfigValidate(t *testing.T) {
 // stated (it would show the jobs left out as taken away), said once; the
 // counts go on.
 func TestReceiverMaxActiveJobs(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	for _, id := range []string{"1", "2"} {
 		b.add(ctx, t, id)
 		b.activate(ctx, t, id, "w1")
 	}
-	cfg := testConfig(srv.addr, "jobs")
+	cfg := testConfig(srv.Addr, "jobs")
 	cfg.MaxActiveJobs = 1
 	h := startReceiver(t, cfg, nil)
 	eventually(t, 10*time.Second, "the warning and the counts", func() error {
@@ -479,14 +391,14 @@ func TestReceiverMaxActiveJobs(t *testing.T) {
 // own; a stall (the same `waiting` entry, then `stalled`) does not end the
 // run of the worker that held the job.
 func TestReceiverRetry(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")
 	b.add(ctx, t, "2")
-	h := startReceiver(t, testConfig(srv.addr, "jobs"), nil)
+	h := startReceiver(t, testConfig(srv.Addr, "jobs"), nil)
 	h.polled()
 	b.activate(ctx, t, "1", "w1")
 	b.activate(ctx, t, "2", "w1")
@@ -508,4 +420,104 @@ func TestReceiverRetry(t *testing.T) {
 	rs := records(h.logs)
 	assert.Nil(t, find(rs, "w1", contract.EventFinished, "2"), "the stalled job's run ended on w1")
 	assert.Nil(t, find(rs, "w1", contract.EventReleased, "2"), "the stalled job's run released on w1")
+}
+
+// checkLifecycle runs the jobs' lifecycle of TestReceiverReadsBullMQState
+// (and of TestReceiverCluster) on b's queue "jobs", job 0 added and workers
+// w1, w2 and idle connected before h's receiver started: the snapshot per
+// worker, run starts and ends from the events stream, a failure's reason, a
+// stall naming the worker that held the job and its second attempt as a run
+// of its own, and the queue's counts.
+func checkLifecycle(ctx context.Context, t *testing.T, h *harness, b *bull, within time.Duration) {
+	t.Helper()
+	for i := 1; i <= 5; i++ {
+		b.add(ctx, t, strconv.Itoa(i))
+	}
+	require.NoError(t, b.c.ZAdd(ctx, b.key("delayed"), redis.Z{Score: 1, Member: "d1"}).Err())
+	require.NoError(t, b.c.ZAdd(ctx, b.key("prioritized"), redis.Z{Score: 1, Member: "p1"}).Err())
+	b.activate(ctx, t, "1", "w1")
+	b.activate(ctx, t, "2", "w1")
+	b.activate(ctx, t, "3", "w2")
+	eventually(t, within, "snapshot lists w1's two jobs, w2's one, idle's none", func() error {
+		rs := records(h.logs)
+		for w, want := range map[string][]string{"w1": {"1", "2"}, "w2": {"3"}, "idle": nil} {
+			got, ok := lastSnapshot(rs, "jobs", w)
+			if !ok || !slices.Equal(got, want) {
+				return fmt.Errorf("%s: %v (stated %v), want %v (status %v)", w, got, ok, want, h.host.last())
+			}
+		}
+		return nil
+	})
+	rs := records(h.logs)
+	for _, x := range [][2]string{{"w1", "1"}, {"w1", "2"}, {"w2", "3"}} {
+		assert.NotNil(t, find(rs, x[0], contract.EventStarted, x[1]), "start of %v", x)
+	}
+
+	b.finish(ctx, t, "1", "")
+	b.finish(ctx, t, "3", "Unexpected exit code: null signal: SIGABRT")
+	// Job 2's lock lapses: BullMQ moves it back, w2 runs it again.
+	b.stall(ctx, t, "2")
+	b.activate(ctx, t, "2", "w2")
+	b.finish(ctx, t, "2", "")
+	eventually(t, within, "ends, the stall, the second attempt", func() error {
+		rs := records(h.logs)
+		if r := find(rs, "w1", contract.EventFinished, "1"); r == nil || r.str(contract.AttrResult) != contract.ResultSuccess {
+			return fmt.Errorf("job 1's end on w1: %+v", r)
+		}
+		if r := find(rs, "w2", contract.EventFinished, "3"); r == nil || r.str(contract.AttrResult) != contract.ResultFailure ||
+			r.str(attrJobFailedReason) != "Unexpected exit code: null signal: SIGABRT" {
+			return fmt.Errorf("job 3's failure on w2: %+v", r)
+		}
+		var stalled *rec
+		for i := range rs {
+			if rs[i].sched && rs[i].event == contract.EventRunStalled {
+				stalled = &rs[i]
+			}
+		}
+		if stalled == nil || stalled.str(contract.AttrWorkerID) != "w1" || stalled.str(contract.AttrRunID) != "2" {
+			return fmt.Errorf("stalled record naming w1 and run 2: %+v", stalled)
+		}
+		if find(rs, "w2", contract.EventStarted, "2#2") == nil || find(rs, "w2", contract.EventFinished, "2#2") == nil {
+			return fmt.Errorf("second attempt 2#2 on w2 not started and ended")
+		}
+		if find(rs, "w1", contract.EventFinished, "2") != nil {
+			return fmt.Errorf("w1's run 2 ended: it must stay held on w1 (it may still run it)")
+		}
+		if got, _ := lastSnapshot(rs, "jobs", "w1"); len(got) != 0 {
+			return fmt.Errorf("w1 still listed with %v", got)
+		}
+		return nil
+	})
+
+	// Counts, as BullMQ's own gauge names them.
+	eventually(t, within, "queue counts", func() error {
+		all := h.metrics.AllMetrics()
+		if len(all) == 0 {
+			return fmt.Errorf("no metrics")
+		}
+		md := all[len(all)-1]
+		got := map[string]int64{}
+		ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+		for i := 0; i < ms.Len(); i++ {
+			m := ms.At(i)
+			dps := m.Gauge().DataPoints()
+			for j := 0; j < dps.Len(); j++ {
+				st, _ := dps.At(j).Attributes().Get("bullmq.queue.jobs.state")
+				key := m.Name() + "/" + st.Str()
+				got[key] = dps.At(j).IntValue()
+			}
+		}
+		want := map[string]int64{
+			"bullmq.queue.jobs/waiting": 3, "bullmq.queue.jobs/prioritized": 1, "bullmq.queue.jobs/delayed": 1,
+			"bullmq.queue.jobs/active": 0, "bullmq.queue.jobs/completed": 2, "bullmq.queue.jobs/failed": 1,
+			"bullmq.queue.workers/": 3,
+		}
+		for k, v := range want {
+			if got[k] != v {
+				return fmt.Errorf("%s = %d, want %d (all %v)", k, got[k], v, got)
+			}
+		}
+		return nil
+	})
+	assert.Equal(t, componentstatus.StatusOK, h.host.last().Status())
 }

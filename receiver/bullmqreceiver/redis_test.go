@@ -3,11 +3,6 @@ package bullmqreceiver
 import (
 	"context"
 	"encoding/base64"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,47 +13,6 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 )
-
-// redisServer is a real redis-server on a free loopback port, stopped when
-// the test ends. Without redis-server the test is skipped locally and fails
-// in CI (CI=true): scripts/install-test-deps.sh installs it.
-type redisServer struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-func startRedis(tb testing.TB, args ...string) *redisServer {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis-server not found (scripts/install-test-deps.sh installs it): %v", err)
-		}
-		tb.Skipf("redis-server not found: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(tb, l.Close())
-	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tb.TempDir()}, args...)
-	cmd := exec.Command(bin, all...)
-	require.NoError(tb, cmd.Start())
-	s := &redisServer{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	c := redis.NewClient(&redis.Options{Addr: s.addr})
-	defer c.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for err := c.Ping(context.Background()).Err(); err != nil && !strings.Contains(err.Error(), "NOAUTH"); err = c.Ping(context.Background()).Err() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("redis-server on %s did not answer within 20 s", s.addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return s
-}
 
 // bull writes what BullMQ 6.7's scripts write (moveToActive's
 // prepareJobForProcessing, moveToFinished, moveStalledJobsToWait), command

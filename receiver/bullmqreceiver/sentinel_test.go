@@ -3,9 +3,7 @@ package bullmqreceiver
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,28 +12,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 // TestReceiverSentinel: with sentinel.master_name the receiver asks a real
 // Redis Sentinel (redis-server --sentinel) where the master is and reads
 // BullMQ's state there.
 func TestReceiverSentinel(t *testing.T) {
-	srv := startRedis(t)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	bin, _ := exec.LookPath("redis-server")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := redistest.FreePort(t)
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	_, masterPort, _ := net.SplitHostPort(srv.addr)
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor bullmaster 127.0.0.1 %s 1\n", port, masterPort)), 0o600))
-	cmd := exec.Command(bin, conf, "--sentinel")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor bullmaster 127.0.0.1 %d 1\n", port, srv.Port)), 0o600))
+	redistest.Exec(t, conf, "--sentinel")
 	sentinel := "127.0.0.1:" + strconv.Itoa(port)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 	defer sc.Close()
@@ -43,7 +33,7 @@ func TestReceiverSentinel(t *testing.T) {
 		return sc.GetMasterAddrByName(ctx, "bullmaster").Err()
 	})
 
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	b := &bull{c: c, prefix: "bull", queue: "jobs"}
 	b.add(ctx, t, "1")

@@ -2,7 +2,6 @@ package bullmqreceiver // import "github.com/workerwatch/workerwatch/receiver/bu
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -15,8 +14,6 @@ import (
 // time.
 type telemetry struct {
 	tb *metadata.TelemetryBuilder
-	// sent mirrors the commands counter for the benchmark.
-	sent atomic.Int64
 }
 
 func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
@@ -28,7 +25,6 @@ func newTelemetry(set component.TelemetrySettings) (*telemetry, error) {
 }
 
 func (t *telemetry) commands(ctx context.Context, n int64) {
-	t.sent.Add(n)
 	t.tb.BullmqRedisCommands.Add(ctx, n)
 }
 func (t *telemetry) errored(ctx context.Context) { t.tb.BullmqRedisErrors.Add(ctx, 1) }

@@ -13,7 +13,6 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,33 +21,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 // TestReceiverTLS: a real redis-server speaking only TLS (a CA and a server
 // certificate made here); the receiver reads it with `tls.insecure: false`
 // and the CA file, and refuses it without the CA (a recoverable status).
 func TestReceiverTLS(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCerts(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	cmd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	port := redistest.FreePort(t)
+	redistest.Exec(t, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	pool := x509.NewCertPool()
 	caPEM, err := os.ReadFile(caFile)
