@@ -480,43 +480,11 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 			b.PutBool(attrRedelivered, true)
 		}
 	case "task-succeeded":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultSuccess)
-			if ev.Runtime != nil {
-				a.PutDouble(attrTaskRuntime, *ev.Runtime)
-			}
-		}, contract.ResultSuccess)
+		r.end(ev.UUID, host, ts, out, succeeded(ev.Runtime), false)
 	case "task-failed":
-		f := classifyFailure(ev.Exception, ev.Traceback)
-		name := contract.EventFinished
-		if f.killReason != "" {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, f.result)
-			if f.errorType != "" {
-				a.PutStr(contract.AttrErrorType, f.errorType)
-			}
-			if f.killReason != "" {
-				a.PutStr(contract.AttrKillReason, f.killReason)
-			}
-			text := f.lastLine
-			if len(text) > maxText {
-				text = text[:maxText]
-			}
-			a.PutStr(attrTaskFailure, text)
-		}, f.result)
+		r.end(ev.UUID, host, ts, out, classifyFailure(ev.Exception, ev.Traceback), false)
 	case "task-revoked":
-		name := contract.EventFinished
-		if ev.Terminated {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultCancellation)
-			if ev.Terminated {
-				a.PutStr(contract.AttrKillReason, contract.KillCanceled)
-			}
-		}, contract.ResultCancellation)
+		r.end(ev.UUID, host, ts, out, revoked(ev.Terminated), false)
 	case "task-retried":
 		r.release(ev, host, ts, out, releaseRetried)
 	case "task-rejected":
@@ -531,27 +499,51 @@ func (r *celeryReceiver) taskAttrs(a pcommon.Map, t *taskState) {
 	a.PutInt(attrTaskRetries, t.retries)
 }
 
-// end closes a run on both views.
-func (r *celeryReceiver) end(ev *event, host string, ts time.Time, out *logsOut, name string, fill func(pcommon.Map), result string) {
-	if ev.UUID == "" {
+// end closes a run on both views: a kill when e names a kill reason.
+// fromBackend marks an end read from the result backend. r.mu is held.
+func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runEnd, fromBackend bool) {
+	if id == "" {
 		return
 	}
-	t := r.tasks[ev.UUID]
+	t := r.tasks[id]
 	if t == nil {
 		t = &taskState{worker: host}
 	}
-	delete(r.tasks, ev.UUID)
-	if !r.markEnded(ev.UUID) {
-		// Already ended from the result backend's catch-up.
+	delete(r.tasks, id)
+	if !r.markEnded(id) {
+		// Already ended (by its end event or the result backend catch-up).
 		return
 	}
+	name := contract.EventFinished
+	if e.killReason != "" {
+		name = contract.EventKilled
+	}
 	a := out.record(host, name, ts)
-	a.PutStr(contract.AttrRunID, ev.UUID)
+	a.PutStr(contract.AttrRunID, id)
 	r.taskAttrs(a, t)
-	fill(a)
+	a.PutStr(contract.AttrResult, e.result)
+	if e.runtime != nil {
+		a.PutDouble(attrTaskRuntime, *e.runtime)
+	}
+	if e.errorType != "" {
+		a.PutStr(contract.AttrErrorType, e.errorType)
+	}
+	if e.killReason != "" {
+		a.PutStr(contract.AttrKillReason, e.killReason)
+	}
+	if e.failed {
+		text := e.text
+		if len(text) > maxText {
+			text = text[:maxText]
+		}
+		a.PutStr(attrTaskFailure, text)
+	}
+	if fromBackend {
+		a.PutBool(attrFromResultBackend, true)
+	}
 	if t.worker == host {
-		b := out.brokerRecord(host, contract.EventFinished, ev.UUID, ts)
-		b.PutStr(contract.AttrResult, result)
+		b := out.brokerRecord(host, contract.EventFinished, id, ts)
+		b.PutStr(contract.AttrResult, e.result)
 	}
 }
 

@@ -11,10 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/zap"
-
-	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // Celery's Redis result backend (celery/backends/base.py,
@@ -281,20 +278,12 @@ func (r *celeryReceiver) catchUp(ctx context.Context) {
 // endFromResult emits a run end with the event path's mapping. r.mu is
 // held.
 func (r *celeryReceiver) endFromResult(m resultMeta, t *taskState, ts time.Time, out *logsOut) {
-	ev := &event{UUID: m.TaskID}
-	host := t.worker
-	mark := func(a pcommon.Map) { a.PutBool(attrFromResultBackend, true) }
+	var e runEnd
 	switch m.Status {
 	case "SUCCESS":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultSuccess)
-			mark(a)
-		}, contract.ResultSuccess)
+		e = succeeded(nil)
 	case "REVOKED":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultCancellation)
-			mark(a)
-		}, contract.ResultCancellation)
+		e = revoked(false)
 	case "FAILURE":
 		var exc struct {
 			Type    string          `json:"exc_type"`
@@ -313,27 +302,11 @@ func (r *celeryReceiver) endFromResult(m resultMeta, t *taskState, ts time.Time,
 		if m.Traceback != nil {
 			tb = *m.Traceback
 		}
-		f := classifyFailure(exception, tb)
-		name := contract.EventFinished
-		if f.killReason != "" {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, f.result)
-			if f.errorType != "" {
-				a.PutStr(contract.AttrErrorType, f.errorType)
-			}
-			if f.killReason != "" {
-				a.PutStr(contract.AttrKillReason, f.killReason)
-			}
-			text := f.lastLine
-			if len(text) > maxText {
-				text = text[:maxText]
-			}
-			a.PutStr(attrTaskFailure, text)
-			mark(a)
-		}, f.result)
+		e = classifyFailure(exception, tb)
+	default:
+		return
 	}
+	r.end(m.TaskID, t.worker, ts, out, e, true)
 }
 
 // excMessage: exc_message is a list of the exception's args (or a string).
