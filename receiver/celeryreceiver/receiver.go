@@ -256,14 +256,14 @@ func (r *celeryReceiver) handleEnvelope(payload []byte) {
 		r.malformed("not a kombu envelope", err)
 		return
 	}
-	body := []byte(env.Body)
-	if env.Properties.BodyEncoding == "base64" {
-		b, err := base64.StdEncoding.DecodeString(env.Body)
-		if err != nil {
-			r.malformed("envelope body is not base64", err)
-			return
-		}
-		body = b
+	if env.Properties.BodyEncoding != "base64" {
+		r.handleBody([]byte(env.Body))
+		return
+	}
+	body, err := base64.StdEncoding.DecodeString(env.Body)
+	if err != nil {
+		r.malformed("envelope body is not base64", err)
+		return
 	}
 	r.handleBody(body)
 }
@@ -303,18 +303,17 @@ func (r *celeryReceiver) handleBody(body []byte) {
 			return
 		}
 	} else {
-		var ev event
-		if err := json.Unmarshal(body, &ev); err != nil {
+		evs = make([]event, 1)
+		if err := json.Unmarshal(body, &evs[0]); err != nil {
 			r.malformed("event is not JSON", err)
 			return
 		}
-		evs = []event{ev}
 	}
-	out := newLogsOut()
+	var out logsOut
 	r.mu.Lock()
 	now := r.now()
 	for i := range evs {
-		r.apply(&evs[i], now, out)
+		r.apply(&evs[i], now, &out)
 	}
 	r.mu.Unlock()
 	if out.n > 0 && r.logs != nil {
@@ -325,22 +324,37 @@ func (r *celeryReceiver) handleBody(body []byte) {
 }
 
 // logsOut collects the records of one message, one resource per worker
-// and one for the broker's view.
+// and one for the broker's view; the zero value is empty and allocates
+// nothing until the first record (a task-received makes none).
 type logsOut struct {
-	ld  plog.Logs
-	res map[string]plog.LogRecordSlice
+	ld plog.Logs
+	// res: the record slice of each resource, by worker ("": the broker's).
+	// A message is one worker's (two resources at most); a catch-up has one
+	// per worker whose runs it ends.
+	res []resLogs
 	n   int
 }
 
-func newLogsOut() *logsOut {
-	return &logsOut{ld: plog.NewLogs(), res: map[string]plog.LogRecordSlice{}}
+type resLogs struct {
+	worker string
+	sl     plog.LogRecordSlice
 }
 
 // record appends a record with eventName to the worker's resource (worker
 // != "") or the broker's (worker == "").
 func (o *logsOut) record(worker, eventName string, ts time.Time) pcommon.Map {
-	sl, ok := o.res[worker]
-	if !ok {
+	var sl plog.LogRecordSlice
+	found := false
+	for _, rs := range o.res {
+		if rs.worker == worker {
+			sl, found = rs.sl, true
+			break
+		}
+	}
+	if !found {
+		if len(o.res) == 0 {
+			o.ld = plog.NewLogs()
+		}
 		rl := o.ld.ResourceLogs().AppendEmpty()
 		attrs := rl.Resource().Attributes()
 		if worker == "" {
@@ -352,7 +366,7 @@ func (o *logsOut) record(worker, eventName string, ts time.Time) pcommon.Map {
 		s := rl.ScopeLogs().AppendEmpty()
 		s.Scope().SetName(metadata.ScopeName)
 		sl = s.LogRecords()
-		o.res[worker] = sl
+		o.res = append(o.res, resLogs{worker, sl})
 	}
 	lr := sl.AppendEmpty()
 	lr.SetEventName(eventName)

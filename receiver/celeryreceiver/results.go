@@ -225,7 +225,7 @@ func (r *celeryReceiver) catchUp(ctx context.Context) {
 			zap.Error(err))
 		return
 	}
-	out := newLogsOut()
+	out := &logsOut{}
 	recovered, unattributed := 0, 0
 	r.mu.Lock()
 	b.pending = false

@@ -81,7 +81,7 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := newLogsOut()
+	out := &logsOut{}
 	now := time.Now()
 	for _, ev := range []event{
 		{Type: "worker-online", Hostname: "a@h", PID: 10, Freq: 2, Timestamp: 1},
