@@ -56,10 +56,10 @@ const maxText = 1024
 
 // transport is a broker's side: the event stream and the queue lengths.
 type transport interface {
-	// run consumes the event stream until ctx ends, reconnecting; each
-	// message goes to handle (a kombu envelope for Redis, the event body
-	// for AMQP); ok reports the connection's state.
-	run(ctx context.Context)
+	// consume connects, reports the connection with brokerState(nil) and
+	// reads the event stream until an error or ctx's end (each message to
+	// handleEnvelope for Redis, handleBody for AMQP); runBroker retries it.
+	consume(ctx context.Context) error
 	// queueLengths reads the messages waiting in each queue.
 	queueLengths(ctx context.Context, queues []string) (map[string]int64, error)
 	close() error
@@ -161,7 +161,7 @@ func (r *celeryReceiver) Start(ctx context.Context, host component.Host) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
-	go func() { defer r.wg.Done(); tr.run(runCtx) }()
+	go func() { defer r.wg.Done(); r.runBroker(runCtx) }()
 	go func() { defer r.wg.Done(); r.tick(runCtx) }()
 	return nil
 }
@@ -171,6 +171,29 @@ func (r *celeryReceiver) newTransport() (transport, error) {
 		return newAMQP(r)
 	}
 	return newRedis(r)
+}
+
+// runBroker consumes the event stream until ctx ends, reporting each
+// failure and reconnecting every reconnect_interval (every second while
+// RabbitMQ's event exchange is not declared yet: the first worker with -E
+// declares it any moment, and its first events come right after).
+func (r *celeryReceiver) runBroker(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := r.tr.consume(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.brokerState(err)
+		wait := r.cfg.ReconnectInterval
+		if errors.Is(err, errNoExchange) && wait > time.Second {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Shutdown stops both loops and closes the connections.

@@ -66,23 +66,8 @@ func newRedis(r *celeryReceiver) (*redisTransport, error) {
 	}, nil
 }
 
-func (t *redisTransport) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := t.subscribe(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t.r.brokerState(err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(t.r.cfg.ReconnectInterval):
-		}
-	}
-}
-
-// subscribe consumes the event channel until an error.
-func (t *redisTransport) subscribe(ctx context.Context) error {
+// consume reads the event channel until an error.
+func (t *redisTransport) consume(ctx context.Context) error {
 	// A PING first: a wrong password or an unreachable server is an error
 	// here, where go-redis's pub/sub would retry it silently.
 	if err := t.client.Ping(ctx).Err(); err != nil {
