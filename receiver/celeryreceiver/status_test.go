@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componentstatus"
-	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )
 
 func lastStatus(h *statusHost) (componentstatus.Status, string) {
@@ -117,19 +121,28 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	}
 }
 
-// Malformed input is counted and skipped, never a crash.
+// Malformed input is counted and skipped, never a crash: every one of
+// these messages counts once as malformed and makes no record.
 func TestMalformed(t *testing.T) {
-	r, err := newReceiver(receiverSettings(), testConfig("redis://127.0.0.1:1/0"))
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	r, err := newReceiver(metadatatest.NewSettings(tel), testConfig("redis://127.0.0.1:1/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{
+	sink := new(consumertest.LogsSink)
+	r.logs = sink
+	msgs := []string{
 		"", "{", `{"body": "!!!", "properties": {"body_encoding": "base64"}}`,
 		`{"body": "bm90IGpzb24=", "properties": {"body_encoding": "base64"}}`, `{"body": "W3sidHlwZSI6IDF9XQ==", "properties": {"body_encoding": "base64"}}`,
 		`{"body": "e30=", "properties": {"body_encoding": "base64"}}`,
-	} {
+	}
+	for _, p := range msgs {
 		r.handleEnvelope([]byte(p))
 	}
-	_ = pcommon.NewMap
-	_ = context.Background
+	metadatatest.AssertEqualReceiverCeleryMessagesMalformed(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: int64(len(msgs))}}, metricdatatest.IgnoreTimestamp())
+	if n := sink.LogRecordCount(); n != 0 {
+		t.Errorf("%d records from malformed messages", n)
+	}
 }
