@@ -78,12 +78,7 @@ func newBackend(cfg *Config) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("result_backend: %w", err)
 	}
-	opts.ClientName = "workerwatch-celery-results"
-	opts.DialTimeout = 5 * time.Second
-	opts.ReadTimeout = 5 * time.Second
-	opts.MaxRetries = 0
-	opts.PoolSize = 2
-	return &backend{client: redis.NewClient(opts), ended: map[string]struct{}{}}, nil
+	return &backend{client: newRedisClient(opts, "workerwatch-celery-results"), ended: map[string]struct{}{}}, nil
 }
 
 // openStorage gets the storage client and loads the kept state. r.mu is
