@@ -217,6 +217,4 @@ func records(lds []plog.Logs) []rec {
 	return out
 }
 
-type plogLogs = plog.Logs
-
 func receiverSettings() receiver.Settings { return receivertest.NewNopSettings(metadata.Type) }

@@ -41,7 +41,6 @@ const (
 	attrWorkerDone    = "celery.worker.processed"
 	attrWorkerFreq    = "celery.worker.freq"
 	attrWorkerPID     = "celery.worker.pid"
-	attrWorkerOffline = "celery.worker.offline"
 )
 
 // Values of attrReleaseReason.
@@ -312,8 +311,6 @@ type event struct {
 	Exception  string   `json:"exception"`
 	Traceback  string   `json:"traceback"`
 	Terminated bool     `json:"terminated"`
-	Expired    bool     `json:"expired"`
-	Requeue    bool     `json:"requeue"`
 }
 
 // handleBody reads one event, or a batch of them (task.multi: a JSON array).

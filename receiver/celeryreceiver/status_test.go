@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
@@ -101,7 +102,7 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	} {
 		r.apply(&ev, now, out)
 	}
-	recs := records([]plogLogs{out.ld})
+	recs := records([]plog.Logs{out.ld})
 	var released, redelivered []string
 	for _, rc := range recs {
 		if rc.event == contract.EventReleased && rc.attrs[attrReleaseReason] == releaseRestarted {
