@@ -520,9 +520,9 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 	case "task-revoked":
 		r.end(ev.UUID, host, ts, out, revoked(ev.Terminated), false)
 	case "task-retried":
-		r.release(ev, host, ts, out, releaseRetried)
+		r.release(ev.UUID, host, ts, out, releaseRetried)
 	case "task-rejected":
-		r.release(ev, host, ts, out, releaseRejected)
+		r.release(ev.UUID, host, ts, out, releaseRejected)
 	}
 }
 
@@ -581,20 +581,21 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 	}
 }
 
-// release gives a run back on both views (a retry, a rejection, a restart).
-func (r *celeryReceiver) release(ev *event, host string, ts time.Time, out *logsOut, reason string) {
-	if ev.UUID == "" {
+// release gives a run back on both views (a retry, a rejection, a
+// restart). r.mu is held.
+func (r *celeryReceiver) release(id, host string, ts time.Time, out *logsOut, reason string) {
+	if id == "" {
 		return
 	}
-	t := r.tasks[ev.UUID]
-	delete(r.tasks, ev.UUID)
+	t := r.tasks[id]
+	delete(r.tasks, id)
 	a := out.record(host, contract.EventReleased, ts)
-	a.PutStr(contract.AttrRunID, ev.UUID)
+	a.PutStr(contract.AttrRunID, id)
 	a.PutStr(attrReleaseReason, reason)
 	if t != nil {
 		r.taskAttrs(a, t)
 	}
-	b := out.brokerRecord(host, contract.EventReleased, ev.UUID, ts)
+	b := out.brokerRecord(host, contract.EventReleased, id, ts)
 	b.PutStr(attrReleaseReason, reason)
 }
 
@@ -609,17 +610,11 @@ func (r *celeryReceiver) endIncarnation(host string, pid int64, ts time.Time, ou
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		t := r.tasks[id]
-		delete(r.tasks, id)
-		if !t.started {
+		if !r.tasks[id].started {
+			delete(r.tasks, id)
 			continue
 		}
-		a := out.record(host, contract.EventReleased, ts)
-		a.PutStr(contract.AttrRunID, id)
-		a.PutStr(attrReleaseReason, releaseRestarted)
-		r.taskAttrs(a, t)
-		b := out.brokerRecord(host, contract.EventReleased, id, ts)
-		b.PutStr(attrReleaseReason, releaseRestarted)
+		r.release(id, host, ts, out, releaseRestarted)
 	}
 	r.logger.Info("celery worker restarted under the same hostname: a new incarnation",
 		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)))
