@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,12 +114,7 @@ func (r *celeryReceiver) openStorage(ctx context.Context, host component.Host) e
 		r.backend.lastEvent = time.Unix(0, ks.LastEvent)
 		r.backend.resumeFrom = r.backend.lastEvent
 	}
-	ids := make([]string, 0, len(ks.Open))
-	for id := range ks.Open {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(ks.Open)) {
 		k := ks.Open[id]
 		r.track(id, &taskState{worker: k.Worker, pid: k.PID, name: k.Name, retries: k.Retries, started: true})
 	}
