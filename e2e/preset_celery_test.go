@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
 var celeryDir = filepath.Join(repoRoot, "e2e", "testdata", "celery")
@@ -182,18 +183,14 @@ func (r *celeryRun) health(host string) (int, contract.Worker, error) {
 // mainPID is the pid of a worker's main process.
 func mainPID(p *proc) int { return p.cmd.Process.Pid }
 
-// procState is the state letter of /proc/<pid>/stat (R, S, T...).
+// procState is the state letter of /proc/<pid>/stat (R, S, T...), read
+// by the receiver's own parser; "" when it cannot be read.
 func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.StatOf(pid)
 	if err != nil {
 		return ""
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
+	return string(st.State)
 }
 
 func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {

@@ -60,27 +60,6 @@ func newAMQP(r *celeryReceiver) (*amqpTransport, error) {
 	return &amqpTransport{r: r, url: u.String(), cfg: cfg}, nil
 }
 
-func (t *amqpTransport) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := t.consume(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t.r.brokerState(err)
-		wait := t.r.cfg.ReconnectInterval
-		if errors.Is(err, errNoExchange) && wait > time.Second {
-			// The first worker with -E declares it any moment: its first
-			// events (worker-online) come right after.
-			wait = time.Second
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-}
-
 func (t *amqpTransport) connection() (*amqp.Connection, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

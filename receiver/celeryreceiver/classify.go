@@ -6,17 +6,37 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// failure is how a task-failed event is read.
-type failure struct {
+// runEnd is how a run ended, read from an end event (task-succeeded,
+// task-failed, task-revoked) or from a result stored in the result backend:
+// both paths emit it with end.
+type runEnd struct {
+	// result is the run's cicd.pipeline.result.
+	result string
 	// errorType is the exception's class name (WorkerLostError, ValueError).
 	errorType string
 	// killReason is set when the task's process was killed (crash, oom,
-	// timeout); empty for a task that raised.
+	// timeout) or the task terminated (canceled); the record is then a kill.
 	killReason string
-	// result is the run's cicd.pipeline.result.
-	result string
-	// lastLine is the traceback's last line (or the exception text).
-	lastLine string
+	// failed: the run failed; text (the traceback's last line, or the
+	// exception text) goes on the record.
+	failed bool
+	text   string
+	// runtime is task-succeeded's runtime, in seconds.
+	runtime *float64
+}
+
+func succeeded(runtime *float64) runEnd {
+	return runEnd{result: contract.ResultSuccess, runtime: runtime}
+}
+
+// revoked: a revoked task; terminated (revoke(terminate=True)) killed its
+// process.
+func revoked(terminated bool) runEnd {
+	e := runEnd{result: contract.ResultCancellation}
+	if terminated {
+		e.killReason = contract.KillCanceled
+	}
+	return e
 }
 
 // classifyFailure reads a task-failed event's exception and traceback.
@@ -30,12 +50,12 @@ type failure struct {
 //
 // A task that raised (SoftTimeLimitExceeded included) is a failure with
 // its exception's class.
-func classifyFailure(exception, traceback string) failure {
+func classifyFailure(exception, traceback string) runEnd {
 	last := lastLine(traceback)
 	if last == "" {
 		last = strings.TrimSpace(exception)
 	}
-	f := failure{result: contract.ResultFailure, lastLine: last}
+	f := runEnd{result: contract.ResultFailure, failed: true, text: last}
 	cls, msg, _ := strings.Cut(last, ":")
 	if strings.ContainsAny(cls, " (") {
 		// Not "module.Class: message": the exception's repr, Class(args).

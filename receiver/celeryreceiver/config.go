@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -153,7 +154,7 @@ func (cfg *Config) Validate() error {
 	p, err := cfg.parseBroker()
 	if err != nil {
 		errs = append(errs, err)
-	} else if !p.tls && (cfg.TLS.CAFile != "" || cfg.TLS.CertFile != "" || cfg.TLS.KeyFile != "" || cfg.TLS.CAPem != "" || cfg.TLS.ServerName != "") {
+	} else if !p.tls && !reflect.DeepEqual(cfg.TLS, configtls.ClientConfig{}) {
 		errs = append(errs, fmt.Errorf("tls: set, but broker %q is not a TLS URL: use rediss:// or amqps://", p.u.Redacted()))
 	}
 	for i, q := range cfg.Queues {

@@ -113,7 +113,7 @@ type recorded struct{ channel, payload string }
 
 // loadRecorded reads testdata/<name>: channel TAB payload per line,
 // recorded with `redis-cli psubscribe '*'` from a real Celery 5.2.6 run
-// (README.md, "Test data").
+// (README.md, "Tests and benchmark").
 func loadRecorded(t testing.TB, name string) []recorded {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
@@ -216,7 +216,5 @@ func records(lds []plog.Logs) []rec {
 	}
 	return out
 }
-
-type plogLogs = plog.Logs
 
 func receiverSettings() receiver.Settings { return receivertest.NewNopSettings(metadata.Type) }

@@ -2,6 +2,8 @@ package celeryreceiver // import "github.com/workerwatch/workerwatch/receiver/ce
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -76,12 +78,7 @@ func (r *celeryReceiver) collect(now time.Time) pmetric.Metrics {
 		hosts = append(hosts, h)
 	}
 	sort.Strings(hosts)
-	queues := make([]string, 0, len(r.pending))
-	for q := range r.pending {
-		queues = append(queues, q)
-	}
-	sort.Strings(queues)
-	for _, q := range queues {
+	for _, q := range slices.Sorted(maps.Keys(r.pending)) {
 		r.mb.RecordWorkerwatchSchedulerRunsPendingDataPoint(ts, r.pending[q], q)
 	}
 	for _, h := range hosts {
@@ -106,12 +103,7 @@ func (r *celeryReceiver) collect(now time.Time) pmetric.Metrics {
 			r.mb.RecordWorkerwatchWorkerRunsActiveDataPoint(ts, w.active)
 			r.mb.RecordCeleryWorkerTasksProcessedDataPoint(ts, w.processed)
 		}
-		types := make([]string, 0, len(w.events))
-		for t := range w.events {
-			types = append(types, t)
-		}
-		sort.Strings(types)
-		for _, t := range types {
+		for _, t := range slices.Sorted(maps.Keys(w.events)) {
 			r.mb.RecordCeleryEventsDataPoint(ts, w.events[t], t)
 		}
 		rb := r.mb.NewResourceBuilder()

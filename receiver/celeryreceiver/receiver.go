@@ -41,7 +41,6 @@ const (
 	attrWorkerDone    = "celery.worker.processed"
 	attrWorkerFreq    = "celery.worker.freq"
 	attrWorkerPID     = "celery.worker.pid"
-	attrWorkerOffline = "celery.worker.offline"
 )
 
 // Values of attrReleaseReason.
@@ -56,10 +55,10 @@ const maxText = 1024
 
 // transport is a broker's side: the event stream and the queue lengths.
 type transport interface {
-	// run consumes the event stream until ctx ends, reconnecting; each
-	// message goes to handle (a kombu envelope for Redis, the event body
-	// for AMQP); ok reports the connection's state.
-	run(ctx context.Context)
+	// consume connects, reports the connection with brokerState(nil) and
+	// reads the event stream until an error or ctx's end (each message to
+	// handleEnvelope for Redis, handleBody for AMQP); runBroker retries it.
+	consume(ctx context.Context) error
 	// queueLengths reads the messages waiting in each queue.
 	queueLengths(ctx context.Context, queues []string) (map[string]int64, error)
 	close() error
@@ -161,7 +160,7 @@ func (r *celeryReceiver) Start(ctx context.Context, host component.Host) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
-	go func() { defer r.wg.Done(); tr.run(runCtx) }()
+	go func() { defer r.wg.Done(); r.runBroker(runCtx) }()
 	go func() { defer r.wg.Done(); r.tick(runCtx) }()
 	return nil
 }
@@ -171,6 +170,29 @@ func (r *celeryReceiver) newTransport() (transport, error) {
 		return newAMQP(r)
 	}
 	return newRedis(r)
+}
+
+// runBroker consumes the event stream until ctx ends, reporting each
+// failure and reconnecting every reconnect_interval (every second while
+// RabbitMQ's event exchange is not declared yet: the first worker with -E
+// declares it any moment, and its first events come right after).
+func (r *celeryReceiver) runBroker(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := r.tr.consume(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.brokerState(err)
+		wait := r.cfg.ReconnectInterval
+		if errors.Is(err, errNoExchange) && wait > time.Second {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Shutdown stops both loops and closes the connections.
@@ -256,14 +278,14 @@ func (r *celeryReceiver) handleEnvelope(payload []byte) {
 		r.malformed("not a kombu envelope", err)
 		return
 	}
-	body := []byte(env.Body)
-	if env.Properties.BodyEncoding == "base64" {
-		b, err := base64.StdEncoding.DecodeString(env.Body)
-		if err != nil {
-			r.malformed("envelope body is not base64", err)
-			return
-		}
-		body = b
+	if env.Properties.BodyEncoding != "base64" {
+		r.handleBody([]byte(env.Body))
+		return
+	}
+	body, err := base64.StdEncoding.DecodeString(env.Body)
+	if err != nil {
+		r.malformed("envelope body is not base64", err)
+		return
 	}
 	r.handleBody(body)
 }
@@ -289,8 +311,6 @@ type event struct {
 	Exception  string   `json:"exception"`
 	Traceback  string   `json:"traceback"`
 	Terminated bool     `json:"terminated"`
-	Expired    bool     `json:"expired"`
-	Requeue    bool     `json:"requeue"`
 }
 
 // handleBody reads one event, or a batch of them (task.multi: a JSON array).
@@ -303,18 +323,17 @@ func (r *celeryReceiver) handleBody(body []byte) {
 			return
 		}
 	} else {
-		var ev event
-		if err := json.Unmarshal(body, &ev); err != nil {
+		evs = make([]event, 1)
+		if err := json.Unmarshal(body, &evs[0]); err != nil {
 			r.malformed("event is not JSON", err)
 			return
 		}
-		evs = []event{ev}
 	}
-	out := newLogsOut()
+	var out logsOut
 	r.mu.Lock()
 	now := r.now()
 	for i := range evs {
-		r.apply(&evs[i], now, out)
+		r.apply(&evs[i], now, &out)
 	}
 	r.mu.Unlock()
 	if out.n > 0 && r.logs != nil {
@@ -325,22 +344,37 @@ func (r *celeryReceiver) handleBody(body []byte) {
 }
 
 // logsOut collects the records of one message, one resource per worker
-// and one for the broker's view.
+// and one for the broker's view; the zero value is empty and allocates
+// nothing until the first record (a task-received makes none).
 type logsOut struct {
-	ld  plog.Logs
-	res map[string]plog.LogRecordSlice
+	ld plog.Logs
+	// res: the record slice of each resource, by worker ("": the broker's).
+	// A message is one worker's (two resources at most); a catch-up has one
+	// per worker whose runs it ends.
+	res []resLogs
 	n   int
 }
 
-func newLogsOut() *logsOut {
-	return &logsOut{ld: plog.NewLogs(), res: map[string]plog.LogRecordSlice{}}
+type resLogs struct {
+	worker string
+	sl     plog.LogRecordSlice
 }
 
 // record appends a record with eventName to the worker's resource (worker
 // != "") or the broker's (worker == "").
 func (o *logsOut) record(worker, eventName string, ts time.Time) pcommon.Map {
-	sl, ok := o.res[worker]
-	if !ok {
+	var sl plog.LogRecordSlice
+	found := false
+	for _, rs := range o.res {
+		if rs.worker == worker {
+			sl, found = rs.sl, true
+			break
+		}
+	}
+	if !found {
+		if len(o.res) == 0 {
+			o.ld = plog.NewLogs()
+		}
 		rl := o.ld.ResourceLogs().AppendEmpty()
 		attrs := rl.Resource().Attributes()
 		if worker == "" {
@@ -352,7 +386,7 @@ func (o *logsOut) record(worker, eventName string, ts time.Time) pcommon.Map {
 		s := rl.ScopeLogs().AppendEmpty()
 		s.Scope().SetName(metadata.ScopeName)
 		sl = s.LogRecords()
-		o.res[worker] = sl
+		o.res = append(o.res, resLogs{worker, sl})
 	}
 	lr := sl.AppendEmpty()
 	lr.SetEventName(eventName)
@@ -480,47 +514,15 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 			b.PutBool(attrRedelivered, true)
 		}
 	case "task-succeeded":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultSuccess)
-			if ev.Runtime != nil {
-				a.PutDouble(attrTaskRuntime, *ev.Runtime)
-			}
-		}, contract.ResultSuccess)
+		r.end(ev.UUID, host, ts, out, succeeded(ev.Runtime), false)
 	case "task-failed":
-		f := classifyFailure(ev.Exception, ev.Traceback)
-		name := contract.EventFinished
-		if f.killReason != "" {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, f.result)
-			if f.errorType != "" {
-				a.PutStr(contract.AttrErrorType, f.errorType)
-			}
-			if f.killReason != "" {
-				a.PutStr(contract.AttrKillReason, f.killReason)
-			}
-			text := f.lastLine
-			if len(text) > maxText {
-				text = text[:maxText]
-			}
-			a.PutStr(attrTaskFailure, text)
-		}, f.result)
+		r.end(ev.UUID, host, ts, out, classifyFailure(ev.Exception, ev.Traceback), false)
 	case "task-revoked":
-		name := contract.EventFinished
-		if ev.Terminated {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultCancellation)
-			if ev.Terminated {
-				a.PutStr(contract.AttrKillReason, contract.KillCanceled)
-			}
-		}, contract.ResultCancellation)
+		r.end(ev.UUID, host, ts, out, revoked(ev.Terminated), false)
 	case "task-retried":
-		r.release(ev, host, ts, out, releaseRetried)
+		r.release(ev.UUID, host, ts, out, releaseRetried)
 	case "task-rejected":
-		r.release(ev, host, ts, out, releaseRejected)
+		r.release(ev.UUID, host, ts, out, releaseRejected)
 	}
 }
 
@@ -531,44 +533,69 @@ func (r *celeryReceiver) taskAttrs(a pcommon.Map, t *taskState) {
 	a.PutInt(attrTaskRetries, t.retries)
 }
 
-// end closes a run on both views.
-func (r *celeryReceiver) end(ev *event, host string, ts time.Time, out *logsOut, name string, fill func(pcommon.Map), result string) {
-	if ev.UUID == "" {
+// end closes a run on both views: a kill when e names a kill reason.
+// fromBackend marks an end read from the result backend. r.mu is held.
+func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runEnd, fromBackend bool) {
+	if id == "" {
 		return
 	}
-	t := r.tasks[ev.UUID]
+	t := r.tasks[id]
 	if t == nil {
 		t = &taskState{worker: host}
 	}
-	delete(r.tasks, ev.UUID)
-	if !r.markEnded(ev.UUID) {
-		// Already ended from the result backend's catch-up.
+	delete(r.tasks, id)
+	if !r.markEnded(id) {
+		// Already ended (by its end event or the result backend catch-up).
 		return
 	}
+	name := contract.EventFinished
+	if e.killReason != "" {
+		name = contract.EventKilled
+	}
 	a := out.record(host, name, ts)
-	a.PutStr(contract.AttrRunID, ev.UUID)
+	a.PutStr(contract.AttrRunID, id)
 	r.taskAttrs(a, t)
-	fill(a)
+	a.PutStr(contract.AttrResult, e.result)
+	if e.runtime != nil {
+		a.PutDouble(attrTaskRuntime, *e.runtime)
+	}
+	if e.errorType != "" {
+		a.PutStr(contract.AttrErrorType, e.errorType)
+	}
+	if e.killReason != "" {
+		a.PutStr(contract.AttrKillReason, e.killReason)
+	}
+	if e.failed {
+		text := e.text
+		if len(text) > maxText {
+			text = text[:maxText]
+		}
+		a.PutStr(attrTaskFailure, text)
+	}
+	if fromBackend {
+		a.PutBool(attrFromResultBackend, true)
+	}
 	if t.worker == host {
-		b := out.brokerRecord(host, contract.EventFinished, ev.UUID, ts)
-		b.PutStr(contract.AttrResult, result)
+		b := out.brokerRecord(host, contract.EventFinished, id, ts)
+		b.PutStr(contract.AttrResult, e.result)
 	}
 }
 
-// release gives a run back on both views (a retry, a rejection, a restart).
-func (r *celeryReceiver) release(ev *event, host string, ts time.Time, out *logsOut, reason string) {
-	if ev.UUID == "" {
+// release gives a run back on both views (a retry, a rejection, a
+// restart). r.mu is held.
+func (r *celeryReceiver) release(id, host string, ts time.Time, out *logsOut, reason string) {
+	if id == "" {
 		return
 	}
-	t := r.tasks[ev.UUID]
-	delete(r.tasks, ev.UUID)
+	t := r.tasks[id]
+	delete(r.tasks, id)
 	a := out.record(host, contract.EventReleased, ts)
-	a.PutStr(contract.AttrRunID, ev.UUID)
+	a.PutStr(contract.AttrRunID, id)
 	a.PutStr(attrReleaseReason, reason)
 	if t != nil {
 		r.taskAttrs(a, t)
 	}
-	b := out.brokerRecord(host, contract.EventReleased, ev.UUID, ts)
+	b := out.brokerRecord(host, contract.EventReleased, id, ts)
 	b.PutStr(attrReleaseReason, reason)
 }
 
@@ -583,17 +610,11 @@ func (r *celeryReceiver) endIncarnation(host string, pid int64, ts time.Time, ou
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		t := r.tasks[id]
-		delete(r.tasks, id)
-		if !t.started {
+		if !r.tasks[id].started {
+			delete(r.tasks, id)
 			continue
 		}
-		a := out.record(host, contract.EventReleased, ts)
-		a.PutStr(contract.AttrRunID, id)
-		a.PutStr(attrReleaseReason, releaseRestarted)
-		r.taskAttrs(a, t)
-		b := out.brokerRecord(host, contract.EventReleased, id, ts)
-		b.PutStr(attrReleaseReason, releaseRestarted)
+		r.release(id, host, ts, out, releaseRestarted)
 	}
 	r.logger.Info("celery worker restarted under the same hostname: a new incarnation",
 		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)))

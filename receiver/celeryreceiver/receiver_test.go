@@ -39,6 +39,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no host", func(c *Config) { c.Broker = "redis:///0" }, "broker:"},
 		{"db", func(c *Config) { c.Broker = "redis://h:1/x" }, "broker: the Redis database"},
 		{"tls on plain", func(c *Config) { c.TLS.CAFile = "/ca.pem" }, "tls: set, but broker"},
+		{"tls skip verify on plain", func(c *Config) { c.TLS.InsecureSkipVerify = true }, "tls: set, but broker"},
+		{"tls cert pem on plain", func(c *Config) { c.TLS.CertPem = "x" }, "tls: set, but broker"},
 		{"empty queue", func(c *Config) { c.Queues = []string{"a", ""} }, "queues[1]"},
 		{"exchange", func(c *Config) { c.EventExchange = "" }, "event_exchange"},
 		{"interval", func(c *Config) { c.CollectionInterval = 0 }, "collection_interval"},

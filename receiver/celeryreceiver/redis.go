@@ -26,6 +26,18 @@ type redisTransport struct {
 	pattern string
 }
 
+// newRedisClient is a client of the broker or the result backend: it fails
+// fast (5 s to dial or read, no retries: the receiver retries itself) and
+// holds two connections at most.
+func newRedisClient(opts *redis.Options, name string) *redis.Client {
+	opts.ClientName = name
+	opts.DialTimeout = 5 * time.Second
+	opts.ReadTimeout = 5 * time.Second
+	opts.MaxRetries = 0
+	opts.PoolSize = 2
+	return redis.NewClient(opts)
+}
+
 // quietRedis drops go-redis's own log lines (its pool's dial failures):
 // the receiver reports the broker's state itself, once per change.
 type quietRedis struct{}
@@ -55,34 +67,14 @@ func newRedis(r *celeryReceiver) (*redisTransport, error) {
 			opts.TLSConfig = tlsCfg
 		}
 	}
-	opts.ClientName = "workerwatch-celery"
-	opts.DialTimeout = 5 * time.Second
-	opts.ReadTimeout = 5 * time.Second
-	opts.MaxRetries = 0
-	opts.PoolSize = 2
 	return &redisTransport{
-		r: r, client: redis.NewClient(opts),
+		r: r, client: newRedisClient(opts, "workerwatch-celery"),
 		pattern: "/" + strconv.Itoa(r.broker.db) + "." + r.cfg.EventExchange + "/*",
 	}, nil
 }
 
-func (t *redisTransport) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := t.subscribe(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t.r.brokerState(err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(t.r.cfg.ReconnectInterval):
-		}
-	}
-}
-
-// subscribe consumes the event channel until an error.
-func (t *redisTransport) subscribe(ctx context.Context) error {
+// consume reads the event channel until an error.
+func (t *redisTransport) consume(ctx context.Context) error {
 	// A PING first: a wrong password or an unreachable server is an error
 	// here, where go-redis's pub/sub would retry it silently.
 	if err := t.client.Ping(ctx).Err(); err != nil {

@@ -4,17 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension/xextension/storage"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/zap"
-
-	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // Celery's Redis result backend (celery/backends/base.py,
@@ -81,12 +79,7 @@ func newBackend(cfg *Config) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("result_backend: %w", err)
 	}
-	opts.ClientName = "workerwatch-celery-results"
-	opts.DialTimeout = 5 * time.Second
-	opts.ReadTimeout = 5 * time.Second
-	opts.MaxRetries = 0
-	opts.PoolSize = 2
-	return &backend{client: redis.NewClient(opts), ended: map[string]struct{}{}}, nil
+	return &backend{client: newRedisClient(opts, "workerwatch-celery-results"), ended: map[string]struct{}{}}, nil
 }
 
 // openStorage gets the storage client and loads the kept state. r.mu is
@@ -121,12 +114,7 @@ func (r *celeryReceiver) openStorage(ctx context.Context, host component.Host) e
 		r.backend.lastEvent = time.Unix(0, ks.LastEvent)
 		r.backend.resumeFrom = r.backend.lastEvent
 	}
-	ids := make([]string, 0, len(ks.Open))
-	for id := range ks.Open {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(ks.Open)) {
 		k := ks.Open[id]
 		r.track(id, &taskState{worker: k.Worker, pid: k.PID, name: k.Name, retries: k.Retries, started: true})
 	}
@@ -228,7 +216,7 @@ func (r *celeryReceiver) catchUp(ctx context.Context) {
 			zap.Error(err))
 		return
 	}
-	out := newLogsOut()
+	out := &logsOut{}
 	recovered, unattributed := 0, 0
 	r.mu.Lock()
 	b.pending = false
@@ -281,20 +269,12 @@ func (r *celeryReceiver) catchUp(ctx context.Context) {
 // endFromResult emits a run end with the event path's mapping. r.mu is
 // held.
 func (r *celeryReceiver) endFromResult(m resultMeta, t *taskState, ts time.Time, out *logsOut) {
-	ev := &event{UUID: m.TaskID}
-	host := t.worker
-	mark := func(a pcommon.Map) { a.PutBool(attrFromResultBackend, true) }
+	var e runEnd
 	switch m.Status {
 	case "SUCCESS":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultSuccess)
-			mark(a)
-		}, contract.ResultSuccess)
+		e = succeeded(nil)
 	case "REVOKED":
-		r.end(ev, host, ts, out, contract.EventFinished, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, contract.ResultCancellation)
-			mark(a)
-		}, contract.ResultCancellation)
+		e = revoked(false)
 	case "FAILURE":
 		var exc struct {
 			Type    string          `json:"exc_type"`
@@ -313,27 +293,11 @@ func (r *celeryReceiver) endFromResult(m resultMeta, t *taskState, ts time.Time,
 		if m.Traceback != nil {
 			tb = *m.Traceback
 		}
-		f := classifyFailure(exception, tb)
-		name := contract.EventFinished
-		if f.killReason != "" {
-			name = contract.EventKilled
-		}
-		r.end(ev, host, ts, out, name, func(a pcommon.Map) {
-			a.PutStr(contract.AttrResult, f.result)
-			if f.errorType != "" {
-				a.PutStr(contract.AttrErrorType, f.errorType)
-			}
-			if f.killReason != "" {
-				a.PutStr(contract.AttrKillReason, f.killReason)
-			}
-			text := f.lastLine
-			if len(text) > maxText {
-				text = text[:maxText]
-			}
-			a.PutStr(attrTaskFailure, text)
-			mark(a)
-		}, f.result)
+		e = classifyFailure(exception, tb)
+	default:
+		return
 	}
+	r.end(m.TaskID, t.worker, ts, out, e, true)
 }
 
 // excMessage: exc_message is a list of the exception's args (or a string).

@@ -16,10 +16,13 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadata"
+	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )
 
 // extHost is a host with extensions.
@@ -242,6 +245,12 @@ func TestResultBackendCatchUp(t *testing.T) {
 	if brokerEnds != 2 {
 		t.Errorf("broker ends: %d, want 2", brokerEnds)
 	}
+	// Counted: ok, lost and other recovered; noWorker read but not
+	// attributable (no worker in its result).
+	metadatatest.AssertEqualReceiverCeleryResultsRecovered(t, h2.tel,
+		[]metricdata.DataPoint[int64]{{Value: 3}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualReceiverCeleryResultsUnattributed(t, h2.tel,
+		[]metricdata.DataPoint[int64]{{Value: 1}}, metricdatatest.IgnoreTimestamp())
 }
 
 func TestResultBackendValidate(t *testing.T) {

@@ -9,9 +9,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component/componentstatus"
-	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )
 
 func lastStatus(h *statusHost) (componentstatus.Status, string) {
@@ -81,7 +86,7 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := newLogsOut()
+	out := &logsOut{}
 	now := time.Now()
 	for _, ev := range []event{
 		{Type: "worker-online", Hostname: "a@h", PID: 10, Freq: 2, Timestamp: 1},
@@ -97,7 +102,7 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	} {
 		r.apply(&ev, now, out)
 	}
-	recs := records([]plogLogs{out.ld})
+	recs := records([]plog.Logs{out.ld})
 	var released, redelivered []string
 	for _, rc := range recs {
 		if rc.event == contract.EventReleased && rc.attrs[attrReleaseReason] == releaseRestarted {
@@ -117,19 +122,28 @@ func TestIncarnationsAndRedelivery(t *testing.T) {
 	}
 }
 
-// Malformed input is counted and skipped, never a crash.
+// Malformed input is counted and skipped, never a crash: every one of
+// these messages counts once as malformed and makes no record.
 func TestMalformed(t *testing.T) {
-	r, err := newReceiver(receiverSettings(), testConfig("redis://127.0.0.1:1/0"))
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	r, err := newReceiver(metadatatest.NewSettings(tel), testConfig("redis://127.0.0.1:1/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{
+	sink := new(consumertest.LogsSink)
+	r.logs = sink
+	msgs := []string{
 		"", "{", `{"body": "!!!", "properties": {"body_encoding": "base64"}}`,
 		`{"body": "bm90IGpzb24=", "properties": {"body_encoding": "base64"}}`, `{"body": "W3sidHlwZSI6IDF9XQ==", "properties": {"body_encoding": "base64"}}`,
 		`{"body": "e30=", "properties": {"body_encoding": "base64"}}`,
-	} {
+	}
+	for _, p := range msgs {
 		r.handleEnvelope([]byte(p))
 	}
-	_ = pcommon.NewMap
-	_ = context.Background
+	metadatatest.AssertEqualReceiverCeleryMessagesMalformed(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: int64(len(msgs))}}, metricdatatest.IgnoreTimestamp())
+	if n := sink.LogRecordCount(); n != 0 {
+		t.Errorf("%d records from malformed messages", n)
+	}
 }
