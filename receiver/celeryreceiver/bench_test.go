@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
+
 	"go.opentelemetry.io/collector/consumer/consumertest"
 )
 
@@ -76,8 +78,8 @@ func BenchmarkEvents(b *testing.B) {
 // BenchmarkQueueLengths: reading one queue's length from a real
 // redis-server (LLEN of its four priority lists, one pipeline), per queue.
 func BenchmarkQueueLengths(b *testing.B) {
-	srv := startRedis(b, 0)
-	r, err := newReceiver(receiverSettings(), testConfig(fmt.Sprintf("redis://%s/0", srv.addr())))
+	srv := redistest.Start(b)
+	r, err := newReceiver(receiverSettings(), testConfig(fmt.Sprintf("redis://%s/0", srv.Addr)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,15 +3,10 @@ package celeryreceiver
 import (
 	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,73 +19,13 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadata"
 )
 
-// redisServer is a real redis-server on a free loopback port.
-type redisServer struct {
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startRedis starts redis-server (scripts/install-test-deps.sh installs it)
-// on port (0: a free one) with extra arguments.
-func startRedis(t testing.TB, port int, args ...string) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found (make deps installs it)")
-		}
-		t.Skip("redis-server not found; run make deps")
-	}
-	if port == 0 {
-		port = freePort(t)
-	}
-	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)
-	cmd := exec.Command(bin, all...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &redisServer{port: port, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	t.Cleanup(s.stop)
-	waitFor(t, 20*time.Second, "redis-server listening", func() bool {
-		c, err := net.DialTimeout("tcp", s.addr(), time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return s
-}
-
-func (s *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
-
-func (s *redisServer) stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-}
-
-func (s *redisServer) client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr()})
+// redisClient is a client of a test's redis-server, closed with the test.
+func redisClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

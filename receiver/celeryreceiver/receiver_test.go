@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
+
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -113,8 +115,8 @@ func TestClassifyFailure(t *testing.T) {
 
 // publish replays recorded messages on a real Redis, as the worker
 // published them.
-func publish(t testing.TB, s *redisServer, msgs []recorded) {
-	c := s.client(t)
+func publish(t testing.TB, s *redistest.Server, msgs []recorded) {
+	c := redisClient(t, s)
 	for _, m := range msgs {
 		if err := c.Publish(context.Background(), m.channel, m.payload).Err(); err != nil {
 			t.Fatal(err)
@@ -127,15 +129,15 @@ func publish(t testing.TB, s *redisServer, msgs []recorded) {
 // child, one hits the hard and one the soft time limit) on a real
 // redis-server, and checks every record and metric the processor reads.
 func TestRecordedRun(t *testing.T) {
-	srv := startRedis(t, 0)
-	cfg := testConfig(fmt.Sprintf("redis://%s/0", srv.addr()))
+	srv := redistest.Start(t)
+	cfg := testConfig(fmt.Sprintf("redis://%s/0", srv.Addr))
 	cfg.Queues = []string{"celery", "other"}
 	s := startReceiver(t, cfg)
 	waitFor(t, 20*time.Second, "status OK", func() bool {
 		e := s.host.last()
 		return e != nil && e.Status() == componentstatus.StatusOK
 	})
-	c := srv.client(t)
+	c := redisClient(t, srv)
 	ctx := context.Background()
 	// Queue lengths: kombu's lists, a priority level included.
 	if err := c.RPush(ctx, "celery", "a", "b", "c").Err(); err != nil {

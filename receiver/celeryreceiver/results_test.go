@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
+
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -35,7 +37,7 @@ func (h extHost) GetExtensions() map[component.ID]component.Component { return h
 
 // publishEvents publishes events as kombu's Redis transport does: a JSON
 // envelope with the body base64-encoded, on /0.celeryev/<routing key>.
-func publishEvents(t *testing.T, srv *redisServer, evs ...map[string]any) {
+func publishEvents(t *testing.T, srv *redistest.Server, evs ...map[string]any) {
 	t.Helper()
 	body, err := json.Marshal(evs)
 	if err != nil {
@@ -46,7 +48,7 @@ func publishEvents(t *testing.T, srv *redisServer, evs ...map[string]any) {
 		"content-type": "application/json", "headers": map[string]any{"hostname": "w1@host"},
 		"properties": map[string]any{"body_encoding": "base64", "delivery_mode": 1},
 	})
-	if err := srv.client(t).Publish(context.Background(), "/0.celeryev/task.multi", string(env)).Err(); err != nil {
+	if err := redisClient(t, srv).Publish(context.Background(), "/0.celeryev/task.multi", string(env)).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,10 +62,10 @@ func taskEvent(typ, id string, ts time.Time) map[string]any {
 
 // storeMeta writes a result as Celery 5.2.6's Redis backend does
 // (KeyValueStoreBackend._store_result: json of _get_result_meta, SETEX).
-func storeMeta(t *testing.T, srv *redisServer, meta map[string]any) {
+func storeMeta(t *testing.T, srv *redistest.Server, meta map[string]any) {
 	t.Helper()
 	raw, _ := json.Marshal(meta)
-	if err := srv.client(t).Set(context.Background(), resultKeyPrefix+meta["task_id"].(string), raw, 24*time.Hour).Err(); err != nil {
+	if err := redisClient(t, srv).Set(context.Background(), resultKeyPrefix+meta["task_id"].(string), raw, 24*time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -114,9 +116,9 @@ func ends(h *resultHarness, run string) []rec {
 // (its state in a real file_storage) ends each run exactly once with
 // Celery's outcome, a late end event included.
 func TestResultBackendCatchUp(t *testing.T) {
-	srv := startRedis(t, 0)
+	srv := redistest.Start(t)
 	ctx := context.Background()
-	url := fmt.Sprintf("redis://%s/0", srv.addr())
+	url := fmt.Sprintf("redis://%s/0", srv.Addr)
 
 	sf := filestorage.NewFactory()
 	scfg := sf.CreateDefaultConfig().(*filestorage.Config)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/internal/redistest"
+
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -34,13 +36,13 @@ func lastStatus(h *statusHost) (componentstatus.Status, string) {
 // A broker that is down at start, then up: a recoverable error, then OK;
 // the receiver starts either way and reads events once it is up.
 func TestBrokerDownThenUp(t *testing.T) {
-	port := freePort(t)
+	port := redistest.FreePort(t)
 	s := startReceiver(t, testConfig(fmt.Sprintf("redis://127.0.0.1:%d/0", port)))
 	waitFor(t, 20*time.Second, "a recoverable error while the broker is down", func() bool {
 		st, msg := lastStatus(s.host)
 		return st == componentstatus.StatusRecoverableError && strings.Contains(msg, "connect")
 	})
-	srv := startRedis(t, port)
+	srv := redistest.StartOn(t, port)
 	waitFor(t, 20*time.Second, "OK once the broker is up", func() bool {
 		st, _ := lastStatus(s.host)
 		return st == componentstatus.StatusOK
@@ -48,12 +50,12 @@ func TestBrokerDownThenUp(t *testing.T) {
 	publish(t, srv, loadRecorded(t, "redis-run.tsv")[:2])
 	waitFor(t, 20*time.Second, "the events after the broker came up", func() bool { return s.logs.LogRecordCount() > 0 })
 	// The broker goes away again: reported, and back when it returns.
-	srv.stop()
+	srv.Stop()
 	waitFor(t, 30*time.Second, "a recoverable error after the broker stopped", func() bool {
 		st, _ := lastStatus(s.host)
 		return st == componentstatus.StatusRecoverableError
 	})
-	startRedis(t, port)
+	redistest.StartOn(t, port)
 	waitFor(t, 30*time.Second, "OK after the broker returned", func() bool {
 		st, _ := lastStatus(s.host)
 		return st == componentstatus.StatusOK
@@ -63,13 +65,13 @@ func TestBrokerDownThenUp(t *testing.T) {
 // Wrong credentials: a recoverable error naming the refusal, no crash;
 // the right ones (password from the config, not the URL) connect.
 func TestBrokerCredentials(t *testing.T) {
-	srv := startRedis(t, 0, "--requirepass", "s3cret")
-	bad := startReceiver(t, testConfig(fmt.Sprintf("redis://:wrong@%s/0", srv.addr())))
+	srv := redistest.Start(t, "--requirepass", "s3cret")
+	bad := startReceiver(t, testConfig(fmt.Sprintf("redis://:wrong@%s/0", srv.Addr)))
 	waitFor(t, 20*time.Second, "a refusal reported", func() bool {
 		st, msg := lastStatus(bad.host)
 		return st == componentstatus.StatusRecoverableError && (strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "invalid"))
 	})
-	cfg := testConfig(fmt.Sprintf("redis://%s/0", srv.addr()))
+	cfg := testConfig(fmt.Sprintf("redis://%s/0", srv.Addr))
 	cfg.Password = "s3cret"
 	good := startReceiver(t, cfg)
 	waitFor(t, 20*time.Second, "OK with the right password", func() bool {
