@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -164,8 +165,8 @@ func TestDrift(t *testing.T) {
 			}
 			w := h.worker("w1")
 			runs := int64(max(tt.runs, 1))
-			assert.LessOrEqual(t, w.Claims[srcWorker], runs, "a run is claimed once")
-			assert.LessOrEqual(t, w.Claims[srcScheduler], runs)
+			assert.LessOrEqual(t, w.Claims[mapping.SideWorker], runs, "a run is claimed once")
+			assert.LessOrEqual(t, w.Claims[mapping.SideScheduler], runs)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -139,7 +140,7 @@ func TestOpenFnMapping(t *testing.T) {
 	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
 	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), state.CodeKills)
-	assert.Equal(t, int64(7), w.Claims[srcWorker], "run:start counts as the claim")
+	assert.Equal(t, int64(7), w.Claims[mapping.SideWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())
