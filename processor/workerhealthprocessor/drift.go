@@ -37,10 +37,10 @@ func (t *tracker) schedIndex(name string) int {
 
 // noSched is the view of a worker no scheduler named: events (nothing to
 // close or restate).
-var noSched = schedSource{View: contract.ViewEvents}
+var noSched = mapping.Scheduler{View: contract.ViewEvents}
 
 // schedOf is the scheduler source that last named the worker.
-func (t *tracker) schedOf(w *worker) *schedSource {
+func (t *tracker) schedOf(w *worker) *mapping.Scheduler {
 	if int(w.Sched) < len(t.scheds) {
 		return &t.scheds[w.Sched]
 	}
@@ -205,7 +205,7 @@ func minSince(cur, v int64) int64 {
 
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
-func (t *tracker) countFresh(w *worker, src *schedSource, now int64) bool {
+func (t *tracker) countFresh(w *worker, src *mapping.Scheduler, now int64) bool {
 	return w.SchedCountAt > 0 && now-w.SchedCountAt <= 3*int64(src.Interval)
 }
 
@@ -242,7 +242,7 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 //     after the other side ended it, or that the other side never named (for
 //     the worker's side: only when a scheduler knows the worker; a worker no
 //     scheduler knows may hold a run for hours), is let go.
-func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
+func (t *tracker) heal(w *worker, src *mapping.Scheduler, now, grace int64) {
 	workerCounted := t.reconcile(w, mapping.SideWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
 	schedCorrected := false
 	if src.View == contract.ViewSnapshots {

@@ -100,7 +100,7 @@ type tracker struct {
 	kills *state.KillRules
 	// scheds are the scheduler sources, idKeys the worker id attributes
 	// (both from the config).
-	scheds []schedSource
+	scheds []mapping.Scheduler
 	idKeys []string
 	// mem is what the memory rule reads (internal/state/memory.go), with
 	// the interned role names.
@@ -271,9 +271,9 @@ func (t *tracker) signOfLife(e *mapping.Event) bool {
 		return false
 	}
 	switch src := &t.scheds[e.Sched]; src.Life {
-	case lifeAny:
+	case mapping.LifeAny:
 		return e.Kind != mapping.KindHeldCount
-	case lifeClaims:
+	case mapping.LifeClaims:
 		return e.Kind == mapping.KindClaimed && src.View == contract.ViewClaimsOnly
 	}
 	return false
