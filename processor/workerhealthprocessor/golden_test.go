@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
 // update rewrites the golden files from what the processor emits now:
@@ -55,14 +54,7 @@ var goldenCases = []struct {
 				attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
 			}))
 			h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.run.finished", run: "r1", ts: t0.Add(4 * time.Second)}))
-			td := ptrace.NewTraces()
-			rs := td.ResourceSpans().AppendEmpty()
-			rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
-			sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-			sp.SetName("compile")
-			sp.SetStartTimestamp(1e9)
-			sp.SetEndTimestamp(3e9)
-			h.traces(td)
+			h.traces(stageSpan("w1", "compile", 1e9, 3e9))
 			h.p.tick(context.Background())
 		},
 	},
