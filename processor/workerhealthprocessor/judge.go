@@ -19,7 +19,7 @@ type transition struct {
 	at           int64
 }
 
-// lastAlive is when the worker last showed life. Silence the processor did
+// sinceAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
 // the restore.
 func (w *worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
