@@ -153,7 +153,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 	for _, o := range opts {
 		o(p)
 	}
-	p.pool.New = func() any { b := &mapping.Batch{}; b.Reset(); return b }
+	p.pool.New = func() any { return mapping.NewBatch() }
 	p.startTime = p.clock.Now().UnixNano()
 	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {

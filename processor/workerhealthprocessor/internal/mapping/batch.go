@@ -115,6 +115,13 @@ type Batch struct {
 	Malformed     int64
 }
 
+// NewBatch is an empty batch.
+func NewBatch() *Batch {
+	b := &Batch{}
+	b.Reset()
+	return b
+}
+
 // Reset empties the batch for its next use (the pool keeps its slices).
 func (b *Batch) Reset() {
 	b.Events = b.Events[:0]
