@@ -72,6 +72,26 @@ func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 	assert.Len(t, store.keys(cpPrefix+"w/"), 1, "the forgotten workers' records are deleted")
 }
 
+// checkpoint_every: the timer's evaluations write a checkpoint every N of
+// them (the tracker counts the evaluations).
+func TestCheckpointEvery(t *testing.T) {
+	store := &memStorage{}
+	cfg := testCfg()
+	cfg.CheckpointEvery = 3
+	h := started(t, cfg, store)
+	var wrote []int
+	for i := 1; i <= 7; i++ {
+		// A change to write; the clock stands still, so the timer loop
+		// evaluates nothing itself.
+		h.metrics(treeMetrics("w1", int64(10+i), -1, 1))
+		h.p.tick(context.Background())
+		if len(store.written()) > 0 {
+			wrote = append(wrote, i)
+		}
+	}
+	assert.Equal(t, []int{3, 6}, wrote, "the evaluations that wrote a checkpoint")
+}
+
 // Issue 14.1: the processor's lock is not held while the checkpoint is
 // marshaled and written: a large state or a slow disk does not stall the
 // pipelines (the whole state was marshaled under the lock).

@@ -42,7 +42,6 @@ type healthProcessor struct {
 	tracker   *tracker
 	targets   []*pipeline
 	startTime int64
-	evals     int
 
 	// lifeMu serializes start/shutdown and guards what they set up.
 	lifeMu     sync.Mutex
