@@ -121,7 +121,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	// A scheduler that states only a count names no run: runs it does not
 	// name are not orphans, and its count is its side.
-	counted := src.View == contract.ViewSnapshots && w.SnapKind == state.SnapCount && t.countFresh(w, src, now)
+	counted := src.View == contract.ViewSnapshots && w.SnapKind == state.SnapCount && w.countFresh(src, now)
 	// Runs can be missing only from a worker that says what it holds: one
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
@@ -156,7 +156,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	if counted {
 		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {
-			t.countDrift(w, now, grace)
+			w.countDrift(now, grace)
 		}
 	} else {
 		w.CountMissSince, w.CountOrphSince = 0, 0
@@ -205,13 +205,13 @@ func minSince(cur, v int64) int64 {
 
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
-func (t *tracker) countFresh(w *worker, src *mapping.Scheduler, now int64) bool {
+func (w *worker) countFresh(src *mapping.Scheduler, now int64) bool {
 	return w.SchedCountAt > 0 && now-w.SchedCountAt <= 3*int64(src.Interval)
 }
 
 // countDrift judges a count-only scheduler's side: more held than the worker
 // holds is missing, fewer is orphaned, each once it lasted the grace period.
-func (t *tracker) countDrift(w *worker, now, grace int64) {
+func (w *worker) countDrift(now, grace int64) {
 	judge := func(diff int, since *int64, n *int, first *int64) {
 		if diff <= 0 {
 			*since = 0
@@ -256,7 +256,7 @@ func (t *tracker) heal(w *worker, src *mapping.Scheduler, now, grace int64) {
 			w.SnapKind = state.SnapNone
 		case w.SnapKind == state.SnapList:
 			schedCorrected = true
-		case w.SnapKind == state.SnapCount && t.countFresh(w, src, now):
+		case w.SnapKind == state.SnapCount && w.countFresh(src, now):
 			t.reconcile(w, mapping.SideScheduler, w.SchedCount, w.SchedCountAt, 3*int64(src.Interval), &w.SchedOverSince, now, grace)
 			schedCorrected = true
 		}

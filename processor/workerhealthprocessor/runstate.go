@@ -21,7 +21,7 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 	}
 	perWorker := w.Table.Len() >= t.runLimit(w)
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-		if r = t.evictEnded(w); r == nil {
+		if r = w.evictEnded(); r == nil {
 			if perWorker {
 				t.counts.runsRefused[refusedRunsPerWorker]++
 			} else {
@@ -45,7 +45,7 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 // evictEnded drops the oldest run that neither side holds any more and
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
-func (t *tracker) evictEnded(w *worker) *state.Run {
+func (w *worker) evictEnded() *state.Run {
 	for i := w.OrderHead; i < len(w.Order); i++ {
 		r := w.Order[i]
 		if r.Has(state.RunGone) {
@@ -71,7 +71,7 @@ func (t *tracker) evictEnded(w *worker) *state.Run {
 
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
 // late or duplicated claim), counted once.
-func (t *tracker) workerClaim(w *worker, r *state.Run, ts, now int64) {
+func (w *worker) workerClaim(r *state.Run, ts, now int64) {
 	w.LastClaim = now
 	if r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) {
 		return
@@ -104,7 +104,7 @@ func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
 func (t *tracker) workerEnd(w *worker, r *state.Run, e *mapping.Event, now int64) {
 	if e.StartTS > 0 {
 		// A run span: its start is in the same record.
-		t.workerClaim(w, r, e.StartTS, now)
+		w.workerClaim(r, e.StartTS, now)
 		t.workerStart(w, r, e.StartTS, now)
 	}
 	// A kill is its own fact: the run's span (or a finished record) may

@@ -252,9 +252,9 @@ func (t *tracker) applyEvent(e *mapping.Event, now int64) {
 	}
 	switch e.Kind {
 	case mapping.KindClaimed:
-		t.workerClaim(w, r, e.TS, now)
+		w.workerClaim(r, e.TS, now)
 	case mapping.KindStarted:
-		t.workerClaim(w, r, e.TS, now)
+		w.workerClaim(r, e.TS, now)
 		t.workerStart(w, r, e.TS, now)
 	case mapping.KindFinished, mapping.KindKilled, mapping.KindReleased:
 		t.workerEnd(w, r, e, now)
