@@ -306,7 +306,7 @@ func TestEvidence(t *testing.T) {
 		h.advance(5 * sec)
 		hb(h)
 		h.eval()
-		r := h.reason(codeMissing)
+		r := h.reason(state.CodeMissing)
 		assert.Equal(t, t0, r.Since, "when the disagreement began")
 		assert.InDelta(t, 1, r.Value, 0)
 		assert.InDelta(t, 1, r.Threshold, 0, "a run count, not the grace in seconds")

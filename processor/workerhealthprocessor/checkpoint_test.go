@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // started is a harness whose processor checkpoints to store.
@@ -69,6 +70,26 @@ func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 	}
 	h.checkpoint()
 	assert.Len(t, store.keys(cpPrefix+"w/"), 1, "the forgotten workers' records are deleted")
+}
+
+// checkpoint_every: the timer's evaluations write a checkpoint every N of
+// them (the tracker counts the evaluations).
+func TestCheckpointEvery(t *testing.T) {
+	store := &memStorage{}
+	cfg := testCfg()
+	cfg.CheckpointEvery = 3
+	h := started(t, cfg, store)
+	var wrote []int
+	for i := 1; i <= 7; i++ {
+		// A change to write; the clock stands still, so the timer loop
+		// evaluates nothing itself.
+		h.metrics(treeMetrics("w1", int64(10+i), -1, 1))
+		h.p.tick(context.Background())
+		if len(store.written()) > 0 {
+			wrote = append(wrote, i)
+		}
+	}
+	assert.Equal(t, []int{3, 6}, wrote, "the evaluations that wrote a checkpoint")
 }
 
 // Issue 14.1: the processor's lock is not held while the checkpoint is
@@ -420,7 +441,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 		assert.Equal(t, contract.Unknown, w.State, "restored as unknown")
 		// Before: restored workers had no reason at all.
 		require.Len(t, w.Reasons, 1, "restored as unknown, with a reason")
-		assert.Equal(t, codeNotReported, w.Reasons[0].Code)
+		assert.Equal(t, state.CodeNotReported, w.Reasons[0].Code)
 	}
 	assert.Equal(t, []string{"r1"}, snap.Workers[0].Runs.Scheduler)
 
@@ -431,13 +452,13 @@ func TestRestoreAfterRestart(t *testing.T) {
 	// Evaluated, it keeps saying why, since the restore (before: the
 	// reason lost "restored" and its since went back to when the previous
 	// process first saw the worker).
-	r := h2.reason(codeNotReported)
+	r := h2.reason(state.CodeNotReported)
 	assert.Contains(t, r.Message, "restored from the checkpoint")
 	assert.Equal(t, restored, r.Since)
 	assert.Equal(t, unhealthy, h2.state("w2"), "restored evidence still counts")
 	hb(h2)
 	h2.eval()
 	assert.Equal(t, degraded, h2.state("w1"), "drift survived the restart")
-	assert.Contains(t, h2.codes("w1"), codeMissing)
+	assert.Contains(t, h2.codes("w1"), state.CodeMissing)
 	require.NoError(t, h2.p.shutdown(ctx, pl2))
 }

@@ -137,16 +137,9 @@ type (
 	EventNames         = mapping.EventNames
 	KillReasonPattern  = mapping.KillReasonPattern
 	MetricsInputConfig = mapping.MetricsConfig
-	schedSource        = mapping.Scheduler
 )
 
-const (
-	lifeClaims = mapping.LifeClaims
-	lifeAny    = mapping.LifeAny
-	lifeNone   = mapping.LifeNone
-)
-
-var signsOfLife = []string{lifeClaims, lifeAny, lifeNone}
+var signsOfLife = []string{mapping.LifeClaims, mapping.LifeAny, mapping.LifeNone}
 
 // mappingSettings resolves what the mapper reads.
 func (c *Config) mappingSettings() *mapping.Settings {
@@ -157,18 +150,18 @@ func (c *Config) mappingSettings() *mapping.Settings {
 }
 
 // schedulers resolves scheduler.service_names and scheduler.sources.
-func (c *Config) schedulers() []schedSource {
+func (c *Config) schedulers() []mapping.Scheduler {
 	sc := &c.Scheduler
 	defKeys := sc.WorkerIDAttributes
 	if len(defKeys) == 0 {
 		defKeys = c.Mapping.WorkerIDAttributes
 	}
-	var out []schedSource
+	var out []mapping.Scheduler
 	for _, n := range sc.ServiceNames {
-		out = append(out, schedSource{Name: n, View: sc.View, Keys: mapping.WithTreeKey(defKeys), Interval: sc.SnapshotInterval, Life: sc.SignOfLife})
+		out = append(out, mapping.Scheduler{Name: n, View: sc.View, Keys: mapping.WithTreeKey(defKeys), Interval: sc.SnapshotInterval, Life: sc.SignOfLife})
 	}
 	for _, s := range sc.Sources {
-		r := schedSource{
+		r := mapping.Scheduler{
 			Name: s.ServiceName, View: cmp.Or(s.View, sc.View), Keys: defKeys,
 			Interval: cmp.Or(s.SnapshotInterval, sc.SnapshotInterval), Life: cmp.Or(s.SignOfLife, sc.SignOfLife),
 		}

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -27,7 +29,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, component.MustNewIDWithName("worker_health", "api"), *c.HealthExtension)
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
-			assert.Equal(t, []schedSource{
+			assert.Equal(t, []mapping.Scheduler{
 				{Name: "lightning", View: "claims_only", Keys: []string{"worker_name", "cicd.worker.id"}, Interval: 30 * time.Second, Life: "claims"},
 				{Name: "queue-snapshots", View: "snapshots", Keys: []string{"worker_name", "cicd.worker.id"}, Interval: 15 * time.Second, Life: "any"},
 			}, c.schedulers())

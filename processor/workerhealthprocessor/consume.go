@@ -8,11 +8,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // ingest applies one extracted batch under the lock.
-func (p *healthProcessor) ingest(b *batch) {
+func (p *healthProcessor) ingest(b *mapping.Batch) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
 	p.tracker.apply(b, now)
@@ -21,7 +22,7 @@ func (p *healthProcessor) ingest(b *batch) {
 	p.pool.Put(b)
 }
 
-func (p *healthProcessor) getBatch() *batch { return p.pool.Get().(*batch) }
+func (p *healthProcessor) getBatch() *mapping.Batch { return p.pool.Get().(*mapping.Batch) }
 
 func (p *healthProcessor) processTraces(_ context.Context, td ptrace.Traces) (ptrace.Traces, error) {
 	b := p.getBatch()
@@ -49,7 +50,7 @@ func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics)
 	p.mu.Lock()
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
 		r, ok := p.mapper.Resource(rm.Resource())
-		if ok && (r.Src == srcScheduler || r.ID == "") {
+		if ok && (r.Src == mapping.SideScheduler || r.ID == "") {
 			return false
 		}
 		if w := p.tracker.workers[r.ID]; ok && w != nil && w.Evidence != state.EvidenceOnce {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -36,10 +37,10 @@ func (t *tracker) schedIndex(name string) int {
 
 // noSched is the view of a worker no scheduler named: events (nothing to
 // close or restate).
-var noSched = schedSource{View: contract.ViewEvents}
+var noSched = mapping.Scheduler{View: contract.ViewEvents}
 
 // schedOf is the scheduler source that last named the worker.
-func (t *tracker) schedOf(w *worker) *schedSource {
+func (t *tracker) schedOf(w *worker) *mapping.Scheduler {
 	if int(w.Sched) < len(t.scheds) {
 		return &t.scheds[w.Sched]
 	}
@@ -48,23 +49,23 @@ func (t *tracker) schedOf(w *worker) *schedSource {
 
 // letGo releases a run's side in the judgement (heal, reconcile): counted,
 // and the worker's record is rewritten at the next checkpoint.
-func (t *tracker) letGo(w *worker, r *state.Run, side source, now int64) {
+func (t *tracker) letGo(w *worker, r *state.Run, side mapping.Side, now int64) {
 	release(r, side, now)
 	r.Flags |= state.RunLetGo
 	t.healed[side]++
 	t.markDirty(w)
-	if side == srcWorker && r.Has(state.RunSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
+	if side == mapping.SideWorker && r.Has(state.RunSchedHeld) && t.schedOf(w).View == contract.ViewClaimsOnly {
 		// The worker's end closes a claims-only scheduler's claim: let go
 		// because its own count says it ended, the run ended all the same.
-		release(r, srcScheduler, now)
-		t.healed[srcScheduler]++
+		release(r, mapping.SideScheduler, now)
+		t.healed[mapping.SideScheduler]++
 	}
 }
 
 // release ends one side's hold of a run that was let go without an end
 // event (healed, closed by the other side, or absent from a snapshot).
-func release(r *state.Run, side source, now int64) {
-	if side == srcWorker {
+func release(r *state.Run, side mapping.Side, now int64) {
+	if side == mapping.SideWorker {
 		r.Flags = (r.Flags | state.RunWorkerEnded) &^ state.RunWorkerHeld
 		r.WEnd = now
 		return
@@ -86,14 +87,14 @@ func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
 		if !r.Has(state.RunSchedHeld) {
 			r.Flags = (r.Flags | state.RunSchedHeld) &^ state.RunSchedEnded
 			r.SAt = now
-			w.Claims[srcScheduler]++
+			w.Claims[mapping.SideScheduler]++
 		}
 	}
 	for r := range w.Table.All() {
 		if r.Has(state.RunListed) {
 			r.Flags &^= state.RunListed
 		} else if r.Has(state.RunSchedHeld) {
-			release(r, srcScheduler, now)
+			release(r, mapping.SideScheduler, now)
 		}
 	}
 }
@@ -120,7 +121,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	// A scheduler that states only a count names no run: runs it does not
 	// name are not orphans, and its count is its side.
-	counted := src.View == contract.ViewSnapshots && w.SnapKind == state.SnapCount && t.countFresh(w, src, now)
+	counted := src.View == contract.ViewSnapshots && w.SnapKind == state.SnapCount && w.countFresh(src, now)
 	// Runs can be missing only from a worker that says what it holds: one
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
@@ -155,7 +156,7 @@ func (t *tracker) drift(w *worker, now int64) {
 	if counted {
 		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {
-			t.countDrift(w, now, grace)
+			w.countDrift(now, grace)
 		}
 	} else {
 		w.CountMissSince, w.CountOrphSince = 0, 0
@@ -204,13 +205,13 @@ func minSince(cur, v int64) int64 {
 
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
-func (t *tracker) countFresh(w *worker, src *schedSource, now int64) bool {
+func (w *worker) countFresh(src *mapping.Scheduler, now int64) bool {
 	return w.SchedCountAt > 0 && now-w.SchedCountAt <= 3*int64(src.Interval)
 }
 
 // countDrift judges a count-only scheduler's side: more held than the worker
 // holds is missing, fewer is orphaned, each once it lasted the grace period.
-func (t *tracker) countDrift(w *worker, now, grace int64) {
+func (w *worker) countDrift(now, grace int64) {
 	judge := func(diff int, since *int64, n *int, first *int64) {
 		if diff <= 0 {
 			*since = 0
@@ -241,22 +242,22 @@ func (t *tracker) countDrift(w *worker, now, grace int64) {
 //     after the other side ended it, or that the other side never named (for
 //     the worker's side: only when a scheduler knows the worker; a worker no
 //     scheduler knows may hold a run for hours), is let go.
-func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
-	workerCounted := t.reconcile(w, srcWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
+func (t *tracker) heal(w *worker, src *mapping.Scheduler, now, grace int64) {
+	workerCounted := t.reconcile(w, mapping.SideWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
 	schedCorrected := false
 	if src.View == contract.ViewSnapshots {
 		switch {
 		case w.SnapKind == state.SnapList && now-w.SnapAt > 3*int64(src.Interval):
 			for r := range w.Table.All() {
 				if r.Has(state.RunSchedHeld) {
-					t.letGo(w, r, srcScheduler, now)
+					t.letGo(w, r, mapping.SideScheduler, now)
 				}
 			}
 			w.SnapKind = state.SnapNone
 		case w.SnapKind == state.SnapList:
 			schedCorrected = true
-		case w.SnapKind == state.SnapCount && t.countFresh(w, src, now):
-			t.reconcile(w, srcScheduler, w.SchedCount, w.SchedCountAt, 3*int64(src.Interval), &w.SchedOverSince, now, grace)
+		case w.SnapKind == state.SnapCount && w.countFresh(src, now):
+			t.reconcile(w, mapping.SideScheduler, w.SchedCount, w.SchedCountAt, 3*int64(src.Interval), &w.SchedOverSince, now, grace)
 			schedCorrected = true
 		}
 	}
@@ -268,18 +269,18 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 			// not), or never named it (its claim and end were both lost, or
 			// the run really was lost: a scheduler gives up on it by now).
 			if now-max(r.SAt, r.WEnd) >= after {
-				t.letGo(w, r, srcScheduler, now)
+				t.letGo(w, r, mapping.SideScheduler, now)
 			}
 		case !workerCounted && r.Has(state.RunWorkerHeld) && r.Has(state.RunSchedEnded):
 			if now-max(r.WAt, r.SEnd) >= after {
-				t.letGo(w, r, srcWorker, now)
+				t.letGo(w, r, mapping.SideWorker, now)
 			}
 		case !workerCounted && r.Has(state.RunWorkerHeld) && !r.Has(state.RunSchedHeld) && w.SchedKnown:
 			// A scheduler that knows the worker never named the run (a
 			// short run between two snapshots, a claim lost): its end was
 			// lost too, or it is a real orphan no longer news.
 			if now-r.WAt >= after {
-				t.letGo(w, r, srcWorker, now)
+				t.letGo(w, r, mapping.SideWorker, now)
 			}
 		}
 	}
@@ -292,14 +293,14 @@ func (t *tracker) heal(w *worker, src *schedSource, now, grace int64) {
 // ended). The oldest claims go first; the other side's view is untouched, so
 // runs it still lists become drift, which is the truth. It reports whether a
 // fresh count corrects the side.
-func (t *tracker) reconcile(w *worker, side source, count int, at, fresh int64, overSince *int64, now, grace int64) bool {
+func (t *tracker) reconcile(w *worker, side mapping.Side, count int, at, fresh int64, overSince *int64, now, grace int64) bool {
 	if count < 0 || at == 0 || now-at > fresh {
 		*overSince = 0
 		return false
 	}
 	flag := state.RunWorkerHeld
 	claimAt := func(r *state.Run) int64 { return r.WAt }
-	if side == srcScheduler {
+	if side == mapping.SideScheduler {
 		flag = state.RunSchedHeld
 		claimAt = func(r *state.Run) int64 { return r.SAt }
 	}

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 type driftWant struct {
@@ -163,8 +165,8 @@ func TestDrift(t *testing.T) {
 			}
 			w := h.worker("w1")
 			runs := int64(max(tt.runs, 1))
-			assert.LessOrEqual(t, w.Claims[srcWorker], runs, "a run is claimed once")
-			assert.LessOrEqual(t, w.Claims[srcScheduler], runs)
+			assert.LessOrEqual(t, w.Claims[mapping.SideWorker], runs, "a run is claimed once")
+			assert.LessOrEqual(t, w.Claims[mapping.SideScheduler], runs)
 		})
 	}
 }
@@ -178,7 +180,7 @@ func TestDriftDegradesAndRecovers(t *testing.T) {
 	h.advance(4 * time.Second)
 	h.eval()
 	require.Equal(t, degraded, h.state("w1"))
-	require.Contains(t, h.codes("w1"), codeMissing)
+	require.Contains(t, h.codes("w1"), state.CodeMissing)
 	h.logs(sl("w1", "workerwatch.run.released", "r1"))
 	h.eval()
 	h.eval()
@@ -226,8 +228,8 @@ func TestSchedulerViews(t *testing.T) {
 			name: "claims only: a claim the worker never started is missing, then heals after drift.heal_after",
 			cfg:  claimsOnly,
 			steps: seq(
-				step{do: feed(hb, sClaim("r2")), advance: 4 * sec, want: degraded, code: codeMissing, check: drift([]string{"r2"}, none)},
-				repeat(15, step{do: hb, advance: sec, want: degraded, code: codeMissing}),
+				step{do: feed(hb, sClaim("r2")), advance: 4 * sec, want: degraded, code: state.CodeMissing, check: drift([]string{"r2"}, none)},
+				repeat(15, step{do: hb, advance: sec, want: degraded, code: state.CodeMissing}),
 				step{do: hb, advance: sec, check: func(h *harness) {
 					drift(none, none)(h)
 					assert.Equal(h.t, [2]int64{0, 1}, h.healed(), "one scheduler-side run let go")
@@ -244,7 +246,7 @@ func TestSchedulerViews(t *testing.T) {
 				// Nothing listed while the worker still holds r1: orphaned once
 				// that lasts the grace period.
 				step{do: feed(hb, snap()), advance: 2 * sec, check: drift(none, none)},
-				step{do: feed(hb, snap()), advance: 2 * sec, code: codeOrphaned, check: drift(none, []string{"r1"})},
+				step{do: feed(hb, snap()), advance: 2 * sec, code: state.CodeOrphaned, check: drift(none, []string{"r1"})},
 				step{do: feed(hb, snap(), wFinish("r1")), advance: sec, check: drift(none, none)},
 			),
 		},
@@ -257,7 +259,7 @@ func TestSchedulerViews(t *testing.T) {
 			cfg:  func(c *Config) { snapshots(c); c.Drift.HealAfter = 10 * sec },
 			steps: seq(
 				repeat(12, step{do: feed(hb, snap("r9")), advance: 2 * sec}),
-				step{want: degraded, code: codeMissing, check: func(h *harness) {
+				step{want: degraded, code: state.CodeMissing, check: func(h *harness) {
 					drift([]string{"r9"}, none)(h)
 					assert.Equal(h.t, [2]int64{0, 0}, h.healed(), "nothing let go")
 				}},
@@ -276,7 +278,7 @@ func TestSchedulerViews(t *testing.T) {
 			name: "snapshots by count only: drift is the difference of the counts",
 			cfg:  snapshots,
 			steps: seq(
-				step{do: feed(hb, wClaim("r1"), heldMetrics("workersim-scheduler", map[string]int64{"w1": 3})), advance: 4 * sec, want: degraded, code: codeMissing, check: func(h *harness) {
+				step{do: feed(hb, wClaim("r1"), heldMetrics("workersim-scheduler", map[string]int64{"w1": 3})), advance: 4 * sec, want: degraded, code: state.CodeMissing, check: func(h *harness) {
 					w := h.snap("w1")
 					assert.Equal(h.t, 2, w.Drift.MissingCount)
 					assert.Empty(h.t, w.Drift.Missing, "a count names no run")
@@ -321,7 +323,7 @@ func TestDriftHeals(t *testing.T) {
 				step{do: feed(hb, sClaim("r1"), wClaim("r1")), advance: sec},
 				step{do: feed(hb, wFinish("r1")), advance: 4 * sec, want: degraded, check: codes(1, 0)},
 				repeat(15, step{do: hb, advance: sec, check: codes(1, 0)}),
-				step{do: hb, advance: sec, want: degraded, code: codeRecovering, check: codes(0, 0)},
+				step{do: hb, advance: sec, want: degraded, code: state.CodeRecovering, check: codes(0, 0)},
 				step{do: hb, advance: sec, want: healthy, check: func(h *harness) { assert.Equal(h.t, [2]int64{0, 1}, h.healed()) }},
 			),
 		},
@@ -383,9 +385,9 @@ func TestDriftHeals(t *testing.T) {
 				step{
 					do: feed(wl("w1", "workerwatch.worker.heartbeat", "", map[string]any{"workerwatch.worker.capacity": 2}),
 						sClaim("a"), sClaim("b"), sClaim("c"), sClaim("r1"), wClaim("r1")), advance: 4 * sec,
-					want: degraded, code: codeMissing, noCode: codeOverCapacity,
+					want: degraded, code: state.CodeMissing, noCode: state.CodeOverCapacity,
 				},
-				step{do: hb, advance: 4 * sec, want: degraded, code: codeMissing, noCode: codeOverCapacity, check: func(h *harness) {
+				step{do: hb, advance: 4 * sec, want: degraded, code: state.CodeMissing, noCode: state.CodeOverCapacity, check: func(h *harness) {
 					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
 				}},
 				// Claims that keep getting lost: young ones (not yet missing)
@@ -393,7 +395,7 @@ func TestDriftHeals(t *testing.T) {
 				repeat(8, step{do: func(h *harness) {
 					hb(h)
 					h.logs(sClaim(fmt.Sprintf("lost-%d", autoRun.Add(1))))
-				}, advance: sec, noCode: codeOverCapacity}),
+				}, advance: sec, noCode: state.CodeOverCapacity}),
 			),
 		},
 		{
@@ -429,7 +431,7 @@ func TestDriftHeals(t *testing.T) {
 			// arrives has no view to disagree with.
 			name: "no missing drift for a worker only the scheduler names",
 			steps: seq(
-				step{do: feed(sClaim("a")), advance: 4 * sec, want: unknown, noCode: codeMissing},
+				step{do: feed(sClaim("a")), advance: 4 * sec, want: unknown, noCode: state.CodeMissing},
 			),
 		},
 	})

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -108,8 +109,8 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
 		point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-		point(claims, w.Claims[srcWorker], true, contract.AttrSource, contract.SourceWorker)
-		point(claims, w.Claims[srcScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		point(claims, w.Claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
+		point(claims, w.Claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
 		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range byReason {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
@@ -51,7 +52,7 @@ func createDefaultConfig() component.Config {
 			ServiceNames:     []string{"workersim-scheduler", "scheduler"},
 			View:             contract.ViewEvents,
 			SnapshotInterval: 30 * time.Second,
-			SignOfLife:       lifeClaims,
+			SignOfLife:       mapping.LifeClaims,
 		},
 		Mapping: MappingConfig{
 			EventNameAttribute:    contract.AttrEventName,

@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
 // update rewrites the golden files from what the processor emits now:
@@ -48,22 +47,15 @@ var goldenCases = []struct {
 				rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},
 			))
 			h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0}))
-			h.evalEmit()
+			h.p.tick(context.Background())
 			h.advance(time.Second)
 			h.logs(workerLogs("worker", rec{
 				worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
 				attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
 			}))
 			h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.run.finished", run: "r1", ts: t0.Add(4 * time.Second)}))
-			td := ptrace.NewTraces()
-			rs := td.ResourceSpans().AppendEmpty()
-			rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
-			sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-			sp.SetName("compile")
-			sp.SetStartTimestamp(1e9)
-			sp.SetEndTimestamp(3e9)
-			h.traces(td)
-			h.evalEmit()
+			h.traces(stageSpan("w1", "compile", 1e9, 3e9))
+			h.p.tick(context.Background())
 		},
 	},
 	{
@@ -82,7 +74,7 @@ var goldenCases = []struct {
 				rec{worker: "w1", event: "workerwatch.run.claimed", run: "a"},
 				rec{worker: "w1", event: "workerwatch.run.claimed", run: "c"},
 			))
-			h.evalEmit()
+			h.p.tick(context.Background())
 			for i := range 6 {
 				h.advance(time.Second)
 				h.metrics(treeMetrics("w1", 10, -1, 1))
@@ -90,17 +82,11 @@ var goldenCases = []struct {
 				if i < 5 {
 					h.p.evaluate(context.Background()) // its state changes only
 				} else {
-					h.evalEmit()
+					h.p.tick(context.Background())
 				}
 			}
 		},
 	},
-}
-
-// evalEmit runs one evaluation through the processor's own emission path
-// into the harness's sinks.
-func (h *harness) evalEmit() {
-	h.p.sendMetrics(context.Background(), h.p.evaluate(context.Background()))
 }
 
 // withSinks makes the harness's processor emit into two sinks, as if it

@@ -190,6 +190,18 @@ func sl(worker, event, run string) plog.Logs {
 	return schedLogs(rec{worker: worker, event: event, run: run})
 }
 
+// stageSpan is one span of a worker's run stage, from start to end (unix ns).
+func stageSpan(worker, stage string, start, end pcommon.Timestamp) ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("cicd.worker.id", worker)
+	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	sp.SetName(stage)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(end)
+	return td
+}
+
 // treeMetrics is one scrape of a worker tree: memory split over two roles.
 func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 func TestIdentity(t *testing.T) {
@@ -32,7 +33,7 @@ func TestIdentity(t *testing.T) {
 			cfg:  openfnLike,
 			steps: seq(
 				repeat(3, step{do: feed(hbNamed, liveTree(1500)), advance: sec}),
-				step{want: unhealthy, code: codeMemory, check: func(h *harness) {
+				step{want: unhealthy, code: state.CodeMemory, check: func(h *harness) {
 					w := h.snap("w1")
 					assert.Equal(t, int64(1500), w.Memory.RSSBytes)
 					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree.IDs)
@@ -51,9 +52,9 @@ func TestIdentity(t *testing.T) {
 			cfg:  openfnLike,
 			steps: seq(
 				step{do: feed(hbNamed, liveTree(100)), advance: sec, want: healthy},
-				repeat(70, step{do: feed(liveTree(100)), advance: sec, want: healthy, noCode: codeNoTelemetry}),
+				repeat(70, step{do: feed(liveTree(100)), advance: sec, want: healthy, noCode: state.CodeNoTelemetry}),
 				repeat(5, step{do: feed(tree{worker: "w1", present: 0, oom: -1}), advance: sec}),
-				step{want: lost, code: codeNoTelemetry},
+				step{want: lost, code: state.CodeNoTelemetry},
 			),
 		},
 		{
@@ -64,7 +65,7 @@ func TestIdentity(t *testing.T) {
 			steps: seq(
 				repeat(10, step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
-				}, advance: sec, want: unknown, code: codeNotReported, noCode: codeNoTelemetry}),
+				}, advance: sec, want: unknown, code: state.CodeNotReported, noCode: state.CodeNoTelemetry}),
 			),
 		},
 		{
@@ -79,7 +80,7 @@ func TestIdentity(t *testing.T) {
 			steps: seq(
 				repeat(12, step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
-				}, advance: sec, noCode: codeOverCapacity, check: func(h *harness) {
+				}, advance: sec, noCode: state.CodeOverCapacity, check: func(h *harness) {
 					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
 				}}),
 			),
@@ -92,7 +93,7 @@ func TestIdentity(t *testing.T) {
 				c.Scheduler.View = contract.ViewSnapshots
 				c.Scheduler.SignOfLife = "any"
 			},
-			steps: seq(repeat(10, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec, want: unknown, noCode: codeNoTelemetry})),
+			steps: seq(repeat(10, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec, want: unknown, noCode: state.CodeNoTelemetry})),
 		},
 		{
 			name: "sign_of_life none: even a claims-only scheduler's claims do not keep the worker from lost",
@@ -104,7 +105,7 @@ func TestIdentity(t *testing.T) {
 				repeat(5, step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
 				}, advance: sec}),
-				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "c-last")) }, want: lost, code: codeNoTelemetry},
+				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "c-last")) }, want: lost, code: state.CodeNoTelemetry},
 			),
 		},
 		{
@@ -112,7 +113,7 @@ func TestIdentity(t *testing.T) {
 			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewSnapshots },
 			steps: seq(
 				repeat(5, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec}),
-				step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), want: lost, code: codeNoTelemetry},
+				step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), want: lost, code: state.CodeNoTelemetry},
 			),
 		},
 		{

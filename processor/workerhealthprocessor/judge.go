@@ -11,21 +11,6 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// Reason codes (internal/state/codes.go, docs/health-rules.md).
-const (
-	codeMemory        = state.CodeMemory
-	codeMemoryAtStart = state.CodeMemoryAtStart
-	codeKills         = state.CodeKills
-	codeCPU           = state.CodeCPU
-	codeNoClaim       = state.CodeNoClaim
-	codeNoTelemetry   = state.CodeNoTelemetry
-	codeMissing       = state.CodeMissing
-	codeOrphaned      = state.CodeOrphaned
-	codeOverCapacity  = state.CodeOverCapacity
-	codeRecovering    = state.CodeRecovering
-	codeNotReported   = state.CodeNotReported
-)
-
 // transition is one state change, for the log record.
 type transition struct {
 	worker, name string
@@ -34,9 +19,7 @@ type transition struct {
 	at           int64
 }
 
-func ts(ns int64) time.Time { return state.Time(ns) }
-
-// lastAlive is when the worker last showed life. Silence the processor did
+// sinceAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
 // the restore.
 func (w *worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
@@ -69,11 +52,11 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	if t.lost(w, now) {
 		lastAlive := w.sinceAlive()
 		return contract.Lost, []contract.Reason{{
-			Code:      codeNoTelemetry,
+			Code:      state.CodeNoTelemetry,
 			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
 			Value:     time.Duration(now - lastAlive).Seconds(),
 			Threshold: t.cfg.Lost.After.Seconds(),
-			Since:     ts(lastAlive),
+			Since:     state.Time(lastAlive),
 		}}
 	}
 
@@ -95,9 +78,9 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		last := max(w.LastClaim, w.FirstMention)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
-				Code:    codeNoClaim,
+				Code:    state.CodeNoClaim,
 				Message: fmt.Sprintf("alive with free capacity and work pending, no claim for %v", time.Duration(now-last).Round(time.Second)),
-				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stalled.After.Seconds(), Since: ts(last),
+				Value:   time.Duration(now - last).Seconds(), Threshold: t.cfg.Stalled.After.Seconds(), Since: state.Time(last),
 			})
 		}
 	}
@@ -106,24 +89,24 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 	// period is enough (threshold 1), since when the oldest began.
 	if w.MissN > 0 {
 		degraded = append(degraded, contract.Reason{
-			Code:    codeMissing,
+			Code:    state.CodeMissing,
 			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.MissN, t.cfg.Drift.Grace),
-			Value:   float64(w.MissN), Threshold: 1, Since: ts(w.MissSince),
+			Value:   float64(w.MissN), Threshold: 1, Since: state.Time(w.MissSince),
 		})
 	}
 	if w.OrphN > 0 {
 		degraded = append(degraded, contract.Reason{
-			Code:    codeOrphaned,
+			Code:    state.CodeOrphaned,
 			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.OrphN, t.cfg.Drift.Grace),
-			Value:   float64(w.OrphN), Threshold: 1, Since: ts(w.OrphSince),
+			Value:   float64(w.OrphN), Threshold: 1, Since: state.Time(w.OrphSince),
 		})
 	}
 	if w.OverCap > 0 {
 		n := w.heldForCapacity()
 		degraded = append(degraded, contract.Reason{
-			Code:    codeOverCapacity,
+			Code:    state.CodeOverCapacity,
 			Message: fmt.Sprintf("%d runs held with capacity %d", n, capacity),
-			Value:   float64(n), Threshold: float64(capacity), Since: ts(w.OverCapSince),
+			Value:   float64(n), Threshold: float64(capacity), Since: state.Time(w.OverCapSince),
 		})
 	}
 	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
@@ -163,7 +146,7 @@ func notReported(w *worker, since int64, restored bool) contract.Reason {
 	case w.NamedBy(state.OriginScheduler):
 		msg += "; only the scheduler named it"
 	}
-	return contract.Reason{Code: codeNotReported, Message: msg, Since: ts(since)}
+	return contract.Reason{Code: state.CodeNotReported, Message: msg, Since: state.Time(since)}
 }
 
 func (t *tracker) pendingFresh(now int64) bool {

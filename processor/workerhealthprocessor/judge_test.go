@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 // The judgement rules of issue 12, each as a step table: every case fails
@@ -39,7 +40,7 @@ func TestTruthTable(t *testing.T) {
 			steps: seq(
 				repeat(3, step{do: sample(1200, 0.25), advance: sec}),
 				step{want: unhealthy},
-				step{advance: 5 * sec, want: lost, check: codes(codeNoTelemetry)},
+				step{advance: 5 * sec, want: lost, check: codes(state.CodeNoTelemetry)},
 			),
 		},
 		{
@@ -48,7 +49,7 @@ func TestTruthTable(t *testing.T) {
 			steps: seq(
 				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "r0")) }, advance: sec},
 				repeat(8, step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("r%d", autoRun.Add(1)))) }, advance: sec}),
-				step{want: unknown, check: codes(codeNotReported)},
+				step{want: unknown, check: codes(state.CodeNotReported)},
 			),
 		},
 		{
@@ -56,7 +57,7 @@ func TestTruthTable(t *testing.T) {
 			cfg:  stallFast,
 			steps: seq(
 				repeat(2, step{do: sample(1200, 0.25), advance: sec}),
-				step{do: sample(1200, 0.25), advance: sec, want: unhealthy, check: codes(codeMemory, codeNoClaim, codeCPU)},
+				step{do: sample(1200, 0.25), advance: sec, want: unhealthy, check: codes(state.CodeMemory, state.CodeNoClaim, state.CodeCPU)},
 			),
 		},
 		{
@@ -64,14 +65,14 @@ func TestTruthTable(t *testing.T) {
 			cfg:  stallFast,
 			steps: seq(
 				repeat(2, step{do: sample(100, 0.25), advance: sec}),
-				step{do: sample(100, 0.25), advance: sec, want: stalled, check: codes(codeNoClaim, codeCPU)},
+				step{do: sample(100, 0.25), advance: sec, want: stalled, check: codes(state.CodeNoClaim, state.CodeCPU)},
 			),
 		},
 		{
 			name: "row 6: a saturated CPU, no latch, nothing pending: degraded",
 			steps: seq(
 				repeat(2, step{do: sample(100, 0.25), advance: sec}),
-				step{do: sample(100, 0.25), advance: sec, want: degraded, check: codes(codeCPU)},
+				step{do: sample(100, 0.25), advance: sec, want: degraded, check: codes(state.CodeCPU)},
 			),
 		},
 		{
@@ -111,26 +112,26 @@ func TestRules(t *testing.T) {
 				{do: func(h *harness) {
 					hb(h)
 					require.Equal(h.t, unknown, h.state("w1"))
-				}, want: healthy, noCode: codeMemory},
+				}, want: healthy, noCode: state.CodeMemory},
 			},
 		},
 		{
 			name: "memory over the soft limit: degraded, then unhealthy after 3 samples, recovers after 3 low samples and 2 evaluations",
 			steps: seq(
-				step{do: mem(1200), advance: sec, want: degraded, code: codeMemory},
-				step{do: mem(1200), advance: sec, want: degraded, code: codeMemory},
-				step{do: mem(1200), advance: sec, want: unhealthy, code: codeMemory},
-				step{do: mem(500), advance: sec, want: unhealthy, code: codeMemory},
+				step{do: mem(1200), advance: sec, want: degraded, code: state.CodeMemory},
+				step{do: mem(1200), advance: sec, want: degraded, code: state.CodeMemory},
+				step{do: mem(1200), advance: sec, want: unhealthy, code: state.CodeMemory},
+				step{do: mem(500), advance: sec, want: unhealthy, code: state.CodeMemory},
 				step{do: mem(500), advance: sec, want: unhealthy},
-				step{do: mem(500), advance: sec, want: unhealthy, code: codeRecovering}, // latch cleared, hysteresis 1/2
-				step{do: mem(500), advance: sec, want: healthy, noCode: codeMemory},
+				step{do: mem(500), advance: sec, want: unhealthy, code: state.CodeRecovering}, // latch cleared, hysteresis 1/2
+				step{do: mem(500), advance: sec, want: healthy, noCode: state.CodeMemory},
 			),
 		},
 		{
 			name: "memory flapping at the limit never reaches unhealthy and does not flap the state",
 			steps: seq(repeat(5, []step{
-				{do: mem(1200), advance: sec, want: degraded, code: codeMemory},
-				{do: mem(980), advance: sec, want: degraded, code: codeRecovering},
+				{do: mem(1200), advance: sec, want: degraded, code: state.CodeMemory},
+				{do: mem(980), advance: sec, want: degraded, code: state.CodeRecovering},
 			})),
 			maxTransitions: 1,
 		},
@@ -138,7 +139,7 @@ func TestRules(t *testing.T) {
 			name: "unhealthy memory does not recover while samples alternate",
 			steps: seq(
 				repeat(3, step{do: mem(1500), advance: sec}),
-				repeat(6, step{do: both(mem(500), mem(1500)), advance: sec, want: unhealthy, code: codeMemory}),
+				repeat(6, step{do: both(mem(500), mem(1500)), advance: sec, want: unhealthy, code: state.CodeMemory}),
 			),
 			maxTransitions: 2,
 		},
@@ -146,7 +147,7 @@ func TestRules(t *testing.T) {
 			name: "over the soft limit when a run starts: unhealthy at once (Scoot), and it recovers",
 			steps: seq(
 				step{do: mem(1200), advance: sec, want: degraded},
-				step{do: func(h *harness) { h.logs(wl("w1", "workerwatch.run.started", "r1", nil)) }, advance: sec, want: unhealthy, code: codeMemoryAtStart},
+				step{do: func(h *harness) { h.logs(wl("w1", "workerwatch.run.started", "r1", nil)) }, advance: sec, want: unhealthy, code: state.CodeMemoryAtStart},
 				repeat(3, step{do: mem(100), advance: sec}),
 				step{do: mem(100), advance: sec, want: healthy},
 			),
@@ -161,9 +162,9 @@ func TestRules(t *testing.T) {
 					m.SetName("workerwatch.cgroup.memory.max")
 					m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(1000)
 					h.metrics(md)
-				}, advance: sec, want: degraded, code: codeMemory},
+				}, advance: sec, want: degraded, code: state.CodeMemory},
 				repeat(2, step{do: mem(950), advance: sec}),
-				step{want: unhealthy, code: codeMemory},
+				step{want: unhealthy, code: state.CodeMemory},
 			),
 		},
 		{
@@ -171,7 +172,7 @@ func TestRules(t *testing.T) {
 			cfg:  func(c *Config) { c.Memory.UnhealthySamples = 100; c.Memory.UnhealthyAfter = 5 * time.Second },
 			steps: seq(
 				step{do: mem(1200), advance: 3 * sec, want: degraded},
-				step{do: hb, advance: 3 * sec, want: unhealthy, code: codeMemory},
+				step{do: hb, advance: 3 * sec, want: unhealthy, code: state.CodeMemory},
 			),
 		},
 		{
@@ -182,23 +183,23 @@ func TestRules(t *testing.T) {
 				step{do: kill("r2", "canceled"), advance: sec, want: healthy},
 				step{do: kill("r3", "crash"), advance: sec, want: healthy},
 				step{do: kill("r4", "timeout"), advance: sec, want: healthy},
-				step{do: kill("r5", "oom"), advance: sec, want: unhealthy, code: codeKills},
-				step{do: hb, advance: 30 * sec, want: unhealthy, code: codeKills},
-				step{do: hb, advance: 30 * sec, want: unhealthy, code: codeRecovering},
-				step{do: hb, advance: sec, want: healthy, noCode: codeKills},
+				step{do: kill("r5", "oom"), advance: sec, want: unhealthy, code: state.CodeKills},
+				step{do: hb, advance: 30 * sec, want: unhealthy, code: state.CodeKills},
+				step{do: hb, advance: 30 * sec, want: unhealthy, code: state.CodeRecovering},
+				step{do: hb, advance: sec, want: healthy, noCode: state.CodeKills},
 			),
 		},
 		{
 			name:  "runs killed by their own limits never make the worker unhealthy",
 			cfg:   func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
-			steps: seq(repeat(20, step{do: both(kill("", "timeout"), kill("", "memory_limit")), advance: sec, want: healthy, noCode: codeKills})),
+			steps: seq(repeat(20, step{do: both(kill("", "timeout"), kill("", "memory_limit")), advance: sec, want: healthy, noCode: state.CodeKills})),
 		},
 		{
 			name: "main process CPU-saturated (one full core of 4) for 3 samples: degraded; recovers",
 			steps: seq(
 				step{do: cpu(0.24), advance: sec, want: healthy},
 				step{do: cpu(0.25), advance: sec, want: healthy},
-				step{do: cpu(0.25), advance: sec, want: degraded, code: codeCPU},
+				step{do: cpu(0.25), advance: sec, want: degraded, code: state.CodeCPU},
 				step{do: cpu(0.2), advance: sec, want: degraded}, // between recovery and saturation: holds
 				repeat(3, step{do: cpu(0.1), advance: sec}),
 				step{do: cpu(0.1), advance: sec, want: healthy},
@@ -209,11 +210,11 @@ func TestRules(t *testing.T) {
 			steps: seq(
 				step{do: both(hb, func(h *harness) { h.metrics(pendingMetrics(5)) }), advance: sec, want: healthy},
 				repeat(8, step{do: both(hb, func(h *harness) { h.metrics(pendingMetrics(5)) }), advance: sec}),
-				step{do: hb, advance: sec, want: stalled, code: codeNoClaim},
+				step{do: hb, advance: sec, want: stalled, code: state.CodeNoClaim},
 				step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", "r1"))
 					h.logs(wl("w1", "workerwatch.run.claimed", "r1", nil))
-				}, advance: sec, want: stalled, code: codeRecovering},
+				}, advance: sec, want: stalled, code: state.CodeRecovering},
 				step{do: hb, advance: sec, want: healthy},
 			),
 		},
@@ -224,7 +225,7 @@ func TestRules(t *testing.T) {
 		{
 			name:  "stalled on free capacity alone when require_pending is false",
 			cfg:   func(c *Config) { c.Stalled.RequirePending = false },
-			steps: seq(repeat(10, step{do: hb, advance: sec}), step{do: hb, want: stalled, code: codeNoClaim}),
+			steps: seq(repeat(10, step{do: hb, advance: sec}), step{do: hb, want: stalled, code: state.CodeNoClaim}),
 		},
 		{
 			name: "lost: no telemetry and no live process for T; back when it reports",
@@ -234,8 +235,8 @@ func TestRules(t *testing.T) {
 				step{do: hb, advance: sec, want: healthy},
 				step{do: hb, advance: sec, want: healthy},
 				step{do: hb, advance: 4 * sec, want: healthy},
-				step{advance: 2 * sec, want: lost, code: codeNoTelemetry},
-				step{do: hb, advance: sec, want: lost, code: codeRecovering},
+				step{advance: 2 * sec, want: lost, code: state.CodeNoTelemetry},
+				step{do: hb, advance: sec, want: lost, code: state.CodeRecovering},
 				step{do: hb, advance: sec, want: healthy},
 			),
 		},
@@ -244,14 +245,14 @@ func TestRules(t *testing.T) {
 			steps: seq(
 				step{do: mem(100), advance: sec, want: healthy},
 				repeat(5, step{do: func(h *harness) { h.metrics(treeMetrics("w1", 0, -1, 0)) }, advance: sec}),
-				step{want: lost, code: codeNoTelemetry},
+				step{want: lost, code: state.CodeNoTelemetry},
 			),
 		},
 		{
 			name: "a worker only the scheduler names: unknown, then lost",
 			steps: seq(
-				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "r1")) }, advance: sec, want: unknown, code: codeNotReported},
-				step{advance: 5 * sec, want: lost, code: codeNoTelemetry},
+				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "r1")) }, advance: sec, want: unknown, code: state.CodeNotReported},
+				step{advance: 5 * sec, want: lost, code: state.CodeNoTelemetry},
 			),
 		},
 		{
@@ -264,11 +265,11 @@ func TestRules(t *testing.T) {
 						h.logs(wl("w1", "workerwatch.run.claimed", r, nil))
 					}
 				}, advance: sec, want: healthy},
-				step{do: hb, advance: 3 * sec, want: degraded, code: codeOverCapacity},
+				step{do: hb, advance: 3 * sec, want: degraded, code: state.CodeOverCapacity},
 				step{do: func(h *harness) {
 					h.logs(wl("w1", "workerwatch.run.finished", "r2", map[string]any{"cicd.pipeline.result": "success"}))
 					h.logs(sl("w1", "workerwatch.run.finished", "r2"))
-				}, advance: sec, want: degraded, code: codeRecovering},
+				}, advance: sec, want: degraded, code: state.CodeRecovering},
 				step{do: hb, advance: sec, want: healthy},
 			),
 		},
@@ -287,7 +288,7 @@ func TestReasonEvidence(t *testing.T) {
 	w := h.worker("w1")
 	require.Equal(t, unhealthy, w.State)
 	r := w.Reasons[0]
-	assert.Equal(t, codeMemory, r.Code)
+	assert.Equal(t, state.CodeMemory, r.Code)
 	assert.Equal(t, 1500.0, r.Value)
 	assert.Equal(t, 1000.0, r.Threshold)
 	assert.Equal(t, t0, r.Since)

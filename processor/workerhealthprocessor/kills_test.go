@@ -34,15 +34,15 @@ func TestKills(t *testing.T) {
 			steps: seq(
 				step{do: feed(hb, oomTree(7)), advance: sec, want: healthy, check: kills("oom", 0)}, // a baseline, not kills
 				step{do: feed(hb, oomTree(9)), advance: sec, want: healthy, check: kills("oom", 2)},
-				step{do: feed(hb, oomTree(10)), advance: sec, want: unhealthy, code: codeKills, check: func(h *harness) {
-					r := h.reason(codeKills)
+				step{do: feed(hb, oomTree(10)), advance: sec, want: unhealthy, code: state.CodeKills, check: func(h *harness) {
+					r := h.reason(state.CodeKills)
 					assert.InDelta(h.t, 3, r.Value, 0)
 					assert.InDelta(h.t, 3, r.Threshold, 0)
 					assert.Equal(h.t, t0.Add(sec), r.Since)
 				}},
 				// Before: value stayed kills.count and since moved with the ring.
 				step{do: feed(hb, oomTree(14)), advance: sec, want: unhealthy, check: func(h *harness) {
-					r := h.reason(codeKills)
+					r := h.reason(state.CodeKills)
 					assert.InDelta(h.t, 7, r.Value, 0, "every kill in the window")
 					assert.Equal(h.t, t0.Add(sec), r.Since, "the episode's start does not move")
 				}},
@@ -51,7 +51,7 @@ func TestKills(t *testing.T) {
 				// with since = the oldest kill in the window at each
 				// evaluation (t0+2s here).
 				step{do: feed(hb, oomTree(14)), advance: 58 * sec, want: unhealthy, check: func(h *harness) {
-					r := h.reason(codeKills)
+					r := h.reason(state.CodeKills)
 					assert.InDelta(h.t, 5, r.Value, 0, "the kills still in the window")
 					assert.Equal(h.t, t0.Add(sec), r.Since, "the episode's start does not move")
 				}},
@@ -63,7 +63,7 @@ func TestKills(t *testing.T) {
 			steps: seq(
 				step{do: feed(hb, exits(0, 0)), advance: sec, want: healthy},
 				step{do: feed(hb, exits(2, 0)), advance: sec, want: healthy},
-				step{do: feed(hb, exits(3, 2)), advance: 5 * sec, want: unhealthy, code: codeKills, check: func(h *harness) {
+				step{do: feed(hb, exits(3, 2)), advance: 5 * sec, want: unhealthy, code: state.CodeKills, check: func(h *harness) {
 					kills("worker_exit", 3)(h)
 					kills("child_exit", 0)(h) // children die with their root
 				}},
@@ -78,7 +78,7 @@ func TestKills(t *testing.T) {
 				step{do: feed(hb, exits(0, 1)), advance: sec},
 				step{do: feed(hb, finished("r1")), advance: 4 * sec, want: healthy, check: kills("child_exit", 0)},
 				// Three children die, no run ends.
-				step{do: feed(hb, exits(0, 4)), advance: 4 * sec, want: unhealthy, code: codeKills, check: kills("child_exit", 3)},
+				step{do: feed(hb, exits(0, 4)), advance: 4 * sec, want: unhealthy, code: state.CodeKills, check: kills("child_exit", 3)},
 			),
 		},
 		{
@@ -157,7 +157,7 @@ func TestKills(t *testing.T) {
 			},
 			steps: seq(
 				step{do: both(kill("", "timeout"), kill("", "timeout")), advance: sec, want: healthy},
-				step{do: kill("", "timeout"), advance: sec, want: degraded, code: codeKills},
+				step{do: kill("", "timeout"), advance: sec, want: degraded, code: state.CodeKills},
 			),
 		},
 	})

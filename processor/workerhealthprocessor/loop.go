@@ -50,8 +50,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	t.counts, t.malformed = admissionCounts{}, 0
 	healed, unjoinedN := t.healed, t.unjoinedN
 	t.healed, t.unjoinedN = [2]int64{}, 0
-	p.evals++
-	doCheckpoint := p.evals%p.cfg.CheckpointEvery == 0
+	doCheckpoint := t.evals%p.cfg.CheckpointEvery == 0
 	p.mu.Unlock()
 
 	p.admissionTelemetry(ctx, &counts)

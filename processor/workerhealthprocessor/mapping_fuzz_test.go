@@ -142,7 +142,7 @@ func FuzzMapLogs(f *testing.F) {
 		c.attrs(lr2.Attributes())
 
 		cfg := testCfg()
-		b := &batch{}
+		b := &mapping.Batch{}
 		b.Reset()
 		mapping.New(cfg.mappingSettings()).Logs(ld, b)
 		checkBatch(t, cfg, b)
@@ -186,7 +186,7 @@ func FuzzMapSpans(f *testing.F) {
 		c.attrs(sp.Attributes())
 
 		cfg := testCfg()
-		b := &batch{}
+		b := &mapping.Batch{}
 		b.Reset()
 		mapping.New(cfg.mappingSettings()).Traces(td, b)
 		checkBatch(t, cfg, b)
@@ -209,7 +209,7 @@ func FuzzMapSpans(f *testing.F) {
 	})
 }
 
-func checkBatch(t *testing.T, cfg *Config, b *batch) {
+func checkBatch(t *testing.T, cfg *Config, b *mapping.Batch) {
 	t.Helper()
 	maxLen := cfg.Limits.MaxAttributeLength
 	if len(b.Events) > 3 { // one "seen" per resource, one event per record
@@ -224,10 +224,10 @@ func checkBatch(t *testing.T, cfg *Config, b *batch) {
 		if e.Capacity < -1 || e.Capacity >= 1<<20 {
 			t.Fatalf("capacity %d", e.Capacity)
 		}
-		if e.Kind > evStage {
+		if e.Kind > mapping.KindStage {
 			t.Fatalf("kind %d", e.Kind)
 		}
-		if e.Kind != evSeen && e.Kind != evHeartbeat && e.Kind != evStage && e.Run == "" {
+		if e.Kind != mapping.KindSeen && e.Kind != mapping.KindHeartbeat && e.Kind != mapping.KindStage && e.Run == "" {
 			t.Fatalf("run event %d without a run id", e.Kind)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -130,7 +131,7 @@ func TestOpenFnMapping(t *testing.T) {
 	assert.Equal(t, int64(2), w.kills.ByReason()[state.KillIndex("memory_limit")])
 	assert.Equal(t, int64(1), w.kills.ByReason()[state.KillIndex("timeout")])
 	assert.Equal(t, healthy, w.State, "runs killed by their own limits are the runs' fault")
-	assert.NotContains(t, h.codes("openfn-1"), codeKills)
+	assert.NotContains(t, h.codes("openfn-1"), state.CodeKills)
 	for _, run := range []string{"e", "f", "g"} {
 		send("run:start", run, nil)
 		send("run:complete", run, map[string]any{"reason": "crash", "error_type": "ExitError"})
@@ -138,8 +139,8 @@ func TestOpenFnMapping(t *testing.T) {
 	h.eval()
 	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
 	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
-	assert.Contains(t, h.codes("openfn-1"), codeKills)
-	assert.Equal(t, int64(7), w.Claims[srcWorker], "run:start counts as the claim")
+	assert.Contains(t, h.codes("openfn-1"), state.CodeKills)
+	assert.Equal(t, int64(7), w.Claims[mapping.SideWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
 func TestRoleMemory(t *testing.T) {
@@ -22,10 +23,10 @@ func TestRoleMemory(t *testing.T) {
 			name: "the main role over its own limit: degraded, unhealthy after 3 samples, with the role named",
 			cfg:  roles,
 			steps: seq(
-				step{do: feed(hb, tr(700, 100)), advance: sec, want: degraded, code: codeMemory},
+				step{do: feed(hb, tr(700, 100)), advance: sec, want: degraded, code: state.CodeMemory},
 				step{do: feed(hb, tr(700, 100)), advance: sec, want: degraded},
 				step{do: feed(hb, tr(700, 100)), advance: sec, want: unhealthy, check: func(h *harness) {
-					r := h.reason(codeMemory)
+					r := h.reason(state.CodeMemory)
 					assert.Equal(h.t, "main", r.Role)
 					assert.InDelta(h.t, 700, r.Value, 0)
 					assert.InDelta(h.t, 600, r.Threshold, 0)
@@ -51,7 +52,7 @@ func TestRoleMemory(t *testing.T) {
 			steps: seq(
 				step{do: feed(hb, tr(700, 0)), advance: sec, want: degraded},
 				step{do: feed(wl("w1", "workerwatch.run.started", "r1", nil)), advance: sec, want: unhealthy, check: func(h *harness) {
-					r := h.reason(codeMemoryAtStart)
+					r := h.reason(state.CodeMemoryAtStart)
 					assert.Equal(h.t, "main", r.Role)
 				}},
 			),
@@ -64,8 +65,8 @@ func TestRoleMemory(t *testing.T) {
 				step{do: mem(1200), advance: sec, want: degraded},
 				step{do: func(h *harness) { h.logs(wl("w1", "workerwatch.run.started", "r1", nil)) }, advance: sec, want: unhealthy},
 				repeat(25, step{do: mem(1200), advance: sec}),
-				step{want: unhealthy, code: codeMemory, check: func(h *harness) {
-					assert.Contains(h.t, h.codes("w1"), codeMemoryAtStart)
+				step{want: unhealthy, code: state.CodeMemory, check: func(h *harness) {
+					assert.Contains(h.t, h.codes("w1"), state.CodeMemoryAtStart)
 				}},
 			),
 		},

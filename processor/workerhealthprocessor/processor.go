@@ -42,7 +42,6 @@ type healthProcessor struct {
 	tracker   *tracker
 	targets   []*pipeline
 	startTime int64
-	evals     int
 
 	// lifeMu serializes start/shutdown and guards what they set up.
 	lifeMu     sync.Mutex
@@ -153,7 +152,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 	for _, o := range opts {
 		o(p)
 	}
-	p.pool.New = func() any { b := &batch{}; b.Reset(); return b }
+	p.pool.New = func() any { return mapping.NewBatch() }
 	p.startTime = p.clock.Now().UnixNano()
 	p.tracker.start = p.startTime
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {

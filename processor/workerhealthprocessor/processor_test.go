@@ -113,14 +113,7 @@ func TestDerivedMetricsShape(t *testing.T) {
 			attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
 		},
 	))
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
-	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-	sp.SetName("compile")
-	sp.SetStartTimestamp(1e9)
-	sp.SetEndTimestamp(3e9)
-	h.traces(td)
+	h.traces(stageSpan("w1", "compile", 1e9, 3e9))
 	h.eval()
 	h.p.mu.Lock()
 	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())

@@ -2,6 +2,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -20,7 +21,7 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 	}
 	perWorker := w.Table.Len() >= t.runLimit(w)
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
-		if r = t.evictEnded(w); r == nil {
+		if r = w.evictEnded(); r == nil {
 			if perWorker {
 				t.counts.runsRefused[refusedRunsPerWorker]++
 			} else {
@@ -44,7 +45,7 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 // evictEnded drops the oldest run that neither side holds any more and
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
-func (t *tracker) evictEnded(w *worker) *state.Run {
+func (w *worker) evictEnded() *state.Run {
 	for i := w.OrderHead; i < len(w.Order); i++ {
 		r := w.Order[i]
 		if r.Has(state.RunGone) {
@@ -70,14 +71,14 @@ func (t *tracker) evictEnded(w *worker) *state.Run {
 
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
 // late or duplicated claim), counted once.
-func (t *tracker) workerClaim(w *worker, r *state.Run, ts, now int64) {
+func (w *worker) workerClaim(r *state.Run, ts, now int64) {
 	w.LastClaim = now
 	if r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) {
 		return
 	}
 	r.Flags |= state.RunWorkerHeld
 	r.WAt = now
-	w.Claims[srcWorker]++
+	w.Claims[mapping.SideWorker]++
 	if ts > 0 && (r.ClaimTS == 0 || ts < r.ClaimTS) {
 		r.ClaimTS = ts
 	}
@@ -100,15 +101,15 @@ func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
 // a run span carries its start too): the run's kill is counted once, a
 // duplicate end only gives the result the first one lacked, a claims-only
 // scheduler's claim closes with it, and the duration is observed.
-func (t *tracker) workerEnd(w *worker, r *state.Run, e *event, now int64) {
+func (t *tracker) workerEnd(w *worker, r *state.Run, e *mapping.Event, now int64) {
 	if e.StartTS > 0 {
 		// A run span: its start is in the same record.
-		t.workerClaim(w, r, e.StartTS, now)
+		w.workerClaim(r, e.StartTS, now)
 		t.workerStart(w, r, e.StartTS, now)
 	}
 	// A kill is its own fact: the run's span (or a finished record) may
 	// arrive first through another pipeline, and must not hide it.
-	if e.Kind == evKilled {
+	if e.Kind == mapping.KindKilled {
 		t.runKilled(w, r, e.KillReason, now)
 	}
 	if r.Has(state.RunWorkerEnded) {
@@ -124,9 +125,9 @@ func (t *tracker) workerEnd(w *worker, r *state.Run, e *event, now int64) {
 	r.WEnd = now
 	if t.schedOf(w).View == contract.ViewClaimsOnly && r.Has(state.RunSchedHeld) {
 		// The scheduler sends no end: the worker's closes its claim.
-		release(r, srcScheduler, now)
+		release(r, mapping.SideScheduler, now)
 	}
-	if e.Kind == evReleased {
+	if e.Kind == mapping.KindReleased {
 		r.Flags |= state.RunReleased
 		return
 	}
@@ -134,7 +135,7 @@ func (t *tracker) workerEnd(w *worker, r *state.Run, e *event, now int64) {
 	if e.Result != "" {
 		r.Result = uint8(state.ResultIndex(e.Result) + 1)
 	}
-	if r.Has(state.RunStarted) || e.Kind == evKilled {
+	if r.Has(state.RunStarted) || e.Kind == mapping.KindKilled {
 		// A run killed before it started still had its child killed
 		// (OpenFn's engine starts the time limit at the hand-over).
 		w.kills.RunEnded(now)

@@ -12,7 +12,7 @@ import (
 // snapshot builds the immutable view for the health extension.
 func (t *tracker) snapshot(now int64) *contract.Snapshot {
 	s := &contract.Snapshot{
-		Time:    ts(now),
+		Time:    state.Time(now),
 		Workers: make([]contract.Worker, 0, len(t.workers)),
 		Fleet: contract.Fleet{
 			ByState:          map[contract.State]int{},
@@ -48,8 +48,8 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 		s.Workers = append(s.Workers, contract.Worker{
 			ID: w.id, Name: w.Name, State: w.State,
 			Reasons:  append([]contract.Reason{}, w.Reasons...),
-			Since:    ts(w.Since),
-			LastSeen: ts(w.LastAlive),
+			Since:    state.Time(w.Since),
+			LastSeen: state.Time(w.LastAlive),
 			Memory:   w.memory.Snapshot(t.mem),
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
@@ -75,7 +75,7 @@ func (t *tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 	n := min(len(ended), t.cfg.Limits.RecentRuns)
 	out := make([]contract.RunRecord, 0, n)
 	for _, r := range ended[:n] {
-		rec := contract.RunRecord{ID: string(r.ID), Started: ts(r.StartTS), Ended: ts(r.EndTS)}
+		rec := contract.RunRecord{ID: string(r.ID), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
 		if r.Result > 0 {
 			rec.Result = state.ResultNames[r.Result-1]
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -109,7 +110,7 @@ func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, u
 	for side, n := range healed {
 		if n > 0 {
 			name := contract.SourceWorker
-			if source(side) == srcScheduler {
+			if mapping.Side(side) == mapping.SideScheduler {
 				name = contract.SourceScheduler
 			}
 			p.tel.ProcessorWorkerHealthRunsHealed.Add(ctx, n, metric.WithAttributes(attribute.String(contract.AttrSource, name)))

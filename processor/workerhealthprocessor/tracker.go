@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -99,7 +100,7 @@ type tracker struct {
 	kills *state.KillRules
 	// scheds are the scheduler sources, idKeys the worker id attributes
 	// (both from the config).
-	scheds []schedSource
+	scheds []mapping.Scheduler
 	idKeys []string
 	// mem is what the memory rule reads (internal/state/memory.go), with
 	// the interned role names.
@@ -136,7 +137,7 @@ func (t *tracker) capacityOf(w *worker) int {
 }
 
 // apply folds one batch into the state.
-func (t *tracker) apply(b *batch, now int64) {
+func (t *tracker) apply(b *mapping.Batch, now int64) {
 	t.lastRefused = ""
 	t.malformed += b.Malformed
 	if b.SchedulerSeen {
@@ -154,7 +155,7 @@ func (t *tracker) apply(b *batch, now int64) {
 	t.lastRefused = "" // it points into the batch's pdata
 }
 
-func (t *tracker) applySample(s *sample, now int64) {
+func (t *tracker) applySample(s *mapping.Sample, now int64) {
 	ev := state.EvidenceOnce
 	if s.Tree {
 		ev = state.EvidenceConfirmed
@@ -198,16 +199,16 @@ func (t *tracker) applySample(s *sample, now int64) {
 	w.kills.Tree(s, now, t.kills)
 }
 
-func (t *tracker) applyEvent(e *event, now int64) {
+func (t *tracker) applyEvent(e *mapping.Event, now int64) {
 	ev := state.EvidenceOnce
-	if e.Src == srcScheduler {
+	if e.Src == mapping.SideScheduler {
 		ev = state.EvidenceConfirmed
 	}
 	w := t.get(e.Worker, now, ev)
 	if w == nil {
 		return
 	}
-	if e.Src == srcScheduler {
+	if e.Src == mapping.SideScheduler {
 		t.seenBy(w, state.OriginScheduler, e.Key, now)
 		w.SchedKnown = true
 		w.Sched = e.Sched
@@ -217,7 +218,7 @@ func (t *tracker) applyEvent(e *event, now int64) {
 			w.LastAlive = now
 		}
 	}
-	if e.Src == srcWorker {
+	if e.Src == mapping.SideWorker {
 		t.seenBy(w, state.OriginTelemetry, e.Key, now)
 		w.Fresh = true
 		w.LastAlive = now
@@ -229,15 +230,15 @@ func (t *tracker) applyEvent(e *event, now int64) {
 		}
 	}
 	switch e.Kind {
-	case evSeen, evHeartbeat:
+	case mapping.KindSeen, mapping.KindHeartbeat:
 		return
-	case evStage:
+	case mapping.KindStage:
 		t.hists.Stage(e.Stage, e.TS-e.StartTS)
 		return
-	case evSnapshot:
+	case mapping.KindSnapshot:
 		t.applySnapshot(w, e.SnapRuns, now)
 		return
-	case evHeldCount:
+	case mapping.KindHeldCount:
 		w.heldCount(e.Held, now)
 		return
 	}
@@ -245,17 +246,17 @@ func (t *tracker) applyEvent(e *event, now int64) {
 	if r == nil {
 		return
 	}
-	if e.Src == srcScheduler {
+	if e.Src == mapping.SideScheduler {
 		t.schedulerEvent(w, r, e, now)
 		return
 	}
 	switch e.Kind {
-	case evClaimed:
-		t.workerClaim(w, r, e.TS, now)
-	case evStarted:
-		t.workerClaim(w, r, e.TS, now)
+	case mapping.KindClaimed:
+		w.workerClaim(r, e.TS, now)
+	case mapping.KindStarted:
+		w.workerClaim(r, e.TS, now)
 		t.workerStart(w, r, e.TS, now)
-	case evFinished, evKilled, evReleased:
+	case mapping.KindFinished, mapping.KindKilled, mapping.KindReleased:
 		t.workerEnd(w, r, e, now)
 	}
 }
@@ -265,22 +266,22 @@ func (t *tracker) applyEvent(e *event, now int64) {
 // claim exists because the worker just asked for work), or with "any" every
 // record naming the worker (not a count, which a gauge keeps restating for a
 // worker long gone).
-func (t *tracker) signOfLife(e *event) bool {
+func (t *tracker) signOfLife(e *mapping.Event) bool {
 	if int(e.Sched) >= len(t.scheds) {
 		return false
 	}
 	switch src := &t.scheds[e.Sched]; src.Life {
-	case lifeAny:
-		return e.Kind != evHeldCount
-	case lifeClaims:
-		return e.Kind == evClaimed && src.View == contract.ViewClaimsOnly
+	case mapping.LifeAny:
+		return e.Kind != mapping.KindHeldCount
+	case mapping.LifeClaims:
+		return e.Kind == mapping.KindClaimed && src.View == contract.ViewClaimsOnly
 	}
 	return false
 }
 
-func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *event, now int64) {
+func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *mapping.Event, now int64) {
 	switch e.Kind {
-	case evClaimed, evStarted:
+	case mapping.KindClaimed, mapping.KindStarted:
 		if r.Has(state.RunSchedEnded) || r.Has(state.RunSchedHeld) {
 			return
 		}
@@ -290,14 +291,14 @@ func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *event, now int64) {
 		}
 		r.Flags |= state.RunSchedHeld
 		r.SAt = now
-		w.Claims[srcScheduler]++
+		w.Claims[mapping.SideScheduler]++
 		if e.TS > 0 && (r.ClaimTS == 0 || e.TS < r.ClaimTS) {
 			r.ClaimTS = e.TS
 		}
-	case evFinished, evKilled, evReleased:
+	case mapping.KindFinished, mapping.KindKilled, mapping.KindReleased:
 		if r.Has(state.RunSchedEnded) {
 			return
 		}
-		release(r, srcScheduler, now)
+		release(r, mapping.SideScheduler, now)
 	}
 }

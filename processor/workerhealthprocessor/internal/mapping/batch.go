@@ -1,6 +1,6 @@
 package mapping
 
-// source is whose view a record is: the worker's own or the scheduler's.
+// Side is whose view a record is: the worker's own or the scheduler's.
 type Side uint8
 
 const (
@@ -8,7 +8,7 @@ const (
 	SideScheduler
 )
 
-// kind is a run lifecycle event kind after mapping.
+// Kind is a run lifecycle event kind after mapping.
 type Kind uint8
 
 const (
@@ -23,18 +23,18 @@ const (
 	// KindStage: a stage span of a run (compile, execute...).
 	KindStage
 	// KindSnapshot: a scheduler states every run it holds for the worker
-	// (snapRuns).
+	// (SnapRuns).
 	KindSnapshot
 	// KindHeldCount: a scheduler states how many runs it holds for the
-	// worker (held).
+	// worker (Held).
 	KindHeldCount
 )
 
-// noKey: the record named its worker by no id attribute (the worker was
+// NoKey: the record named its worker by no id attribute (the worker was
 // known from elsewhere, e.g. the previous record's resource).
 const NoKey = 255
 
-// event is one mapped record. Strings point into pdata (no copy) until the
+// Event is one mapped record. Strings point into pdata (no copy) until the
 // tracker keeps them, which it does only for new workers and runs.
 type Event struct {
 	Worker     string
@@ -43,21 +43,21 @@ type Event struct {
 	Result     string
 	KillReason string
 	Stage      string
-	// snapRuns: the run ids of an KindSnapshot.
+	// SnapRuns: the run ids of a KindSnapshot.
 	SnapRuns []string
-	// ts is the record's own time (unix ns, 0 = unknown): used for durations
+	// TS is the record's own time (unix ns, 0 = unknown): used for durations
 	// only; grace periods use the processor's clock so skewed senders cannot
 	// create or hide drift.
 	TS int64
-	// startTS is a span's start (spans carry start and end in one record).
+	// StartTS is a span's start (spans carry start and end in one record).
 	StartTS  int64
 	Capacity int // -1 = not reported
 	Held     int // KindHeldCount's count
 	Kind     Kind
 	Src      Side
-	// sched is the scheduler source's index (config schedulers()) of a
-	// scheduler's record; key the index (config idKeys()) of the attribute
-	// that named the worker, or noKey.
+	// Sched is the scheduler source's index (Settings.Schedulers) of a
+	// scheduler's record; Key the index (Settings.IDKeys) of the attribute
+	// that named the worker, or NoKey.
 	Sched, Key uint8
 }
 
@@ -66,13 +66,13 @@ type Event struct {
 // the tree's total.
 const MaxSampleRoles = 8
 
-// roleVal is one role's memory in a sample.
+// RoleVal is one role's memory in a sample.
 type RoleVal struct {
 	Role string
 	RSS  int64
 }
 
-// sample is one worker's metrics from one resource (one scrape): the memory
+// Sample is one worker's metrics from one resource (one scrape): the memory
 // of all roles is summed there, so one resource is one sample of the tree.
 type Sample struct {
 	Worker    string
@@ -95,7 +95,7 @@ type Sample struct {
 	NRole int
 }
 
-// newSample is a sample with nothing in it yet.
+// NewSample is a sample with nothing in it yet.
 func NewSample(worker, name string, key uint8) Sample {
 	return Sample{
 		Worker: worker, Name: name, Key: key, Mem: -1, CgroupMax: -1, CPUMain: -1, CPULimit: -1,
@@ -103,18 +103,26 @@ func NewSample(worker, name string, key uint8) Sample {
 	}
 }
 
-// batch is what one Consume call extracts; pooled so the pass-through path
+// Batch is what one Consume call extracts; pooled so the pass-through path
 // does not allocate.
 type Batch struct {
 	Events  []Event
 	Samples []Sample
-	// pending is the scheduler's pending gauge (-1 = not in this batch).
+	// Pending is the scheduler's pending gauge (-1 = not in this batch).
 	Pending int64
-	// schedulerSeen: the batch held a scheduler record, so drift may be judged.
+	// SchedulerSeen: the batch held a scheduler record, so drift may be judged.
 	SchedulerSeen bool
 	Malformed     int64
 }
 
+// NewBatch is an empty batch.
+func NewBatch() *Batch {
+	b := &Batch{}
+	b.Reset()
+	return b
+}
+
+// Reset empties the batch for its next use (the pool keeps its slices).
 func (b *Batch) Reset() {
 	b.Events = b.Events[:0]
 	b.Samples = b.Samples[:0]

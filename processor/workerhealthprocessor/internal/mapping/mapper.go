@@ -40,12 +40,13 @@ type killPattern struct {
 	reason string
 }
 
-// idKey is a worker id attribute and its index in Config.idKeys.
+// idKey is a worker id attribute and its index in Settings.IDKeys.
 type idKey struct {
 	name string
 	idx  uint8
 }
 
+// New compiles the mapper of one processor (Validate checked cfg).
 func New(cfg *Settings) *Mapper {
 	m := &Mapper{
 		cfg: cfg, kinds: map[string]Kind{}, killResult: map[string]bool{}, maxLen: cfg.MaxAttributeLength,
@@ -158,7 +159,7 @@ func intAttr(attrs pcommon.Map, key string) int {
 	return -1
 }
 
-// ident is what a resource says about whose records it holds.
+// Ident is what a resource says about whose records it holds.
 type Ident struct {
 	Src      Side
 	Sched    uint8
@@ -166,7 +167,7 @@ type Ident struct {
 	Key      uint8
 }
 
-// resource says whose view a resource is, and its worker id when it
+// Resource says whose view a resource is, and its worker id when it
 // names one (a worker's resource does; a scheduler's usually does not).
 func (m *Mapper) Resource(res pcommon.Resource) (Ident, bool) {
 	attrs := res.Attributes()
@@ -296,6 +297,7 @@ func (m *Mapper) seen(res pcommon.Resource, b *Batch) (Ident, bool) {
 	return r, ok
 }
 
+// Logs appends the lifecycle events of ld's records to b.
 func (m *Mapper) Logs(ld plog.Logs, b *Batch) {
 	evAttr := m.cfg.Mapping.EventNameAttribute
 	rls := ld.ResourceLogs()
@@ -337,6 +339,7 @@ func (m *Mapper) Logs(ld plog.Logs, b *Batch) {
 	}
 }
 
+// Traces appends the events of td's run and stage spans to b.
 func (m *Mapper) Traces(td ptrace.Traces, b *Batch) {
 	runName := m.cfg.Mapping.RunSpanName
 	stages := m.cfg.Mapping.StageSpanNames

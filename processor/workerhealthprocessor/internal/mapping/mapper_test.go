@@ -32,8 +32,6 @@ func settings() *Settings {
 	}
 }
 
-func newBatch() *Batch { b := &Batch{}; b.Reset(); return b }
-
 func TestLogs(t *testing.T) {
 	ld := plog.NewLogs()
 	rl := ld.ResourceLogs().AppendEmpty()
@@ -54,7 +52,7 @@ func TestLogs(t *testing.T) {
 	tooLong.SetEventName(contract.EventClaimed)
 	tooLong.Attributes().PutStr(contract.AttrRunID, "a run id longer than 16 bytes")
 
-	b := newBatch()
+	b := NewBatch()
 	New(settings()).Logs(ld, b)
 	require.Len(t, b.Events, 3)
 	assert.Equal(t, Event{Worker: "w1", Kind: KindSeen, Capacity: -1, Key: 0}, b.Events[0], "a worker's resource is a sign of life")
@@ -73,7 +71,7 @@ func TestTracesAndMetrics(t *testing.T) {
 	sp.SetName(contract.SpanCompile)
 	sp.SetStartTimestamp(1)
 	sp.SetEndTimestamp(3)
-	b := newBatch()
+	b := NewBatch()
 	m.Traces(td, b)
 	require.Len(t, b.Events, 2)
 	assert.Equal(t, KindStage, b.Events[1].Kind)
@@ -99,7 +97,7 @@ func TestTracesAndMetrics(t *testing.T) {
 	pending := sched.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
 	pending.SetName(contract.MetricSchedulerPending)
 	pending.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(7)
-	b = newBatch()
+	b = NewBatch()
 	m.Metrics(md, b)
 	require.Len(t, b.Samples, 1)
 	s := b.Samples[0]

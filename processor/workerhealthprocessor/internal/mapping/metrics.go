@@ -10,6 +10,7 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
+// Metrics appends md's worker samples and scheduler counts to b.
 func (m *Mapper) Metrics(md pmetric.Metrics, b *Batch) {
 	mc := m.cfg.Metrics
 	rms := md.ResourceMetrics()
@@ -107,7 +108,7 @@ func (m *Mapper) schedulerMetrics(rm pmetric.ResourceMetrics, sched uint8, b *Ba
 }
 
 // heldCounts turns each point of the scheduler's held gauge (one per
-// worker, the worker named on the point) into an KindHeldCount.
+// worker, the worker named on the point) into a KindHeldCount.
 func (m *Mapper) heldCounts(mt pmetric.Metric, sched uint8, b *Batch) {
 	var dps pmetric.NumberDataPointSlice
 	switch mt.Type() {

@@ -85,10 +85,6 @@ type Kills struct {
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
 	kills                                [NKillReasons]int64
-	// killEffect and killN: the rule's effect and count at the last
-	// evaluation (window).
-	killEffect uint8
-	killN      int
 }
 
 // killRec is one counted kill: when it arrived and its reason's index.
@@ -129,23 +125,8 @@ func NewKillRules(cfg *KillsRule) *KillRules {
 // Kill counts one kill of reason idx (KillIndex); a reason with an effect
 // is remembered for the rule.
 func (k *Kills) Kill(idx int, now int64, r *KillRules) {
-	k.count(idx, now, r.cfg, &r.effects)
-}
-
-// ByReason are the cumulative kills by reason index (KillReasonNames).
-func (k *Kills) ByReason() *[NKillReasons]int64 { return &k.kills }
-
-// Window advances the kills rule to now (window).
-func (k *Kills) Window(now int64, r *KillRules) { k.window(now, r.cfg, &r.effects) }
-
-// Reason is the kills rule's reason and effect (reason).
-func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) { return k.reason(r.cfg) }
-
-// count counts one kill of reason idx; one whose reason has an effect
-// (effects) is remembered for the rule.
-func (k *Kills) count(idx int, now int64, r *KillsRule, effects *[NKillReasons]uint8) {
 	k.kills[idx]++
-	if r.Count <= 0 || effects[idx] == EffectNone {
+	if r.cfg.Count <= 0 || r.effects[idx] == EffectNone {
 		return
 	}
 	if len(k.killLog) >= maxKillLog {
@@ -154,17 +135,19 @@ func (k *Kills) count(idx int, now int64, r *KillsRule, effects *[NKillReasons]u
 	k.killLog = append(k.killLog, killRec{at: now, reason: uint8(idx)})
 }
 
-// window advances the kills rule to now: the kills that slid out of
-// kills.window are forgotten, and the rule's effect, its count and since when
-// the episode runs (the oldest kill in the window when the rule began to
-// fire, fixed until it stops firing) are kept for reason.
-func (k *Kills) window(now int64, rule *KillsRule, effects *[NKillReasons]uint8) {
-	k.killEffect, k.killN = EffectNone, 0
-	if rule.Count <= 0 || len(k.killLog) == 0 {
+// ByReason are the cumulative kills by reason index (KillReasonNames).
+func (k *Kills) ByReason() *[NKillReasons]int64 { return &k.kills }
+
+// Window advances the kills rule to now: the kills that slid out of
+// kills.window are forgotten, and since when the episode runs (the oldest
+// kill in the window when the rule began to fire, fixed until it stops
+// firing) is kept for Reason.
+func (k *Kills) Window(now int64, r *KillRules) {
+	if r.cfg.Count <= 0 || len(k.killLog) == 0 {
 		k.killSince = 0
 		return
 	}
-	win := int64(rule.Window)
+	win := int64(r.cfg.Window)
 	i := 0
 	for i < len(k.killLog) && now-k.killLog[i].at > win {
 		i++
@@ -176,36 +159,47 @@ func (k *Kills) window(now int64, rule *KillsRule, effects *[NKillReasons]uint8)
 		k.killLog, k.killSince = nil, 0
 		return
 	}
-	nUnhealthy, nAny := 0, 0
+	effect, _, oldest := k.tally(r)
+	switch {
+	case effect == EffectNone:
+		k.killSince = 0
+	case k.killSince == 0:
+		k.killSince = oldest
+	}
+}
+
+// tally is the rule's effect on the kills in the log, their count and the
+// oldest of them: unhealthy with kills.count kills whose reason is
+// unhealthy, degraded with kills.count of any that count.
+func (k *Kills) tally(r *KillRules) (effect uint8, n int, oldest int64) {
+	count := r.cfg.Count
+	if count <= 0 || len(k.killLog) == 0 {
+		return EffectNone, 0, 0
+	}
+	nUnhealthy := 0
 	var oldestUnhealthy int64
 	for _, kr := range k.killLog {
-		nAny++
-		if effects[kr.reason] == EffectUnhealthy {
+		if r.effects[kr.reason] == EffectUnhealthy {
 			if nUnhealthy == 0 {
 				oldestUnhealthy = kr.at
 			}
 			nUnhealthy++
 		}
 	}
-	var oldest int64
 	switch {
-	case nUnhealthy >= rule.Count:
-		k.killEffect, k.killN, oldest = EffectUnhealthy, nUnhealthy, oldestUnhealthy
-	case nAny >= rule.Count:
-		k.killEffect, k.killN, oldest = EffectDegraded, nAny, k.killLog[0].at
-	default:
-		k.killSince = 0
-		return
+	case nUnhealthy >= count:
+		return EffectUnhealthy, nUnhealthy, oldestUnhealthy
+	case len(k.killLog) >= count:
+		return EffectDegraded, len(k.killLog), k.killLog[0].at
 	}
-	if k.killSince == 0 {
-		k.killSince = oldest
-	}
+	return EffectNone, 0, 0
 }
 
-// reason is the kills rule's reason and effect as window left
-// them: the real count of counted kills within the window, by reason.
-func (k *Kills) reason(rule *KillsRule) (contract.Reason, uint8) {
-	if k.killEffect == EffectNone {
+// Reason is the kills rule's reason and effect as Window left the log: the
+// real count of counted kills within the window, by reason.
+func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) {
+	effect, n, _ := k.tally(r)
+	if effect == EffectNone {
 		return contract.Reason{}, EffectNone
 	}
 	var byReason [NKillReasons]int
@@ -220,9 +214,9 @@ func (k *Kills) reason(rule *KillsRule) (contract.Reason, uint8) {
 	}
 	return contract.Reason{
 		Code:    CodeKills,
-		Message: fmt.Sprintf("%d kills that count within %v (%s)", k.killN, rule.Window, strings.Join(parts, ", ")),
-		Value:   float64(k.killN), Threshold: float64(rule.Count), Since: Time(k.killSince),
-	}, k.killEffect
+		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, r.cfg.Window, strings.Join(parts, ", ")),
+		Value:   float64(n), Threshold: float64(r.cfg.Count), Since: Time(k.killSince),
+	}, effect
 }
 
 // Tree reads the kills the process tree shows: the cgroup's OOM kills,

@@ -18,32 +18,33 @@ func TestKillState(t *testing.T) {
 	var effects [NKillReasons]uint8
 	effects[killReasonIndex[contract.KillOOM]] = EffectUnhealthy
 	effects[killReasonIndex[contract.KillCrash]] = EffectDegraded
+	rules := &KillRules{cfg: r, effects: effects}
 	var k Kills
 	minute := int64(time.Minute)
 
-	k.count(killReasonIndex[contract.KillTimeout], 0, r, &effects) // effect none
-	k.count(killReasonIndex[contract.KillOOM], 1, r, &effects)
-	k.window(2, r, &effects)
-	_, effect := k.reason(r)
+	k.Kill(killReasonIndex[contract.KillTimeout], 0, rules) // effect none
+	k.Kill(killReasonIndex[contract.KillOOM], 1, rules)
+	k.Window(2, rules)
+	_, effect := k.Reason(rules)
 	assert.Equal(t, EffectNone, effect, "one kill that counts")
 
-	k.count(killReasonIndex[contract.KillCrash], 3, r, &effects)
-	k.window(4, r, &effects)
-	why, effect := k.reason(r)
+	k.Kill(killReasonIndex[contract.KillCrash], 3, rules)
+	k.Window(4, rules)
+	why, effect := k.Reason(rules)
 	assert.Equal(t, EffectDegraded, effect, "two that count, one unhealthy")
 	assert.Equal(t, 2.0, why.Value)
 	assert.Equal(t, Time(1), why.Since)
 
-	k.count(killReasonIndex[contract.KillOOM], 5, r, &effects)
-	k.window(6, r, &effects)
-	_, effect = k.reason(r)
+	k.Kill(killReasonIndex[contract.KillOOM], 5, rules)
+	k.Window(6, rules)
+	_, effect = k.Reason(rules)
 	assert.Equal(t, EffectUnhealthy, effect, "two unhealthy ones")
 
-	k.window(1+minute+1, r, &effects) // the first oom slid out
-	_, effect = k.reason(r)
+	k.Window(1+minute+1, rules) // the first oom slid out
+	_, effect = k.Reason(rules)
 	assert.Equal(t, EffectDegraded, effect)
-	k.window(5+minute+1, r, &effects)
-	_, effect = k.reason(r)
+	k.Window(5+minute+1, rules)
+	_, effect = k.Reason(rules)
 	assert.Equal(t, EffectNone, effect, "all slid out")
 	assert.Equal(t, map[string]int64{contract.KillTimeout: 1, contract.KillOOM: 2, contract.KillCrash: 1}, k.Snapshot(),
 		"the cumulative counts keep every kill")

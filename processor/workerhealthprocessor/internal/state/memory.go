@@ -253,6 +253,11 @@ func (m *Memory) Tick(now int64, r *MemRules) {
 func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) ([]contract.Reason, []contract.Reason) {
 	c := r.cfg
 	add := func(e *memEpisode, rss, lim int64, role string) {
+		if !e.persist && !e.atStart && !e.over {
+			// No reason: build no text (this runs for every worker at
+			// every evaluation).
+			return
+		}
 		what := "memory"
 		if role != "" {
 			what = "memory of role " + role
