@@ -41,10 +41,39 @@ const (
 	// AttrCPUMode is the CPU mode of process.cpu.time: "user" or "system".
 	AttrCPUMode = "cpu.mode"
 	// AttrPID, AttrExecutableName and AttrCommandLine are on the opt-in
-	// top-N per-process series only (never on aggregate series).
+	// top-N per-process series only (never on aggregate series). AttrPID is
+	// also on the worker's resource, with AttrProcessCreationTime: the root
+	// process's incarnation (below).
 	AttrPID            = "process.pid"
 	AttrExecutableName = "process.executable.name"
 	AttrCommandLine    = "process.command_line"
+)
+
+// Incarnation attributes: which process the worker's root is, on the worker's
+// resource. The worker_process receiver states them on every resource of a
+// worker whose root it found (AttrPID and AttrProcessCreationTime), and, on
+// the resource of the scrape that found the root gone (MetricPresent 0),
+// those of the root that ended with its exit (AttrProcessExitTime and, where
+// known, AttrProcessExitCode or AttrProcessExitSignal). A pid alone is not a
+// process (pids are reused); pid + creation time is. A worker's own telemetry
+// may carry the same pair (an SDK's process detector) or
+// AttrServiceInstanceID, which the processor then uses as the incarnation.
+const (
+	// AttrProcessCreationTime is when the root process started, ISO 8601
+	// (RFC 3339, UTC, to the kernel's clock tick). String.
+	AttrProcessCreationTime = "process.creation.time"
+	// AttrProcessExitTime is when the root process exited, ISO 8601. String.
+	AttrProcessExitTime = "process.exit.time"
+	// AttrProcessExitCode is the root's exit code, when it exited normally
+	// and the exit was seen in the kernel's process events. Int.
+	AttrProcessExitCode = "process.exit.code"
+	// AttrProcessExitSignal is the signal number that ended the root, when
+	// it was killed by one and the exit was seen in the kernel's process
+	// events (semconv has no such attribute). Int.
+	AttrProcessExitSignal = "workerwatch.process.exit.signal"
+	// AttrServiceInstanceID is the OpenTelemetry SDK's id of one running
+	// instance of a service: a worker's telemetry-only incarnation.
+	AttrServiceInstanceID = "service.instance.id"
 )
 
 // Process roles.
