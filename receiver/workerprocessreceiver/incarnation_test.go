@@ -154,6 +154,27 @@ func TestRootExitAtOnce(t *testing.T) {
 		_, hasCode := attrs.Get(contract.AttrProcessExitCode)
 		assert.False(t, hasCode)
 	})
+	t.Run("restarted", func(t *testing.T) {
+		// A supervisor's restart a moment after the exit (no scrape is
+		// called here): the exit's scrape, or the follow-up scrape a
+		// second later, sends the new root.
+		const id = "incarnation-restart"
+		a := startTree(t, id, true)
+		_, err := s.scrape(context.Background())
+		require.NoError(t, err)
+		a.killGroup(t)
+		b := startTree(t, id, true)
+		require.Eventually(t, func() bool {
+			for _, md := range sink.AllMetrics() {
+				if attrs, ok := resourceOf(md, id); ok {
+					if pid, ok := attrs.Get(contract.AttrPID); ok && pid.Int() == int64(b.pids[0]) {
+						return true
+					}
+				}
+			}
+			return false
+		}, 5*time.Second, 10*time.Millisecond, "the restarted root was not sent")
+	})
 	t.Run("exit code", func(t *testing.T) {
 		const id = "incarnation-code"
 		tr := startTree(t, id, true)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -81,8 +82,11 @@ type workerScraper struct {
 	// triggers (nil in tests that call scrape directly); stopExits ends
 	// exitScrapes, exitsDone says it ended.
 	next      consumer.Metrics
-	stopExits chan struct{}
+	stopExits context.CancelFunc
 	exitsDone chan struct{}
+	// exitUnreplaced: the last scrape found a root that exited within
+	// exitFollowUp not replaced yet.
+	exitUnreplaced atomic.Bool
 
 	// Per-scrape counts for internal telemetry.
 	read, vanished, perms, scans int64
@@ -148,7 +152,7 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 	return s, nil
 }
 
-func (s *workerScraper) start(context.Context, component.Host) error {
+func (s *workerScraper) start(ctx context.Context, _ component.Host) error {
 	if _, err := os.Stat(s.cfg.ProcRoot); err != nil {
 		return fmt.Errorf("proc_root: %w", err)
 	}
@@ -156,8 +160,11 @@ func (s *workerScraper) start(context.Context, component.Host) error {
 		return err
 	}
 	if s.ev != nil && s.next != nil {
-		s.stopExits, s.exitsDone = make(chan struct{}), make(chan struct{})
-		go s.exitScrapes(s.ev.RootExited())
+		// The start context ends with Start: the goroutine keeps its values
+		// only, and ends at shutdown.
+		exitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopExits, s.exitsDone = cancel, make(chan struct{})
+		go s.exitScrapes(exitCtx, s.ev.RootExited())
 	}
 	return nil
 }
@@ -166,22 +173,35 @@ func (s *workerScraper) start(context.Context, component.Host) error {
 // connector's exit event), so that the exit is news within moments rather
 // than at the next collection_interval: the scrape finds the root gone, looks
 // for a restarted one, and states the exit on the worker's resource.
-func (s *workerScraper) exitScrapes(exited <-chan struct{}) {
+//
+// A supervisor restarts a worker moments after its exit, usually after this
+// scrape: when a root that just exited is still not replaced, one more scrape
+// follows after exitFollowUp, so that the restart is seen before the health
+// processor's lost.exit_grace rather than at the next collection_interval.
+func (s *workerScraper) exitScrapes(ctx context.Context, exited <-chan struct{}) {
 	defer close(s.exitsDone)
+	var followUp <-chan time.Time
 	for {
+		byExit := true
 		select {
-		case <-s.stopExits:
+		case <-ctx.Done():
 			return
 		case <-exited:
+		case <-followUp:
+			byExit = false
 		}
-		md, err := s.scrape(context.Background())
+		followUp = nil
+		md, err := s.scrape(ctx)
+		if byExit && s.exitUnreplaced.Load() {
+			followUp = time.After(exitFollowUp)
+		}
 		if md.ResourceMetrics().Len() == 0 {
 			continue
 		}
 		if err != nil && !scrapererror.IsPartialScrapeError(err) {
 			continue
 		}
-		if err := s.next.ConsumeMetrics(context.Background(), md); err != nil {
+		if err := s.next.ConsumeMetrics(ctx, md); err != nil {
 			s.logger.Debug("the scrape after a root's exit was refused", zap.Error(err))
 		}
 	}
@@ -216,7 +236,7 @@ func (s *workerScraper) startEvents() error {
 
 func (s *workerScraper) shutdown(context.Context) error {
 	if s.stopExits != nil {
-		close(s.stopExits)
+		s.stopExits()
 		<-s.exitsDone
 		s.stopExits = nil
 	}
@@ -279,8 +299,12 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 		}
 	}
 
+	unreplaced := false
 	for _, k := range s.kinds {
 		for id, w := range k.instances {
+			if w.rootPid == 0 && w.ended.pid != 0 && now.Sub(w.ended.at) < exitFollowUp {
+				unreplaced = true
+			}
 			if w.rootPid == 0 {
 				s.settleAbsent(w)
 				if w.absentSince.IsZero() {
@@ -300,6 +324,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 		}
 	}
 
+	s.exitUnreplaced.Store(unreplaced)
 	if s.ev != nil {
 		lost := s.ev.Lost()
 		s.tel.recordEventsLost(ctx, lost-s.evLost)
@@ -336,6 +361,12 @@ func (s *workerScraper) settleAbsent(w *worker) {
 		s.countUnseen(w)
 	}
 }
+
+// exitFollowUp is how long after a root's exit the receiver scrapes again
+// when no new root replaced it (exitScrapes): a supervisor's restart takes
+// about this long or less; the health processor's default lost.exit_grace
+// (2 s) is longer.
+const exitFollowUp = time.Second
 
 // rootGone records that the worker's root ended (its walk or the discovery
 // found it gone): its incarnation, when and how, from the kernel's exit

@@ -37,7 +37,7 @@ func TestFormatting(t *testing.T) {
 // says so, with the value now and its way back; a process exit says how.
 func TestEvidence(t *testing.T) {
 	now := 148.0 * (1 << 20)
-	assert.Equal(t, "", evidence(contract.Reason{Code: contract.CodeNotReported}))
+	assert.Empty(t, evidence(contract.Reason{Code: contract.CodeNotReported}))
 	assert.Equal(t, "2 / 1", evidence(contract.Reason{Code: contract.CodeMissing, Value: 2, Threshold: 1}))
 	assert.Equal(t, "310 MiB / 300 MiB · 3 samples", evidence(contract.Reason{
 		Code: contract.CodeMemory, Value: 310 << 20, Threshold: 300 << 20, Samples: 3,

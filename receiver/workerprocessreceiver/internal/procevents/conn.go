@@ -511,7 +511,7 @@ func (c *Conn) Sync(g *Group, walked []int32, out []Exit) ([]Exit, bool) {
 }
 
 // SetRoot names the group's root process: its exit is kept for RootExit
-// and signalled on RootExited. A pid of 0 unsets it.
+// and signaled on RootExited. A pid of 0 unsets it.
 func (c *Conn) SetRoot(g *Group, pid int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

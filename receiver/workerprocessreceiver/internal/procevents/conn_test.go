@@ -126,7 +126,7 @@ func TestAcknowledgementsAreNoLoss(t *testing.T) {
 }
 
 // TestRootExit: the exit of a group's root is kept with its wait status
-// (code or signal) and signalled once; other exits, and a root unset or
+// (code or signal) and signaled once; other exits, and a root unset or
 // replaced, are not.
 func TestRootExit(t *testing.T) {
 	p := newConn()
@@ -138,14 +138,14 @@ func TestRootExit(t *testing.T) {
 	p.handle(procMsg(1, procEventExit, 101, 101, 0, 17)) // not the root
 	select {
 	case <-p.RootExited():
-		t.Fatal("a non-root exit was signalled")
+		t.Fatal("a non-root exit was signaled")
 	default:
 	}
 	p.handle(procMsg(2, procEventExit, 100, 100, 9, 17)) // SIGKILL: status 9
 	select {
 	case <-p.RootExited():
 	default:
-		t.Fatal("the root's exit was not signalled")
+		t.Fatal("the root's exit was not signaled")
 	}
 	e, ok := p.RootExit(g, 100)
 	require.True(t, ok)
@@ -173,7 +173,7 @@ func TestRootExit(t *testing.T) {
 	p.handle(procMsg(4, procEventExit, 300, 300, 0, 17))
 	select {
 	case <-p.RootExited():
-		t.Fatal("a forgotten group's root exit was signalled")
+		t.Fatal("a forgotten group's root exit was signaled")
 	default:
 	}
 }
