@@ -13,6 +13,12 @@ const (
 	AttrServiceName = "service.name"
 	// AttrRunID is the run id both sides use. String.
 	AttrRunID = "cicd.pipeline.run.id"
+	// AttrRunAttempt is the number of the run's attempt a record is about
+	// (1 = the first), where the sender numbers them (BullMQ's attempts and
+	// stall re-runs, Celery's retries). Int. A run is (AttrRunID,
+	// AttrRunAttempt); without it the processor numbers attempts in the
+	// order it sees them (a start of a run already ended is a new attempt).
+	AttrRunAttempt = "workerwatch.run.attempt"
 	// AttrResult is how a run ended: one of the Result* values.
 	AttrResult = "cicd.pipeline.result"
 	// AttrErrorType is the error a run failed with (TimeoutError, OOMError...).
