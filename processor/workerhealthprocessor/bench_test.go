@@ -193,7 +193,7 @@ func TestStateSize(t *testing.T) {
 	withRuns := heapAfterGC()
 	// Cross-check: drop every run table and see what is freed.
 	h.p.mu.Lock()
-	for _, w := range h.p.tracker.workers {
+	for _, w := range h.p.tracker.ByID() {
 		w.Table, w.Order = state.RunTable{}, nil // order also points at the runs
 	}
 	h.p.mu.Unlock()

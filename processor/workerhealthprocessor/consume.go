@@ -16,7 +16,7 @@ import (
 func (p *healthProcessor) ingest(b *mapping.Batch) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
-	p.tracker.apply(b, now)
+	p.tracker.Apply(b, now)
 	p.mu.Unlock()
 	b.Reset()
 	p.pool.Put(b)
@@ -53,7 +53,7 @@ func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics)
 		if ok && (r.Src == mapping.SideScheduler || r.ID == "") {
 			return false
 		}
-		if w := p.tracker.workers[r.ID]; ok && w != nil && w.Evidence != state.EvidenceOnce {
+		if w := p.tracker.Worker(r.ID); ok && w != nil && w.Evidence != state.EvidenceOnce {
 			return false
 		}
 		dropped += int64(resourcePoints(rm))

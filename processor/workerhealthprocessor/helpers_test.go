@@ -18,9 +18,29 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const sec = time.Second
+
+const (
+	unknown   = contract.Unknown
+	healthy   = contract.Healthy
+	degraded  = contract.Degraded
+	unhealthy = contract.Unhealthy
+	lost      = contract.Lost
+)
+
+func hb(h *harness) { h.logs(wl("w1", "workerwatch.worker.heartbeat", "", nil)) }
+
+// workerActive is worker's own count of the runs it holds.
+func workerActive(worker string, n int64) pmetric.Metrics {
+	md := activeMetrics(n)
+	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
+	return md
+}
 
 // testCfg is the default config tuned to the simulator's cadence: every
 // rule works at seconds.
@@ -84,17 +104,17 @@ func (h *harness) traces(td ptrace.Traces) {
 }
 
 // eval runs one evaluation and returns the transitions.
-func (h *harness) eval() []transition {
+func (h *harness) eval() []tracker.Transition {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	trs, _ := h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	trs, _ := h.p.tracker.Evaluate(h.clock.Now().UnixNano())
 	return trs
 }
 
-func (h *harness) worker(id string) *worker {
+func (h *harness) worker(id string) *tracker.Worker {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	return h.p.tracker.workers[id]
+	return h.p.tracker.Worker(id)
 }
 
 func (h *harness) state(id string) contract.State {
@@ -351,10 +371,10 @@ func (x tree) metrics() pmetric.Metrics {
 
 // evalUnjoined runs one evaluation and returns the workers reported as
 // named by one source only.
-func (h *harness) evalUnjoined() []unjoined {
+func (h *harness) evalUnjoined() []tracker.Unjoined {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	_, uj := h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	_, uj := h.p.tracker.Evaluate(h.clock.Now().UnixNano())
 	return uj
 }
 
@@ -362,7 +382,7 @@ func (h *harness) evalUnjoined() []unjoined {
 func (h *harness) snap(id string) contract.Worker {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	for _, w := range h.p.tracker.snapshot(h.clock.Now().UnixNano()).Workers {
+	for _, w := range h.p.tracker.Snapshot(h.clock.Now().UnixNano()).Workers {
 		if w.ID == id {
 			return w
 		}
@@ -386,9 +406,7 @@ func (h *harness) reason(code string) contract.Reason {
 func (h *harness) healed() [2]int64 {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	n := h.p.tracker.healed
-	h.p.tracker.healed = [2]int64{}
-	return n
+	return h.p.tracker.TakeCounts().Healed
 }
 
 // snapLogs is a scheduler's snapshot of the runs it holds for one worker.
