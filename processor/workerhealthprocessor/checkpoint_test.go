@@ -262,7 +262,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
 		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
 	))
-	// Its tree confirms it at once (admission.go): checkpointed whenever
+	// Its tree confirms it at once (internal/tracker/admission.go): checkpointed whenever
 	// the timer (driven by the fake clock too) evaluates.
 	h1.metrics(treeMetrics("w1", 100, -1, 1))
 	h1.advance(sec)

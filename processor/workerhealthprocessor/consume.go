@@ -42,7 +42,7 @@ func (p *healthProcessor) processMetrics(ctx context.Context, md pmetric.Metrics
 }
 
 // dropUntracked removes the resources that name a worker the processor does
-// not track, has seen only once, or names by a malformed id (admission.go:
+// not track, has seen only once, or names by a malformed id (internal/tracker/admission.go:
 // a flood of ids must not become a flood of series in the exporters), and
 // reports whether nothing is left.
 func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics) bool {

@@ -29,7 +29,7 @@ const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthproc
 // resource: a name that appears or changes later would start new series
 // (with a Prometheus exporter, a second series per state until the old one
 // expires); the state-change records and the health API carry it. Workers
-// seen once are left out, of the fleet figures too (admission.go).
+// seen once are left out, of the fleet figures too (internal/tracker/admission.go).
 //
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
@@ -78,7 +78,7 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
-			// Not exported until seen again (admission.go): a flood of ids
+			// Not exported until seen again (internal/tracker/admission.go): a flood of ids
 			// must not become a flood of series downstream.
 			continue
 		}

@@ -87,7 +87,7 @@ func TestFloodStaysBounded(t *testing.T) {
 
 func TestTransitionsAreReported(t *testing.T) {
 	h := newHarness(t, testCfg())
-	h.metrics(treeMetrics("w1", 10, -1, 1)) // confirmed: announced at once (admission.go)
+	h.metrics(treeMetrics("w1", 10, -1, 1)) // confirmed: announced at once (internal/tracker/admission.go)
 	trs := h.eval()
 	require.Len(t, trs, 1)
 	assert.Equal(t, tracker.Transition{Worker: "w1", From: unknown, To: healthy, Reasons: trs[0].Reasons, At: t0.UnixNano()}, trs[0])

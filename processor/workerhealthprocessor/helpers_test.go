@@ -206,7 +206,7 @@ func wl(worker, event, run string, attrs map[string]any) plog.Logs {
 	return workerLogs("worker", rec{worker: worker, event: event, run: run, attrs: attrs})
 }
 
-func sl(worker, event, run string) plog.Logs {
+func sl(worker, event, run string) plog.Logs { //nolint:unparam // internal/tracker's copy of this builder is called with other events
 	return schedLogs(rec{worker: worker, event: event, run: run})
 }
 
@@ -223,7 +223,7 @@ func stageSpan(worker, stage string, start, end pcommon.Timestamp) ptrace.Traces
 }
 
 // treeMetrics is one scrape of a worker tree: memory split over two roles.
-func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics {
+func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics { //nolint:unparam // internal/tracker's copy of this builder is called with other values
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
 	rm.Resource().Attributes().PutStr("cicd.worker.id", worker)
@@ -369,15 +369,6 @@ func (x tree) metrics() pmetric.Metrics {
 	return md
 }
 
-// evalUnjoined runs one evaluation and returns the workers reported as
-// named by one source only.
-func (h *harness) evalUnjoined() []tracker.Unjoined {
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	_, uj := h.p.tracker.Evaluate(h.clock.Now().UnixNano())
-	return uj
-}
-
 // snap is the snapshot of one worker now.
 func (h *harness) snap(id string) contract.Worker {
 	h.p.mu.Lock()
@@ -402,13 +393,6 @@ func (h *harness) reason(code string) contract.Reason {
 	return contract.Reason{}
 }
 
-// healed reads and resets the runs let go per side.
-func (h *harness) healed() [2]int64 {
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	return h.p.tracker.TakeCounts().Healed
-}
-
 // snapLogs is a scheduler's snapshot of the runs it holds for one worker.
 func snapLogs(service, worker string, runs ...string) plog.Logs {
 	ld := plog.NewLogs()
@@ -422,20 +406,4 @@ func snapLogs(service, worker string, runs ...string) plog.Logs {
 		sl.AppendEmpty().SetStr(r)
 	}
 	return ld
-}
-
-// heldMetrics is a scheduler's count of the runs it holds, per worker.
-func heldMetrics(service string, counts map[string]int64) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("service.name", service)
-	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("workerwatch.scheduler.runs.held")
-	dps := m.SetEmptyGauge().DataPoints()
-	for w, n := range counts {
-		dp := dps.AppendEmpty()
-		dp.SetIntValue(n)
-		dp.Attributes().PutStr("cicd.worker.id", w)
-	}
-	return md
 }

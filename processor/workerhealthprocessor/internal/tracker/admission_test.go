@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -149,13 +148,6 @@ func TestRunBounds(t *testing.T) {
 	assert.True(t, hasRun(&h.p.tracker.workers["t2"].Table, "new"))
 	assert.Equal(t, 20, h.p.tracker.runCount)
 	h.p.mu.Unlock()
-}
-
-// workerActive is worker's own count of the runs it holds.
-func workerActive(worker string, n int64) pmetric.Metrics {
-	md := activeMetrics(n)
-	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
-	return md
 }
 
 // Evidence that was wrong before (issue 12, "Why" point 7).

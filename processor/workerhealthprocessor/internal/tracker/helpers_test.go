@@ -212,18 +212,6 @@ func sl(worker, event, run string) plog.Logs {
 	return schedLogs(rec{worker: worker, event: event, run: run})
 }
 
-// stageSpan is one span of a worker's run stage, from start to end (unix ns).
-func stageSpan(worker, stage string, start, end pcommon.Timestamp) ptrace.Traces {
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("cicd.worker.id", worker)
-	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-	sp.SetName(stage)
-	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(end)
-	return td
-}
-
 // treeMetrics is one scrape of a worker tree: memory split over two roles.
 func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
@@ -282,29 +270,6 @@ func pendingMetrics(n int64) pmetric.Metrics {
 	m.SetName("workerwatch.scheduler.runs.pending")
 	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
 	return md
-}
-
-// metricsByWorker indexes derived metrics by the resource's worker id ("" for
-// the fleet resource) and name.
-func metricsByWorker(md pmetric.Metrics) map[string]map[string]pmetric.Metric {
-	out := map[string]map[string]pmetric.Metric{}
-	for i := 0; i < md.ResourceMetrics().Len(); i++ {
-		rm := md.ResourceMetrics().At(i)
-		id := ""
-		if v, ok := rm.Resource().Attributes().Get(contract.AttrWorkerID); ok {
-			id = v.Str()
-		}
-		if out[id] == nil {
-			out[id] = map[string]pmetric.Metric{}
-		}
-		for j := 0; j < rm.ScopeMetrics().Len(); j++ {
-			ms := rm.ScopeMetrics().At(j).Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				out[id][ms.At(k).Name()] = ms.At(k)
-			}
-		}
-	}
-	return out
 }
 
 // tree is one scrape of a worker's tree as the worker_process receiver
@@ -414,7 +379,7 @@ func (h *harness) healed() [2]int64 {
 }
 
 // snapLogs is a scheduler's snapshot of the runs it holds for one worker.
-func snapLogs(service, worker string, runs ...string) plog.Logs {
+func snapLogs(service, worker string, runs ...string) plog.Logs { //nolint:unparam // the top package's copy of this builder is called with other services
 	ld := plog.NewLogs()
 	rl := ld.ResourceLogs().AppendEmpty()
 	rl.Resource().Attributes().PutStr("service.name", service)

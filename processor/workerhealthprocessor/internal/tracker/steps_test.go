@@ -47,14 +47,6 @@ func feed(fs ...any) func(*harness) {
 	}
 }
 
-func recentIDs(rs []contract.RunRecord) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.ID)
-	}
-	return out
-}
-
 const (
 	unknown   = contract.Unknown
 	healthy   = contract.Healthy

@@ -14,7 +14,7 @@ import (
 // the measured size): ints rather than time.Time, lazily made slices.
 //
 // To add a per-worker fact: add it to the rule's type, and to its checkpoint
-// record (a cp* type next to it, embedded in cpWorker) if it must survive a
+// record (a *Record type next to it, embedded in Record, checkpoint.go) if it must survive a
 // restart.
 type Worker struct {
 	id string
@@ -64,7 +64,7 @@ type Tracker struct {
 	schedulerSeen int64 // last scheduler record: orphaned drift needs one
 
 	// clusterPending: the pending gauge as another shard of a sharded
-	// gateway reported it (cluster.go), -1 = none; at its snapshot time.
+	// gateway reported it (the processor's cluster.go), -1 = none; at its snapshot time.
 	clusterPending, clusterPendingAt int64
 
 	// idle is the fleet's idle capacity at the last evaluation (the metric
