@@ -46,19 +46,22 @@ const (
 
 // Why a worker or run was refused: the limit that was full.
 const (
-	RefusedMaxWorkers = iota
-	RefusedMaxUnconfirmed
+	refusedMaxWorkers = iota
+	refusedMaxUnconfirmed
 	NRefusedWorker
 )
 
+// RefusedWorkerReasons name the indices of AdmissionCounts.WorkersRefused
+// (the reason attribute of the processor's own telemetry).
 var RefusedWorkerReasons = [NRefusedWorker]string{"max_workers", "max_unconfirmed_workers"}
 
 const (
-	RefusedRunsPerWorker = iota
-	RefusedRunsTotal
+	refusedRunsPerWorker = iota
+	refusedRunsTotal
 	NRefusedRun
 )
 
+// RefusedRunReasons name the indices of AdmissionCounts.RunsRefused.
 var RefusedRunReasons = [NRefusedRun]string{"max_runs_per_worker", "max_runs"}
 
 // AdmissionCounts are read and reset by the processor for its telemetry.
@@ -138,13 +141,13 @@ func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 			victim = t.low[state.EvidenceRecords].head
 		}
 		if ev != state.EvidenceConfirmed || victim == nil {
-			return t.refuse(id, RefusedMaxWorkers)
+			return t.refuse(id, refusedMaxWorkers)
 		}
 		t.counts.WorkersEvicted[victim.Evidence]++
 		t.forget(victim)
 	}
 	if ev == state.EvidenceOnce && t.low[state.EvidenceOnce].n >= t.cfg.Limits.MaxUnconfirmedWorkers {
-		return t.refuse(id, RefusedMaxUnconfirmed)
+		return t.refuse(id, refusedMaxUnconfirmed)
 	}
 	w := newWorker(id, now)
 	w.Evidence, w.Admitted = ev, t.evals

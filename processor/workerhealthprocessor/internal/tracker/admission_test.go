@@ -46,7 +46,7 @@ func TestAdmissionAtTheCap(t *testing.T) {
 		rec{worker: "bogus-4", event: contract.EventHeartbeat},
 		rec{worker: "bogus-4", event: contract.EventClaimed, run: "r1"},
 	))
-	assert.Equal(t, int64(1), h.counts().WorkersRefused[RefusedMaxWorkers])
+	assert.Equal(t, int64(1), h.counts().WorkersRefused[refusedMaxWorkers])
 	_, tracked := h.evidenceOf("bogus-4")
 	assert.False(t, tracked)
 
@@ -70,7 +70,7 @@ func TestAdmissionAtTheCap(t *testing.T) {
 	h.metrics(treeMetrics("real-3", 10, -1, 1))
 	h.metrics(treeMetrics("real-4", 10, -1, 1))
 	assert.Equal(t, int64(4), h.counts().WorkersEvicted[state.EvidenceOnce], "bogus-2 and bogus-3 made room too")
-	assert.Equal(t, int64(2), h.counts().WorkersRefused[RefusedMaxWorkers], "bogus-4, then real-4")
+	assert.Equal(t, int64(2), h.counts().WorkersRefused[refusedMaxWorkers], "bogus-4, then real-4")
 	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named", "real-2", "real-3"} {
 		_, ok := h.evidenceOf(id)
 		assert.True(t, ok, id)
@@ -89,7 +89,7 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	h.logs(wl("a", contract.EventHeartbeat, "", nil))
 	h.logs(wl("b", contract.EventHeartbeat, "", nil))
 	h.logs(wl("c", contract.EventHeartbeat, "", nil))
-	assert.Equal(t, int64(1), h.counts().WorkersRefused[RefusedMaxUnconfirmed], "c")
+	assert.Equal(t, int64(1), h.counts().WorkersRefused[refusedMaxUnconfirmed], "c")
 	h.eval()
 	h.advance(sec)
 	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the next interval: still seen once
@@ -125,7 +125,7 @@ func TestRunBounds(t *testing.T) {
 	for r := range 6 {
 		h.logs(wl("once", contract.EventClaimed, fmt.Sprintf("r%d", r), nil))
 	}
-	assert.Equal(t, int64(2), h.counts().RunsRefused[RefusedRunsPerWorker])
+	assert.Equal(t, int64(2), h.counts().RunsRefused[refusedRunsPerWorker])
 	for _, w := range []string{"t1", "t2"} {
 		h.metrics(treeMetrics(w, 10, -1, 1))
 		for r := range 12 {
@@ -140,7 +140,7 @@ func TestRunBounds(t *testing.T) {
 	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
 	assert.Equal(t, 6, n2, "t2: what is left of the 20, below its share (8)")
 	c := h.counts()
-	assert.Positive(t, c.RunsRefused[RefusedRunsTotal])
+	assert.Positive(t, c.RunsRefused[refusedRunsTotal])
 	// t2 ends a run: its own ended run makes room at the total.
 	h.logs(wl("t2", contract.EventFinished, "r0", nil))
 	h.logs(wl("t2", contract.EventClaimed, "new", nil))
@@ -205,8 +205,8 @@ func TestLimits(t *testing.T) {
 	assert.Len(t, h.p.tracker.workers, 2)
 	// Issue 14.7: counted once per resource naming it (it was counted
 	// twice: the resource's sign of life and its record).
-	assert.Equal(t, int64(1), h.p.tracker.counts.WorkersRefused[RefusedMaxWorkers], "c, once")
-	assert.Equal(t, int64(1), h.p.tracker.counts.RunsRefused[RefusedRunsPerWorker])
+	assert.Equal(t, int64(1), h.p.tracker.counts.WorkersRefused[refusedMaxWorkers], "c, once")
+	assert.Equal(t, int64(1), h.p.tracker.counts.RunsRefused[refusedRunsPerWorker])
 	assert.True(t, hasRun(&h.p.tracker.workers["a"].Table, "r5"))
 	h.p.mu.Unlock()
 

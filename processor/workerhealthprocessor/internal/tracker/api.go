@@ -22,10 +22,6 @@ func (t *Tracker) Evals() int { return t.evals }
 // SetStart sets when the cumulative series began (checkpointed).
 func (t *Tracker) SetStart(start int64) { t.start = start }
 
-// Start is when the cumulative series began: the processor's start, or the
-// first start a checkpoint kept.
-func (t *Tracker) Start() int64 { return t.start }
-
 // Counts are the figures the processor reads and resets at each evaluation
 // for its own telemetry.
 type Counts struct {
@@ -126,4 +122,4 @@ func (t *Tracker) Disown(owns func(id string) bool, gone func(id string)) {
 
 // RefusedAtRestore is the number of workers refused at limits.max_workers
 // so far (read after a restore, before the first evaluation resets it).
-func (t *Tracker) RefusedAtRestore() int64 { return t.counts.WorkersRefused[RefusedMaxWorkers] }
+func (t *Tracker) RefusedAtRestore() int64 { return t.counts.WorkersRefused[refusedMaxWorkers] }

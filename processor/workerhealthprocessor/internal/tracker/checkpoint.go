@@ -98,7 +98,7 @@ func (t *Tracker) fromCheckpoint(cw *Record, now int64) *Worker {
 	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
 	if w.Runs.Restore(&cw.RunsRecord, t.cfg.Limits.MaxRunsPerWorker, t.cfg.Limits.MaxRuns,
 		t.cfg.Limits.MaxAttributeLength, &t.runCount) {
-		t.counts.RunsRefused[RefusedRunsTotal]++
+		t.counts.RunsRefused[refusedRunsTotal]++
 	}
 	w.Drift.Restore(&cw.DriftRecord, t.schedIndex)
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
@@ -133,7 +133,7 @@ func (t *Tracker) RestoreSlot(slot int32, cw *Record, ok bool, now int64) {
 		return
 	}
 	if ok && t.workers[cw.ID] == nil {
-		t.counts.WorkersRefused[RefusedMaxWorkers]++
+		t.counts.WorkersRefused[refusedMaxWorkers]++
 	}
 	t.cp.free = append(t.cp.free, slot)
 	t.cp.deleted = append(t.cp.deleted, slot)

@@ -23,9 +23,9 @@ func (t *Tracker) run(w *Worker, id string) *state.Run {
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 		if r = w.evictEnded(); r == nil {
 			if perWorker {
-				t.counts.RunsRefused[RefusedRunsPerWorker]++
+				t.counts.RunsRefused[refusedRunsPerWorker]++
 			} else {
-				t.counts.RunsRefused[RefusedRunsTotal]++
+				t.counts.RunsRefused[refusedRunsTotal]++
 			}
 			return nil
 		}
