@@ -61,20 +61,3 @@ func TestCheckpointRecordKeys(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, rec, back, "a record reads back as written")
 }
-
-// The cluster's pending count stands in for this shard's own while it is
-// fresh (cluster.go at the top sets it).
-func TestPendingNow(t *testing.T) {
-	cfg := testCfg()
-	h := newHarness(t, cfg)
-	now := h.clock.Now().UnixNano()
-	assert.Equal(t, int64(-1), h.p.tracker.pendingNow(now), "none")
-	h.p.tracker.SetClusterPending(5, now)
-	assert.Equal(t, int64(5), h.p.tracker.pendingNow(now), "the other shard's figure counts")
-	h.metrics(pendingMetrics(9))
-	assert.Equal(t, int64(9), h.p.tracker.pendingNow(now), "this shard's own first")
-	h.p.tracker.Disown(func(id string) bool { return id != "" }, func(string) {})
-	assert.Equal(t, int64(5), h.p.tracker.pendingNow(now), "the empty id moved away: the other shard's figure still counts")
-	later := now + int64(cfg.Lost.After) + int64(time.Second)
-	assert.Equal(t, int64(-1), h.p.tracker.pendingNow(later), "a stale report no longer counts")
-}
