@@ -49,6 +49,11 @@ func (t *Tracker) update(w *Worker, now int64) {
 func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason) {
 	var unhealthy, stalled, degraded []contract.Reason
 
+	if t.exited(w, now) {
+		r := t.exitReason(w, now)
+		r.Incarnation = r.Exit.Incarnation
+		return contract.Lost, []contract.Reason{r}
+	}
 	if t.lost(w, now) {
 		lastAlive := w.sinceAlive()
 		return contract.Lost, []contract.Reason{{
@@ -115,6 +120,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
 	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
+	w.stampIncarnation(reasons)
 	if !w.Fresh {
 		// Restored from a checkpoint, or only named by the scheduler: nothing
 		// of its own seen since this process started, so never "healthy".

@@ -60,7 +60,9 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 				Missing: nonNil(append([]string(nil), w.Missing...)), Orphaned: nonNil(append([]string(nil), w.Orphaned...)),
 				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
-			Sources: w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
+			Sources:     w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
+			Incarnation: w.inc.Snapshot(),
+			LastExit:    w.lastExit(),
 		})
 	}
 	return s
@@ -88,4 +90,13 @@ func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 		out = append(out, rec)
 	}
 	return out
+}
+
+// lastExit is how the worker's last incarnation ended, where the receiver
+// said (nil: never).
+func (w *Worker) lastExit() *contract.Exit {
+	if w.exit == nil {
+		return nil
+	}
+	return w.exit.Snapshot()
 }
