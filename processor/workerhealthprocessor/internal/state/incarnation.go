@@ -30,19 +30,22 @@ type Incarnation struct {
 // two seconds of the same start.
 const startSlack = int64(2 * time.Second)
 
-// Same reports whether two incarnations are the same process (or instance).
+// Same reports whether two incarnations are the same process (or
+// instance): the same pid started at the same time (whichever source
+// stated it: the tree's root and the telemetry's process detector may name
+// one process), else the same id from the same source.
 func (in *Incarnation) Same(o *Incarnation) bool {
-	if in.Source != o.Source {
-		return false
+	if in.PID != 0 && o.PID != 0 {
+		if in.PID != o.PID {
+			return false
+		}
+		if in.Started == 0 || o.Started == 0 {
+			return true
+		}
+		d := in.Started - o.Started
+		return d < startSlack && -d < startSlack
 	}
-	if in.ID == o.ID {
-		return true
-	}
-	if in.PID == 0 || in.PID != o.PID || in.Started == 0 || o.Started == 0 {
-		return false
-	}
-	d := in.Started - o.Started
-	return d < startSlack && -d < startSlack
+	return in.Source == o.Source && in.ID == o.ID
 }
 
 // IncarnationOf is the incarnation a sample's or a record's resource

@@ -50,11 +50,17 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		// a checkpoint that knew no incarnation keeps its evidence).
 		w.inc = in
 	case w.inc.Same(&in):
+		if in.Source == contract.IncarnationTree && w.inc.Source != contract.IncarnationTree {
+			// The same process, now from its tree: the tree speaks for it.
+			w.inc.ID, w.inc.Source, w.inc.Started = in.ID, in.Source, in.Started
+			t.markDirty(w)
+		}
 		return
 	default:
 		w.memory.NewIncarnation()
 		w.cpu.NewIncarnation()
 		w.kills.NewIncarnation()
+		w.Verdict.NewIncarnation()
 		w.inc = in
 	}
 	if w.exit != nil {
