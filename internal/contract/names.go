@@ -102,7 +102,10 @@ const (
 	// be sent work (healthy, degraded). Bool.
 	AttrMayTakeWork = "workerwatch.worker.may_take_work"
 	// AttrReasons is on state-change records: an array of maps with the keys
-	// code, message, value, threshold and since.
+	// code, message, value, threshold and since, and the reason's evidence
+	// where it has it (Reason): role, samples, fired_at, latched, current,
+	// recovery_samples, recovery_needed, recovery_ratio, incarnation, exit
+	// (how), exit_code, exit_signal.
 	AttrReasons = "workerwatch.worker.reasons"
 	// AttrSource is whose view a figure is: SourceWorker or SourceScheduler.
 	AttrSource = "workerwatch.source"
