@@ -60,7 +60,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		w.memory.NewIncarnation()
 		w.cpu.NewIncarnation()
 		w.kills.NewIncarnation()
-		w.Verdict.NewIncarnation()
+		w.NewIncarnation()
 		w.inc = in
 	}
 	if w.exit != nil {

@@ -34,10 +34,10 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		ended = ended[:0]
 		for r := range w.Table.All() {
 			if r.Has(state.RunWorkerHeld) {
-				wr = append(wr, string(r.ID))
+				wr = append(wr, state.RunID(r.ID))
 			}
 			if r.Has(state.RunSchedHeld) {
-				sr = append(sr, string(r.ID))
+				sr = append(sr, state.RunID(r.ID))
 			}
 			if r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased|state.RunLetGo) && r.WEnd > 0 {
 				ended = append(ended, r)
@@ -68,16 +68,17 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 	return s
 }
 
-// recentRuns are the newest limits.recent_runs of the ended runs, newest
-// first (by when their end arrived, then id).
+// recentRuns are the newest limits.recent_runs of the ended run attempts,
+// newest activity first (activity, then the later attempt, then id): each attempt of a run is an
+// entry of its own (docs/health-rules.md, "Attempts").
 func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
-		return cmp.Or(cmp.Compare(b.WEnd, a.WEnd), cmp.Compare(string(b.ID), string(a.ID)))
+		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
 	})
 	n := min(len(ended), t.cfg.Limits.RecentRuns)
 	out := make([]contract.RunRecord, 0, n)
 	for _, r := range ended[:n] {
-		rec := contract.RunRecord{ID: string(r.ID), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
+		rec := contract.RunRecord{ID: state.RunID(r.ID), Attempt: int(r.Attempt), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
 		if r.Result > 0 {
 			rec.Result = state.ResultNames[r.Result-1]
 		}
@@ -100,3 +101,7 @@ func (w *Worker) lastExit() *contract.Exit {
 	}
 	return w.exit.Snapshot()
 }
+
+// activity is when a run attempt was last heard of: its claim, its end on
+// either side.
+func activity(r *state.Run) int64 { return max(r.WAt, r.WEnd, r.SEnd) }

@@ -265,6 +265,9 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 		t.schedulerEvent(w, r, e, now)
 		return
 	}
+	if r = t.attempt(w, r, e); r == nil {
+		return
+	}
 	switch e.Kind {
 	case mapping.KindClaimed:
 		w.workerClaim(r, e.TS, now)
