@@ -378,8 +378,10 @@ func bullHang(t *testing.T, s *bullScenario) {
 		}
 		return nil
 	})
-	s.waitFor("hang-b", 30*time.Second, "ran "+job+"#2", func(w contract.Worker) error {
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool { return r.ID == job+"#2" && r.Result == contract.ResultSuccess }) {
+	s.waitFor("hang-b", 30*time.Second, "ran "+job+"#2, its attempt 2", func(w contract.Worker) error {
+		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultSuccess
+		}) {
 			return fmt.Errorf("recent %v", w.Runs.Recent)
 		}
 		return nil
@@ -569,9 +571,9 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 		}
 		return nil
 	})
-	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2", func(w contract.Worker) error {
+	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2, its attempt 2", func(w contract.Worker) error {
 		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
-			return r.ID == job+"#2" && r.Result == contract.ResultFailure && r.KillReason == ""
+			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultFailure && r.KillReason == ""
 		}) {
 			return fmt.Errorf("recent %v", w.Runs.Recent)
 		}
