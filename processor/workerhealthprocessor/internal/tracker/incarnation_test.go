@@ -133,6 +133,11 @@ func TestIncarnationRestored(t *testing.T) {
 	h.latchMemory(100, started)
 
 	same := restart(t, h)
+	// Before the process is seen again, its restored latch waits for it:
+	// unknown (503), the latch listed with its incarnation.
+	same.eval()
+	assert.Equal(t, contract.Unknown, same.state("w1"), "%v", same.codes("w1"))
+	require.Len(t, same.memoryReasons(), 1)
 	// The receiver restated the start time from a boot time a second off.
 	same.metrics(live(100, started.Add(time.Second), 900))
 	same.eval()
