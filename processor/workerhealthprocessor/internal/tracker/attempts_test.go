@@ -76,6 +76,44 @@ func TestAttempts(t *testing.T) {
 		assert.Equal(t, []attemptRow{{"j", 1, "success", ""}, {"j", 2, "failure", ""}}, h.recent(),
 			"each attempt's end on its own attempt, ordered by the newest activity")
 	})
+	t.Run("a retry, the scheduler's claim first", func(t *testing.T) {
+		// Celery's order: the broker's claim of the retry may come before
+		// the worker's start; both say the attempt. No drift, each attempt
+		// its own.
+		h := newHarness(t, testCfg())
+		n := func(i int, more map[string]any) map[string]any {
+			m := map[string]any{contract.AttrRunAttempt: i}
+			for k, v := range more {
+				m[k] = v
+			}
+			return m
+		}
+		sched := func(event string, i int) {
+			h.logs(schedLogs(rec{worker: "w1", event: event, run: "t1", attrs: n(i, nil)}))
+		}
+		h.at("workerwatch.run.started", "t1", t0, n(1, nil))
+		sched("workerwatch.run.claimed", 1)
+		h.advance(sec)
+		h.at("workerwatch.run.released", "t1", t0.Add(sec), n(1, nil))
+		sched("workerwatch.run.released", 1)
+		h.advance(sec)
+		sched("workerwatch.run.claimed", 2)
+		h.at("workerwatch.run.started", "t1", t0.Add(2*sec), n(2, nil))
+		h.eval()
+		snap := h.snap("w1")
+		assert.Equal(t, []string{"t1"}, snap.Runs.Worker)
+		assert.Equal(t, []string{"t1"}, snap.Runs.Scheduler)
+		h.advance(4 * sec)
+		hb(h)
+		h.eval()
+		assert.Empty(t, h.snap("w1").Drift.Orphaned, "the retry is held by both sides")
+		assert.Empty(t, h.snap("w1").Drift.Missing)
+		h.at("workerwatch.run.finished", "t1", t0.Add(7*sec), n(2, ok))
+		sched("workerwatch.run.finished", 2)
+		assert.Equal(t, []attemptRow{{"t1", 2, "success", ""}}, h.recent(), "the retried attempt was released: not a recent run")
+		assert.Empty(t, h.snap("w1").Runs.Worker)
+		assert.Empty(t, h.snap("w1").Runs.Scheduler)
+	})
 	t.Run("kills per attempt", func(t *testing.T) {
 		h := newHarness(t, testCfg())
 		for i := range 2 {

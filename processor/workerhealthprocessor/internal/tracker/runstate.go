@@ -179,10 +179,13 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 	// A start after the end the worker reported, by the records' own
 	// times: a late, duplicated or reordered record (no later time, or none
 	// at all) is the ended attempt's, and harmless as before.
+	// The scheduler's records start a new attempt only by its number (its
+	// claim of a retry may come before the worker's start).
 	starts := e.Kind == mapping.KindClaimed || e.Kind == mapping.KindStarted
-	again := starts && r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased) &&
+	again := starts && e.Src == mapping.SideWorker && r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased) &&
 		e.TS > 0 && r.EndTS > 0 && e.TS > r.EndTS && (n == 0 || n != r.Attempt)
-	later := n > 0 && r.Attempt > 0 && n > r.Attempt && (r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld))
+	later := starts && n > 0 && r.Attempt > 0 && n > r.Attempt &&
+		(r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedEnded))
 	if !again && !later {
 		if n > 0 && r.Attempt == 0 {
 			r.Attempt = n

@@ -261,11 +261,11 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 	if r == nil {
 		return
 	}
-	if e.Src == mapping.SideScheduler {
-		t.schedulerEvent(w, r, e, now)
+	if r = t.attempt(w, r, e); r == nil {
 		return
 	}
-	if r = t.attempt(w, r, e); r == nil {
+	if e.Src == mapping.SideScheduler {
+		t.schedulerEvent(w, r, e, now)
 		return
 	}
 	switch e.Kind {
