@@ -14,7 +14,7 @@ package e2e
 //   - a worker's root SIGKILLed: 503, lost, process_exited with signal 9
 //     within 5 s of the kill (the verdict's own figures); a root its
 //     supervisor restarts: a new incarnation, never lost; a main loop
-//     blocked for 60 s (SIGSTOP): never lost.
+//     blocked for 60 s (SIGSTOP): never lost, and reporting again after.
 //
 //	make build && go test -tags e2e -count=1 -v -run 'TestIncarnation' ./e2e/
 
@@ -262,12 +262,21 @@ func TestIncarnationExit(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, 250*time.Millisecond, blocked+" may take work again", func() error {
+		// Awake: its own telemetry again, and still never lost. (Its
+		// verdict otherwise is the other rules': runs whose children ended
+		// while it was stopped may count as kills.)
+		resumed := time.Now()
+		eventually(t, 60*time.Second, 250*time.Millisecond, blocked+" reports again", func() error {
 			w, err := worker(e, blocked)
-			if err == nil && !w.State.MayTakeWork() {
-				err = fmt.Errorf("state %s %v", w.State, reasonCodes(w))
+			switch {
+			case err != nil:
+				return err
+			case w.State == contract.Lost:
+				t.Fatalf("%s lost after it resumed: %+v", blocked, w.Reasons)
+			case !w.Sources.Telemetry.LastSeen.After(resumed):
+				return fmt.Errorf("its telemetry last seen %v", w.Sources.Telemetry.LastSeen)
 			}
-			return err
+			return nil
 		})
 	})
 }
