@@ -50,6 +50,9 @@ type celeryRun struct {
 	c       *presetCollector
 	// exported counts the OTLP/HTTP log requests the preset's exporter sent.
 	exported atomic.Int64
+	// exportTo, when set, replaces the counting sink as the exporter's
+	// endpoint.
+	exportTo string
 }
 
 // countingSink is an OTLP/HTTP endpoint that accepts everything and counts
@@ -99,7 +102,10 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	t := r.t
 	preset := filepath.Join(repoRoot, "presets", "celery", "collector.yaml")
 	c := newPresetCollector(t, "celery", preset, t.TempDir())
-	c.exportTo = r.countingSink()
+	c.exportTo = r.exportTo
+	if c.exportTo == "" {
+		c.exportTo = r.countingSink()
+	}
 	dir := t.TempDir()
 	c.stateDir = filepath.Join(dir, "state")
 	conf, err := confmaptest.LoadConf(preset)
