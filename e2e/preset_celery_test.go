@@ -150,9 +150,10 @@ func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
 	return p
 }
 
-// send sends count tasks to queue and returns their ids.
-func (r *celeryRun) send(queue, task string, count int) []string {
-	out, err := r.client("send", queue, task, strconv.Itoa(count))
+// send sends count tasks to queue and returns their ids; seconds, if
+// given, is the task's seconds argument.
+func (r *celeryRun) send(queue, task string, count int, seconds ...string) []string {
+	out, err := r.client(append([]string{"send", queue, task, strconv.Itoa(count)}, seconds...)...)
 	if err != nil {
 		r.t.Fatalf("send %s: %v\n%s", task, err, out)
 	}
@@ -484,6 +485,59 @@ func TestPresetCelery(t *testing.T) {
 		return nil
 	})
 
+	// 4c. Flower's prefetch time and prefetched count: worker kill (-c 1)
+	// runs a 20 s task and prefetches the two sent after it; they wait at
+	// the worker until it ends.
+	r.send(qKill, "long", 1, "20")
+	okSent := time.Now()
+	okIDs := r.send(qKill, "ok", 2)
+	promGauge := func(m, name, task string) (float64, bool) {
+		g := regexp.MustCompile(`(?m)^` + name + `\{[^}]*celery_task_name="tasks\.` + task + `"[^}]*cicd_worker_id="` +
+			regexp.QuoteMeta(hKill) + `"[^}]*\} (\S+)$|^` + name + `\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hKill) +
+			`"[^}]*celery_task_name="tasks\.` + task + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
+		if g == nil {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(g[1]+g[2], 64)
+		return v, err == nil
+	}
+	eventually(t, time.Minute, 500*time.Millisecond, "2 ok tasks prefetched by worker kill", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 2 {
+			return fmt.Errorf("%v %v\n%s", v, ok, grepLines(m, "prefetch"))
+		}
+		return nil
+	})
+	eventually(t, 2*time.Minute, time.Second, "the prefetched tasks ran", func() error {
+		for id, st := range r.states(okIDs) {
+			if st[0] != "SUCCESS" {
+				return fmt.Errorf("%s: %v", id, st)
+			}
+		}
+		return nil
+	})
+	okWait := time.Since(okSent)
+	eventually(t, time.Minute, time.Second, "worker kill's prefetch time", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 0 {
+			return fmt.Errorf("prefetched %v %v\n%s", v, ok, grepLines(m, "prefetch"))
+		}
+		// The ok tasks waited for the 20 s task: more than a second, less
+		// than from their send to their SUCCESS.
+		v, ok := promGauge(m, "celery_task_prefetch_time_seconds", "ok")
+		if !ok || v <= 1 || v >= okWait.Seconds() {
+			return fmt.Errorf("prefetch time %v %v, want in (1, %.1f)\n%s", v, ok, okWait.Seconds(), grepLines(m, "prefetch"))
+		}
+		t.Logf("e2e: prefetch time of the ok tasks %.1f s (sent to done %.1f s)", v, okWait.Seconds())
+		return nil
+	})
+
 	// 5. A worker SIGKILLed while it runs a task: lost once its tree is gone
 	// (its orphaned pool child finishes the task first), then restarted
 	// under the same hostname: a new incarnation, healthy, the task let go.
@@ -532,9 +586,9 @@ func TestPresetCelery(t *testing.T) {
 	})
 
 	// Every task of the run, with Celery's own outcome.
-	all := slices.Concat(ids, leakIDs, stopID, waiting, growIDs, more, []string{longID})
+	all := slices.Concat(ids, leakIDs, stopID, waiting, growIDs, more, okIDs, []string{longID})
 	final := r.states(all)
-	for _, id := range slices.Concat(leakIDs, stopID, waiting, growIDs, more) {
+	for _, id := range slices.Concat(leakIDs, stopID, waiting, growIDs, more, okIDs) {
 		if final[id][0] != "SUCCESS" {
 			t.Errorf("task %s: Celery says %v, want SUCCESS", id, final[id])
 		}
