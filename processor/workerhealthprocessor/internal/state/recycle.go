@@ -16,7 +16,8 @@ import (
 // pays a fork and a warm-up each time. The tree shows it: a pool child
 // exits right after each run ends, an exit the kills rule excuses (a run
 // end explains it: kills.exit_window) and counts in no kill. Those excused
-// exits are the recycles.
+// exits, less the ones a killed run's end explains (its child died with
+// it: a kill, not a recycle), are the recycles.
 
 // CodeRecycleLoop is the recycle rule's reason code.
 const CodeRecycleLoop = "pool_recycle_loop"
@@ -63,15 +64,21 @@ const maxRecycleLog = 4096
 // Recycle is a worker's recycled pool children and ended runs within
 // recycle.window, and since when the loop has been seen.
 type Recycle struct {
-	exits []int64 // each recycled child's exit time, in order
-	ends  []int64 // each run end, in order (only where the tree reports exits)
-	since int64
+	exits  []int64 // each excused child exit's time, in order
+	ends   []int64 // each run end not a kill, in order
+	killed []int64 // each killed run's end, in order
+	since  int64
 }
 
 // RunEnded counts a run end of a worker whose tree reports child exits
-// (the same runs Kills.RunEnded keeps for matching).
-func (r *Recycle) RunEnded(k *Kills, now int64) {
+// (the same runs Kills.RunEnded keeps for matching); killed: the run was
+// killed (its child's exit is no recycle).
+func (r *Recycle) RunEnded(k *Kills, now int64, killed bool) {
 	if k.exitChildBase < 0 {
+		return
+	}
+	if killed {
+		r.killed = appendBounded(r.killed, now)
 		return
 	}
 	r.ends = appendBounded(r.ends, now)
@@ -114,7 +121,7 @@ func appendBounded(s []int64, v int64) []int64 {
 // to fire, fixed until it stops firing).
 func (r *Recycle) Window(now int64, c *RecycleRule) {
 	if c.Window <= 0 {
-		r.exits, r.ends, r.since = nil, nil, 0
+		r.exits, r.ends, r.killed, r.since = nil, nil, nil, 0
 		return
 	}
 	win := int64(c.Window)
@@ -128,7 +135,7 @@ func (r *Recycle) Window(now int64, c *RecycleRule) {
 		}
 		return s[i:]
 	}
-	r.exits, r.ends = drop(r.exits), drop(r.ends)
+	r.exits, r.ends, r.killed = drop(r.exits), drop(r.ends), drop(r.killed)
 	if !r.firing(c) {
 		r.since = 0
 	} else if r.since == 0 {
@@ -136,8 +143,11 @@ func (r *Recycle) Window(now int64, c *RecycleRule) {
 	}
 }
 
+// recycles are the excused exits within the window less the killed runs'.
+func (r *Recycle) recycles() int { return max(len(r.exits)-len(r.killed), 0) }
+
 func (r *Recycle) firing(c *RecycleRule) bool {
-	n := len(r.exits)
+	n := r.recycles()
 	return c.Window > 0 && n >= c.MinExits && float64(n) >= c.PerRunRatio*float64(len(r.ends))
 }
 
@@ -146,7 +156,7 @@ func (r *Recycle) Reason(c *RecycleRule) (contract.Reason, bool) {
 	if !r.firing(c) {
 		return contract.Reason{}, false
 	}
-	n, ends := len(r.exits), len(r.ends)
+	n, ends := r.recycles(), len(r.ends)
 	return contract.Reason{
 		Code: CodeRecycleLoop,
 		Message: fmt.Sprintf("%d pool children replaced after their run within %v, for %d runs ended (a new child per run: max_memory_per_child or max_tasks_per_child too low?)",

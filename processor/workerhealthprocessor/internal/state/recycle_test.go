@@ -37,31 +37,39 @@ func TestRecycleLoop(t *testing.T) {
 
 	// A run ends on a worker whose tree reports no exits yet: not counted.
 	var bare Recycle
-	bare.RunEnded(&Kills{exitChildBase: -1}, 0)
+	bare.RunEnded(&Kills{exitChildBase: -1}, 0, false)
 	assert.Empty(t, bare.ends)
 
 	// Two runs, each followed by its child's exit: two recycles, below
 	// min_exits.
 	for i := int64(1); i <= 2; i++ {
 		k.RunEnded(i * 10 * sec)
-		r.RunEnded(&k, i*10*sec)
+		r.RunEnded(&k, i*10*sec, false)
 		tree(i*10*sec+sec, 1)
 	}
 	_, firing := step(60 * sec)
 	assert.False(t, firing, "2 recycles < min_exits 3")
-	assert.Len(t, r.exits, 2)
+	assert.Equal(t, 2, r.recycles())
 	assert.Equal(t, int64(0), k.ByReason()[KillIndex(contract.KillChildExit)], "excused exits are no kills")
 
 	// A child exit with no run end: a child_exit kill, no recycle.
 	tree(70*sec, 1)
 	_, firing = step(100 * sec)
 	assert.False(t, firing)
-	assert.Len(t, r.exits, 2)
+	assert.Equal(t, 2, r.recycles())
 	assert.Equal(t, int64(1), k.ByReason()[KillIndex(contract.KillChildExit)])
+
+	// A killed run whose child died with it: a kill, no recycle.
+	k.RunEnded(75 * sec)
+	r.RunEnded(&k, 75*sec, true)
+	tree(76*sec, 1)
+	_, firing = step(100 * sec)
+	assert.False(t, firing)
+	assert.Equal(t, 2, r.recycles())
 
 	// A third run with its recycle: 3 recycles for 3 runs ended.
 	k.RunEnded(110 * sec)
-	r.RunEnded(&k, 110*sec)
+	r.RunEnded(&k, 110*sec, false)
 	tree(111*sec, 1)
 	why, firing := step(130 * sec)
 	require.True(t, firing)
@@ -72,7 +80,7 @@ func TestRecycleLoop(t *testing.T) {
 	assert.Contains(t, why.Message, "3 pool children replaced after their run within 10m0s, for 3 runs ended")
 
 	// Runs that keep their child: 3 recycles for 4 runs is under 0.9.
-	r.RunEnded(&k, 140*sec)
+	r.RunEnded(&k, 140*sec, false)
 	k.RunEnded(140 * sec)
 	_, firing = step(141 * sec)
 	assert.False(t, firing, "3 of 4 runs recycled < 0.9")
@@ -85,7 +93,7 @@ func TestRecycleLoop(t *testing.T) {
 	assert.Empty(t, r.ends)
 
 	// Off: window 0 keeps nothing.
-	r.RunEnded(&k, 1000*sec)
+	r.RunEnded(&k, 1000*sec, false)
 	r.Window(1000*sec, &RecycleRule{})
 	assert.Empty(t, r.ends)
 }
