@@ -384,10 +384,12 @@ func TestPresetCelery(t *testing.T) {
 		return nil
 	})
 
-	// 3b. A child recycled by worker_max_memory_per_child: no event at all;
-	// the tree counts the pool child that exited, no kill, healthy.
-	growIDs := r.send(qRecycle, "grow", 3)
-	eventually(t, 3*time.Minute, time.Second, "3 pool children of worker recycle replaced", func() error {
+	// 3b. Children recycled by worker_max_memory_per_child after every
+	// task: no event at all; the tree counts the pool children that exited,
+	// no kill; 5 recycles for 5 tasks is a recycle loop (degraded,
+	// pool_recycle_loop; it may still take work).
+	growIDs := r.send(qRecycle, "grow", 5)
+	eventually(t, 3*time.Minute, time.Second, "5 pool children of worker recycle replaced: a recycle loop", func() error {
 		m, err := httpGet("http://" + r.c.promExp + "/metrics")
 		if err != nil {
 			return err
@@ -402,15 +404,22 @@ func TestPresetCelery(t *testing.T) {
 			_, _ = fmt.Sscan(g[2], &v)
 			exits += v
 		}
-		if exits != 3 {
+		if exits != 5 {
 			return fmt.Errorf("pool and child exits: %v\n%s", exits, grepLines(m, "workerwatch_process_exited_total"))
 		}
 		code, w, err := r.health(hRecycle)
 		if err != nil {
 			return err
 		}
-		if code != 200 || w.State != contract.Healthy {
-			return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+		loop := false
+		for _, rs := range w.Reasons {
+			loop = loop || (rs.Code == "pool_recycle_loop" && rs.Value == 5)
+		}
+		if code != 200 || w.State != contract.Degraded || !loop {
+			return fmt.Errorf("%d %s %v kills %v", code, w.State, w.Reasons, w.Runs.Kills)
+		}
+		if w.Runs.Kills[contract.KillChildExit] != 0 {
+			return fmt.Errorf("recycles counted as child_exit kills: %v", w.Runs.Kills)
 		}
 		for _, id := range growIDs {
 			if rr, ok := recentRun(w, id); !ok || rr.Result != contract.ResultSuccess || rr.KillReason != "" {

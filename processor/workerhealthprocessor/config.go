@@ -49,6 +49,7 @@ type Config struct {
 
 	Memory     MemoryRule   `mapstructure:"memory"`
 	Kills      KillsRule    `mapstructure:"kills"`
+	Recycle    RecycleRule  `mapstructure:"recycle"`
 	CPU        CPURule      `mapstructure:"cpu"`
 	Stalled    StalledRule  `mapstructure:"stalled"`
 	Lost       LostRule     `mapstructure:"lost"`

@@ -101,6 +101,7 @@ func createDefaultConfig() component.Config {
 			RecoverySamples:  3,
 		},
 		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: state.DefaultKillEffects(), ExitWindow: 15 * time.Second},
+		Recycle:  state.DefaultRecycleRule(),
 		Identity: IdentityConfig{JoinWithin: time.Minute},
 		CPU: CPURule{
 			Enabled: true, SaturationCores: 0.9, Samples: 3,

@@ -39,7 +39,8 @@ func (t *tracker) update(w *worker, now int64) {
 		return
 	}
 	w.memory.Tick(now, t.mem)
-	w.kills.MatchExits(now, t.kills)
+	w.recycle.MatchExits(&w.kills, now, t.kills) // kills.MatchExits, counting recycles
+	w.recycle.Window(now, &t.cfg.Recycle)
 	w.kills.Window(now, t.kills)
 	t.drift(w, now)
 }
@@ -110,6 +111,9 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 		})
 	}
 	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
+		degraded = append(degraded, r)
+	}
+	if r, ok := w.recycle.Reason(&t.cfg.Recycle); ok {
 		degraded = append(degraded, r)
 	}
 

@@ -25,7 +25,8 @@ const CodeRecycleLoop = "pool_recycle_loop"
 // RecycleRule: a pool replacing its children after every run.
 type RecycleRule struct {
 	// Window over which recycles and run ends are counted (0 = off).
-	// Default 10m.
+	// Default 0: off, since workers that run each task in a new process
+	// are built that way; the Celery preset sets 10m.
 	Window time.Duration `mapstructure:"window"`
 	// MinExits: at least this many recycled children within the window.
 	// Default 5.
@@ -35,23 +36,24 @@ type RecycleRule struct {
 	PerRunRatio float64 `mapstructure:"per_run_ratio"`
 }
 
-// DefaultRecycleRule is the recycle section's defaults.
+// DefaultRecycleRule is the recycle section's defaults: off, the other
+// keys ready for a window.
 func DefaultRecycleRule() RecycleRule {
-	return RecycleRule{Window: 10 * time.Minute, MinExits: 5, PerRunRatio: 0.9}
+	return RecycleRule{MinExits: 5, PerRunRatio: 0.9}
 }
 
 // Validate names the key at fault.
 func (c *RecycleRule) Validate() error {
 	var errs []error
 	if c.Window < 0 {
-		errs = append(errs, fmt.Errorf("recycle.window must be >= 0 (0 = off), got %v", c.Window))
+		errs = append(errs, fmt.Errorf("recycle.window: must not be negative (0 = off), got %v", c.Window))
 	}
 	if c.Window > 0 {
 		if c.MinExits < 1 {
-			errs = append(errs, fmt.Errorf("recycle.min_exits must be >= 1, got %d", c.MinExits))
+			errs = append(errs, fmt.Errorf("recycle.min_exits: must be at least 1 when recycle.window is set, got %d", c.MinExits))
 		}
 		if !(c.PerRunRatio > 0 && c.PerRunRatio <= 1) {
-			errs = append(errs, fmt.Errorf("recycle.per_run_ratio must be in (0, 1] (a run end explains at most one exit), got %v", c.PerRunRatio))
+			errs = append(errs, fmt.Errorf("recycle.per_run_ratio: must be in (0, 1] (a run end explains at most one exit), got %v", c.PerRunRatio))
 		}
 	}
 	return errors.Join(errs...)

@@ -101,6 +101,9 @@ func TestRecycleLoop(t *testing.T) {
 func TestRecycleRuleValidate(t *testing.T) {
 	d := DefaultRecycleRule()
 	require.NoError(t, d.Validate())
+	assert.Equal(t, time.Duration(0), d.Window, "off by default")
+	d.Window = 10 * time.Minute
+	require.NoError(t, d.Validate(), "a window alone turns it on")
 	off := RecycleRule{}
 	require.NoError(t, off.Validate(), "window 0 is off; the rest is not read")
 	for _, tc := range []struct {
