@@ -147,7 +147,7 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 	// few heartbeat intervals (freq 2 s; 30 s is a wide bound), its
 	// heartbeats counted by type.
 	metricOf := func(m, name, extra string) (float64, bool) {
-		g := regexp.MustCompile(`(?m)^` + name + `\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(host) + `"[^}]*\} (\S+)$`).FindAllStringSubmatch(m, -1)
+		g := regexp.MustCompile(`(?m)^`+name+`\{[^}]*cicd_worker_id="`+regexp.QuoteMeta(host)+`"[^}]*\} (\S+)$`).FindAllStringSubmatch(m, -1)
 		for _, l := range g {
 			if strings.Contains(l[0], extra) {
 				v, err := strconv.ParseFloat(l[1], 64)
