@@ -167,3 +167,45 @@ func TestDuplicateExecution(t *testing.T) {
 		})
 	}
 }
+
+// A worker running an earlier copy of a duplicated task restarts: its copy
+// is released on its own view (worker_restarted), the broker's claim stays
+// the other worker's, and the other worker's end closes both views.
+func TestDuplicateCopyRestarted(t *testing.T) {
+	r, err := newReceiver(receiverSettings(), testConfig("redis://127.0.0.1:1/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := applyAll(r, time.Now(), []event{
+		{Type: "worker-online", Hostname: "a@h", PID: 10, Freq: 2},
+		{Type: "worker-online", Hostname: "b@h", PID: 20, Freq: 2},
+		{Type: "task-received", Hostname: "a@h", PID: 10, UUID: "t1", Name: "long"},
+		{Type: "task-started", Hostname: "a@h", PID: 10, UUID: "t1"},
+		{Type: "task-received", Hostname: "b@h", PID: 20, UUID: "t1", Name: "long"},
+		{Type: "task-started", Hostname: "b@h", PID: 20, UUID: "t1"},
+		{Type: "worker-online", Hostname: "a@h", PID: 11, Freq: 2},
+		{Type: "task-succeeded", Hostname: "b@h", UUID: "t1"},
+	})
+	var got []string
+	for _, rc := range records([]plog.Logs{out.ld}) {
+		if rc.event == contract.EventReleased || rc.event == contract.EventFinished {
+			w := rc.worker
+			if rc.service == serviceBroker {
+				w = rc.attrs[contract.AttrWorkerID].(string)
+			}
+			got = append(got, rc.service+"/"+rc.event+"/"+w)
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		"celery-broker/" + contract.EventFinished + "/b@h",
+		"celery-worker/" + contract.EventFinished + "/b@h",
+		"celery-worker/" + contract.EventReleased + "/a@h",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("records:\n got %q\nwant %q", got, want)
+	}
+	if len(r.copies) != 0 {
+		t.Errorf("copies left: %v", r.copies)
+	}
+}

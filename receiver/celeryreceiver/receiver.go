@@ -719,8 +719,23 @@ func (r *celeryReceiver) endIncarnation(host string, pid int64, ts time.Time, ou
 		}
 		r.release(id, host, ts, out, releaseRestarted)
 	}
+	// Its copies of tasks another worker runs again end with it, on its own
+	// view only (the broker's claim is the other worker's).
+	copies := make([]string, 0)
+	for id, hosts := range r.copies {
+		if slices.Contains(hosts, host) {
+			copies = append(copies, id)
+		}
+	}
+	sort.Strings(copies)
+	for _, id := range copies {
+		r.endCopy(id, host, nil)
+		a := out.record(host, contract.EventReleased, ts)
+		a.PutStr(contract.AttrRunID, id)
+		a.PutStr(attrReleaseReason, releaseRestarted)
+	}
 	r.logger.Info("celery worker restarted under the same hostname: a new incarnation",
-		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)))
+		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)+len(copies)))
 }
 
 // track adds a task, forgetting the oldest past max_tracked_tasks.
