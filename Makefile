@@ -101,8 +101,11 @@ $(GOLANGCI_LINT):
 
 # -vet=off: `make vet` (the stage before, in `make test`) ran every vet
 # check on the same packages; go test's own subset would run them again.
-unit:
-	$(GO) test -race -count=1 -vet=off ./...
+# The collector binary is built first (the e2e stage needs it too) and the
+# distribution's tests run it rather than link their own
+# (WORKERWATCH_COLLECTOR_BIN).
+unit: build
+	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test -race -count=1 -vet=off ./...
 
 # End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (`make deps` installs them).
