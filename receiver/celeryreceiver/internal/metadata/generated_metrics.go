@@ -173,7 +173,7 @@ type metricCeleryTaskPrefetchTime struct {
 // init fills celery.task.prefetch.time metric with initial data.
 func (m *metricCeleryTaskPrefetchTime) init() {
 	m.data.SetName("celery.task.prefetch.time")
-	m.data.SetDescription("Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` before Flower 1.0.1), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.")
+	m.data.SetDescription("Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.")
 	m.data.SetUnit("s")
 	m.data.SetEmptyGauge()
 	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)

@@ -216,7 +216,7 @@ func TestMetricsBuilder(t *testing.T) {
 						validatedMetrics["celery.task.prefetch.time"] = true
 						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
 						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
-						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` before Flower 1.0.1), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
+						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
 						assert.Equal(t, "s", mi.Unit())
 						dp := mi.Gauge().DataPoints().At(0)
 						assert.Equal(t, start, dp.StartTimestamp())
@@ -231,7 +231,7 @@ func TestMetricsBuilder(t *testing.T) {
 						validatedMetrics["celery.task.prefetch.time"] = true
 						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
 						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
-						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` before Flower 1.0.1), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
+						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
 						assert.Equal(t, "s", mi.Unit())
 						dp := mi.Gauge().DataPoints().At(0)
 						assert.Equal(t, start, dp.StartTimestamp())
