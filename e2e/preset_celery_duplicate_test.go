@@ -140,7 +140,9 @@ func TestPresetCeleryDuplicate(t *testing.T) {
 	hA, hB := r.host("a"), r.host("b")
 	pA := r.workerEnv("a", q, 1, env, "--prefetch-multiplier=1")
 
-	id := r.send(q, "long_late", 1)[0]
+	// 40 s: long enough for worker b to start (10 to 20 s on a loaded
+	// host) while a still runs it.
+	id := r.send(q, "long_late", 1, "40")[0]
 	var startedAt time.Time
 	eventually(t, time.Minute, 200*time.Millisecond, "worker a runs the task", func() error {
 		_, w, err := r.health(hA)

@@ -495,9 +495,9 @@ func TestPresetCelery(t *testing.T) {
 	})
 
 	// 4c. Flower's prefetch time and prefetched count: worker kill (-c 1)
-	// runs a 20 s task and prefetches the two sent after it; they wait at
+	// runs a 30 s task and prefetches the two sent after it; they wait at
 	// the worker until it ends.
-	r.send(qKill, "long", 1, "20")
+	r.send(qKill, "long", 1, "30")
 	okSent := time.Now()
 	okIDs := r.send(qKill, "ok", 2)
 	promGauge := func(m, name, task string) (float64, bool) {
@@ -537,7 +537,7 @@ func TestPresetCelery(t *testing.T) {
 		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 0 {
 			return fmt.Errorf("prefetched %v %v\n%s", v, ok, grepLines(m, "prefetch"))
 		}
-		// The ok tasks waited for the 20 s task: more than a second, less
+		// The ok tasks waited for the 30 s task: more than a second, less
 		// than from their send to their SUCCESS.
 		v, ok := promGauge(m, "celery_task_prefetch_time_seconds", "ok")
 		if !ok || v <= 1 || v >= okWait.Seconds() {
