@@ -29,6 +29,8 @@ type Worker struct {
 	listLinks                    // admission.go: place in the admission lists
 	state.Verdict                // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
+	recycle state.Recycle // internal/state/recycle.go: pool children replaced after their run
+
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
 	slot  int32
