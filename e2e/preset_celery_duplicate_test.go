@@ -126,6 +126,7 @@ func logged(p *proc, s string) int {
 }
 
 func TestPresetCeleryDuplicate(t *testing.T) {
+	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	r.prefix += "dup"
 	const q = "q-dup"

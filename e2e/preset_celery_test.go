@@ -69,6 +69,9 @@ func (r *celeryRun) countingSink() string {
 	return s.URL
 }
 
+// celeryRuns numbers the Celery scenarios of this test process.
+var celeryRuns atomic.Int32
+
 func newCeleryRun(t *testing.T) *celeryRun {
 	python := need(t, "python3", "/usr/bin/python3")
 	if err := exec.Command(python, "-c", "import celery, redis").Run(); err != nil {
@@ -80,12 +83,16 @@ func newCeleryRun(t *testing.T) *celeryRun {
 	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
 	addr := loopbackAddr(t)
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	r := start(t, "celery-redis", nil, redisBin, "--port", port, "--bind", "127.0.0.1",
+	// Each run's hostnames, process logs and collector are its own: the
+	// Celery scenarios run side by side (t.Parallel), and a collector's
+	// selector takes only its run's workers.
+	prefix := fmt.Sprintf("ww%dc%d", os.Getpid(), celeryRuns.Add(1))
+	r := start(t, "celery-redis-"+prefix, nil, redisBin, "--port", port, "--bind", "127.0.0.1",
 		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--logfile", "")
 	waitListening(t, r, addr)
 	run := &celeryRun{
 		t: t, python: python, broker: "redis://" + addr + "/0",
-		prefix: fmt.Sprintf("ww%d", os.Getpid()),
+		prefix: prefix,
 	}
 	run.backend = "redis://" + addr + "/1"
 	run.env = []string{"BROKER=" + run.broker, "BACKEND=" + run.backend, "PYTHONPATH=" + celeryDir}
@@ -101,7 +108,7 @@ func (r *celeryRun) host(name string) string { return r.prefix + "-" + name + "@
 func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	t := r.t
 	preset := filepath.Join(repoRoot, "presets", "celery", "collector.yaml")
-	c := newPresetCollector(t, "celery", preset, t.TempDir())
+	c := newPresetCollector(t, "celery-"+r.prefix, preset, t.TempDir())
 	c.exportTo = r.exportTo
 	if c.exportTo == "" {
 		c.exportTo = r.countingSink()
@@ -145,7 +152,7 @@ func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
 		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
 		"-n", r.host(name), "--loglevel=INFO",
 	}, extra...)
-	p := start(r.t, "celery-"+name, r.env, r.python, args...)
+	p := start(r.t, "celery-"+r.prefix+"-"+name, r.env, r.python, args...)
 	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
 	return p
 }
@@ -210,6 +217,7 @@ func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {
 }
 
 func TestPresetCelery(t *testing.T) {
+	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	const qMain, qLeak, qBlock, qKill, qRecycle = "q-main", "q-leak", "q-block", "q-kill", "q-recycle"
 	r.startCollector([]string{qMain, qLeak, qBlock, qKill, qRecycle}, map[string]any{
