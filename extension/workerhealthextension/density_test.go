@@ -180,7 +180,9 @@ func (s *densitySub) latest() *contract.Snapshot {
 	return s.last
 }
 
-type densityHost struct{ exts map[component.ID]component.Component }
+type densityHost struct {
+	exts map[component.ID]component.Component
+}
 
 func (h densityHost) GetExtensions() map[component.ID]component.Component { return h.exts }
 
