@@ -83,7 +83,7 @@ func renameRuns(ids []pcommon.Value, batch int) {
 
 // newBenchProcessor is the processor behind its processorhelper wrapper, as
 // in a pipeline, with the benchmark's workers confirmed by a tree sample
-// each (a fleet's steady state: not workers seen once, admission.go).
+// each (a fleet's steady state: not workers seen once, internal/tracker/admission.go).
 func newBenchProcessor(b *testing.B) consumer.Traces {
 	cfg := createDefaultConfig().(*Config)
 	set := processortest.NewNopSettings(metadata.Type)
@@ -193,7 +193,7 @@ func TestStateSize(t *testing.T) {
 	withRuns := heapAfterGC()
 	// Cross-check: drop every run table and see what is freed.
 	h.p.mu.Lock()
-	for _, w := range h.p.tracker.workers {
+	for _, w := range h.p.tracker.ByID() {
 		w.Table, w.Order = state.RunTable{}, nil // order also points at the runs
 	}
 	h.p.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -168,32 +167,17 @@ func TestRestoreIsBounded(t *testing.T) {
 	small.Limits.MaxRuns = 40
 	h2 := started(t, small, store)
 	h2.p.mu.Lock()
-	n, runs := len(h2.p.tracker.workers), h2.p.tracker.runCount
+	n, runs := len(h2.p.tracker.ByID()), h2.p.tracker.RunCount()
 	h2.p.mu.Unlock()
 	assert.Equal(t, 10, n)
 	assert.Equal(t, 40, runs)
 	assert.Empty(t, store.keys(cpLegacyKey))
-	for _, w := range h2.p.tracker.snapshot(h2.clock.Now().UnixNano()).Workers {
+	for _, w := range h2.p.tracker.Snapshot(h2.clock.Now().UnixNano()).Workers {
 		assert.Equal(t, contract.Unknown, w.State, "restored workers are unknown until they report")
 	}
 	// The slots not restored are deleted at the next write.
 	h2.checkpoint()
 	assert.Len(t, store.keys(cpPrefix+"w/"), 10)
-}
-
-// Without a storage nothing queues workers for a checkpoint (the queue
-// would hold every worker ever seen, forgotten ones too).
-func TestNoCheckpointQueueWithoutStorage(t *testing.T) {
-	h := newHarness(t, testCfg())
-	for i := range 100 {
-		h.logs(wl(fmt.Sprintf("w%d", i), contract.EventHeartbeat, "", nil))
-	}
-	h.advance(time.Minute)
-	h.eval()
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	assert.Empty(t, h.p.tracker.workers)
-	assert.Empty(t, h.p.tracker.cp.dirty)
 }
 
 // statusHost records the component status events reported to it, as the
@@ -256,40 +240,6 @@ func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
 	assert.Contains(t, store.keys(cpPrefix), cpSlotKey(2), "the workers queued while failing were written")
 }
 
-// The per-rule checkpoint records are embedded in cpWorker and written as one
-// flat JSON object, the format of version 2 (worker_health.v2/): the keys
-// are those a checkpoint written before the records were split holds, each
-// once (a key repeated by two records would be dropped by encoding/json).
-func TestCheckpointRecordKeys(t *testing.T) {
-	h := newHarness(t, testCfg())
-	h.metrics(treeMetrics("w1", 10, -1, 1))
-	h.logs(wl("w1", "workerwatch.run.claimed", "r1", map[string]any{"workerwatch.worker.capacity": 2}))
-	h.logs(sl("w1", "workerwatch.run.claimed", "r1"))
-	for _, r := range []string{"r1", "r2", "r3"} { // 3 kills that count: kill_since
-		h.logs(wl("w1", "workerwatch.run.killed", r, map[string]any{"workerwatch.kill.reason": "oom"}))
-	}
-	h.eval()
-	h.p.mu.Lock()
-	rec := h.p.tracker.toCheckpoint(h.p.tracker.workers["w1"])
-	h.p.mu.Unlock()
-	b, err := json.Marshal(&rec)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	assert.Equal(t, []string{
-		"alive", "cap", "cgmax", "claims", "ev", "first", "id", "kill_log", "kill_since", "kills", "last_claim",
-		"mem", "mention", "roles", "rss", "runs", "sched", "sched_known", "sources", "transitions",
-	}, keys)
-	var back cpWorker
-	require.NoError(t, json.Unmarshal(b, &back))
-	assert.Equal(t, rec, back, "a record reads back as written")
-}
-
 // Counters and histograms are consistent across a restart with a
 // checkpoint (docs/processor.md, "Emitted metrics"): before, kills and
 // claims continued from the checkpoint while transitions and histograms
@@ -312,7 +262,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
 		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
 	))
-	// Its tree confirms it at once (admission.go): checkpointed whenever
+	// Its tree confirms it at once (internal/tracker/admission.go): checkpointed whenever
 	// the timer (driven by the fake clock too) evaluates.
 	h1.metrics(treeMetrics("w1", 100, -1, 1))
 	h1.advance(sec)
@@ -324,7 +274,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	h2.clock.Advance(time.Hour)
 	// A new process starts an hour later (the harness's clock starts at t0).
 	h2.p.startTime = h2.clock.Now().UnixNano()
-	h2.p.tracker.start = h2.p.startTime
+	h2.p.tracker.SetStart(h2.p.startTime)
 	pl2 := &pipeline{}
 	require.NoError(t, h2.p.start(ctx, hst, pl2))
 	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
@@ -335,7 +285,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	))
 	h2.eval()
 	h2.p.mu.Lock()
-	md := h2.p.tracker.buildMetrics(h2.p.startTime, h2.clock.Now().UnixNano())
+	md := buildMetrics(h2.p.tracker, h2.p.startTime, h2.clock.Now().UnixNano())
 	h2.p.mu.Unlock()
 	byWorker := metricsByWorker(md)
 

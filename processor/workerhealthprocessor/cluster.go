@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // The processor as one shard of a gateway tier behind the load_balancing
@@ -66,14 +67,14 @@ func (s *shard) owns(id string) bool {
 // handOver forgets the workers this shard does not own and takes the
 // cluster's pending count; it returns how many workers were forgotten.
 // Called under the processor's lock, before evaluate.
-func (s *shard) handOver(t *tracker, now int64) int64 {
+func (s *shard) handOver(t *tracker.Tracker, now int64) int64 {
 	if s == nil {
 		return 0
 	}
-	t.clusterPending, t.clusterPendingAt = -1, 0
+	t.SetClusterPending(-1, 0)
 	for _, f := range s.fleets {
-		if n, at, ok := f.ClusterPending(); ok && at.UnixNano() > t.clusterPendingAt {
-			t.clusterPending, t.clusterPendingAt = n, at.UnixNano()
+		if n, at, ok := f.ClusterPending(); ok && at.UnixNano() > t.ClusterPendingAt() {
+			t.SetClusterPending(n, at.UnixNano())
 		}
 	}
 	if len(s.owners) == 0 {
@@ -83,16 +84,9 @@ func (s *shard) handOver(t *tracker, now int64) int64 {
 	// empty id. A shard that no longer owns the empty id stops reporting its
 	// last figure at once (the new owner has it), so the fleet's pending count
 	// is exported by one shard even across a ring change.
-	if t.pending >= 0 && !s.owns("") {
-		t.pending = -1
-	}
 	var n int64
 	var stuck string
-	for id, w := range t.workers {
-		if s.owns(id) {
-			continue
-		}
-		t.forget(w)
+	t.Disown(s.owns, func(id string) {
 		n++
 		h, seen := s.handed[id]
 		if !seen {
@@ -103,7 +97,7 @@ func (s *shard) handOver(t *tracker, now int64) int64 {
 		if now-h[0] > int64(handOverWarnAfter) {
 			stuck = id
 		}
-	}
+	})
 	for id, h := range s.handed {
 		if now-h[1] > int64(handOverWarnAfter) {
 			delete(s.handed, id) // its records stopped: the move is done
@@ -117,19 +111,4 @@ func (s *shard) handOver(t *tracker, now int64) int64 {
 			zap.String("worker", stuck), zap.Int("workers", len(s.handed)))
 	}
 	return n
-}
-
-// pendingNow is the scheduler's pending count for the rules: this shard's
-// own report while fresh, else another shard's while fresh; -1 when none.
-// What this shard emits (workerwatch.fleet.runs.pending) and publishes stays
-// its own report, so the figure is exported once, by the shard that
-// receives it.
-func (t *tracker) pendingNow(now int64) int64 {
-	if t.pendingFresh(now) {
-		return t.pending
-	}
-	if t.clusterPending >= 0 && now-t.clusterPendingAt < int64(t.cfg.Lost.After) {
-		return t.clusterPending
-	}
-	return -1
 }

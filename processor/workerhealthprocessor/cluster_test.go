@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // fakeCluster is a clustered worker_health extension: the workers this
@@ -53,12 +54,12 @@ func clustered(h *harness) (*fakeCluster, *observer.ObservedLogs) {
 }
 
 // tick is the processor's evaluation as the timer runs it: hand-over first.
-func (h *harness) tick() (handed int64, trs []transition) {
+func (h *harness) tick() (handed int64, trs []tracker.Transition) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	now := h.clock.Now().UnixNano()
 	handed = h.p.shard.handOver(h.p.tracker, now)
-	trs, _ = h.p.tracker.evaluate(now)
+	trs, _ = h.p.tracker.Evaluate(now)
 	return handed, trs
 }
 
@@ -84,10 +85,10 @@ func TestHandOverForgetsWorkersOwnedElsewhere(t *testing.T) {
 	assert.Equal(t, int64(1), n)
 	assert.Empty(t, trs, "a worker that moved makes no transition here")
 	assert.Nil(t, h.worker("w2"))
-	snap := h.p.tracker.snapshot(h.clock.Now().UnixNano())
+	snap := h.p.tracker.Snapshot(h.clock.Now().UnixNano())
 	require.Len(t, snap.Workers, 1)
 	assert.Equal(t, "w1", snap.Workers[0].ID)
-	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.NotContains(t, metricWorkers(md, contract.MetricState), "w2")
 
 	// Far past lost.after: never lost here.
@@ -96,7 +97,7 @@ func TestHandOverForgetsWorkersOwnedElsewhere(t *testing.T) {
 		h.metrics(treeMetrics("w1", 100, -1, 1))
 		_, trs = h.tick()
 		for _, tr := range trs {
-			assert.NotEqual(t, "w2", tr.worker)
+			assert.NotEqual(t, "w2", tr.Worker)
 		}
 	}
 	assert.Zero(t, logs.Len(), "a move is not a warning")
@@ -150,34 +151,27 @@ func TestStallUsesTheClusterPending(t *testing.T) {
 	hb()
 	h.advance(time.Second)
 	h.tick()
-	assert.True(t, h.p.tracker.idleWhilePending, "w2's capacity idle while work is pending elsewhere")
-	snap := h.p.tracker.snapshot(h.clock.Now().UnixNano())
+	assert.True(t, h.p.tracker.Fleet(h.clock.Now().UnixNano()).IdleWhilePending, "w2's capacity idle while work is pending elsewhere")
+	snap := h.p.tracker.Snapshot(h.clock.Now().UnixNano())
 	assert.Equal(t, int64(-1), snap.Fleet.Pending, "not this shard's figure to publish")
-	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.False(t, hasMetric(md, contract.MetricFleetPending), "nor to emit")
 
 	// A shard that no longer owns the empty id (where the exporter routes
 	// the gauge) forgets its own last report at once.
 	h.metrics(pendingMetrics(9))
 	h.tick()
-	require.Equal(t, int64(9), h.p.tracker.snapshot(h.clock.Now().UnixNano()).Fleet.Pending)
+	require.Equal(t, int64(9), h.p.tracker.Snapshot(h.clock.Now().UnixNano()).Fleet.Pending)
 	fc.move("")
 	h.tick()
-	assert.Equal(t, int64(-1), h.p.tracker.snapshot(h.clock.Now().UnixNano()).Fleet.Pending, "the empty id moved away")
-	assert.Equal(t, int64(5), h.p.tracker.pendingNow(h.clock.Now().UnixNano()), "the other shard's figure still counts")
-
-	// A stale report (older than lost.after) no longer counts.
-	h.advance(cfg.Lost.After + time.Second)
-	hb()
-	h.tick()
-	assert.Equal(t, int64(-1), h.p.tracker.pendingNow(h.clock.Now().UnixNano()))
+	assert.Equal(t, int64(-1), h.p.tracker.Snapshot(h.clock.Now().UnixNano()).Fleet.Pending, "the empty id moved away")
 }
 
 func TestNoClusterNoHandOver(t *testing.T) {
 	assert.Nil(t, newShard(&subscriber{}, zap.NewNop()))
 	assert.Nil(t, newShard(nil, zap.NewNop()))
 	var s *shard
-	assert.Zero(t, s.handOver(newTracker(testCfg()), 1))
+	assert.Zero(t, s.handOver(tracker.New(testCfg().trackerConfig()), 1))
 }
 
 func hasMetric(md pmetric.Metrics, name string) bool {

@@ -16,7 +16,7 @@ import (
 func (p *healthProcessor) ingest(b *mapping.Batch) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
-	p.tracker.apply(b, now)
+	p.tracker.Apply(b, now)
 	p.mu.Unlock()
 	b.Reset()
 	p.pool.Put(b)
@@ -42,7 +42,7 @@ func (p *healthProcessor) processMetrics(ctx context.Context, md pmetric.Metrics
 }
 
 // dropUntracked removes the resources that name a worker the processor does
-// not track, has seen only once, or names by a malformed id (admission.go:
+// not track, has seen only once, or names by a malformed id (internal/tracker/admission.go:
 // a flood of ids must not become a flood of series in the exporters), and
 // reports whether nothing is left.
 func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics) bool {
@@ -53,7 +53,7 @@ func (p *healthProcessor) dropUntracked(ctx context.Context, md pmetric.Metrics)
 		if ok && (r.Src == mapping.SideScheduler || r.ID == "") {
 			return false
 		}
-		if w := p.tracker.workers[r.ID]; ok && w != nil && w.Evidence != state.EvidenceOnce {
+		if w := p.tracker.Worker(r.ID); ok && w != nil && w.Evidence != state.EvidenceOnce {
 			return false
 		}
 		dropped += int64(resourcePoints(rm))

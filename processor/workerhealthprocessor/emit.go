@@ -11,6 +11,7 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // scopeName is the scope of everything the processor emits. The names are in
@@ -28,14 +29,14 @@ const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthproc
 // resource: a name that appears or changes later would start new series
 // (with a Prometheus exporter, a second series per state until the old one
 // expires); the state-change records and the health API carry it. Workers
-// seen once are left out, of the fleet figures too (admission.go).
+// seen once are left out, of the fleet figures too (internal/tracker/admission.go).
 //
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
-func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
+func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
-	ws := t.byID()
+	ws := t.ByID()
 	rms := md.ResourceMetrics()
 	rms.EnsureCapacity(len(ws) + 1)
 
@@ -77,12 +78,12 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
-			// Not exported until seen again (admission.go): a flood of ids
+			// Not exported until seen again (internal/tracker/admission.go): a flood of ids
 			// must not become a flood of series downstream.
 			continue
 		}
 		rm := rms.AppendEmpty()
-		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.id)
+		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
 		scope(rm)
 		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
@@ -111,7 +112,7 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 		point(claims, w.Claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
 		point(claims, w.Claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
-		if byReason := w.kills.ByReason(); anyPositive(byReason[:]) {
+		if byReason := w.KillsByReason(); anyPositive(byReason[:]) {
 			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range byReason {
 				if n > 0 {
@@ -126,12 +127,13 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	for i, s := range contract.AllStates {
 		point(fw, byState[i], false, contract.AttrState, string(s))
 	}
-	point(gauge(contract.MetricFleetIdle, "{run}", "Free capacity on workers that may take work."), t.idle, false)
-	if t.pendingFresh(now) {
-		point(gauge(contract.MetricFleetPending, "{run}", "Runs pending at the scheduler (last report)."), t.pending, false)
+	fleet := t.Fleet(now)
+	point(gauge(contract.MetricFleetIdle, "{run}", "Free capacity on workers that may take work."), fleet.Idle, false)
+	if fleet.Pending >= 0 {
+		point(gauge(contract.MetricFleetPending, "{run}", "Runs pending at the scheduler (last report)."), fleet.Pending, false)
 	}
 	iwp := int64(0)
-	if t.idleWhilePending {
+	if fleet.IdleWhilePending {
 		iwp = 1
 	}
 	point(gauge(contract.MetricFleetIdlePending, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
@@ -154,7 +156,7 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 		dp.SetTimestamp(nt)
 		dp.SetCount(h.Count())
 		dp.SetSum(h.Sum())
-		dp.ExplicitBounds().FromRaw(t.hists.Bounds())
+		dp.ExplicitBounds().FromRaw(t.Hists().Bounds())
 		dp.BucketCounts().FromRaw(h.Counts())
 		if k != "" {
 			dp.Attributes().PutStr(k, v)
@@ -162,14 +164,14 @@ func (t *tracker) buildMetrics(start, now int64) pmetric.Metrics {
 	}
 	dur := histo(contract.MetricRunDuration, "Run duration from start to finish, by result.")
 	for i, n := range state.ResultNames {
-		if x := t.hists.ByResult(i); x != nil {
+		if x := t.Hists().ByResult(i); x != nil {
 			hpoint(dur, x, contract.AttrResult, n)
 		}
 	}
-	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), t.hists.ClaimStart(), "", "")
+	hpoint(histo(contract.MetricClaimToStart, "Latency from the earliest claim to the run's start."), t.Hists().ClaimStart(), "", "")
 	stg := histo(contract.MetricStageDuration, "Duration of a run's stage spans, by stage.")
-	for _, s := range t.hists.StageNames() {
-		hpoint(stg, t.hists.StageHist(s), contract.AttrStage, s)
+	for _, s := range t.Hists().StageNames() {
+		hpoint(stg, t.Hists().StageHist(s), contract.AttrStage, s)
 	}
 	return md
 }
@@ -186,46 +188,46 @@ func anyPositive(counts []int64) bool {
 
 // buildLogs renders one record per transition: the event stream outside
 // systems react to (Taskcluster publishes worker-running/-stopped the same way).
-func buildLogs(trs []transition) plog.Logs {
+func buildLogs(trs []tracker.Transition) plog.Logs {
 	ld := plog.NewLogs()
 	var sl plog.ScopeLogs
 	for i, tr := range trs {
 		// One resource per worker, as for the metrics (trs is sorted by
 		// worker, and holds at most one transition per worker).
-		if i == 0 || tr.worker != trs[i-1].worker {
+		if i == 0 || tr.Worker != trs[i-1].Worker {
 			rl := ld.ResourceLogs().AppendEmpty()
 			ra := rl.Resource().Attributes()
-			ra.PutStr(contract.AttrWorkerID, tr.worker)
-			if tr.name != "" {
-				ra.PutStr(contract.AttrWorkerName, tr.name)
+			ra.PutStr(contract.AttrWorkerID, tr.Worker)
+			if tr.Name != "" {
+				ra.PutStr(contract.AttrWorkerName, tr.Name)
 			}
 			sl = rl.ScopeLogs().AppendEmpty()
 			sl.Scope().SetName(scopeName)
 		}
 		lr := sl.LogRecords().AppendEmpty()
-		at := pcommon.Timestamp(tr.at)
+		at := pcommon.Timestamp(tr.At)
 		lr.SetTimestamp(at)
 		lr.SetObservedTimestamp(at)
 		lr.SetEventName(contract.EventStateChange)
-		if contract.Severity(tr.to) > contract.Severity(tr.from) && tr.from != contract.Unknown || tr.to == contract.Unknown {
+		if contract.Severity(tr.To) > contract.Severity(tr.From) && tr.From != contract.Unknown || tr.To == contract.Unknown {
 			lr.SetSeverityNumber(plog.SeverityNumberWarn)
 			lr.SetSeverityText("WARN")
 		} else {
 			lr.SetSeverityNumber(plog.SeverityNumberInfo)
 			lr.SetSeverityText("INFO")
 		}
-		codes := make([]string, 0, len(tr.reasons))
-		for _, r := range tr.reasons {
+		codes := make([]string, 0, len(tr.Reasons))
+		for _, r := range tr.Reasons {
 			codes = append(codes, r.Code)
 		}
-		lr.Body().SetStr(fmt.Sprintf("worker %s: %s -> %s (%s)", tr.worker, tr.from, tr.to, strings.Join(codes, ", ")))
+		lr.Body().SetStr(fmt.Sprintf("worker %s: %s -> %s (%s)", tr.Worker, tr.From, tr.To, strings.Join(codes, ", ")))
 		a := lr.Attributes()
 		a.PutStr(contract.AttrEventName, contract.EventStateChange)
-		a.PutStr(contract.AttrStateFrom, string(tr.from))
-		a.PutStr(contract.AttrStateTo, string(tr.to))
-		a.PutBool(contract.AttrMayTakeWork, tr.to.MayTakeWork())
+		a.PutStr(contract.AttrStateFrom, string(tr.From))
+		a.PutStr(contract.AttrStateTo, string(tr.To))
+		a.PutBool(contract.AttrMayTakeWork, tr.To.MayTakeWork())
 		rs := a.PutEmptySlice(contract.AttrReasons)
-		for _, r := range tr.reasons {
+		for _, r := range tr.Reasons {
 			m := rs.AppendEmpty().SetEmptyMap()
 			m.PutStr("code", r.Code)
 			m.PutStr("message", r.Message)

@@ -10,10 +10,9 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // factory keeps one instance per *Config: the collector creates the
@@ -45,77 +44,25 @@ func newFactory(opts ...option) processor.Factory {
 }
 
 func createDefaultConfig() component.Config {
+	d := tracker.DefaultConfig()
 	return &Config{
-		EmitInterval:    10 * time.Second,
-		CheckpointEvery: 1,
-		Scheduler: SchedulerConfig{
-			ServiceNames:     []string{"workersim-scheduler", "scheduler"},
-			View:             contract.ViewEvents,
-			SnapshotInterval: 30 * time.Second,
-			SignOfLife:       mapping.LifeClaims,
-		},
-		Mapping: MappingConfig{
-			EventNameAttribute:    contract.AttrEventName,
-			WorkerIDAttributes:    []string{contract.AttrWorkerID},
-			WorkerNameAttribute:   contract.AttrWorkerName,
-			RunIDAttribute:        contract.AttrRunID,
-			ResultAttribute:       contract.AttrResult,
-			ErrorTypeAttribute:    contract.AttrErrorType,
-			KillReasonAttribute:   contract.AttrKillReason,
-			CapacityAttribute:     contract.AttrCapacity,
-			SnapshotRunsAttribute: contract.AttrSchedulerRuns,
-			Events: EventNames{
-				Claimed:   []string{contract.EventClaimed},
-				Started:   []string{contract.EventStarted},
-				Finished:  []string{contract.EventFinished},
-				Killed:    []string{contract.EventKilled},
-				Released:  []string{contract.EventReleased},
-				Heartbeat: []string{contract.EventHeartbeat},
-				Snapshot:  []string{contract.EventSchedulerSnapshot},
-			},
-			ErrorTypeKillReasons: map[string]string{"TimeoutError": contract.KillTimeout, "OOMError": contract.KillMemoryLimit},
-			RunSpanName:          contract.SpanRun,
-			StageSpanNames:       []string{contract.SpanCompile, contract.SpanExecute},
-		},
-		Metrics: MetricsInputConfig{
-			Memory:          contract.MetricMemory,
-			Present:         contract.MetricPresent,
-			CPU:             contract.MetricCPUUtilization,
-			CPULimit:        contract.MetricCPULimit,
-			CgroupMemoryMax: contract.MetricCgroupMemoryMax,
-			OOMKills:        contract.MetricCgroupOOMKills,
-			Exited:          contract.MetricExited,
-			SchedulerHeld:   contract.MetricSchedulerHeld,
-			Capacity:        contract.MetricCapacity,
-			RunsActive:      contract.MetricRunsActive,
-			Pending:         contract.MetricSchedulerPending,
-			RoleAttribute:   contract.AttrRole,
-			MainRole:        contract.RoleMain,
-		},
-		Memory: MemoryRule{
-			SoftLimitRatio:   0.9,
-			UnhealthySamples: 3,
-			UnhealthyAfter:   30 * time.Second,
-			AtRunStart:       true,
-			RecoveryRatio:    0.95,
-			RecoverySamples:  3,
-		},
-		Kills:    KillsRule{Count: 3, Window: 10 * time.Minute, Effects: state.DefaultKillEffects(), ExitWindow: 15 * time.Second},
-		Identity: IdentityConfig{JoinWithin: time.Minute},
-		CPU: CPURule{
-			Enabled: true, SaturationCores: 0.9, Samples: 3,
-			RecoveryCores: 0.7, RecoverySamples: 3,
-		},
-		Stalled:    StalledRule{After: 5 * time.Minute, RequirePending: true},
-		Lost:       LostRule{After: 2 * time.Minute},
-		Drift:      DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
-		Fleet:      FleetRule{IdleIntervals: 3},
-		Hysteresis: Hysteresis{RecoverEvaluations: 2},
-		Limits: LimitsConfig{
-			MaxWorkers: 10000, MaxUnconfirmedWorkers: 1000, MaxRunsPerWorker: 256, MaxRuns: 100000, DropUntrackedMetrics: true,
-			WorkerTTL: time.Hour, MaxAttributeLength: 256, RecentRuns: 10,
-		},
-		HistogramBuckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		EmitInterval:     10 * time.Second,
+		CheckpointEvery:  1,
+		Scheduler:        mapping.DefaultSchedulerConfig(),
+		Mapping:          mapping.DefaultConfig(),
+		Metrics:          mapping.DefaultMetricsConfig(),
+		Capacity:         d.Capacity,
+		Identity:         d.Identity,
+		Memory:           d.Memory,
+		Kills:            d.Kills,
+		CPU:              d.CPU,
+		Stalled:          d.Stalled,
+		Lost:             d.Lost,
+		Drift:            d.Drift,
+		Fleet:            d.Fleet,
+		Hysteresis:       d.Hysteresis,
+		Limits:           d.Limits,
+		HistogramBuckets: d.HistogramBuckets,
 	}
 }
 

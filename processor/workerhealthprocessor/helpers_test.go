@@ -18,9 +18,29 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const sec = time.Second
+
+const (
+	unknown   = contract.Unknown
+	healthy   = contract.Healthy
+	degraded  = contract.Degraded
+	unhealthy = contract.Unhealthy
+	lost      = contract.Lost
+)
+
+func hb(h *harness) { h.logs(wl("w1", "workerwatch.worker.heartbeat", "", nil)) }
+
+// workerActive is worker's own count of the runs it holds.
+func workerActive(worker string, n int64) pmetric.Metrics {
+	md := activeMetrics(n)
+	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
+	return md
+}
 
 // testCfg is the default config tuned to the simulator's cadence: every
 // rule works at seconds.
@@ -84,17 +104,17 @@ func (h *harness) traces(td ptrace.Traces) {
 }
 
 // eval runs one evaluation and returns the transitions.
-func (h *harness) eval() []transition {
+func (h *harness) eval() []tracker.Transition {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	trs, _ := h.p.tracker.evaluate(h.clock.Now().UnixNano())
+	trs, _ := h.p.tracker.Evaluate(h.clock.Now().UnixNano())
 	return trs
 }
 
-func (h *harness) worker(id string) *worker {
+func (h *harness) worker(id string) *tracker.Worker {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	return h.p.tracker.workers[id]
+	return h.p.tracker.Worker(id)
 }
 
 func (h *harness) state(id string) contract.State {
@@ -186,7 +206,7 @@ func wl(worker, event, run string, attrs map[string]any) plog.Logs {
 	return workerLogs("worker", rec{worker: worker, event: event, run: run, attrs: attrs})
 }
 
-func sl(worker, event, run string) plog.Logs {
+func sl(worker, event, run string) plog.Logs { //nolint:unparam // internal/tracker's copy of this builder is called with other events
 	return schedLogs(rec{worker: worker, event: event, run: run})
 }
 
@@ -203,7 +223,7 @@ func stageSpan(worker, stage string, start, end pcommon.Timestamp) ptrace.Traces
 }
 
 // treeMetrics is one scrape of a worker tree: memory split over two roles.
-func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics {
+func treeMetrics(worker string, mem int64, cpuMainFraction float64, present int64) pmetric.Metrics { //nolint:unparam // internal/tracker's copy of this builder is called with other values
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
 	rm.Resource().Attributes().PutStr("cicd.worker.id", worker)
@@ -349,20 +369,11 @@ func (x tree) metrics() pmetric.Metrics {
 	return md
 }
 
-// evalUnjoined runs one evaluation and returns the workers reported as
-// named by one source only.
-func (h *harness) evalUnjoined() []unjoined {
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	_, uj := h.p.tracker.evaluate(h.clock.Now().UnixNano())
-	return uj
-}
-
 // snap is the snapshot of one worker now.
 func (h *harness) snap(id string) contract.Worker {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	for _, w := range h.p.tracker.snapshot(h.clock.Now().UnixNano()).Workers {
+	for _, w := range h.p.tracker.Snapshot(h.clock.Now().UnixNano()).Workers {
 		if w.ID == id {
 			return w
 		}
@@ -382,15 +393,6 @@ func (h *harness) reason(code string) contract.Reason {
 	return contract.Reason{}
 }
 
-// healed reads and resets the runs let go per side.
-func (h *harness) healed() [2]int64 {
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	n := h.p.tracker.healed
-	h.p.tracker.healed = [2]int64{}
-	return n
-}
-
 // snapLogs is a scheduler's snapshot of the runs it holds for one worker.
 func snapLogs(service, worker string, runs ...string) plog.Logs {
 	ld := plog.NewLogs()
@@ -404,20 +406,4 @@ func snapLogs(service, worker string, runs ...string) plog.Logs {
 		sl.AppendEmpty().SetStr(r)
 	}
 	return ld
-}
-
-// heldMetrics is a scheduler's count of the runs it holds, per worker.
-func heldMetrics(service string, counts map[string]int64) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("service.name", service)
-	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("workerwatch.scheduler.runs.held")
-	dps := m.SetEmptyGauge().DataPoints()
-	for w, n := range counts {
-		dp := dps.AppendEmpty()
-		dp.SetIntValue(n)
-		dp.Attributes().PutStr("cicd.worker.id", w)
-	}
-	return md
 }

@@ -21,7 +21,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
 	handed := p.shard.handOver(p.tracker, now)
-	trs, unjoined := p.tracker.evaluate(now)
+	trs, unjoined := p.tracker.Evaluate(now)
 	var mTo []consumer.Metrics
 	var lTo []consumer.Logs
 	var mGone, lGone []*atomic.Bool
@@ -35,7 +35,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	}
 	var md pmetric.Metrics
 	if len(mTo) > 0 {
-		md = p.tracker.buildMetrics(p.startTime, now)
+		md = buildMetrics(p.tracker, p.startTime, now)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {
@@ -43,24 +43,20 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	}
 	var snap *contract.Snapshot
 	if p.subscriber != nil {
-		snap = p.tracker.snapshot(now)
+		snap = p.tracker.Snapshot(now)
 	}
-	t := p.tracker
-	counts, malformed := t.counts, t.malformed
-	t.counts, t.malformed = admissionCounts{}, 0
-	healed, unjoinedN := t.healed, t.unjoinedN
-	t.healed, t.unjoinedN = [2]int64{}, 0
-	doCheckpoint := t.evals%p.cfg.CheckpointEvery == 0
+	counts := p.tracker.TakeCounts()
+	doCheckpoint := p.tracker.Evals()%p.cfg.CheckpointEvery == 0
 	p.mu.Unlock()
 
-	p.admissionTelemetry(ctx, &counts)
+	p.admissionTelemetry(ctx, &counts.Admission)
 	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersHandedOver, handed)
-	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, malformed)
-	p.judgeTelemetry(ctx, healed, unjoinedN, unjoined)
+	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, counts.Malformed)
+	p.judgeTelemetry(ctx, counts.Healed, counts.Unjoined, unjoined)
 
 	for _, tr := range trs {
-		p.logger.Debug("worker state changed", zap.String("worker", tr.worker),
-			zap.String("from", string(tr.from)), zap.String("to", string(tr.to)))
+		p.logger.Debug("worker state changed", zap.String("worker", tr.Worker),
+			zap.String("from", string(tr.From)), zap.String("to", string(tr.To)))
 	}
 	// The verdicts first: whatever the consumers do, the health API has
 	// this evaluation now.

@@ -237,20 +237,21 @@ func checkTracker(t *testing.T, cfg *Config, h *harness) {
 	t.Helper()
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	tr := h.p.tracker
-	if len(tr.workers) > cfg.Limits.MaxWorkers {
-		t.Fatalf("%d workers tracked", len(tr.workers))
+	ws := h.p.tracker.ByID()
+	if len(ws) > cfg.Limits.MaxWorkers {
+		t.Fatalf("%d workers tracked", len(ws))
 	}
-	for id, w := range tr.workers {
+	for _, w := range ws {
+		id := w.ID()
 		if id == "" || len(id) > cfg.Limits.MaxAttributeLength || len(w.Name) > cfg.Limits.MaxAttributeLength {
 			t.Fatalf("worker id %d bytes, name %d bytes", len(id), len(w.Name))
 		}
 		if w.Table.Len() > cfg.Limits.MaxRunsPerWorker {
 			t.Fatalf("%d runs", w.Table.Len())
 		}
-		for _, k := range w.kills.ByReason() {
+		for _, k := range w.KillsByReason() {
 			if k < 0 {
-				t.Fatalf("kills %v", w.kills.ByReason())
+				t.Fatalf("kills %v", w.KillsByReason())
 			}
 		}
 		if !w.State.Valid() {

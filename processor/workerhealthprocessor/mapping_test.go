@@ -2,6 +2,7 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,16 +10,126 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
+
+// Issue 14.1: incoming metrics of workers the processor does not track, has
+// seen once, or names by a malformed id are dropped and counted, so the
+// exporters downstream hold per-worker series for at most max_workers
+// workers; metrics without a worker id, and the scheduler's, pass.
+func TestUntrackedMetricsAreDropped(t *testing.T) {
+	for _, drop := range []bool{true, false} {
+		t.Run(fmt.Sprintf("drop_untracked_metrics=%v", drop), func(t *testing.T) {
+			tt := componenttest.NewTelemetry()
+			t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
+			cfg := testCfg()
+			cfg.Limits.MaxWorkers = 3
+			cfg.Limits.DropUntrackedMetrics = drop
+			ctx := context.Background()
+			sink := new(consumertest.MetricsSink)
+			mp, err := NewFactory().CreateMetrics(ctx, metadatatest.NewSettings(tt), cfg, sink)
+			require.NoError(t, err)
+			require.NoError(t, mp.Start(ctx, componenttest.NewNopHost()))
+			t.Cleanup(func() { require.NoError(t, mp.Shutdown(ctx)) })
+
+			batch := func(mds ...pmetric.Metrics) pmetric.Metrics {
+				md := pmetric.NewMetrics()
+				for _, x := range mds {
+					x.ResourceMetrics().MoveAndAppendTo(md.ResourceMetrics())
+				}
+				return md
+			}
+			noID := pmetric.NewMetrics()
+			noID.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
+			// Two confirmed workers (3 points each) pass; a worker seen once
+			// (1), a malformed id (1) are dropped; the scheduler's and a
+			// resource without a worker id pass.
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree", 10, -1, 1), treeMetrics("tree2", 10, -1, 1))))
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(workerActive("once", 2), workerActive("bad\xff", 1), pendingMetrics(5), noID)))
+			// At max_workers (3), all confirmed: a new worker is refused, its
+			// metrics (3 points) dropped.
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree3", 10, -1, 1))))
+			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("full", 10, -1, 1), workerActive("tree", 1))))
+			var got []string
+			for _, md := range sink.AllMetrics() {
+				for id := range metricsByWorker(md) {
+					got = append(got, id)
+				}
+			}
+			if !drop {
+				assert.ElementsMatch(t, []string{"tree", "tree2", "once", "bad\xff", "", "tree3", "full", "tree"}, got, "everything passes")
+				return
+			}
+			assert.ElementsMatch(t, []string{"tree", "tree2", "", "tree3", "tree"}, got)
+			metadatatest.AssertEqualProcessorWorkerHealthDroppedMetricPoints(t, tt,
+				[]metricdata.DataPoint[int64]{{Value: 5}}, metricdatatest.IgnoreTimestamp())
+
+			// A batch with nothing left is not passed on at all.
+			n := len(sink.AllMetrics())
+			require.NoError(t, mp.ConsumeMetrics(ctx, workerActive("once-more", 1)))
+			assert.Len(t, sink.AllMetrics(), n)
+		})
+	}
+}
+
+// Malformed records are counted and skipped; the rest of the batch applies
+// and the data passes through unchanged.
+func TestMalformedRecords(t *testing.T) {
+	h := newHarness(t, testCfg())
+	huge := strings.Repeat("x", 10_000)
+	ld := workerLogs("worker",
+		rec{worker: "w1", event: "workerwatch.run.claimed"},                                                      // no run id
+		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": 42}},   // wrong type
+		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": huge}}, // huge
+		rec{worker: "w1", event: "workerwatch.run.claimed", run: "ok"},
+		rec{worker: "w1", event: "not.a.lifecycle.event"},
+	)
+	// A resource whose worker id has the wrong type.
+	bad := ld.ResourceLogs().AppendEmpty()
+	bad.Resource().Attributes().PutInt("cicd.worker.id", 7)
+	bad.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetEventName("workerwatch.run.claimed")
+	// A scheduler record without a worker id.
+	sch := schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "s1"})
+	sch.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().Remove("cicd.worker.id")
+	sch.ResourceLogs().MoveAndAppendTo(ld.ResourceLogs())
+
+	before := ld.ResourceLogs().Len()
+	out, err := h.p.processLogs(context.Background(), ld)
+	require.NoError(t, err)
+	assert.Equal(t, before, out.ResourceLogs().Len(), "passes through unchanged")
+
+	// Metrics with NaN and negative values, a span run without a run id.
+	md := treeMetrics("w1", -5, -1, 1)
+	h.metrics(md)
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
+	rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("run")
+	h.traces(td)
+
+	h.p.mu.Lock()
+	malformed := h.p.tracker.TakeCounts().Malformed
+	w := h.p.tracker.Worker("w1")
+	okRun := hasRun(&w.Table, "ok")
+	h.p.mu.Unlock()
+	assert.Equal(t, int64(6), malformed)
+	assert.True(t, okRun, "the valid record after the malformed ones applied")
+	assert.Equal(t, 1, w.Table.Len())
+	assert.True(t, h.snap("w1").Memory.SampledAt.IsZero(), "a negative memory sample is ignored")
+}
 
 // Mapping keys the BullMQ preset needs: kill reasons from failure text, run
 // spans by name prefix, pending from some points of a gauge; and snapshot
@@ -87,18 +198,16 @@ func TestMappingForOtherSystems(t *testing.T) {
 	assert.Contains(t, recentIDs(w.Runs.Recent), "j4", "a span named process <queue> is a run")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, int64(5), h.p.tracker.pending, "waiting + prioritized only")
-	assert.Equal(t, int64(1), h.p.tracker.malformed)
+	assert.Equal(t, int64(5), h.p.tracker.Fleet(h.clock.Now().UnixNano()).Pending, "waiting + prioritized only")
+	assert.Equal(t, int64(1), h.p.tracker.TakeCounts().Malformed)
 }
 
-func loadOpenFn(t *testing.T) *Config {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "openfn.yaml"))
-	require.NoError(t, err)
-	sub, err := cm.Sub("worker_health/openfn")
-	require.NoError(t, err)
-	cfg := testCfg()
-	require.NoError(t, sub.Unmarshal(cfg))
-	return cfg
+func recentIDs(rs []contract.RunRecord) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.ID)
+	}
+	return out
 }
 
 // OpenFn's events, as its worker would send them, through the example mapping.
@@ -128,8 +237,8 @@ func TestOpenFnMapping(t *testing.T) {
 	h.eval()
 	w := h.worker("openfn-1")
 	require.NotNil(t, w)
-	assert.Equal(t, int64(2), w.kills.ByReason()[state.KillIndex("memory_limit")])
-	assert.Equal(t, int64(1), w.kills.ByReason()[state.KillIndex("timeout")])
+	assert.Equal(t, int64(2), w.KillsByReason()[state.KillIndex("memory_limit")])
+	assert.Equal(t, int64(1), w.KillsByReason()[state.KillIndex("timeout")])
 	assert.Equal(t, healthy, w.State, "runs killed by their own limits are the runs' fault")
 	assert.NotContains(t, h.codes("openfn-1"), state.CodeKills)
 	for _, run := range []string{"e", "f", "g"} {
@@ -137,58 +246,22 @@ func TestOpenFnMapping(t *testing.T) {
 		send("run:complete", run, map[string]any{"reason": "crash", "error_type": "ExitError"})
 	}
 	h.eval()
-	assert.Equal(t, int64(3), w.kills.ByReason()[state.KillIndex("crash")])
+	assert.Equal(t, int64(3), w.KillsByReason()[state.KillIndex("crash")])
 	assert.Equal(t, unhealthy, w.State, "3 crashes within the window are the worker's")
 	assert.Contains(t, h.codes("openfn-1"), state.CodeKills)
 	assert.Equal(t, int64(7), w.Claims[mapping.SideWorker], "run:start counts as the claim")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, uint64(1), h.p.tracker.hists.ByResult(state.ResultIndex("success")).Count())
-	assert.Equal(t, uint64(6), h.p.tracker.hists.ByResult(state.ResultIndex("error")).Count())
+	assert.Equal(t, uint64(1), h.p.tracker.Hists().ByResult(state.ResultIndex("success")).Count())
+	assert.Equal(t, uint64(6), h.p.tracker.Hists().ByResult(state.ResultIndex("error")).Count())
 }
 
-// Malformed records are counted and skipped; the rest of the batch applies
-// and the data passes through unchanged.
-func TestMalformedRecords(t *testing.T) {
-	h := newHarness(t, testCfg())
-	huge := strings.Repeat("x", 10_000)
-	ld := workerLogs("worker",
-		rec{worker: "w1", event: "workerwatch.run.claimed"},                                                      // no run id
-		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": 42}},   // wrong type
-		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": huge}}, // huge
-		rec{worker: "w1", event: "workerwatch.run.claimed", run: "ok"},
-		rec{worker: "w1", event: "not.a.lifecycle.event"},
-	)
-	// A resource whose worker id has the wrong type.
-	bad := ld.ResourceLogs().AppendEmpty()
-	bad.Resource().Attributes().PutInt("cicd.worker.id", 7)
-	bad.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetEventName("workerwatch.run.claimed")
-	// A scheduler record without a worker id.
-	sch := schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "s1"})
-	sch.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().Remove("cicd.worker.id")
-	sch.ResourceLogs().MoveAndAppendTo(ld.ResourceLogs())
-
-	before := ld.ResourceLogs().Len()
-	out, err := h.p.processLogs(context.Background(), ld)
+func loadOpenFn(t *testing.T) *Config {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "openfn.yaml"))
 	require.NoError(t, err)
-	assert.Equal(t, before, out.ResourceLogs().Len(), "passes through unchanged")
-
-	// Metrics with NaN and negative values, a span run without a run id.
-	md := treeMetrics("w1", -5, -1, 1)
-	h.metrics(md)
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("cicd.worker.id", "w1")
-	rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty().SetName("run")
-	h.traces(td)
-
-	h.p.mu.Lock()
-	malformed := h.p.tracker.malformed
-	w := h.p.tracker.workers["w1"]
-	okRun := hasRun(&w.Table, "ok")
-	h.p.mu.Unlock()
-	assert.Equal(t, int64(6), malformed)
-	assert.True(t, okRun, "the valid record after the malformed ones applied")
-	assert.Equal(t, 1, w.Table.Len())
-	assert.Equal(t, int64(-1), w.memory.RSS(), "a negative memory sample is ignored")
+	sub, err := cm.Sub("worker_health/openfn")
+	require.NoError(t, err)
+	cfg := testCfg()
+	require.NoError(t, sub.Unmarshal(cfg))
+	return cfg
 }

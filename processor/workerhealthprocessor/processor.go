@@ -22,6 +22,7 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // healthProcessor is the one instance behind every pipeline that lists the
@@ -39,7 +40,7 @@ type healthProcessor struct {
 	// mu guards the tracker and the emission targets. Never held while
 	// calling a consumer, the subscriber or the storage.
 	mu        sync.Mutex
-	tracker   *tracker
+	tracker   *tracker.Tracker
 	targets   []*pipeline
 	startTime int64
 
@@ -62,7 +63,7 @@ type healthProcessor struct {
 	cpMu     sync.Mutex
 	storage  storage.Client
 	marshal  func(any) ([]byte, error) // a checkpoint record's marshaler
-	lastMeta cpMeta                    // the meta record last written or read
+	lastMeta tracker.Meta              // the meta record last written or read
 	// cpFailing: the last checkpoint write failed (status reported).
 	cpFailing bool
 
@@ -146,7 +147,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 		marshal:      json.Marshal,
 		mapper:       mapping.New(cfg.mappingSettings()),
 		tel:          tel,
-		tracker:      newTracker(cfg),
+		tracker:      tracker.New(cfg.trackerConfig()),
 		shutdownWait: defaultShutdownWait,
 	}
 	for _, o := range opts {
@@ -154,10 +155,10 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 	}
 	p.pool.New = func() any { return mapping.NewBatch() }
 	p.startTime = p.clock.Now().UnixNano()
-	p.tracker.start = p.startTime
+	p.tracker.SetStart(p.startTime)
 	if err := tel.RegisterProcessorWorkerHealthWorkersTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
-		n := p.tracker.tracked()
+		n := p.tracker.Tracked()
 		p.mu.Unlock()
 		for ev, v := range n {
 			o.Observe(v, evidenceAttrs[ev])
@@ -168,7 +169,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 	}
 	if err := tel.RegisterProcessorWorkerHealthRunsTrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
 		p.mu.Lock()
-		n := p.tracker.runCount
+		n := p.tracker.RunCount()
 		p.mu.Unlock()
 		o.Observe(int64(n))
 		return nil
@@ -218,7 +219,7 @@ func (p *healthProcessor) startShared(ctx context.Context, host component.Host) 
 	// subscriber should know them from the first request on.
 	if p.subscriber != nil {
 		p.mu.Lock()
-		snap := p.tracker.snapshot(p.clock.Now().UnixNano())
+		snap := p.tracker.Snapshot(p.clock.Now().UnixNano())
 		p.mu.Unlock()
 		p.publish(ctx, snap)
 	}

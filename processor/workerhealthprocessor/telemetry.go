@@ -13,6 +13,7 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // The attributes the collector's service injects into a component's
@@ -69,19 +70,19 @@ func (p *healthProcessor) count(ctx context.Context, c metric.Int64Counter, n in
 // The attribute sets of the admission counters, made once.
 var (
 	evidenceAttrs = func() (a [state.NEvidence]metric.MeasurementOption) {
-		for i, n := range evidenceNames {
+		for i, n := range tracker.EvidenceNames {
 			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("evidence", n)))
 		}
 		return a
 	}()
-	refusedWorkerAttrs = func() (a [nRefusedWorker]metric.MeasurementOption) {
-		for i, n := range refusedWorkerReasons {
+	refusedWorkerAttrs = func() (a [tracker.NRefusedWorker]metric.MeasurementOption) {
+		for i, n := range tracker.RefusedWorkerReasons {
 			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
 		}
 		return a
 	}()
-	refusedRunAttrs = func() (a [nRefusedRun]metric.MeasurementOption) {
-		for i, n := range refusedRunReasons {
+	refusedRunAttrs = func() (a [tracker.NRefusedRun]metric.MeasurementOption) {
+		for i, n := range tracker.RefusedRunReasons {
 			a[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", n)))
 		}
 		return a
@@ -89,24 +90,24 @@ var (
 )
 
 // admissionTelemetry counts one evaluation's refusals, evictions and expiries.
-func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *admissionCounts) {
-	for i, n := range c.workersRefused {
+func (p *healthProcessor) admissionTelemetry(ctx context.Context, c *tracker.AdmissionCounts) {
+	for i, n := range c.WorkersRefused {
 		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersRefused, n, refusedWorkerAttrs[i])
 	}
-	for i, n := range c.runsRefused {
+	for i, n := range c.RunsRefused {
 		p.count(ctx, p.tel.ProcessorWorkerHealthRunsRefused, n, refusedRunAttrs[i])
 	}
-	for i, n := range c.workersEvicted {
+	for i, n := range c.WorkersEvicted {
 		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersEvicted, n, evidenceAttrs[i])
 	}
-	for i, n := range c.workersExpired {
+	for i, n := range c.WorkersExpired {
 		p.count(ctx, p.tel.ProcessorWorkerHealthWorkersExpired, n, evidenceAttrs[i])
 	}
 }
 
 // judgeTelemetry counts the runs healed (by the side let go) and the
 // workers named by one source only, with one log line for each of those.
-func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, unjoinedN int64, uj []unjoined) {
+func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, unjoinedN int64, uj []tracker.Unjoined) {
 	for side, n := range healed {
 		if n > 0 {
 			name := contract.SourceWorker
@@ -118,7 +119,7 @@ func (p *healthProcessor) judgeTelemetry(ctx context.Context, healed [2]int64, u
 	}
 	p.count(ctx, p.tel.ProcessorWorkerHealthWorkersUnjoined, unjoinedN)
 	for _, u := range uj {
-		p.logger.Warn(u.message(), zap.String("worker", u.worker), zap.String("source", u.origin),
-			zap.Strings("ids", u.ids), zap.Strings("named_only_by_another_source", u.others))
+		p.logger.Warn(u.Message(), zap.String("worker", u.Worker), zap.String("source", u.Origin),
+			zap.Strings("ids", u.IDs), zap.Strings("named_only_by_another_source", u.Others))
 	}
 }

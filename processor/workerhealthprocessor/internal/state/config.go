@@ -146,7 +146,7 @@ type LimitsConfig struct {
 	// MaxWorkers tracked. At the limit a new worker confirmed by its tree or
 	// by a scheduler takes the place of one that is not (seen once first,
 	// then records only, least recently mentioned first); any other new
-	// worker is refused and counted (admission.go). Default 10000.
+	// worker is refused and counted (internal/tracker/admission.go). Default 10000.
 	MaxWorkers int `mapstructure:"max_workers"`
 	// MaxUnconfirmedWorkers: workers seen once (only their own records, all
 	// within one evaluation interval) tracked at a time; more are refused

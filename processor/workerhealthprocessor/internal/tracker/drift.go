@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"slices"
@@ -17,7 +17,7 @@ import (
 // correct it as they come, and drift.heal_after bounds the rest.
 
 // schedName names scheduler source i for a checkpoint record ("" = none).
-func (t *tracker) schedName(i int) string {
+func (t *Tracker) schedName(i int) string {
 	if i < len(t.scheds) {
 		return t.scheds[i].Name
 	}
@@ -25,7 +25,7 @@ func (t *tracker) schedName(i int) string {
 }
 
 // schedIndex is the scheduler source of this name (the last one; -1 = none).
-func (t *tracker) schedIndex(name string) int {
+func (t *Tracker) schedIndex(name string) int {
 	i := -1
 	for j, s := range t.scheds {
 		if s.Name == name {
@@ -40,7 +40,7 @@ func (t *tracker) schedIndex(name string) int {
 var noSched = mapping.Scheduler{View: contract.ViewEvents}
 
 // schedOf is the scheduler source that last named the worker.
-func (t *tracker) schedOf(w *worker) *mapping.Scheduler {
+func (t *Tracker) schedOf(w *Worker) *mapping.Scheduler {
 	if int(w.Sched) < len(t.scheds) {
 		return &t.scheds[w.Sched]
 	}
@@ -49,7 +49,7 @@ func (t *tracker) schedOf(w *worker) *mapping.Scheduler {
 
 // letGo releases a run's side in the judgement (heal, reconcile): counted,
 // and the worker's record is rewritten at the next checkpoint.
-func (t *tracker) letGo(w *worker, r *state.Run, side mapping.Side, now int64) {
+func (t *Tracker) letGo(w *Worker, r *state.Run, side mapping.Side, now int64) {
 	release(r, side, now)
 	r.Flags |= state.RunLetGo
 	t.healed[side]++
@@ -76,7 +76,7 @@ func release(r *state.Run, side mapping.Side, now int64) {
 
 // applySnapshot makes the scheduler's side exactly the runs listed: runs
 // listed are held (claimed now if new), runs not listed are not.
-func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
+func (t *Tracker) applySnapshot(w *Worker, runs []string, now int64) {
 	w.SnapAt, w.SnapKind = now, state.SnapList
 	for _, id := range runs {
 		r := t.run(w, id)
@@ -100,7 +100,7 @@ func (t *tracker) applySnapshot(w *worker, runs []string, now int64) {
 }
 
 // heldCount records a "snapshots" scheduler's count of the runs it holds.
-func (w *worker) heldCount(n int, now int64) {
+func (w *Worker) heldCount(n int, now int64) {
 	w.SchedCount, w.SchedCountAt = n, now
 	if w.SnapKind != state.SnapList {
 		w.SnapKind = state.SnapCount
@@ -113,7 +113,7 @@ func (w *worker) heldCount(n int, now int64) {
 // scheduler learns a few seconds after the worker is not drift. Orphaned runs
 // are judged only while the scheduler is reporting at all, and only for
 // workers it has named: without it every run would look orphaned.
-func (t *tracker) drift(w *worker, now int64) {
+func (t *Tracker) drift(w *Worker, now int64) {
 	grace := int64(t.cfg.Drift.Grace)
 	src := t.schedOf(w)
 	t.heal(w, src, now, grace)
@@ -189,7 +189,7 @@ func (t *tracker) drift(w *worker, now int64) {
 // period), and counting them again as capacity excess would report every
 // lost claim twice. A worker whose own telemetry never named it has only the
 // scheduler's view.
-func (w *worker) heldForCapacity() int {
+func (w *Worker) heldForCapacity() int {
 	if w.NamedBy(state.OriginTelemetry) {
 		return w.HeldW
 	}
@@ -205,13 +205,13 @@ func minSince(cur, v int64) int64 {
 
 // countFresh: the worker's held count was restated within three snapshot
 // intervals.
-func (w *worker) countFresh(src *mapping.Scheduler, now int64) bool {
+func (w *Worker) countFresh(src *mapping.Scheduler, now int64) bool {
 	return w.SchedCountAt > 0 && now-w.SchedCountAt <= 3*int64(src.Interval)
 }
 
 // countDrift judges a count-only scheduler's side: more held than the worker
 // holds is missing, fewer is orphaned, each once it lasted the grace period.
-func (w *worker) countDrift(now, grace int64) {
+func (w *Worker) countDrift(now, grace int64) {
 	judge := func(diff int, since *int64, n *int, first *int64) {
 		if diff <= 0 {
 			*since = 0
@@ -242,7 +242,7 @@ func (w *worker) countDrift(now, grace int64) {
 //     after the other side ended it, or that the other side never named (for
 //     the worker's side: only when a scheduler knows the worker; a worker no
 //     scheduler knows may hold a run for hours), is let go.
-func (t *tracker) heal(w *worker, src *mapping.Scheduler, now, grace int64) {
+func (t *Tracker) heal(w *Worker, src *mapping.Scheduler, now, grace int64) {
 	workerCounted := t.reconcile(w, mapping.SideWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
 	schedCorrected := false
 	if src.View == contract.ViewSnapshots {
@@ -293,7 +293,7 @@ func (t *tracker) heal(w *worker, src *mapping.Scheduler, now, grace int64) {
 // ended). The oldest claims go first; the other side's view is untouched, so
 // runs it still lists become drift, which is the truth. It reports whether a
 // fresh count corrects the side.
-func (t *tracker) reconcile(w *worker, side mapping.Side, count int, at, fresh int64, overSince *int64, now, grace int64) bool {
+func (t *Tracker) reconcile(w *Worker, side mapping.Side, count int, at, fresh int64, overSince *int64, now, grace int64) bool {
 	if count < 0 || at == 0 || now-at > fresh {
 		*overSince = 0
 		return false
@@ -335,7 +335,7 @@ func (t *tracker) reconcile(w *worker, side mapping.Side, count int, at, fresh i
 
 // prune forgets runs that both sides ended (or that one side ended and the
 // other never held) longer than the tombstone TTL ago.
-func (t *tracker) prune(w *worker, now int64) {
+func (t *Tracker) prune(w *Worker, now int64) {
 	ttl := int64(t.cfg.Drift.TombstoneTTL)
 	// Through order, not the table: removing from the table shifts entries.
 	for _, r := range w.Order[w.OrderHead:] {

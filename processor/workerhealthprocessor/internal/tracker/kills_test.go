@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestKills(t *testing.T) {
-	win := func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour }
+	win := func(c *testConfig) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour }
 	oomTree := func(n int64) tree { return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: n} }
 	exits := func(main, child int64) tree {
 		return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: -1, exited: map[string]int64{"main": main, "child": child}}
@@ -114,7 +114,7 @@ func TestKills(t *testing.T) {
 			// openfn helper's finding: on a loaded host the run's end came
 			// seconds after the tree showed its child's exit.
 			name: "a run end arriving late within kills.exit_window still explains its child's exit",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				win(c)
 				c.Kills.ExitWindow = 15 * time.Second
 			},
@@ -131,7 +131,7 @@ func TestKills(t *testing.T) {
 			// whose end was pushed out counted as child_exit (3 of 388:
 			// unhealthy). Fails with the ring of 64.
 			name: "a worker ending runs faster than 64 per exit window still has each child exit explained by its run's end",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				win(c)
 				c.Kills.ExitWindow = 15 * time.Second
 			},
@@ -151,7 +151,7 @@ func TestKills(t *testing.T) {
 		},
 		{
 			name: "each reason's effect is configurable",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				win(c)
 				c.Kills.Effects = map[string]string{"timeout": "degraded"}
 			},

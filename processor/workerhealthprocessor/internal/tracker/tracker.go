@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"strings"
@@ -14,9 +14,9 @@ import (
 // the measured size): ints rather than time.Time, lazily made slices.
 //
 // To add a per-worker fact: add it to the rule's type, and to its checkpoint
-// record (a cp* type next to it, embedded in cpWorker) if it must survive a
+// record (a *Record type next to it, embedded in Record, checkpoint.go) if it must survive a
 // restart.
-type worker struct {
+type Worker struct {
 	id string
 
 	state.Identity               // internal/state/identity.go: name, when and by whom it was named
@@ -35,8 +35,8 @@ type worker struct {
 	dirty bool
 }
 
-func newWorker(id string, now int64) *worker {
-	return &worker{
+func newWorker(id string, now int64) *Worker {
+	return &Worker{
 		id:       strings.Clone(id),
 		Identity: state.NewIdentity(now),
 		Runs:     state.Runs{Capacity: -1},
@@ -51,10 +51,10 @@ func newWorker(id string, now int64) *worker {
 
 // tracker is all per-worker state of one processor instance. It is not
 // safe for concurrent use: the processor holds its lock around every call.
-type tracker struct {
+type Tracker struct {
 	cfg     *Config
-	workers map[string]*worker
-	last    *worker // the worker get returned last (nil after any removal)
+	workers map[string]*Worker
+	last    *Worker // the worker get returned last (nil after any removal)
 
 	// stage and histogram state live in hists (fleet-wide, bounded by config).
 	hists *state.Histograms
@@ -64,7 +64,7 @@ type tracker struct {
 	schedulerSeen int64 // last scheduler record: orphaned drift needs one
 
 	// clusterPending: the pending gauge as another shard of a sharded
-	// gateway reported it (cluster.go), -1 = none; at its snapshot time.
+	// gateway reported it (the processor's cluster.go), -1 = none; at its snapshot time.
 	clusterPending, clusterPendingAt int64
 
 	// idle is the fleet's idle capacity at the last evaluation (the metric
@@ -84,8 +84,8 @@ type tracker struct {
 	share       int // runLimit's share of max_runs for shareOf workers
 	shareOf     int
 	lastRefused string
-	fromOnce    []*worker
-	counts      admissionCounts
+	fromOnce    []*Worker
+	counts      AdmissionCounts
 	malformed   int64
 	// cp: the checkpoint's slots and the workers changed since it was
 	// last written (checkpoint.go).
@@ -111,22 +111,23 @@ type tracker struct {
 	start int64
 }
 
-func newTracker(cfg *Config) *tracker {
-	t := &tracker{
+// New is the tracker of one processor instance.
+func New(cfg *Config) *Tracker {
+	t := &Tracker{
 		cfg:     cfg,
-		workers: map[string]*worker{},
-		hists:   state.NewHistograms(cfg.HistogramBuckets, cfg.Mapping.StageSpanNames),
+		workers: map[string]*Worker{},
+		hists:   state.NewHistograms(cfg.HistogramBuckets, cfg.StageSpanNames),
 		pending: -1,
 
 		clusterPending: -1,
 	}
-	t.scheds, t.idKeys = cfg.schedulers(), cfg.idKeys()
+	t.scheds, t.idKeys = cfg.Schedulers, cfg.IDKeys
 	t.mem = state.NewMemRules(&cfg.Memory, cfg.Lost.After)
 	t.kills = state.NewKillRules(&cfg.Kills)
 	return t
 }
 
-func (t *tracker) capacityOf(w *worker) int {
+func (t *Tracker) capacityOf(w *Worker) int {
 	if w.Capacity >= 0 {
 		return w.Capacity
 	}
@@ -137,7 +138,7 @@ func (t *tracker) capacityOf(w *worker) int {
 }
 
 // apply folds one batch into the state.
-func (t *tracker) apply(b *mapping.Batch, now int64) {
+func (t *Tracker) apply(b *mapping.Batch, now int64) {
 	t.lastRefused = ""
 	t.malformed += b.Malformed
 	if b.SchedulerSeen {
@@ -155,7 +156,7 @@ func (t *tracker) apply(b *mapping.Batch, now int64) {
 	t.lastRefused = "" // it points into the batch's pdata
 }
 
-func (t *tracker) applySample(s *mapping.Sample, now int64) {
+func (t *Tracker) applySample(s *mapping.Sample, now int64) {
 	ev := state.EvidenceOnce
 	if s.Tree {
 		ev = state.EvidenceConfirmed
@@ -199,7 +200,7 @@ func (t *tracker) applySample(s *mapping.Sample, now int64) {
 	w.kills.Tree(s, now, t.kills)
 }
 
-func (t *tracker) applyEvent(e *mapping.Event, now int64) {
+func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 	ev := state.EvidenceOnce
 	if e.Src == mapping.SideScheduler {
 		ev = state.EvidenceConfirmed
@@ -266,7 +267,7 @@ func (t *tracker) applyEvent(e *mapping.Event, now int64) {
 // claim exists because the worker just asked for work), or with "any" every
 // record naming the worker (not a count, which a gauge keeps restating for a
 // worker long gone).
-func (t *tracker) signOfLife(e *mapping.Event) bool {
+func (t *Tracker) signOfLife(e *mapping.Event) bool {
 	if int(e.Sched) >= len(t.scheds) {
 		return false
 	}
@@ -279,7 +280,7 @@ func (t *tracker) signOfLife(e *mapping.Event) bool {
 	return false
 }
 
-func (t *tracker) schedulerEvent(w *worker, r *state.Run, e *mapping.Event, now int64) {
+func (t *Tracker) schedulerEvent(w *Worker, r *state.Run, e *mapping.Event, now int64) {
 	switch e.Kind {
 	case mapping.KindClaimed, mapping.KindStarted:
 		if r.Has(state.RunSchedEnded) || r.Has(state.RunSchedHeld) {

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"fmt"
@@ -11,21 +11,21 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// transition is one state change, for the log record.
-type transition struct {
-	worker, name string
-	from, to     contract.State
-	reasons      []contract.Reason
-	at           int64
+// Transition is one state change, for the log record.
+type Transition struct {
+	Worker, Name string
+	From, To     contract.State
+	Reasons      []contract.Reason
+	At           int64
 }
 
 // sinceAlive is when the worker last showed life. Silence the processor did
 // not witness (it was down) is no evidence: a restored worker's counts from
 // the restore.
-func (w *worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
+func (w *Worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
 
 // lost: no telemetry and no live process for lost.after.
-func (t *tracker) lost(w *worker, now int64) bool {
+func (t *Tracker) lost(w *Worker, now int64) bool {
 	return now-w.sinceAlive() >= int64(t.cfg.Lost.After)
 }
 
@@ -34,7 +34,7 @@ func (t *tracker) lost(w *worker, now int64) bool {
 // child exits no run end explains) and the drift between both views (runs
 // let go, drift counted). A lost worker's rules stand still: it is judged
 // lost whatever they say.
-func (t *tracker) update(w *worker, now int64) {
+func (t *Tracker) update(w *Worker, now int64) {
 	if t.lost(w, now) {
 		return
 	}
@@ -46,7 +46,7 @@ func (t *tracker) update(w *worker, now int64) {
 
 // judge computes the state the rules give now, with every active reason,
 // worst first. It only reads: update brought every rule to now.
-func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason) {
+func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason) {
 	var unhealthy, stalled, degraded []contract.Reason
 
 	if t.lost(w, now) {
@@ -138,7 +138,7 @@ func (t *tracker) judge(w *worker, now int64) (contract.State, []contract.Reason
 // notReported is the reason of a worker that sent nothing of its own since
 // the processor started: restored from a checkpoint, or only named by the
 // scheduler (the message says so).
-func notReported(w *worker, since int64, restored bool) contract.Reason {
+func notReported(w *Worker, since int64, restored bool) contract.Reason {
 	msg := "no telemetry from the worker or its process tree since the processor started"
 	switch {
 	case restored:
@@ -149,7 +149,7 @@ func notReported(w *worker, since int64, restored bool) contract.Reason {
 	return contract.Reason{Code: state.CodeNotReported, Message: msg, Since: state.Time(since)}
 }
 
-func (t *tracker) pendingFresh(now int64) bool {
+func (t *Tracker) pendingFresh(now int64) bool {
 	return t.pending >= 0 && now-t.pendingAt < int64(t.cfg.Lost.After)
 }
 
@@ -157,8 +157,8 @@ func (t *tracker) pendingFresh(now int64) bool {
 // and returns the transitions. Worse states apply at once (each rule has its
 // own persistence); better ones only after hysteresis.recover_evaluations
 // consecutive evaluations, so alternating input cannot flap the state.
-func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
-	var out []transition
+func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
+	var out []Transition
 	t.evals++
 	t.expire(now)
 	for _, w := range t.workers {
@@ -167,20 +167,20 @@ func (t *tracker) evaluate(now int64) ([]transition, []unjoined) {
 		target, reasons := t.judge(w, now)
 		from := w.State
 		if w.Judged(target, reasons, now, t.cfg.Hysteresis.RecoverEvaluations) {
-			out = append(out, transition{worker: w.id, name: w.Name, from: from, to: target, reasons: reasons, at: now})
+			out = append(out, Transition{Worker: w.id, Name: w.Name, From: from, To: target, Reasons: reasons, At: now})
 			t.markDirty(w)
 		}
 	}
 	t.fleet(now)
 	out = t.announced(out, now)
-	sort.Slice(out, func(i, j int) bool { return out[i].worker < out[j].worker })
+	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
 	uj := t.checkJoin(now)
 	t.unjoinedN += int64(len(uj))
 	return out, uj
 }
 
 // fleet: pending work while healthy capacity sits idle (Taskcluster #7052).
-func (t *tracker) fleet(now int64) {
+func (t *Tracker) fleet(now int64) {
 	t.idle = t.idleCapacity()
 	if t.pendingNow(now) > 0 && t.idle > 0 {
 		t.idleIntervals++
@@ -192,7 +192,7 @@ func (t *tracker) fleet(now int64) {
 
 // idleCapacity is free capacity on workers that may take work, clamped at 0
 // per worker (stale data can show more held than capacity).
-func (t *tracker) idleCapacity() int64 {
+func (t *Tracker) idleCapacity() int64 {
 	var idle int64
 	for _, w := range t.workers {
 		if !w.State.MayTakeWork() || w.Evidence == state.EvidenceOnce {
@@ -207,12 +207,12 @@ func (t *tracker) idleCapacity() int64 {
 
 // byID returns the workers sorted by id: the order of the metric points and
 // of the snapshot.
-func (t *tracker) byID() []*worker {
-	ws := make([]*worker, 0, len(t.workers))
+func (t *Tracker) byID() []*Worker {
+	ws := make([]*Worker, 0, len(t.workers))
 	for _, w := range t.workers {
 		ws = append(ws, w)
 	}
-	slices.SortFunc(ws, func(a, b *worker) int { return strings.Compare(a.id, b.id) })
+	slices.SortFunc(ws, func(a, b *Worker) int { return strings.Compare(a.id, b.id) })
 	return ws
 }
 

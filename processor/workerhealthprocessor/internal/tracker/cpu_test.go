@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"testing"

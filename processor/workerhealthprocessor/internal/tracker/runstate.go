@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -13,7 +13,7 @@ import (
 // run finds or creates the run entry. When the worker is at its limit, or
 // the processor at limits.max_runs, the worker's oldest ended run makes
 // room; a new run beyond it is counted and dropped (admission.go).
-func (t *tracker) run(w *worker, id string) *state.Run {
+func (t *Tracker) run(w *Worker, id string) *state.Run {
 	h := state.RunHash(id)
 	r := w.Table.Get(id, h)
 	if r != nil {
@@ -23,9 +23,9 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 	if perWorker || t.runCount >= t.cfg.Limits.MaxRuns {
 		if r = w.evictEnded(); r == nil {
 			if perWorker {
-				t.counts.runsRefused[refusedRunsPerWorker]++
+				t.counts.RunsRefused[refusedRunsPerWorker]++
 			} else {
-				t.counts.runsRefused[refusedRunsTotal]++
+				t.counts.RunsRefused[refusedRunsTotal]++
 			}
 			return nil
 		}
@@ -45,7 +45,7 @@ func (t *tracker) run(w *worker, id string) *state.Run {
 // evictEnded drops the oldest run that neither side holds any more and
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
-func (w *worker) evictEnded() *state.Run {
+func (w *Worker) evictEnded() *state.Run {
 	for i := w.OrderHead; i < len(w.Order); i++ {
 		r := w.Order[i]
 		if r.Has(state.RunGone) {
@@ -71,7 +71,7 @@ func (w *worker) evictEnded() *state.Run {
 
 // workerClaim: the worker holds the run. Ignored once the worker ended it (a
 // late or duplicated claim), counted once.
-func (w *worker) workerClaim(r *state.Run, ts, now int64) {
+func (w *Worker) workerClaim(r *state.Run, ts, now int64) {
 	w.LastClaim = now
 	if r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) {
 		return
@@ -84,7 +84,7 @@ func (w *worker) workerClaim(r *state.Run, ts, now int64) {
 	}
 }
 
-func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
+func (t *Tracker) workerStart(w *Worker, r *state.Run, ts, now int64) {
 	if r.Has(state.RunStarted) || r.Has(state.RunWorkerEnded) {
 		return
 	}
@@ -101,7 +101,7 @@ func (t *tracker) workerStart(w *worker, r *state.Run, ts, now int64) {
 // a run span carries its start too): the run's kill is counted once, a
 // duplicate end only gives the result the first one lacked, a claims-only
 // scheduler's claim closes with it, and the duration is observed.
-func (t *tracker) workerEnd(w *worker, r *state.Run, e *mapping.Event, now int64) {
+func (t *Tracker) workerEnd(w *Worker, r *state.Run, e *mapping.Event, now int64) {
 	if e.StartTS > 0 {
 		// A run span: its start is in the same record.
 		w.workerClaim(r, e.StartTS, now)
@@ -148,7 +148,7 @@ func (t *tracker) workerEnd(w *worker, r *state.Run, e *mapping.Event, now int64
 // runKilled counts the kill of a run once, whatever else about the run
 // arrived first (its span or a finished record may come through another
 // pipeline before the kill), with its reason.
-func (t *tracker) runKilled(w *worker, r *state.Run, reason string, now int64) {
+func (t *Tracker) runKilled(w *Worker, r *state.Run, reason string, now int64) {
 	if r.Has(state.RunKilled) {
 		return
 	}

@@ -1,22 +1,13 @@
-package workerhealthprocessor
+package tracker
 
 import (
-	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -30,7 +21,7 @@ func (h *harness) evidenceOf(id string) (state.Evidence, bool) {
 	return w.Evidence, true
 }
 
-func (h *harness) counts() admissionCounts {
+func (h *harness) counts() AdmissionCounts {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	return h.p.tracker.counts
@@ -55,7 +46,7 @@ func TestAdmissionAtTheCap(t *testing.T) {
 		rec{worker: "bogus-4", event: contract.EventHeartbeat},
 		rec{worker: "bogus-4", event: contract.EventClaimed, run: "r1"},
 	))
-	assert.Equal(t, int64(1), h.counts().workersRefused[refusedMaxWorkers])
+	assert.Equal(t, int64(1), h.counts().WorkersRefused[refusedMaxWorkers])
 	_, tracked := h.evidenceOf("bogus-4")
 	assert.False(t, tracked)
 
@@ -72,14 +63,14 @@ func TestAdmissionAtTheCap(t *testing.T) {
 		_, ok := h.evidenceOf(fmt.Sprintf("bogus-%d", i))
 		assert.Equal(t, want, ok, "bogus-%d", i)
 	}
-	assert.Equal(t, int64(2), h.counts().workersEvicted[state.EvidenceOnce])
+	assert.Equal(t, int64(2), h.counts().WorkersEvicted[state.EvidenceOnce])
 
 	// All confirmed: a new confirmed worker is refused, none is pushed out.
 	h.metrics(treeMetrics("real-2", 10, -1, 1))
 	h.metrics(treeMetrics("real-3", 10, -1, 1))
 	h.metrics(treeMetrics("real-4", 10, -1, 1))
-	assert.Equal(t, int64(4), h.counts().workersEvicted[state.EvidenceOnce], "bogus-2 and bogus-3 made room too")
-	assert.Equal(t, int64(2), h.counts().workersRefused[refusedMaxWorkers], "bogus-4, then real-4")
+	assert.Equal(t, int64(4), h.counts().WorkersEvicted[state.EvidenceOnce], "bogus-2 and bogus-3 made room too")
+	assert.Equal(t, int64(2), h.counts().WorkersRefused[refusedMaxWorkers], "bogus-4, then real-4")
 	for _, id := range []string{"real-0", "real-1", "real-new", "sched-named", "real-2", "real-3"} {
 		_, ok := h.evidenceOf(id)
 		assert.True(t, ok, id)
@@ -98,7 +89,7 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	h.logs(wl("a", contract.EventHeartbeat, "", nil))
 	h.logs(wl("b", contract.EventHeartbeat, "", nil))
 	h.logs(wl("c", contract.EventHeartbeat, "", nil))
-	assert.Equal(t, int64(1), h.counts().workersRefused[refusedMaxUnconfirmed], "c")
+	assert.Equal(t, int64(1), h.counts().WorkersRefused[refusedMaxUnconfirmed], "c")
 	h.eval()
 	h.advance(sec)
 	h.logs(wl("a", contract.EventHeartbeat, "", nil)) // the next interval: still seen once
@@ -122,29 +113,7 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	_, okB := h.evidenceOf("b")
 	assert.True(t, okA, "seen again: kept")
 	assert.False(t, okB, "seen once, not again within lost.after: forgotten")
-	assert.Equal(t, int64(2), h.counts().workersExpired[state.EvidenceOnce], "b and c: no record for lost.after")
-}
-
-// A worker seen once changes state silently and is not exported; seen
-// again, its state so far is announced, once.
-func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
-	h := newHarness(t, testCfg())
-	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
-	assert.Empty(t, h.eval(), "no transition while seen once")
-	h.p.mu.Lock()
-	md := h.p.tracker.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
-	h.p.mu.Unlock()
-	assert.NotContains(t, metricsByWorker(md), "w1")
-	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
-	h.advance(sec)
-	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
-	assert.Empty(t, h.eval(), "the next interval: still seen once")
-	h.advance(sec)
-	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
-	trs := h.eval()
-	require.Len(t, trs, 1)
-	assert.Equal(t, transition{worker: "w1", from: unknown, to: healthy, reasons: trs[0].reasons, at: h.clock.Now().UnixNano()}, trs[0])
-	assert.Empty(t, h.eval())
+	assert.Equal(t, int64(2), h.counts().WorkersExpired[state.EvidenceOnce], "b and c: no record for lost.after")
 }
 
 // Runs: at most 4 for a worker seen once; limits.max_runs in all, a
@@ -156,7 +125,7 @@ func TestRunBounds(t *testing.T) {
 	for r := range 6 {
 		h.logs(wl("once", contract.EventClaimed, fmt.Sprintf("r%d", r), nil))
 	}
-	assert.Equal(t, int64(2), h.counts().runsRefused[refusedRunsPerWorker])
+	assert.Equal(t, int64(2), h.counts().RunsRefused[refusedRunsPerWorker])
 	for _, w := range []string{"t1", "t2"} {
 		h.metrics(treeMetrics(w, 10, -1, 1))
 		for r := range 12 {
@@ -171,7 +140,7 @@ func TestRunBounds(t *testing.T) {
 	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
 	assert.Equal(t, 6, n2, "t2: what is left of the 20, below its share (8)")
 	c := h.counts()
-	assert.Positive(t, c.runsRefused[refusedRunsTotal])
+	assert.Positive(t, c.RunsRefused[refusedRunsTotal])
 	// t2 ends a run: its own ended run makes room at the total.
 	h.logs(wl("t2", contract.EventFinished, "r0", nil))
 	h.logs(wl("t2", contract.EventClaimed, "new", nil))
@@ -179,122 +148,6 @@ func TestRunBounds(t *testing.T) {
 	assert.True(t, hasRun(&h.p.tracker.workers["t2"].Table, "new"))
 	assert.Equal(t, 20, h.p.tracker.runCount)
 	h.p.mu.Unlock()
-}
-
-// A flood through the processor's own input path (as over OTLP): 100,000
-// worker ids with 10 run ids each, records only, while real workers report.
-// The state stays bounded and the real workers stay tracked and exported;
-// a new real worker arrives in the middle of it and is tracked.
-func TestFloodStaysBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a flood of 100,000 ids")
-	}
-	cfg := testCfg()
-	h := newHarness(t, cfg)
-	report := func(n int) {
-		for i := range n {
-			h.metrics(treeMetrics(fmt.Sprintf("real-%d", i), 10, -1, 1))
-		}
-	}
-	report(50)
-	h.eval()
-	base := heapAfterGC()
-	for i := range 100_000 {
-		recs := make([]rec, 10)
-		for r := range recs {
-			recs[r] = rec{worker: fmt.Sprintf("flood-%d", i), event: contract.EventClaimed, run: fmt.Sprintf("run-%d-%d", i, r)}
-		}
-		h.logs(workerLogs("flood", recs...))
-		if i%10_000 == 0 {
-			h.advance(sec)
-			report(50)
-			h.eval()
-		}
-		if i == 50_000 {
-			h.metrics(treeMetrics("newcomer", 10, -1, 1))
-		}
-	}
-	h.eval()
-	grown := int64(heapAfterGC()) - int64(base)
-	h.p.mu.Lock()
-	defer h.p.mu.Unlock()
-	tr := h.p.tracker
-	n := tr.tracked()
-	t.Logf("after the flood: %v workers by evidence, %d runs, heap +%.1f MiB, refused %v",
-		n, tr.runCount, float64(grown)/(1<<20), tr.counts.workersRefused)
-	assert.LessOrEqual(t, n[state.EvidenceOnce], int64(cfg.Limits.MaxUnconfirmedWorkers))
-	assert.LessOrEqual(t, tr.runCount, cfg.Limits.MaxUnconfirmedWorkers*maxRunsSeenOnce)
-	assert.Equal(t, int64(51), n[state.EvidenceConfirmed], "every real worker, the newcomer too")
-	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
-	md := tr.buildMetrics(t0.UnixNano(), h.clock.Now().UnixNano())
-	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
-	runtime.KeepAlive(h)
-}
-
-// Issue 14.1: incoming metrics of workers the processor does not track, has
-// seen once, or names by a malformed id are dropped and counted, so the
-// exporters downstream hold per-worker series for at most max_workers
-// workers; metrics without a worker id, and the scheduler's, pass.
-func TestUntrackedMetricsAreDropped(t *testing.T) {
-	for _, drop := range []bool{true, false} {
-		t.Run(fmt.Sprintf("drop_untracked_metrics=%v", drop), func(t *testing.T) {
-			tt := componenttest.NewTelemetry()
-			t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
-			cfg := testCfg()
-			cfg.Limits.MaxWorkers = 3
-			cfg.Limits.DropUntrackedMetrics = drop
-			ctx := context.Background()
-			sink := new(consumertest.MetricsSink)
-			mp, err := NewFactory().CreateMetrics(ctx, metadatatest.NewSettings(tt), cfg, sink)
-			require.NoError(t, err)
-			require.NoError(t, mp.Start(ctx, componenttest.NewNopHost()))
-			t.Cleanup(func() { require.NoError(t, mp.Shutdown(ctx)) })
-
-			batch := func(mds ...pmetric.Metrics) pmetric.Metrics {
-				md := pmetric.NewMetrics()
-				for _, x := range mds {
-					x.ResourceMetrics().MoveAndAppendTo(md.ResourceMetrics())
-				}
-				return md
-			}
-			noID := pmetric.NewMetrics()
-			noID.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty()
-			// Two confirmed workers (3 points each) pass; a worker seen once
-			// (1), a malformed id (1) are dropped; the scheduler's and a
-			// resource without a worker id pass.
-			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree", 10, -1, 1), treeMetrics("tree2", 10, -1, 1))))
-			require.NoError(t, mp.ConsumeMetrics(ctx, batch(workerActive("once", 2), workerActive("bad\xff", 1), pendingMetrics(5), noID)))
-			// At max_workers (3), all confirmed: a new worker is refused, its
-			// metrics (3 points) dropped.
-			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("tree3", 10, -1, 1))))
-			require.NoError(t, mp.ConsumeMetrics(ctx, batch(treeMetrics("full", 10, -1, 1), workerActive("tree", 1))))
-			var got []string
-			for _, md := range sink.AllMetrics() {
-				for id := range metricsByWorker(md) {
-					got = append(got, id)
-				}
-			}
-			if !drop {
-				assert.ElementsMatch(t, []string{"tree", "tree2", "once", "bad\xff", "", "tree3", "full", "tree"}, got, "everything passes")
-				return
-			}
-			assert.ElementsMatch(t, []string{"tree", "tree2", "", "tree3", "tree"}, got)
-			metadatatest.AssertEqualProcessorWorkerHealthDroppedMetricPoints(t, tt,
-				[]metricdata.DataPoint[int64]{{Value: 5}}, metricdatatest.IgnoreTimestamp())
-
-			// A batch with nothing left is not passed on at all.
-			n := len(sink.AllMetrics())
-			require.NoError(t, mp.ConsumeMetrics(ctx, workerActive("once-more", 1)))
-			assert.Len(t, sink.AllMetrics(), n)
-		})
-	}
-}
-
-// workerActive is worker's own count of the runs it holds.
-func workerActive(worker string, n int64) pmetric.Metrics {
-	md := activeMetrics(n)
-	md.ResourceMetrics().At(0).Resource().Attributes().PutStr(contract.AttrWorkerID, worker)
-	return md
 }
 
 // Evidence that was wrong before (issue 12, "Why" point 7).
@@ -352,8 +205,8 @@ func TestLimits(t *testing.T) {
 	assert.Len(t, h.p.tracker.workers, 2)
 	// Issue 14.7: counted once per resource naming it (it was counted
 	// twice: the resource's sign of life and its record).
-	assert.Equal(t, int64(1), h.p.tracker.counts.workersRefused[refusedMaxWorkers], "c, once")
-	assert.Equal(t, int64(1), h.p.tracker.counts.runsRefused[refusedRunsPerWorker])
+	assert.Equal(t, int64(1), h.p.tracker.counts.WorkersRefused[refusedMaxWorkers], "c, once")
+	assert.Equal(t, int64(1), h.p.tracker.counts.RunsRefused[refusedRunsPerWorker])
 	assert.True(t, hasRun(&h.p.tracker.workers["a"].Table, "r5"))
 	h.p.mu.Unlock()
 
@@ -362,6 +215,6 @@ func TestLimits(t *testing.T) {
 	h.eval()
 	h.p.mu.Lock()
 	assert.Empty(t, h.p.tracker.workers)
-	assert.Equal(t, int64(2), h.p.tracker.counts.workersExpired[state.EvidenceOnce])
+	assert.Equal(t, int64(2), h.p.tracker.counts.WorkersExpired[state.EvidenceOnce])
 	h.p.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"testing"
@@ -10,9 +10,9 @@ import (
 )
 
 func TestRoleMemory(t *testing.T) {
-	roles := func(c *Config) {
+	roles := func(c *testConfig) {
 		c.Memory.SoftLimitBytes = 0
-		c.Memory.Roles = map[string]RoleMemoryRule{"main": {SoftLimitBytes: 600}}
+		c.Memory.Roles = map[string]state.RoleMemoryRule{"main": {SoftLimitBytes: 600}}
 	}
 	tr := func(main, child int64) tree {
 		return tree{worker: "w1", roles: map[string]int64{"main": main, "child": child}, present: 1, oom: -1}

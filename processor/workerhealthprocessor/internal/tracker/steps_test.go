@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"cmp"
@@ -17,7 +17,7 @@ import (
 
 // openfnLike: a worker named by worker_name on its records, its tree by
 // cicd.worker.id (the receiver's), as with OpenFn.
-func openfnLike(c *Config) { c.Mapping.WorkerIDAttributes = []string{"worker_name"} }
+func openfnLike(c *testConfig) { c.Mapping.WorkerIDAttributes = []string{"worker_name"} }
 
 // named are a worker's own records naming it by worker_name on the resource.
 func named(id string, recs ...rec) plog.Logs {
@@ -47,14 +47,6 @@ func feed(fs ...any) func(*harness) {
 	}
 }
 
-func recentIDs(rs []contract.RunRecord) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.ID)
-	}
-	return out
-}
-
 const (
 	unknown   = contract.Unknown
 	healthy   = contract.Healthy
@@ -80,7 +72,7 @@ type step struct {
 // stepCase is one step-table case.
 type stepCase struct {
 	name  string
-	cfg   func(*Config)
+	cfg   func(*testConfig)
 	steps []step
 	// maxTransitions bounds how often the state may change (flapping).
 	maxTransitions int

@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ const sec = time.Second
 // enough for unhealthy) is TestRestoreAfterRestart's w2.
 func TestTruthTable(t *testing.T) {
 	// The stalled rule on free capacity alone, within 3 s.
-	stallFast := func(c *Config) { c.Stalled.After = 3 * sec; c.Stalled.RequirePending = false }
+	stallFast := func(c *testConfig) { c.Stalled.After = 3 * sec; c.Stalled.RequirePending = false }
 	// A sample of w1's tree: memory (1000 is the soft limit) and the main
 	// process's share of its 4 CPUs (0.25 = one full core: saturated).
 	sample := func(mem int64, cpu float64) func(*harness) {
@@ -45,7 +45,7 @@ func TestTruthTable(t *testing.T) {
 		},
 		{
 			name: "row 3: a sign of life (a claims-only scheduler's claims) and nothing of its own: unknown, not lost",
-			cfg:  func(c *Config) { stallFast(c); c.Scheduler.View = contract.ViewClaimsOnly },
+			cfg:  func(c *testConfig) { stallFast(c); c.Scheduler.View = contract.ViewClaimsOnly },
 			steps: seq(
 				step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", "r0")) }, advance: sec},
 				repeat(8, step{do: func(h *harness) { h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("r%d", autoRun.Add(1)))) }, advance: sec}),
@@ -97,7 +97,7 @@ func TestFleetIdleWhilePending(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	snap := h.p.tracker.snapshot(h.clock.Now().UnixNano())
+	snap := h.p.tracker.Snapshot(h.clock.Now().UnixNano())
 	assert.True(t, snap.Fleet.IdleWhilePending)
 	assert.Equal(t, int64(2), snap.Fleet.IdleCapacity)
 	assert.Equal(t, int64(3), snap.Fleet.Pending)
@@ -154,7 +154,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name: "soft limit as a ratio of the cgroup limit",
-			cfg:  func(c *Config) { c.Memory.SoftLimitBytes = 0; c.Memory.SoftLimitRatio = 0.9 },
+			cfg:  func(c *testConfig) { c.Memory.SoftLimitBytes = 0; c.Memory.SoftLimitRatio = 0.9 },
 			steps: seq(
 				step{do: func(h *harness) {
 					md := treeMetrics("w1", 950, -1, 1)
@@ -169,7 +169,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name: "over the soft limit for a duration",
-			cfg:  func(c *Config) { c.Memory.UnhealthySamples = 100; c.Memory.UnhealthyAfter = 5 * time.Second },
+			cfg:  func(c *testConfig) { c.Memory.UnhealthySamples = 100; c.Memory.UnhealthyAfter = 5 * time.Second },
 			steps: seq(
 				step{do: mem(1200), advance: 3 * sec, want: degraded},
 				step{do: hb, advance: 3 * sec, want: unhealthy, code: state.CodeMemory},
@@ -177,7 +177,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name: "K kills that count within the window: unhealthy; recovers when the window passes",
-			cfg:  func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
+			cfg:  func(c *testConfig) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
 			steps: seq(
 				step{do: kill("r1", "oom"), advance: sec, want: healthy},
 				step{do: kill("r2", "canceled"), advance: sec, want: healthy},
@@ -191,7 +191,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name:  "runs killed by their own limits never make the worker unhealthy",
-			cfg:   func(c *Config) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
+			cfg:   func(c *testConfig) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour },
 			steps: seq(repeat(20, step{do: both(kill("", "timeout"), kill("", "memory_limit")), advance: sec, want: healthy, noCode: state.CodeKills})),
 		},
 		{
@@ -224,7 +224,7 @@ func TestRules(t *testing.T) {
 		},
 		{
 			name:  "stalled on free capacity alone when require_pending is false",
-			cfg:   func(c *Config) { c.Stalled.RequirePending = false },
+			cfg:   func(c *testConfig) { c.Stalled.RequirePending = false },
 			steps: seq(repeat(10, step{do: hb, advance: sec}), step{do: hb, want: stalled, code: state.CodeNoClaim}),
 		},
 		{
@@ -293,21 +293,4 @@ func TestReasonEvidence(t *testing.T) {
 	assert.Equal(t, 1000.0, r.Threshold)
 	assert.Equal(t, t0, r.Since)
 	assert.NotEmpty(t, r.Message)
-}
-
-func TestTransitionsAreReported(t *testing.T) {
-	h := newHarness(t, testCfg())
-	h.metrics(treeMetrics("w1", 10, -1, 1)) // confirmed: announced at once (admission.go)
-	trs := h.eval()
-	require.Len(t, trs, 1)
-	assert.Equal(t, transition{worker: "w1", from: unknown, to: healthy, reasons: trs[0].reasons, at: t0.UnixNano()}, trs[0])
-	assert.Empty(t, h.eval(), "no transition without a change")
-	ld := buildLogs(trs)
-	lr := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0)
-	assert.Equal(t, contract.EventStateChange, lr.EventName())
-	from, _ := lr.Attributes().Get("workerwatch.worker.state.from")
-	to, _ := lr.Attributes().Get("workerwatch.worker.state.to")
-	assert.Equal(t, "unknown", from.Str())
-	assert.Equal(t, "healthy", to.Str())
-	assert.Equal(t, "worker w1: unknown -> healthy ()", lr.Body().Str())
 }

@@ -1,22 +1,14 @@
-package workerhealthprocessor
+package tracker
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
-	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadatatest"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -61,7 +53,7 @@ func TestIdentity(t *testing.T) {
 			// openfn helper's finding: with a pulled scheduler a claim exists
 			// because the worker just asked for work.
 			name: "a claims-only scheduler's claims are a sign of life: unknown, not lost",
-			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewClaimsOnly },
+			cfg:  func(c *testConfig) { c.Scheduler.View = contract.ViewClaimsOnly },
 			steps: seq(
 				repeat(10, step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
@@ -73,7 +65,7 @@ func TestIdentity(t *testing.T) {
 			// Lightning names showed over_capacity 14): its claims never
 			// end, so they added up to capacity excess until heal_after.
 			name: "a claims-only scheduler alone is no measure of load: no over capacity",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				c.Scheduler.View = contract.ViewClaimsOnly
 				c.Capacity.Default = 2
 			},
@@ -89,7 +81,7 @@ func TestIdentity(t *testing.T) {
 			// bullmq helper's finding: a queue that states only connected
 			// workers names a live worker in every snapshot.
 			name: "sign_of_life any: a snapshot naming the worker keeps it from lost",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				c.Scheduler.View = contract.ViewSnapshots
 				c.Scheduler.SignOfLife = "any"
 			},
@@ -97,7 +89,7 @@ func TestIdentity(t *testing.T) {
 		},
 		{
 			name: "sign_of_life none: even a claims-only scheduler's claims do not keep the worker from lost",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				c.Scheduler.View = contract.ViewClaimsOnly
 				c.Scheduler.SignOfLife = "none"
 			},
@@ -110,7 +102,7 @@ func TestIdentity(t *testing.T) {
 		},
 		{
 			name: "by default a snapshot is not a sign of life",
-			cfg:  func(c *Config) { c.Scheduler.View = contract.ViewSnapshots },
+			cfg:  func(c *testConfig) { c.Scheduler.View = contract.ViewSnapshots },
 			steps: seq(
 				repeat(5, step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), advance: sec}),
 				step{do: feed(snapLogs("workersim-scheduler", "w1", "j1")), want: lost, code: state.CodeNoTelemetry},
@@ -118,7 +110,7 @@ func TestIdentity(t *testing.T) {
 		},
 		{
 			name: "several id attributes: the first present names the worker",
-			cfg:  func(c *Config) { c.Mapping.WorkerIDAttributes = []string{"worker_name", "host.name"} },
+			cfg:  func(c *testConfig) { c.Mapping.WorkerIDAttributes = []string{"worker_name", "host.name"} },
 			steps: seq(
 				step{do: feed(named("w1", rec{worker: "x", event: "workerwatch.worker.heartbeat"}), liveTree(100)), advance: sec, want: healthy},
 				step{check: func(h *harness) {
@@ -145,10 +137,10 @@ func TestUnjoinedWorkers(t *testing.T) {
 		uj := h.evalUnjoined()
 		if len(uj) > 0 {
 			require.Len(t, uj, 2)
-			assert.Equal(t, unjoined{worker: "pod-7", origin: "tree", ids: []string{"cicd.worker.id=pod-7"}, others: []string{"telemetry cicd.worker.id=w7"}}, uj[0])
-			assert.Equal(t, "w7", uj[1].worker)
-			assert.Equal(t, "telemetry", uj[1].origin)
-			assert.Contains(t, uj[0].message(), "named only by its tree")
+			assert.Equal(t, Unjoined{Worker: "pod-7", Origin: "tree", IDs: []string{"cicd.worker.id=pod-7"}, Others: []string{"telemetry cicd.worker.id=w7"}}, uj[0])
+			assert.Equal(t, "w7", uj[1].Worker)
+			assert.Equal(t, "telemetry", uj[1].Origin)
+			assert.Contains(t, uj[0].Message(), "named only by its tree")
 		}
 	}
 	h.p.mu.Lock()
@@ -163,46 +155,4 @@ func TestUnjoinedWorkers(t *testing.T) {
 		uj := h2.evalUnjoined()
 		assert.Empty(t, uj)
 	}
-}
-
-// What the tracker finds reaches the operator: through the processor's own
-// evaluation (tick), each unjoined worker is one warning naming its ids and
-// the ids only another source has, and a count in workers_unjoined; runs let
-// go in runs_healed by the side let go.
-func TestUnjoinedAndHealedReachTheOperator(t *testing.T) {
-	tt := componenttest.NewTelemetry()
-	t.Cleanup(func() { require.NoError(t, tt.Shutdown(context.Background())) })
-	set := metadatatest.NewSettings(tt)
-	core, logs := observer.New(zap.WarnLevel)
-	set.Logger = zap.New(core)
-	cfg := testCfg()
-	cfg.Identity.JoinWithin = 10 * sec
-	cfg.Scheduler.View = contract.ViewClaimsOnly
-	cfg.Drift.HealAfter = 5 * sec
-	h := newHarness(t, cfg)
-	p, err := newHealthProcessor(set, cfg, withClock(h.clock))
-	require.NoError(t, err)
-	t.Cleanup(p.tel.Shutdown)
-	h.p = p
-	ctx := context.Background()
-	for range 12 {
-		// The tree says pod-7, the worker's telemetry w7: they never meet.
-		h.metrics(tree{worker: "pod-7", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
-		h.logs(wl("w7", "workerwatch.worker.heartbeat", "", nil))
-		// w8, joined: its scheduler's claim of a run it never names is let
-		// go after heal_after.
-		h.logs(wl("w8", "workerwatch.worker.heartbeat", "", nil))
-		h.logs(sl("w8", "workerwatch.run.claimed", "lost-1"))
-		h.advance(sec)
-		p.tick(ctx)
-	}
-	warns := logs.FilterMessageSnippet("is named only by its").All()
-	require.Len(t, warns, 2, "one line per unjoined worker, once")
-	assert.Equal(t, "worker pod-7 is named only by its tree ([cicd.worker.id=pod-7]); its other sources may use other ids", warns[0].Message)
-	assert.Equal(t, []any{"telemetry cicd.worker.id=w7"}, warns[0].ContextMap()["named_only_by_another_source"])
-	metadatatest.AssertEqualProcessorWorkerHealthWorkersUnjoined(t, tt,
-		[]metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualProcessorWorkerHealthRunsHealed(t, tt,
-		[]metricdata.DataPoint[int64]{{Value: 1, Attributes: attribute.NewSet(attribute.String(contract.AttrSource, contract.SourceScheduler))}},
-		metricdatatest.IgnoreTimestamp())
 }

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"fmt"
@@ -19,25 +19,25 @@ import (
 // once (a log line naming the ids seen and the workers_unjoined counter).
 
 // seenBy records a record of a source about the worker.
-func (t *tracker) seenBy(w *worker, o state.Origin, key uint8, now int64) {
+func (t *Tracker) seenBy(w *Worker, o state.Origin, key uint8, now int64) {
 	w.Seen(o, key, now)
 	t.originAt[o] = now
 }
 
-// unjoined is one report of a worker only one source names.
-type unjoined struct {
-	worker string
-	origin string
-	ids    []string // the ids that source used for it
-	others []string // ids of workers only another source names (at most 5)
+// Unjoined is one report of a worker only one source names.
+type Unjoined struct {
+	Worker string
+	Origin string
+	IDs    []string // the ids that source used for it
+	Others []string // ids of workers only another source names (at most 5)
 }
 
 // checkJoin reports the workers that one source alone has named for
 // identity.join_within while another source names other workers.
-func (t *tracker) checkJoin(now int64) []unjoined {
+func (t *Tracker) checkJoin(now int64) []Unjoined {
 	within := int64(t.cfg.Identity.JoinWithin)
-	var out []unjoined
-	var sorted []*worker // made once, only when a worker is reported
+	var out []Unjoined
+	var sorted []*Worker // made once, only when a worker is reported
 	for _, w := range t.workers {
 		if w.Unjoined() || w.Evidence == state.EvidenceOnce || now-w.FirstMention < within {
 			continue
@@ -47,26 +47,26 @@ func (t *tracker) checkJoin(now int64) []unjoined {
 			continue
 		}
 		w.ReportUnjoined()
-		u := unjoined{worker: w.id, origin: state.OriginNames[o], ids: t.idsOf(w, o)}
+		u := Unjoined{Worker: w.id, Origin: state.OriginNames[o], IDs: t.idsOf(w, o)}
 		if sorted == nil {
 			sorted = t.byID()
 		}
 		for _, x := range sorted {
-			if len(u.others) >= 5 {
+			if len(u.Others) >= 5 {
 				break
 			}
 			if xn, xo := x.Sources(); x != w && xn == 1 && xo != o {
-				u.others = append(u.others, state.OriginNames[xo]+" "+t.idsOf(x, xo)[0])
+				u.Others = append(u.Others, state.OriginNames[xo]+" "+t.idsOf(x, xo)[0])
 			}
 		}
 		out = append(out, u)
 	}
-	slices.SortFunc(out, func(a, b unjoined) int { return strings.Compare(a.worker, b.worker) })
+	slices.SortFunc(out, func(a, b Unjoined) int { return strings.Compare(a.Worker, b.Worker) })
 	return out
 }
 
 // otherOrigin: some worker was named by a source other than o lately.
-func (t *tracker) otherOrigin(o state.Origin, now int64) bool {
+func (t *Tracker) otherOrigin(o state.Origin, now int64) bool {
 	for x := range state.NOrigins {
 		if x != o && t.originAt[x] > 0 && now-t.originAt[x] < int64(t.cfg.Limits.WorkerTTL) {
 			return true
@@ -76,9 +76,9 @@ func (t *tracker) otherOrigin(o state.Origin, now int64) bool {
 }
 
 // idsOf are the "key=value" ids a source named the worker by.
-func (t *tracker) idsOf(w *worker, o state.Origin) []string { return w.IDs(o, w.id, t.idKeys) }
+func (t *Tracker) idsOf(w *Worker, o state.Origin) []string { return w.IDs(o, w.id, t.idKeys) }
 
-// message is the log line's text.
-func (u unjoined) message() string {
-	return fmt.Sprintf("worker %s is named only by its %s (%v); its other sources may use other ids", u.worker, u.origin, u.ids)
+// Message is the log line's text.
+func (u Unjoined) Message() string {
+	return fmt.Sprintf("worker %s is named only by its %s (%v); its other sources may use other ids", u.Worker, u.Origin, u.IDs)
 }

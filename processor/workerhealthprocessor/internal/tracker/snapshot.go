@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"cmp"
@@ -9,8 +9,8 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
-// snapshot builds the immutable view for the health extension.
-func (t *tracker) snapshot(now int64) *contract.Snapshot {
+// Snapshot builds the immutable view for the health extension.
+func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 	s := &contract.Snapshot{
 		Time:    state.Time(now),
 		Workers: make([]contract.Worker, 0, len(t.workers)),
@@ -68,7 +68,7 @@ func (t *tracker) snapshot(now int64) *contract.Snapshot {
 
 // recentRuns are the newest limits.recent_runs of the ended runs, newest
 // first (by when their end arrived, then id).
-func (t *tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
+func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
 		return cmp.Or(cmp.Compare(b.WEnd, a.WEnd), cmp.Compare(string(b.ID), string(a.ID)))
 	})

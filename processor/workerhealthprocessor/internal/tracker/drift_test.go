@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"fmt"
@@ -195,8 +195,8 @@ func TestSchedulerViews(t *testing.T) {
 		return wl("w1", "workerwatch.run.finished", run, map[string]any{"cicd.pipeline.result": "success"})
 	}
 	sClaim := func(run string) plog.Logs { return sl("w1", "workerwatch.run.claimed", run) }
-	claimsOnly := func(c *Config) { c.Scheduler.View = contract.ViewClaimsOnly; c.Drift.HealAfter = 20 * sec }
-	snapshots := func(c *Config) {
+	claimsOnly := func(c *testConfig) { c.Scheduler.View = contract.ViewClaimsOnly; c.Drift.HealAfter = 20 * sec }
+	snapshots := func(c *testConfig) {
 		c.Scheduler.View = contract.ViewSnapshots
 		c.Scheduler.SnapshotInterval = 2 * sec
 	}
@@ -256,7 +256,7 @@ func TestSchedulerViews(t *testing.T) {
 			// views nothing else corrects). Fails if heal_after applies to
 			// a scheduler whose fresh snapshots list the run.
 			name: "snapshots: a run the latest snapshots keep listing stays missing past drift.heal_after",
-			cfg:  func(c *Config) { snapshots(c); c.Drift.HealAfter = 10 * sec },
+			cfg:  func(c *testConfig) { snapshots(c); c.Drift.HealAfter = 10 * sec },
 			steps: seq(
 				repeat(12, step{do: feed(hb, snap("r9")), advance: 2 * sec}),
 				step{want: degraded, code: state.CodeMissing, check: func(h *harness) {
@@ -307,7 +307,7 @@ func TestDriftHeals(t *testing.T) {
 	}
 	sClaim := func(run string) plog.Logs { return sl("w1", "workerwatch.run.claimed", run) }
 	sFinish := func(run string) plog.Logs { return sl("w1", "workerwatch.run.finished", run) }
-	heal := func(c *Config) { c.Drift.HealAfter = 20 * sec; c.Limits.WorkerTTL = time.Hour }
+	heal := func(c *testConfig) { c.Drift.HealAfter = 20 * sec; c.Limits.WorkerTTL = time.Hour }
 	codes := func(missing, orphaned int) func(*harness) {
 		return func(h *harness) {
 			w := h.snap("w1")
@@ -364,7 +364,7 @@ func TestDriftHeals(t *testing.T) {
 			// worker's own count letting a run go is the worker's end, and
 			// that closes the scheduler's claim (no missing for heal_after).
 			name: "claims only: the worker's count letting its side go closes the scheduler's claim too",
-			cfg:  func(c *Config) { heal(c); c.Scheduler.View = contract.ViewClaimsOnly },
+			cfg:  func(c *testConfig) { heal(c); c.Scheduler.View = contract.ViewClaimsOnly },
 			steps: seq(
 				step{do: feed(hb, sClaim("r1"), wClaim("r1"), activeMetrics(1)), advance: sec, want: healthy},
 				step{do: feed(hb, activeMetrics(0)), advance: 4 * sec},
@@ -402,7 +402,7 @@ func TestDriftHeals(t *testing.T) {
 			// bullmq helper's finding: a short run never listed by a
 			// snapshot, whose end was lost, stayed orphaned for good.
 			name: "a run the scheduler never named, whose end was lost, heals after drift.heal_after",
-			cfg: func(c *Config) {
+			cfg: func(c *testConfig) {
 				heal(c)
 				c.Scheduler.View = contract.ViewSnapshots
 				c.Scheduler.SnapshotInterval = 2 * sec
@@ -446,8 +446,7 @@ func TestDriftHeals(t *testing.T) {
 func TestSchedulerViewPerSource(t *testing.T) {
 	cfg := testCfg()
 	cfg.Scheduler.View = contract.ViewEvents // workersim-scheduler's
-	cfg.Scheduler.Sources = []SchedulerSource{{ServiceName: "lightning", View: contract.ViewClaimsOnly, WorkerIDAttributes: []string{"worker_name"}}}
-	require.NoError(t, cfg.Validate())
+	cfg.Scheduler.Sources = []mapping.SchedulerSource{{ServiceName: "lightning", View: contract.ViewClaimsOnly, WorkerIDAttributes: []string{"worker_name"}}}
 	h := newHarness(t, cfg)
 	lightning := func(worker, run string) plog.Logs {
 		ld := plog.NewLogs()

@@ -1,4 +1,4 @@
-package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -29,9 +29,9 @@ import (
 // is lower; a worker at its limit replaces its oldest ended run, and a run
 // beyond it is refused. Every refusal, eviction and expiry is counted.
 
-// evidenceNames are the values of the evidence attribute of the processor's
+// EvidenceNames are the values of the evidence attribute of the processor's
 // own telemetry.
-var evidenceNames = [state.NEvidence]string{"seen_once", "records", "tree_or_scheduler"}
+var EvidenceNames = [state.NEvidence]string{"seen_once", "records", "tree_or_scheduler"}
 
 const (
 	// maxRunsSeenOnce: runs a worker seen once may hold. A real worker
@@ -48,40 +48,43 @@ const (
 const (
 	refusedMaxWorkers = iota
 	refusedMaxUnconfirmed
-	nRefusedWorker
+	NRefusedWorker
 )
 
-var refusedWorkerReasons = [nRefusedWorker]string{"max_workers", "max_unconfirmed_workers"}
+// RefusedWorkerReasons name the indices of AdmissionCounts.WorkersRefused
+// (the reason attribute of the processor's own telemetry).
+var RefusedWorkerReasons = [NRefusedWorker]string{"max_workers", "max_unconfirmed_workers"}
 
 const (
 	refusedRunsPerWorker = iota
 	refusedRunsTotal
-	nRefusedRun
+	NRefusedRun
 )
 
-var refusedRunReasons = [nRefusedRun]string{"max_runs_per_worker", "max_runs"}
+// RefusedRunReasons name the indices of AdmissionCounts.RunsRefused.
+var RefusedRunReasons = [NRefusedRun]string{"max_runs_per_worker", "max_runs"}
 
-// admissionCounts are read and reset by the processor for its telemetry.
-type admissionCounts struct {
-	workersRefused [nRefusedWorker]int64
-	workersEvicted [state.NEvidence]int64
-	workersExpired [state.NEvidence]int64
-	runsRefused    [nRefusedRun]int64
+// AdmissionCounts are read and reset by the processor for its telemetry.
+type AdmissionCounts struct {
+	WorkersRefused [NRefusedWorker]int64
+	WorkersEvicted [state.NEvidence]int64
+	WorkersExpired [state.NEvidence]int64
+	RunsRefused    [NRefusedRun]int64
 }
 
 // listLinks is a worker's place in the tracker's list of its evidence level
 // (not confirmed).
 type listLinks struct {
-	prev, next *worker
+	prev, next *Worker
 }
 
 // workerList is an intrusive list of workers, least recently mentioned first.
 type workerList struct {
-	head, tail *worker
+	head, tail *Worker
 	n          int
 }
 
-func (l *workerList) pushBack(w *worker) {
+func (l *workerList) pushBack(w *Worker) {
 	w.prev, w.next = l.tail, nil
 	if l.tail != nil {
 		l.tail.next = w
@@ -92,7 +95,7 @@ func (l *workerList) pushBack(w *worker) {
 	l.n++
 }
 
-func (l *workerList) remove(w *worker) {
+func (l *workerList) remove(w *Worker) {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -107,7 +110,7 @@ func (l *workerList) remove(w *worker) {
 	l.n--
 }
 
-func (l *workerList) moveToBack(w *worker) {
+func (l *workerList) moveToBack(w *Worker) {
 	if l.tail != w {
 		l.remove(w)
 		l.pushBack(w)
@@ -117,7 +120,7 @@ func (l *workerList) moveToBack(w *worker) {
 // get returns the worker a record names, admitting it if it is new and the
 // limits allow, and raises its evidence. ev is what the record is: a tree
 // sample or a scheduler record (confirmed), or the worker's own (seen once).
-func (t *tracker) get(id string, now int64, ev state.Evidence) *worker {
+func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 	// A batch's events come grouped by resource, so most are the previous
 	// event's worker: a string compare instead of a map lookup.
 	if w := t.last; w != nil && w.id == id {
@@ -140,7 +143,7 @@ func (t *tracker) get(id string, now int64, ev state.Evidence) *worker {
 		if ev != state.EvidenceConfirmed || victim == nil {
 			return t.refuse(id, refusedMaxWorkers)
 		}
-		t.counts.workersEvicted[victim.Evidence]++
+		t.counts.WorkersEvicted[victim.Evidence]++
 		t.forget(victim)
 	}
 	if ev == state.EvidenceOnce && t.low[state.EvidenceOnce].n >= t.cfg.Limits.MaxUnconfirmedWorkers {
@@ -157,14 +160,14 @@ func (t *tracker) get(id string, now int64, ev state.Evidence) *worker {
 	return w
 }
 
-func (t *tracker) refuse(id string, reason int) *worker {
-	t.counts.workersRefused[reason]++
+func (t *Tracker) refuse(id string, reason int) *Worker {
+	t.counts.WorkersRefused[reason]++
 	t.lastRefused = id
 	return nil
 }
 
 // mention notes a record about a tracked worker.
-func (t *tracker) mention(w *worker, now int64, ev state.Evidence) {
+func (t *Tracker) mention(w *Worker, now int64, ev state.Evidence) {
 	w.LastMention = now
 	t.markDirty(w)
 	switch {
@@ -184,7 +187,7 @@ func (t *tracker) mention(w *worker, now int64, ev state.Evidence) {
 	}
 }
 
-func (t *tracker) promoted(w *worker, ev state.Evidence) {
+func (t *Tracker) promoted(w *Worker, ev state.Evidence) {
 	if w.Evidence == state.EvidenceOnce {
 		t.fromOnce = append(t.fromOnce, w)
 	}
@@ -192,7 +195,7 @@ func (t *tracker) promoted(w *worker, ev state.Evidence) {
 }
 
 // forget drops a worker and its runs from every structure.
-func (t *tracker) forget(w *worker) {
+func (t *Tracker) forget(w *Worker) {
 	if w.Evidence != state.EvidenceConfirmed {
 		t.low[w.Evidence].remove(w)
 	}
@@ -206,16 +209,16 @@ func (t *tracker) forget(w *worker) {
 // workers of any level without a record for limits.worker_ttl. Those seen
 // once are listed least recently mentioned first, so this costs what it
 // removes.
-func (t *tracker) expire(now int64) {
+func (t *Tracker) expire(now int64) {
 	once := &t.low[state.EvidenceOnce]
 	for w := once.head; w != nil && now-w.LastMention > int64(t.cfg.Lost.After); w = once.head {
-		t.counts.workersExpired[state.EvidenceOnce]++
+		t.counts.WorkersExpired[state.EvidenceOnce]++
 		t.forget(w)
 	}
 	ttl := int64(t.cfg.Limits.WorkerTTL)
 	for _, w := range t.workers {
 		if now-w.LastMention > ttl {
-			t.counts.workersExpired[w.Evidence]++
+			t.counts.WorkersExpired[w.Evidence]++
 			t.forget(w)
 		}
 	}
@@ -223,11 +226,11 @@ func (t *tracker) expire(now int64) {
 
 // announced filters an evaluation's transitions: a worker seen once changes
 // state silently (a flood of ids is not an event stream); once seen again,
-// its state so far is announced as one transition from unknown.
-func (t *tracker) announced(trs []transition, now int64) []transition {
+// its state so far is announced as one Transition from unknown.
+func (t *Tracker) announced(trs []Transition, now int64) []Transition {
 	out := trs[:0]
 	for _, tr := range trs {
-		if w := t.workers[tr.worker]; w != nil && w.Evidence == state.EvidenceOnce {
+		if w := t.workers[tr.Worker]; w != nil && w.Evidence == state.EvidenceOnce {
 			w.Unannounced = true
 			continue
 		}
@@ -239,16 +242,16 @@ func (t *tracker) announced(trs []transition, now int64) []transition {
 		}
 		w.Unannounced = false
 		if w.State != contract.Unknown && !hasTransition(out, w.id) {
-			out = append(out, transition{worker: w.id, name: w.Name, from: contract.Unknown, to: w.State, reasons: w.Reasons, at: now})
+			out = append(out, Transition{Worker: w.id, Name: w.Name, From: contract.Unknown, To: w.State, Reasons: w.Reasons, At: now})
 		}
 	}
 	t.fromOnce = t.fromOnce[:0]
 	return out
 }
 
-func hasTransition(trs []transition, id string) bool {
+func hasTransition(trs []Transition, id string) bool {
 	for _, tr := range trs {
-		if tr.worker == id {
+		if tr.Worker == id {
 			return true
 		}
 	}
@@ -256,7 +259,7 @@ func hasTransition(trs []transition, id string) bool {
 }
 
 // runLimit is how many runs w may hold now (see the top of this file).
-func (t *tracker) runLimit(w *worker) int {
+func (t *Tracker) runLimit(w *Worker) int {
 	if w.Evidence == state.EvidenceOnce {
 		return min(maxRunsSeenOnce, t.cfg.Limits.MaxRunsPerWorker)
 	}
@@ -270,7 +273,7 @@ func (t *tracker) runLimit(w *worker) int {
 }
 
 // tracked is the number of workers by evidence.
-func (t *tracker) tracked() [state.NEvidence]int64 {
+func (t *Tracker) tracked() [state.NEvidence]int64 {
 	var n [state.NEvidence]int64
 	n[state.EvidenceOnce], n[state.EvidenceRecords] = int64(t.low[state.EvidenceOnce].n), int64(t.low[state.EvidenceRecords].n)
 	n[state.EvidenceConfirmed] = int64(len(t.workers)) - n[state.EvidenceOnce] - n[state.EvidenceRecords]

@@ -1,4 +1,4 @@
-package workerhealthprocessor
+package tracker
 
 import (
 	"strconv"
@@ -82,7 +82,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	assert.True(t, hasRun(&w.Table, "held"))
 	assert.Equal(t, 4, w.Table.Len())
 	assert.LessOrEqual(t, len(w.Order), 2*4+8, "order is compacted")
-	assert.Zero(t, h.p.tracker.counts.runsRefused, "ended runs always made room")
+	assert.Zero(t, h.p.tracker.counts.RunsRefused, "ended runs always made room")
 	h.p.mu.Unlock()
 }
 
@@ -91,7 +91,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 func TestRunIDsSurviveReuse(t *testing.T) {
 	cfg := testCfg()
 	cfg.Limits.MaxRunsPerWorker = 3
-	tr := newTracker(cfg)
+	tr := New(cfg.tracker())
 	w := tr.get("w", 1, state.EvidenceConfirmed)
 	ids := []string{"a-long-run-id-0001", "b", "c-run", "d-another-long-id", "e", "f"}
 	runs := make([]*state.Run, len(ids))

@@ -1,0 +1,103 @@
+package workerhealthprocessor
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
+)
+
+// A worker seen once changes state silently and is not exported; seen
+// again, its state so far is announced, once.
+func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	assert.Empty(t, h.eval(), "no transition while seen once")
+	h.p.mu.Lock()
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
+	h.p.mu.Unlock()
+	assert.NotContains(t, metricsByWorker(md), "w1")
+	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
+	h.advance(sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	assert.Empty(t, h.eval(), "the next interval: still seen once")
+	h.advance(sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	trs := h.eval()
+	require.Len(t, trs, 1)
+	assert.Equal(t, tracker.Transition{Worker: "w1", From: unknown, To: healthy, Reasons: trs[0].Reasons, At: h.clock.Now().UnixNano()}, trs[0])
+	assert.Empty(t, h.eval())
+}
+
+// A flood through the processor's own input path (as over OTLP): 100,000
+// worker ids with 10 run ids each, records only, while real workers report.
+// The state stays bounded and the real workers stay tracked and exported;
+// a new real worker arrives in the middle of it and is tracked.
+func TestFloodStaysBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood of 100,000 ids")
+	}
+	cfg := testCfg()
+	h := newHarness(t, cfg)
+	report := func(n int) {
+		for i := range n {
+			h.metrics(treeMetrics(fmt.Sprintf("real-%d", i), 10, -1, 1))
+		}
+	}
+	report(50)
+	h.eval()
+	base := heapAfterGC()
+	for i := range 100_000 {
+		recs := make([]rec, 10)
+		for r := range recs {
+			recs[r] = rec{worker: fmt.Sprintf("flood-%d", i), event: contract.EventClaimed, run: fmt.Sprintf("run-%d-%d", i, r)}
+		}
+		h.logs(workerLogs("flood", recs...))
+		if i%10_000 == 0 {
+			h.advance(sec)
+			report(50)
+			h.eval()
+		}
+		if i == 50_000 {
+			h.metrics(treeMetrics("newcomer", 10, -1, 1))
+		}
+	}
+	h.eval()
+	grown := int64(heapAfterGC()) - int64(base)
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	tr := h.p.tracker
+	n := tr.Tracked()
+	t.Logf("after the flood: %v workers by evidence, %d runs, heap +%.1f MiB, refused %v",
+		n, tr.RunCount(), float64(grown)/(1<<20), tr.TakeCounts().Admission.WorkersRefused)
+	assert.LessOrEqual(t, n[state.EvidenceOnce], int64(cfg.Limits.MaxUnconfirmedWorkers))
+	assert.LessOrEqual(t, tr.RunCount(), cfg.Limits.MaxUnconfirmedWorkers*4, "4 runs at most per worker seen once (internal/tracker/admission.go)")
+	assert.Equal(t, int64(51), n[state.EvidenceConfirmed], "every real worker, the newcomer too")
+	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
+	md := buildMetrics(tr, t0.UnixNano(), h.clock.Now().UnixNano())
+	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
+	runtime.KeepAlive(h)
+}
+
+func TestTransitionsAreReported(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.metrics(treeMetrics("w1", 10, -1, 1)) // confirmed: announced at once (internal/tracker/admission.go)
+	trs := h.eval()
+	require.Len(t, trs, 1)
+	assert.Equal(t, tracker.Transition{Worker: "w1", From: unknown, To: healthy, Reasons: trs[0].Reasons, At: t0.UnixNano()}, trs[0])
+	assert.Empty(t, h.eval(), "no transition without a change")
+	ld := buildLogs(trs)
+	lr := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0)
+	assert.Equal(t, contract.EventStateChange, lr.EventName())
+	from, _ := lr.Attributes().Get("workerwatch.worker.state.from")
+	to, _ := lr.Attributes().Get("workerwatch.worker.state.to")
+	assert.Equal(t, "unknown", from.Str())
+	assert.Equal(t, "healthy", to.Str())
+	assert.Equal(t, "worker w1: unknown -> healthy ()", lr.Body().Str())
+}

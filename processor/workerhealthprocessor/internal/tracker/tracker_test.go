@@ -1,0 +1,36 @@
+package tracker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+)
+
+// apply: a worker's own record names it and gives its capacity (seen once),
+// its tree confirms it; a scheduler's record confirms a worker too, without
+// making it fresh (nothing of its own seen).
+func TestApply(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.logs(wl("w1", contract.EventClaimed, "r1", map[string]any{"workerwatch.worker.capacity": 3}))
+	w := h.worker("w1")
+	require.NotNil(t, w)
+	assert.Equal(t, 3, w.Capacity)
+	assert.Equal(t, state.EvidenceOnce, w.Evidence, "its own records only")
+	assert.True(t, w.Fresh)
+	assert.Equal(t, int64(1), w.Claims[mapping.SideWorker])
+	h.metrics(treeMetrics("w1", 10, -1, 1))
+	assert.Equal(t, state.EvidenceConfirmed, w.Evidence, "its tree confirms it")
+
+	h.logs(sl("w2", contract.EventClaimed, "r2"))
+	w2 := h.worker("w2")
+	require.NotNil(t, w2)
+	assert.Equal(t, state.EvidenceConfirmed, w2.Evidence)
+	assert.True(t, w2.SchedKnown)
+	assert.False(t, w2.Fresh, "a scheduler's record is not the worker's own")
+	assert.Equal(t, int64(1), w2.Claims[mapping.SideScheduler])
+}
