@@ -80,7 +80,7 @@ func TestRefusedWorkersCostNothing(t *testing.T) {
 	h.metrics(md)
 	h.logs(ld)
 	h.eval()
-	require.Len(t, h.p.tracker.workers, tracked)
+	require.Len(t, h.p.tracker.ByID(), tracked)
 
 	// Each refused batch as a fresh request (the processor drops the
 	// refused resources from the metrics it passes on, so one cannot be
@@ -118,7 +118,7 @@ func TestRefusedWorkersCostNothing(t *testing.T) {
 	retained := int64(after) - int64(before)
 	t.Logf("refused: %d workers a batch (%d metric points, %d log records): %.1f allocations, %.0f bytes allocated a batch; heap after %d batches %+d bytes (the batches themselves freed)",
 		refusedPer, 4*refusedPer, 4*refusedPer, allocsPerBatch, bytesPerBatch, batches, retained)
-	assert.Len(t, h.p.tracker.workers, tracked, "none admitted")
+	assert.Len(t, h.p.tracker.ByID(), tracked, "none admitted")
 	// A few allocations a batch at most (a pooled batch refilled after a
 	// GC emptied the pool), not one per refused worker or record.
 	assert.Less(t, allocsPerBatch, 10.0, "allocations per refused batch")
