@@ -60,6 +60,10 @@ import (
 //	exporter     + the Prometheus exporter as shipped (pass-through tree
 //	               metrics and the processor's series), history on
 //	exporter-nh  the same with history off
+//	sparse       exporter-nh with the export shape issue 24 proposes: the
+//	             state set only for the current state, drift only when not 0
+//
+// WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those.
 //
 //	WORKERWATCH_DENSITY=10000,100000 go test -count=1 -timeout 30m \
 //	    -run '^TestDensity$' -v ./extension/workerhealthextension/
@@ -80,18 +84,29 @@ func TestDensity(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
+	configs := densityConfigs
+	if only := os.Getenv("WORKERWATCH_DENSITY_CONFIGS"); only != "" {
+		configs = strings.Split(only, ",")
+	}
 	for _, n := range sizes {
 		res := map[string]densityResult{}
-		for _, c := range densityConfigs {
+		for _, c := range configs {
 			r := runDensityChild(t, c, n)
 			require.Equal(t, n, r.Workers, "%s at %d workers: every worker tracked and served", c, n)
 			res[c] = r
 		}
-		t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
+		if _, ok := res["tracker"]; ok && len(res) >= len(densityConfigs) {
+			t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
+		}
+		if a, b := res["exporter-nh"], res["sparse"]; a.Workers > 0 && b.Workers > 0 {
+			t.Logf("RESULT export shape at %d workers, history off: live heap %.2f -> %.2f KiB per worker (%.2fx), page %.1f -> %.1f MB, %.1f -> %.1f series per worker",
+				n, a.HeapBytes/float64(n)/1024, b.HeapBytes/float64(n)/1024, a.HeapBytes/b.HeapBytes,
+				float64(a.PageBytes)/1e6, float64(b.PageBytes)/1e6, float64(a.PageSeries)/float64(n), float64(b.PageSeries)/float64(n))
+		}
 	}
 }
 
-var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh"}
+var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh", "sparse"}
 
 // densityResult is what a child reports: live heap after GC and RSS above
 // the child's own base, and what the exporter's page holds.
@@ -152,6 +167,37 @@ func densityTable(n int, r map[string]densityResult) string {
 	fmt.Fprintf(&b, "  exporter page: %.1f MB, %d series (%.1f per worker)\n",
 		float64(ex.PageBytes)/1e6, ex.PageSeries, float64(ex.PageSeries)/float64(n))
 	return b.String()
+}
+
+// sparseStates is the export shape issue 24 proposes, measured before it is
+// built: of the processor's per-worker series, the state set only for the
+// worker's current state and the drift gauges only when not 0 (the zeros
+// dropped on the way to the exporter).
+type sparseStates struct{ next consumer.Metrics }
+
+func (s sparseStates) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+func (s sparseStates) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		sms := rms.At(i).ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			ms := sms.At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				m := ms.At(k)
+				if m.Name() != contract.MetricState && m.Name() != contract.MetricDrift {
+					continue
+				}
+				m.Gauge().DataPoints().RemoveIf(func(dp pmetric.NumberDataPoint) bool { return dp.IntValue() == 0 })
+			}
+			ms.RemoveIf(func(m pmetric.Metric) bool {
+				return m.Type() == pmetric.MetricTypeGauge && m.Gauge().DataPoints().Len() == 0
+			})
+		}
+	}
+	return s.next.ConsumeMetrics(ctx, md)
 }
 
 // densitySub stands between the processor and the extension: it keeps the
@@ -228,7 +274,7 @@ func densityChild(t *testing.T, spec string) {
 	baseHeap, baseRSS := liveHeap(), vmStatus("VmRSS")
 
 	withExt := config != "tracker"
-	withExporter := strings.HasPrefix(config, "exporter")
+	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
 	fullHistory := config == "history" || config == "exporter"
 
 	exts := map[component.ID]component.Component{}
@@ -271,6 +317,9 @@ func densityChild(t *testing.T, spec string) {
 		require.NoError(t, exp.Start(ctx, host))
 		defer func() { require.NoError(t, exp.Shutdown(ctx)) }()
 		metricsNext = exp
+		if config == "sparse" {
+			metricsNext = sparseStates{next: exp}
+		}
 	}
 
 	pf := workerhealthprocessor.NewFactory()
