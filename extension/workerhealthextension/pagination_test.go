@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -30,7 +31,7 @@ func walkPages(t *testing.T, base, query string, limit int) ([]string, []int) {
 	for range 1000 {
 		q, err := url.ParseQuery(query)
 		require.NoError(t, err)
-		q.Set("limit", fmt.Sprint(limit))
+		q.Set("limit", strconv.Itoa(limit))
 		if after != "" {
 			q.Set("after", after)
 		}

@@ -96,7 +96,7 @@ func TestRefusedWorkersCostNothing(t *testing.T) {
 	ctx := context.Background()
 	feed := func(r req) {
 		out, err := h.p.processMetrics(ctx, r.md)
-		assert.Error(t, err, "every resource of the batch names a refused worker: nothing is passed on")
+		require.Error(t, err, "every resource of the batch names a refused worker: nothing is passed on")
 		assert.Equal(t, 0, out.ResourceMetrics().Len())
 		_, err = h.p.processLogs(ctx, r.ld)
 		assert.NoError(t, err)
@@ -110,7 +110,6 @@ func TestRefusedWorkersCostNothing(t *testing.T) {
 		feed(r)
 	}
 	runtime.ReadMemStats(&m1)
-	reqs = nil
 	after := heapAfterGC()
 
 	allocsPerBatch := float64(m1.Mallocs-m0.Mallocs) / batches
