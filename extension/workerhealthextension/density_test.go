@@ -60,8 +60,8 @@ import (
 //	exporter     + the Prometheus exporter as shipped (pass-through tree
 //	               metrics and the processor's series), history on
 //	exporter-nh  the same with history off
-//	sparse       exporter-nh with the export shape issue 24 proposes: the
-//	             state set only for the current state, drift only when not 0
+//	sparse       exporter-nh as a worker steady for 5 minutes is exported:
+//	             the state set's current state only
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those.
 //
@@ -169,10 +169,10 @@ func densityTable(n int, r map[string]densityResult) string {
 	return b.String()
 }
 
-// sparseStates is the export shape issue 24 proposes, measured before it is
-// built: of the processor's per-worker series, the state set only for the
-// worker's current state and the drift gauges only when not 0 (the zeros
-// dropped on the way to the exporter).
+// sparseStates is what the processor exports for a worker steady for
+// longer than its stateZerosFor (5 minutes, longer than this run): the state
+// set's 0 points dropped on the way to the exporter, the current state's 1
+// kept (processor/workerhealthprocessor/emit.go).
 type sparseStates struct{ next consumer.Metrics }
 
 func (s sparseStates) Capabilities() consumer.Capabilities {
@@ -187,7 +187,7 @@ func (s sparseStates) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) er
 			ms := sms.At(j).Metrics()
 			for k := 0; k < ms.Len(); k++ {
 				m := ms.At(k)
-				if m.Name() != contract.MetricState && m.Name() != contract.MetricDrift {
+				if m.Name() != contract.MetricState {
 					continue
 				}
 				m.Gauge().DataPoints().RemoveIf(func(dp pmetric.NumberDataPoint) bool { return dp.IntValue() == 0 })

@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -20,6 +21,14 @@ import (
 // worker, and the histograms are cumulative with configurable bounds, neither
 // of which the generated builder expresses.
 const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+
+// stateZerosFor is how long after a worker entered its state the other
+// states' 0 points are still sent: long enough for an exporter behind by
+// many evaluations (a superseded emission, docs/scaling.md) to take one of
+// them and replace the 1 of the state left; after it only the current
+// state's 1 is sent, and the exporter drops the other series at its
+// metric_expiration (their last value 0).
+const stateZerosFor = 5 * time.Minute
 
 // buildMetrics renders the tracker: one resource per worker, identified by
 // cicd.worker.id as the worker_process receiver identifies its tree, with
@@ -86,11 +95,18 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
 		scope(rm)
 		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		// The 0s of the other states only while the worker's state is
+		// recent (stateZerosFor): an exporter then holds 0 for the state it
+		// left until the series expires, and a steady worker is one series,
+		// not six (issue 24; docs/telemetry.md).
+		zeros := now-w.Since < int64(stateZerosFor)
 		for i, s := range contract.AllStates {
 			v := int64(0)
 			if s == w.State {
 				v = 1
 				byState[i]++
+			} else if !zeros {
+				continue
 			}
 			point(states, v, false, contract.AttrState, string(s))
 		}
