@@ -103,11 +103,11 @@ func TestTransitionsAreReported(t *testing.T) {
 	assert.Equal(t, "worker w1: unknown -> healthy ()", lr.Body().Str())
 }
 
-// statePoints is w's workerwatch.worker.state points in md: value by state.
-func statePoints(t *testing.T, md pmetric.Metrics, w string) map[contract.State]int64 {
+// statePoints is w1's workerwatch.worker.state points in md: value by state.
+func statePoints(t *testing.T, md pmetric.Metrics) map[contract.State]int64 {
 	t.Helper()
-	m, ok := metricsByWorker(md)[w][contract.MetricState]
-	require.True(t, ok, "%s has a state metric", w)
+	m, ok := metricsByWorker(md)["w1"][contract.MetricState]
+	require.True(t, ok, "w1 has a state metric")
 	out := map[contract.State]int64{}
 	dps := m.Gauge().DataPoints()
 	for i := 0; i < dps.Len(); i++ {
@@ -134,7 +134,7 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 	}
 	step(10)
 	first := h.state("w1")
-	pts := statePoints(t, emit(), "w1")
+	pts := statePoints(t, emit())
 	assert.Len(t, pts, len(contract.AllStates), "a new state: the six points")
 	assert.Equal(t, int64(1), pts[first])
 
@@ -144,10 +144,10 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 		step(10)
 		require.Equal(t, first, h.state("w1"), "steady")
 		if h.clock.Now().UnixNano()-since < int64(stateZerosFor) {
-			assert.Len(t, statePoints(t, emit(), "w1"), len(contract.AllStates), "still recent")
+			assert.Len(t, statePoints(t, emit()), len(contract.AllStates), "still recent")
 		}
 	}
-	assert.Equal(t, map[contract.State]int64{first: 1}, statePoints(t, emit(), "w1"), "steady for stateZerosFor: one point")
+	assert.Equal(t, map[contract.State]int64{first: 1}, statePoints(t, emit()), "steady for stateZerosFor: one point")
 
 	// Over its memory soft limit: a new state, the six points again, the
 	// one left at 0.
@@ -155,7 +155,7 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 	step(1 << 20)
 	now := h.state("w1")
 	require.NotEqual(t, first, now)
-	pts = statePoints(t, emit(), "w1")
+	pts = statePoints(t, emit())
 	assert.Len(t, pts, len(contract.AllStates))
 	assert.Equal(t, int64(1), pts[now])
 	assert.Equal(t, int64(0), pts[first])
