@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -185,4 +186,26 @@ func TestHistoryMemory(t *testing.T) {
 	assert.LessOrEqual(t, perWorker, 6.0*1024)
 	runtime.KeepAlive(plain)
 	runtime.KeepAlive(ids)
+}
+
+// BenchmarkRecord is one step of 1,000 workers' histories (one role each),
+// rings full after the first 180 iterations: what the drain goroutine adds
+// per evaluation (docs/results/density.md).
+func BenchmarkRecord(b *testing.B) {
+	hs := New(30*time.Minute, 10*time.Second)
+	w := fleettest.Worker("w", contract.Healthy)
+	w.Memory.Roles = []contract.RoleMemory{{Role: "main", RSSBytes: 100 << 20}}
+	ws := make([]contract.Worker, 1000)
+	for i := range ws {
+		ws[i] = w
+		ws[i].ID = strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for step := 0; step < b.N; step++ {
+		at := fleettest.T0.Add(time.Duration(step) * 10 * time.Second).UnixMilli()
+		for j := range ws {
+			ws[j].Memory.RSSBytes += 4096
+			hs.record(&ws[j], at)
+		}
+	}
 }
