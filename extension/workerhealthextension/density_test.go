@@ -61,7 +61,7 @@ import (
 //	               metrics and the processor's series), history on
 //	exporter-nh  the same with history off
 //	sparse       exporter-nh as a worker steady for 5 minutes is exported:
-//	             the state set's current state only
+//	             the state set's current state only, no drift gauge at 0
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those.
 //
@@ -171,7 +171,8 @@ func densityTable(n int, r map[string]densityResult) string {
 
 // sparseStates is what the processor exports for a worker steady for
 // longer than its stateZerosFor (5 minutes, longer than this run): the state
-// set's 0 points dropped on the way to the exporter, the current state's 1
+// set's 0 points and the drift gauges' (a worker without drift for that
+// long has none) dropped on the way to the exporter, the current state's 1
 // kept (processor/workerhealthprocessor/emit.go).
 type sparseStates struct{ next consumer.Metrics }
 
@@ -187,7 +188,7 @@ func (s sparseStates) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) er
 			ms := sms.At(j).Metrics()
 			for k := 0; k < ms.Len(); k++ {
 				m := ms.At(k)
-				if m.Name() != contract.MetricState {
+				if m.Name() != contract.MetricState && m.Name() != contract.MetricDrift {
 					continue
 				}
 				m.Gauge().DataPoints().RemoveIf(func(dp pmetric.NumberDataPoint) bool { return dp.IntValue() == 0 })

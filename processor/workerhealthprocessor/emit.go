@@ -43,6 +43,14 @@ const stateZerosFor = 5 * time.Minute
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
 func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
+	return buildMetricsSparse(t, start, now, nil)
+}
+
+// buildMetricsSparse is buildMetrics with the drift gauges left out for a
+// worker without drift for stateZerosFor (driftSeen: when each worker last
+// had some, updated here; nil sends them always): its 0s replace what an
+// exporter held, then it keeps the 0s until they expire (docs/telemetry.md).
+func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[string]int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
 	ws := t.ByID()
@@ -121,10 +129,12 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
 		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
 		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
-		drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-		point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
-		point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
-		point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		if driftShown(driftSeen, w, now) {
+			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+			point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
+			point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+			point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		}
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 		point(claims, w.Claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
 		point(claims, w.Claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
@@ -135,6 +145,12 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
+		}
+	}
+
+	for id, at := range driftSeen {
+		if now-at >= int64(stateZerosFor) {
+			delete(driftSeen, id) // also the workers gone since
 		}
 	}
 
@@ -190,6 +206,20 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		hpoint(stg, t.Hists().StageHist(s), contract.AttrStage, s)
 	}
 	return md
+}
+
+// driftShown tells whether w's drift gauges are sent: always without
+// driftSeen; else while w has drift and for stateZerosFor after.
+func driftShown(driftSeen map[string]int64, w *tracker.Worker, now int64) bool {
+	if driftSeen == nil {
+		return true
+	}
+	if len(w.Missing) > 0 || len(w.Orphaned) > 0 || w.OverCap > 0 {
+		driftSeen[w.ID()] = now
+		return true
+	}
+	at, ok := driftSeen[w.ID()]
+	return ok && now-at < int64(stateZerosFor)
 }
 
 // anyPositive: a counter with no point is left out rather than sent empty.

@@ -160,3 +160,63 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 	assert.Equal(t, int64(1), pts[now])
 	assert.Equal(t, int64(0), pts[first])
 }
+
+// The drift gauges are sent while the worker has drift and for
+// stateZerosFor after (so an exporter replaces the counts with 0), not for
+// a worker without drift (issue 24: three series fewer per steady worker).
+func TestDriftGaugesSparse(t *testing.T) {
+	h := newHarness(t, testCfg())
+	seen := map[string]int64{}
+	drift := func() (pmetric.Metric, bool) {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		m, ok := metricsByWorker(buildMetricsSparse(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), seen))["w1"][contract.MetricDrift]
+		return m, ok
+	}
+	alive := func() {
+		h.metrics(treeMetrics("w1", 10, -1, 1))
+		h.logs(schedLogs(rec{worker: "w1", event: contract.EventHeartbeat}))
+		h.eval()
+	}
+	alive()
+	_, ok := drift()
+	assert.False(t, ok, "no drift: no gauge")
+
+	// The worker holds b, the scheduler c: drift after the grace.
+	h.logs(wl("w1", contract.EventClaimed, "b", nil))
+	h.logs(sl("w1", contract.EventClaimed, "c"))
+	for range 5 {
+		h.advance(sec)
+		alive()
+	}
+	m, ok := drift()
+	require.True(t, ok, "drift: the gauge")
+	total := int64(0)
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		total += m.Gauge().DataPoints().At(i).IntValue()
+	}
+	require.Positive(t, total)
+
+	// Both views agree again: zeros for stateZerosFor, then no gauge.
+	h.logs(wl("w1", contract.EventFinished, "b", map[string]any{contract.AttrResult: contract.ResultSuccess}))
+	h.logs(sl("w1", contract.EventFinished, "c"))
+	h.advance(sec)
+	alive()
+	cleared := h.clock.Now()
+	m, ok = drift()
+	require.True(t, ok, "just cleared: the gauge, at 0")
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		assert.Zero(t, m.Gauge().DataPoints().At(i).IntValue())
+	}
+	for h.clock.Now().Sub(cleared) < stateZerosFor-10*sec {
+		h.advance(10 * sec)
+		alive()
+		_, ok = drift()
+		require.True(t, ok, "%s after: still the zeros", h.clock.Now().Sub(cleared))
+	}
+	h.advance(20 * sec)
+	alive()
+	_, ok = drift()
+	assert.False(t, ok, "stateZerosFor after: no gauge")
+	assert.Empty(t, seen, "forgotten")
+}
