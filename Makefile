@@ -160,11 +160,15 @@ $(MDATAGEN):
 bench:
 	@scripts/bench.sh
 
-# The figures of docs/scaling.md: how the ring spreads 1,000,000 ids; 1 shard
+# The figures of docs/scaling.md: how the ring spreads 1,000,000 ids; memory
+# per worker by component (DENSITY_WORKERS, docs/results/density.md); 1 shard
 # vs 3 shards side by side (events/s and CPU, memory at 100,000 workers,
 # health API latency through one address).
+DENSITY_WORKERS ?= 10000
 scale-figures: build
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/internal/cluster/ | grep -E 'RESULT|^(ok|FAIL)'
+	WORKERWATCH_DENSITY=$(DENSITY_WORKERS) $(GO) test -count=1 -timeout 60m -run '^TestDensity$$' -v ./extension/workerhealthextension/ | \
+		grep -E 'RESULT|^  |^(ok|FAIL)'
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \
 		grep -E 'RESULT|^ |--- |^(ok|FAIL)'
 
