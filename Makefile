@@ -70,9 +70,10 @@ vet:
 # The distribution builds for macOS and Windows too: the Linux-only code (the
 # worker_process receiver's /proc reader and proc connector, the simulator)
 # sits behind build tags; elsewhere the receiver's Start reports the platform
-# as unsupported. For each OS: the binary is built (and linked), then every
-# package of the module compiled (`go build ./...`: the simulator's stubs
-# too; the binary's packages are cached by then). Vet runs on Linux only
+# as unsupported. For each OS, `go build ./...` compiles every package of
+# the module and links its commands (the binary and the simulator's stubs:
+# `go build -x` shows both links; a separate `go build -o /dev/null` of the
+# binary linked it a second time, about 20 s per OS). Vet runs on Linux only
 # (`make vet`): vetting per OS compiled every test dependency again for each
 # OS, 394 s of a 1,747 s cold windows stage on the loaded 2-core machine
 # (docs/results/ci-runs.md), to check the few per-OS stub files the build
@@ -81,7 +82,7 @@ vet:
 CROSS_GOOS := darwin windows
 cross:
 	@for os in $(CROSS_GOOS); do echo "cross: GOOS=$$os"; \
-		GOOS=$$os $(GO) build -o /dev/null ./cmd/otelcol-workerwatch && GOOS=$$os $(GO) build ./... || exit 1; done
+		GOOS=$$os $(GO) build ./... || exit 1; done
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -100,8 +101,11 @@ $(GOLANGCI_LINT):
 
 # -vet=off: `make vet` (the stage before, in `make test`) ran every vet
 # check on the same packages; go test's own subset would run them again.
-unit:
-	$(GO) test -race -count=1 -vet=off ./...
+# The collector binary is built first (the e2e stage needs it too) and the
+# distribution's tests run it rather than link their own
+# (WORKERWATCH_COLLECTOR_BIN).
+unit: build
+	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test -race -count=1 -vet=off ./...
 
 # End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (`make deps` installs them).
@@ -156,11 +160,15 @@ $(MDATAGEN):
 bench:
 	@scripts/bench.sh
 
-# The figures of docs/scaling.md: how the ring spreads 1,000,000 ids; 1 shard
+# The figures of docs/scaling.md: how the ring spreads 1,000,000 ids; memory
+# per worker by component (DENSITY_WORKERS, docs/results/density.md); 1 shard
 # vs 3 shards side by side (events/s and CPU, memory at 100,000 workers,
 # health API latency through one address).
+DENSITY_WORKERS ?= 10000
 scale-figures: build
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/internal/cluster/ | grep -E 'RESULT|^(ok|FAIL)'
+	WORKERWATCH_DENSITY=$(DENSITY_WORKERS) $(GO) test -count=1 -timeout 60m -run '^TestDensity$$' -v ./extension/workerhealthextension/ | \
+		grep -E 'RESULT|^  |^(ok|FAIL)'
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \
 		grep -E 'RESULT|^ |--- |^(ok|FAIL)'
 

@@ -76,6 +76,7 @@ func startRabbitMQ(t *testing.T) string {
 }
 
 func TestPresetCeleryRabbitMQ(t *testing.T) {
+	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	amqpURL := startRabbitMQ(t)
 	r.broker = amqpURL
@@ -91,7 +92,7 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 	// restarts wait in it.
 	r.startCollector([]string{q, idle}, map[string]any{"receivers::celery::event_queue": r.prefix + "-events"})
 	host := r.host("rmq")
-	r.worker("rmq", q, 2)
+	pw := r.worker("rmq", q, 2)
 	// The worker declared the celeryev exchange when it started; the
 	// receiver binds its queue within a second: once the worker's heartbeat
 	// is read, every later event is.
@@ -140,6 +141,32 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		g := regexp.MustCompile(`(?m)^workerwatch_scheduler_runs_pending\{[^}]*messaging_destination_name="` + idle + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
 		if g == nil || g[1] != "3" {
 			return fmt.Errorf("%v\n%s", g, grepLines(m, "pending"))
+		}
+		return nil
+	})
+	// Flower's worker view over AMQP: online, its heartbeat age within a
+	// few heartbeat intervals (freq 2 s; 30 s is a wide bound), its
+	// heartbeats counted by type.
+	metricOf := func(m, name, extra string) (float64, bool) {
+		g := regexp.MustCompile(`(?m)^`+name+`\{[^}]*cicd_worker_id="`+regexp.QuoteMeta(host)+`"[^}]*\} (\S+)$`).FindAllStringSubmatch(m, -1)
+		for _, l := range g {
+			if strings.Contains(l[0], extra) {
+				v, err := strconv.ParseFloat(l[1], 64)
+				return v, err == nil
+			}
+		}
+		return 0, false
+	}
+	eventually(t, time.Minute, time.Second, "the worker online with a fresh heartbeat, from RabbitMQ", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		online, ok1 := metricOf(m, "celery_worker_online_ratio", "")
+		age, ok2 := metricOf(m, "celery_worker_heartbeat_age_seconds", "")
+		hb, ok3 := metricOf(m, "celery_events_total", `celery_event_type="worker-heartbeat"`)
+		if !ok1 || !ok2 || !ok3 || online != 1 || age < 0 || age > 30 || hb < 1 {
+			return fmt.Errorf("online %v age %v heartbeats %v\n%s", online, age, hb, grepLines(m, "celery_worker"))
 		}
 		return nil
 	})
@@ -197,6 +224,21 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		}
 	}
 	t.Logf("e2e: RabbitMQ run, Celery's outcome: %v", states)
+	// The worker stops (warm shutdown): its worker-offline is read from
+	// RabbitMQ, and it is offline.
+	pw.stop(t)
+	eventually(t, time.Minute, time.Second, "the worker's worker-offline read from RabbitMQ", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		off, ok1 := metricOf(m, "celery_events_total", `celery_event_type="worker-offline"`)
+		online, ok2 := metricOf(m, "celery_worker_online_ratio", "")
+		if !ok1 || !ok2 || off != 1 || online != 0 {
+			return fmt.Errorf("worker-offline %v online %v\n%s", off, online, grepLines(m, "celery_"))
+		}
+		return nil
+	})
 	if lines := r.c.errorLines(); len(lines) > 0 {
 		t.Errorf("collector errors:\n%s", strings.Join(lines, "\n"))
 	}

@@ -50,6 +50,9 @@ type celeryRun struct {
 	c       *presetCollector
 	// exported counts the OTLP/HTTP log requests the preset's exporter sent.
 	exported atomic.Int64
+	// exportTo, when set, replaces the counting sink as the exporter's
+	// endpoint.
+	exportTo string
 }
 
 // countingSink is an OTLP/HTTP endpoint that accepts everything and counts
@@ -66,6 +69,9 @@ func (r *celeryRun) countingSink() string {
 	return s.URL
 }
 
+// celeryRuns numbers the Celery scenarios of this test process.
+var celeryRuns atomic.Int32
+
 func newCeleryRun(t *testing.T) *celeryRun {
 	python := need(t, "python3", "/usr/bin/python3")
 	if err := exec.Command(python, "-c", "import celery, redis").Run(); err != nil {
@@ -77,12 +83,16 @@ func newCeleryRun(t *testing.T) *celeryRun {
 	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
 	addr := loopbackAddr(t)
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	r := start(t, "celery-redis", nil, redisBin, "--port", port, "--bind", "127.0.0.1",
+	// Each run's hostnames, process logs and collector are its own: the
+	// Celery scenarios run side by side (t.Parallel), and a collector's
+	// selector takes only its run's workers.
+	prefix := fmt.Sprintf("ww%dc%d", os.Getpid(), celeryRuns.Add(1))
+	r := start(t, "celery-redis-"+prefix, nil, redisBin, "--port", port, "--bind", "127.0.0.1",
 		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--logfile", "")
 	waitListening(t, r, addr)
 	run := &celeryRun{
 		t: t, python: python, broker: "redis://" + addr + "/0",
-		prefix: fmt.Sprintf("ww%d", os.Getpid()),
+		prefix: prefix,
 	}
 	run.backend = "redis://" + addr + "/1"
 	run.env = []string{"BROKER=" + run.broker, "BACKEND=" + run.backend, "PYTHONPATH=" + celeryDir}
@@ -98,8 +108,11 @@ func (r *celeryRun) host(name string) string { return r.prefix + "-" + name + "@
 func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	t := r.t
 	preset := filepath.Join(repoRoot, "presets", "celery", "collector.yaml")
-	c := newPresetCollector(t, "celery", preset, t.TempDir())
-	c.exportTo = r.countingSink()
+	c := newPresetCollector(t, "celery-"+r.prefix, preset, t.TempDir())
+	c.exportTo = r.exportTo
+	if c.exportTo == "" {
+		c.exportTo = r.countingSink()
+	}
 	dir := t.TempDir()
 	c.stateDir = filepath.Join(dir, "state")
 	conf, err := confmaptest.LoadConf(preset)
@@ -139,14 +152,15 @@ func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
 		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
 		"-n", r.host(name), "--loglevel=INFO",
 	}, extra...)
-	p := start(r.t, "celery-"+name, r.env, r.python, args...)
+	p := start(r.t, "celery-"+r.prefix+"-"+name, r.env, r.python, args...)
 	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
 	return p
 }
 
-// send sends count tasks to queue and returns their ids.
-func (r *celeryRun) send(queue, task string, count int) []string {
-	out, err := r.client("send", queue, task, strconv.Itoa(count))
+// send sends count tasks to queue and returns their ids; seconds, if
+// given, is the task's seconds argument.
+func (r *celeryRun) send(queue, task string, count int, seconds ...string) []string {
+	out, err := r.client(append([]string{"send", queue, task, strconv.Itoa(count)}, seconds...)...)
 	if err != nil {
 		r.t.Fatalf("send %s: %v\n%s", task, err, out)
 	}
@@ -203,6 +217,7 @@ func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {
 }
 
 func TestPresetCelery(t *testing.T) {
+	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	const qMain, qLeak, qBlock, qKill, qRecycle = "q-main", "q-leak", "q-block", "q-kill", "q-recycle"
 	r.startCollector([]string{qMain, qLeak, qBlock, qKill, qRecycle}, map[string]any{
@@ -377,10 +392,12 @@ func TestPresetCelery(t *testing.T) {
 		return nil
 	})
 
-	// 3b. A child recycled by worker_max_memory_per_child: no event at all;
-	// the tree counts the pool child that exited, no kill, healthy.
-	growIDs := r.send(qRecycle, "grow", 3)
-	eventually(t, 3*time.Minute, time.Second, "3 pool children of worker recycle replaced", func() error {
+	// 3b. Children recycled by worker_max_memory_per_child after every
+	// task: no event at all; the tree counts the pool children that exited,
+	// no kill; 5 recycles for 5 tasks is a recycle loop (degraded,
+	// pool_recycle_loop; it may still take work).
+	growIDs := r.send(qRecycle, "grow", 5)
+	eventually(t, 3*time.Minute, time.Second, "5 pool children of worker recycle replaced: a recycle loop", func() error {
 		m, err := httpGet("http://" + r.c.promExp + "/metrics")
 		if err != nil {
 			return err
@@ -395,15 +412,22 @@ func TestPresetCelery(t *testing.T) {
 			_, _ = fmt.Sscan(g[2], &v)
 			exits += v
 		}
-		if exits != 3 {
+		if exits != 5 {
 			return fmt.Errorf("pool and child exits: %v\n%s", exits, grepLines(m, "workerwatch_process_exited_total"))
 		}
 		code, w, err := r.health(hRecycle)
 		if err != nil {
 			return err
 		}
-		if code != 200 || w.State != contract.Healthy {
-			return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
+		loop := false
+		for _, rs := range w.Reasons {
+			loop = loop || (rs.Code == "pool_recycle_loop" && rs.Value == 5)
+		}
+		if code != 200 || w.State != contract.Degraded || !loop {
+			return fmt.Errorf("%d %s %v kills %v", code, w.State, w.Reasons, w.Runs.Kills)
+		}
+		if w.Runs.Kills[contract.KillChildExit] != 0 {
+			return fmt.Errorf("recycles counted as child_exit kills: %v", w.Runs.Kills)
 		}
 		for _, id := range growIDs {
 			if rr, ok := recentRun(w, id); !ok || rr.Result != contract.ResultSuccess || rr.KillReason != "" {
@@ -478,6 +502,59 @@ func TestPresetCelery(t *testing.T) {
 		return nil
 	})
 
+	// 4c. Flower's prefetch time and prefetched count: worker kill (-c 1)
+	// runs a 30 s task and prefetches the two sent after it; they wait at
+	// the worker until it ends.
+	r.send(qKill, "long", 1, "30")
+	okSent := time.Now()
+	okIDs := r.send(qKill, "ok", 2)
+	promGauge := func(m, name, task string) (float64, bool) {
+		g := regexp.MustCompile(`(?m)^` + name + `\{[^}]*celery_task_name="tasks\.` + task + `"[^}]*cicd_worker_id="` +
+			regexp.QuoteMeta(hKill) + `"[^}]*\} (\S+)$|^` + name + `\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hKill) +
+			`"[^}]*celery_task_name="tasks\.` + task + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
+		if g == nil {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(g[1]+g[2], 64)
+		return v, err == nil
+	}
+	eventually(t, time.Minute, 500*time.Millisecond, "2 ok tasks prefetched by worker kill", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 2 {
+			return fmt.Errorf("%v %v\n%s", v, ok, grepLines(m, "prefetch"))
+		}
+		return nil
+	})
+	eventually(t, 2*time.Minute, time.Second, "the prefetched tasks ran", func() error {
+		for id, st := range r.states(okIDs) {
+			if st[0] != "SUCCESS" {
+				return fmt.Errorf("%s: %v", id, st)
+			}
+		}
+		return nil
+	})
+	okWait := time.Since(okSent)
+	eventually(t, time.Minute, time.Second, "worker kill's prefetch time", func() error {
+		m, err := httpGet("http://" + r.c.promExp + "/metrics")
+		if err != nil {
+			return err
+		}
+		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 0 {
+			return fmt.Errorf("prefetched %v %v\n%s", v, ok, grepLines(m, "prefetch"))
+		}
+		// The ok tasks waited for the 30 s task: more than a second, less
+		// than from their send to their SUCCESS.
+		v, ok := promGauge(m, "celery_task_prefetch_time_seconds", "ok")
+		if !ok || v <= 1 || v >= okWait.Seconds() {
+			return fmt.Errorf("prefetch time %v %v, want in (1, %.1f)\n%s", v, ok, okWait.Seconds(), grepLines(m, "prefetch"))
+		}
+		t.Logf("e2e: prefetch time of the ok tasks %.1f s (sent to done %.1f s)", v, okWait.Seconds())
+		return nil
+	})
+
 	// 5. A worker SIGKILLed while it runs a task: lost once its tree is gone
 	// (its orphaned pool child finishes the task first), then restarted
 	// under the same hostname: a new incarnation, healthy, the task let go.
@@ -526,9 +603,9 @@ func TestPresetCelery(t *testing.T) {
 	})
 
 	// Every task of the run, with Celery's own outcome.
-	all := slices.Concat(ids, leakIDs, stopID, waiting, growIDs, more, []string{longID})
+	all := slices.Concat(ids, leakIDs, stopID, waiting, growIDs, more, okIDs, []string{longID})
 	final := r.states(all)
-	for _, id := range slices.Concat(leakIDs, stopID, waiting, growIDs, more) {
+	for _, id := range slices.Concat(leakIDs, stopID, waiting, growIDs, more, okIDs) {
 		if final[id][0] != "SUCCESS" {
 			t.Errorf("task %s: Celery says %v, want SUCCESS", id, final[id])
 		}

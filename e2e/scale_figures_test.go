@@ -189,13 +189,18 @@ func startFigTier(t *testing.T, bin, tmp, name string, n int, extra ...string) *
 	}
 	shardOverlay := filepath.Join(tmp, name+"-shard.yaml")
 	writeFile(t, shardOverlay, fmt.Sprintf(`# the figures' shards: gateway-static.yaml with these members, no checkpoint
-# (as on a Kubernetes shard), room for 100,000 workers, traces and logs dropped.
+# (as on a Kubernetes shard), room for 100,000 workers (the memory limit
+# raised with max_workers: the shipped 2 GiB is sized for 10,000), traces and
+# logs dropped.
 extensions:
   worker_health:
     cluster:
       static:
         members: [%s]
 processors:
+  memory_limiter:
+    limit_mib: 16384
+    spike_limit_mib: 3072
   worker_health:
     storage_id: null
     limits:

@@ -87,11 +87,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binary builds otelcol-workerwatch from this package, once.
+// binary builds otelcol-workerwatch from this package, once; or, when
+// WORKERWATCH_COLLECTOR_BIN names one, uses that: `make unit` builds the
+// binary first (`make build`, which the e2e stage needs anyway) so the race
+// run does not link the same binary a second time.
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the collector binary")
+	}
+	if bin := os.Getenv("WORKERWATCH_COLLECTOR_BIN"); bin != "" {
+		_, err := os.Stat(bin)
+		require.NoError(t, err, "WORKERWATCH_COLLECTOR_BIN")
+		return bin
 	}
 	buildOnce.Do(func() {
 		if buildDir, buildErr = os.MkdirTemp("", "otelcol-workerwatch-test"); buildErr != nil {

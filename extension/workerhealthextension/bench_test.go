@@ -219,3 +219,24 @@ type discardWriter struct {
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) WriteHeader(code int)        { d.code = code }
 func (d *discardWriter) Write(p []byte) (int, error) { return io.Discard.Write(p) }
+
+// BenchmarkWorkersListPage is one page of 100 (?limit=100&after=, from the
+// middle of the fleet, with and without ?state=) at 10,000 and 100,000
+// workers: a page costs the page, not the fleet (docs/http-api.md, "Pages").
+func BenchmarkWorkersListPage(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		wh := newTestExt(b)
+		fleet := realisticFleet(n, time.Now())
+		publish(wh, fleet)
+		mid := url.QueryEscape(fleet.Workers[n/2].ID)
+		for _, q := range []string{"", "&state=unhealthy,stalled,healthy"} {
+			req := httptest.NewRequest(http.MethodGet, "/health/workers?limit=100&after="+mid+q, nil)
+			b.Run(fmt.Sprintf("workers=%d%s", n, q), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					wh.handler.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+				}
+			})
+		}
+	}
+}

@@ -138,6 +138,19 @@ func (wh *workerHealth) viewFor(r *http.Request) *store.View {
 	return wh.cluster.FleetView(r.Context(), wh.store.Load(), r.Header.Get("Authorization"))
 }
 
+// pageViewFor is the view a paged list request (?limit=, ?after=) reads:
+// this shard's own, or the merge of every shard's page of the same query
+// when clustered (bounded by the shards times the page), and whether a
+// shard has more after its page.
+func (wh *workerHealth) pageViewFor(r *http.Request, keep store.StateFilter, pg listPage) (*store.View, bool) {
+	local := wh.store.Load()
+	if wh.cluster == nil || localScope(r) {
+		return local, false
+	}
+	rows, more := local.Page(keep, pg.after, pg.limit)
+	return wh.cluster.FleetPage(r.Context(), local, rows, more, r.URL.Query(), r.Header.Get("Authorization"))
+}
+
 func localScope(r *http.Request) bool {
 	return strings.Contains(r.URL.RawQuery, contract.QueryScope) && r.URL.Query().Get(contract.QueryScope) == contract.ScopeLocal
 }

@@ -2,12 +2,17 @@ package workerhealthextension // import "github.com/workerwatch/workerwatch/exte
 
 import (
 	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/pages"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 // handleWorker answers the scheduler's question about one worker: 200 may
@@ -51,20 +56,59 @@ func (wh *workerHealth) lookup(w http.ResponseWriter, escapedID string) (*store.
 	return e, 0
 }
 
-// handleWorkers lists the fleet sorted by id, optionally filtered by state.
-// Always 200 when the request is valid: the list describes workers, it is not
-// itself a health verdict.
+// maxListLimit is the largest page ?limit= may ask for.
+const maxListLimit = 10_000
+
+// listPage is what ?limit= and ?after= ask for: at most limit workers (0:
+// every worker) whose ids come after `after`.
+type listPage struct {
+	limit int
+	after string
+}
+
+func parseListPage(q url.Values) (listPage, error) {
+	p := listPage{after: q.Get("after")}
+	if raw := q.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > maxListLimit {
+			return p, fmt.Errorf("limit: must be a whole number from 1 to %d, got %q", maxListLimit, raw)
+		}
+		p.limit = n
+	}
+	return p, nil
+}
+
+// paged: the request asks for one page rather than the whole fleet.
+func (p listPage) paged() bool { return p.limit > 0 || p.after != "" }
+
+// handleWorkers lists the fleet sorted by id, optionally filtered by state,
+// whole or a page at a time (?limit=&after=). Always 200 when the request
+// is valid: the list describes workers, it is not itself a health verdict.
 func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
 	keep, err := store.ParseStateFilter(q["state"])
 	if err != nil {
 		return writeError(w, http.StatusBadRequest, err.Error())
 	}
+	pg, err := parseListPage(q)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, err.Error())
+	}
 	withTrend := q.Get("trend") == "1"
-	v := wh.viewFor(r)
+	var (
+		v        *store.View
+		peerMore bool
+	)
+	if pg.paged() {
+		v, peerMore = wh.pageViewFor(r, keep, pg)
+	} else {
+		v = wh.viewFor(r)
+	}
 	if v.ListHead == nil {
 		return writeError(w, http.StatusInternalServerError, "cannot encode the fleet")
 	}
+	rows, more := v.Page(keep, pg.after, pg.limit)
+	more = more || peerMore
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
@@ -75,9 +119,16 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	// worker's history; the page's script asks every page_refresh.
 	var trends map[*store.Entry][]int64
 	if withTrend {
-		shown := make([]*store.Entry, 0, min(v.Count(keep), pages.MaxRows))
+		worst := v.WorstFirst
+		if pg.paged() {
+			worst = slices.Clone(rows)
+			slices.SortStableFunc(worst, func(a, b *store.Entry) int {
+				return cmp.Compare(contract.Severity(b.Worker.State), contract.Severity(a.Worker.State))
+			})
+		}
+		shown := make([]*store.Entry, 0, min(len(rows), pages.MaxRows))
 		ids := make([]string, 0, cap(shown))
-		for _, e := range v.WorstFirst {
+		for _, e := range worst {
 			if len(shown) == pages.MaxRows {
 				break
 			}
@@ -91,21 +142,22 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		}
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	// Splice "count" and "workers" into the head object, left open for them.
+	// Splice "count", "next" and "workers" into the head object, left open
+	// for them.
 	_, _ = bw.Write(v.ListHead)
 	_, _ = bw.WriteString(`,"count":`)
-	_, _ = bw.WriteString(strconv.Itoa(v.Count(keep)))
+	_, _ = bw.WriteString(strconv.Itoa(len(rows)))
+	if more && len(rows) > 0 {
+		next, _ := json.Marshal(rows[len(rows)-1].Worker.ID)
+		_, _ = bw.WriteString(`,"next":`)
+		_, _ = bw.Write(next)
+	}
 	_, _ = bw.WriteString(`,"workers":[`)
-	n := 0
 	var num []byte
-	for _, e := range v.ByIDOrder {
-		if !keep.Has(e.Worker.State) {
-			continue
-		}
+	for n, e := range rows {
 		if n > 0 {
 			_ = bw.WriteByte(',')
 		}
-		n++
 		trend, ok := trends[e]
 		if !ok {
 			_, _ = bw.Write(e.JSON)

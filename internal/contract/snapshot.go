@@ -81,6 +81,8 @@ const (
 	CodeOverCapacity  = "over_capacity"
 	CodeRecovering    = "recovering"
 	CodeNotReported   = "no_telemetry_since_start"
+	// CodeRecycleLoop: a pool replacing its children after every run.
+	CodeRecycleLoop = "pool_recycle_loop"
 	// CodeProcessExited: the worker's root process exited and no new
 	// incarnation appeared within lost.exit_grace (Reason.Exit says how).
 	CodeProcessExited = "process_exited"

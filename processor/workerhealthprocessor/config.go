@@ -48,6 +48,7 @@ type Config struct {
 
 	Memory     MemoryRule   `mapstructure:"memory"`
 	Kills      KillsRule    `mapstructure:"kills"`
+	Recycle    RecycleRule  `mapstructure:"recycle"`
 	CPU        CPURule      `mapstructure:"cpu"`
 	Stalled    StalledRule  `mapstructure:"stalled"`
 	Lost       LostRule     `mapstructure:"lost"`
@@ -107,7 +108,7 @@ func (c *Config) mappingSettings() *mapping.Settings {
 // trackerConfig is what the tracker reads (internal/tracker).
 func (c *Config) trackerConfig() *tracker.Config {
 	return &tracker.Config{
-		Capacity: c.Capacity, Identity: c.Identity, Memory: c.Memory, Kills: c.Kills, CPU: c.CPU,
+		Capacity: c.Capacity, Identity: c.Identity, Memory: c.Memory, Kills: c.Kills, Recycle: c.Recycle, CPU: c.CPU,
 		Stalled: c.Stalled, Lost: c.Lost, Drift: c.Drift, Fleet: c.Fleet, Hysteresis: c.Hysteresis, Limits: c.Limits,
 		HistogramBuckets: c.HistogramBuckets, StageSpanNames: c.Mapping.StageSpanNames,
 		Schedulers: c.schedulers(), IDKeys: c.idKeys(),

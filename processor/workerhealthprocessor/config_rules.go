@@ -10,6 +10,7 @@ type (
 	MemoryRule     = state.MemoryRule
 	RoleMemoryRule = state.RoleMemoryRule
 	KillsRule      = state.KillsRule
+	RecycleRule    = state.RecycleRule
 	CPURule        = state.CPURule
 	StalledRule    = state.StalledRule
 	LostRule       = state.LostRule

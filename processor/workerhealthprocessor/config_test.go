@@ -63,6 +63,8 @@ func TestLoadConfig(t *testing.T) {
 		{id: "worker_health/bad_admission", wantErr: "limits.max_unconfirmed_workers: must not be negative, got -1"},
 		{id: "worker_health/bad_admission", wantErr: "limits.max_runs: must be at least 1, got 0"},
 		{id: "worker_health/bad_grace", wantErr: "drift.tombstone_ttl"},
+		{id: "worker_health/bad_recycle", wantErr: "recycle.min_exits: must be at least 1 when recycle.window is set, got 0"},
+		{id: "worker_health/bad_recycle", wantErr: "recycle.per_run_ratio: must be in (0, 1]"},
 		{id: "worker_health/openfn", file: "openfn.yaml", check: func(t *testing.T, c *Config) {
 			assert.Equal(t, []string{"worker_name", "cicd.worker.id"}, c.idKeys())
 			assert.Equal(t, []string{"claim"}, c.Mapping.Events.Claimed)

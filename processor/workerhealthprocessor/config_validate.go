@@ -27,6 +27,9 @@ func (c *Config) Validate() error {
 	c.validateMapping(add)
 	c.validateMemory(add)
 	c.validateKills(add)
+	if err := c.Recycle.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	c.validateIdentity(add)
 	c.validateCPU(add)
 	c.validateStateRules(add)

@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -21,6 +22,14 @@ import (
 // of which the generated builder expresses.
 const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
+// stateZerosFor is how long after a worker entered its state the other
+// states' 0 points are still sent: long enough for an exporter behind by
+// many evaluations (a superseded emission, docs/scaling.md) to take one of
+// them and replace the 1 of the state left; after it only the current
+// state's 1 is sent, and the exporter drops the other series at its
+// metric_expiration (their last value 0).
+const stateZerosFor = 5 * time.Minute
+
 // buildMetrics renders the tracker: one resource per worker, identified by
 // cicd.worker.id as the worker_process receiver identifies its tree, with
 // the worker's series; then one resource without attributes for the
@@ -34,6 +43,14 @@ const scopeName = "github.com/workerwatch/workerwatch/processor/workerhealthproc
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
 func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
+	return buildMetricsSparse(t, start, now, nil)
+}
+
+// buildMetricsSparse is buildMetrics with the drift gauges left out for a
+// worker without drift for stateZerosFor (driftSeen: when each worker last
+// had some, updated here; nil sends them always): its 0s replace what an
+// exporter held, then it keeps the 0s until they expire (docs/telemetry.md).
+func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[string]int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
 	ws := t.ByID()
@@ -86,11 +103,18 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
 		scope(rm)
 		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		// The 0s of the other states only while the worker's state is
+		// recent (stateZerosFor): an exporter then holds 0 for the state it
+		// left until the series expires, and a steady worker is one series,
+		// not six (issue 24; docs/telemetry.md).
+		zeros := now-w.Since < int64(stateZerosFor)
 		for i, s := range contract.AllStates {
 			v := int64(0)
 			if s == w.State {
 				v = 1
 				byState[i]++
+			} else if !zeros {
+				continue
 			}
 			point(states, v, false, contract.AttrState, string(s))
 		}
@@ -105,10 +129,12 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
 		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
 		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
-		drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-		point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
-		point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
-		point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		if driftShown(driftSeen, w, now) {
+			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+			point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
+			point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+			point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		}
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
 		point(claims, w.Claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
 		point(claims, w.Claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
@@ -119,6 +145,12 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
+		}
+	}
+
+	for id, at := range driftSeen {
+		if now-at >= int64(stateZerosFor) {
+			delete(driftSeen, id) // also the workers gone since
 		}
 	}
 
@@ -174,6 +206,20 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		hpoint(stg, t.Hists().StageHist(s), contract.AttrStage, s)
 	}
 	return md
+}
+
+// driftShown tells whether w's drift gauges are sent: always without
+// driftSeen; else while w has drift and for stateZerosFor after.
+func driftShown(driftSeen map[string]int64, w *tracker.Worker, now int64) bool {
+	if driftSeen == nil {
+		return true
+	}
+	if len(w.Missing) > 0 || len(w.Orphaned) > 0 || w.OverCap > 0 {
+		driftSeen[w.ID()] = now
+		return true
+	}
+	at, ok := driftSeen[w.ID()]
+	return ok && now-at < int64(stateZerosFor)
 }
 
 // anyPositive: a counter with no point is left out rather than sent empty.

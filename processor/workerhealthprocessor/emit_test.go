@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -100,4 +101,122 @@ func TestTransitionsAreReported(t *testing.T) {
 	assert.Equal(t, "unknown", from.Str())
 	assert.Equal(t, "healthy", to.Str())
 	assert.Equal(t, "worker w1: unknown -> healthy ()", lr.Body().Str())
+}
+
+// statePoints is w1's workerwatch.worker.state points in md: value by state.
+func statePoints(t *testing.T, md pmetric.Metrics) map[contract.State]int64 {
+	t.Helper()
+	m, ok := metricsByWorker(md)["w1"][contract.MetricState]
+	require.True(t, ok, "w1 has a state metric")
+	out := map[contract.State]int64{}
+	dps := m.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		s, _ := dps.At(i).Attributes().Get(contract.AttrState)
+		out[contract.State(s.Str())] = dps.At(i).IntValue()
+	}
+	return out
+}
+
+// The state set is six points while the worker's state is recent (so an
+// exporter replaces the 1 of the state it left with 0), then the current
+// state's 1 alone (issue 24: a steady worker is one series, not six).
+func TestStateSetSparseWhenSteady(t *testing.T) {
+	h := newHarness(t, testCfg())
+	emit := func() pmetric.Metrics {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
+	}
+	step := func(mem int64) {
+		h.metrics(treeMetrics("w1", mem, 0.1, 1))
+		h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+		h.eval()
+	}
+	step(10)
+	first := h.state("w1")
+	pts := statePoints(t, emit())
+	assert.Len(t, pts, len(contract.AllStates), "a new state: the six points")
+	assert.Equal(t, int64(1), pts[first])
+
+	since := h.worker("w1").Since
+	for h.clock.Now().UnixNano()-since < int64(stateZerosFor) {
+		h.advance(10 * sec)
+		step(10)
+		require.Equal(t, first, h.state("w1"), "steady")
+		if h.clock.Now().UnixNano()-since < int64(stateZerosFor) {
+			assert.Len(t, statePoints(t, emit()), len(contract.AllStates), "still recent")
+		}
+	}
+	assert.Equal(t, map[contract.State]int64{first: 1}, statePoints(t, emit()), "steady for stateZerosFor: one point")
+
+	// Over its memory soft limit: a new state, the six points again, the
+	// one left at 0.
+	h.advance(10 * sec)
+	step(1 << 20)
+	now := h.state("w1")
+	require.NotEqual(t, first, now)
+	pts = statePoints(t, emit())
+	assert.Len(t, pts, len(contract.AllStates))
+	assert.Equal(t, int64(1), pts[now])
+	assert.Equal(t, int64(0), pts[first])
+}
+
+// The drift gauges are sent while the worker has drift and for
+// stateZerosFor after (so an exporter replaces the counts with 0), not for
+// a worker without drift (issue 24: three series fewer per steady worker).
+func TestDriftGaugesSparse(t *testing.T) {
+	h := newHarness(t, testCfg())
+	seen := map[string]int64{}
+	drift := func() (pmetric.Metric, bool) {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		m, ok := metricsByWorker(buildMetricsSparse(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), seen))["w1"][contract.MetricDrift]
+		return m, ok
+	}
+	alive := func() {
+		h.metrics(treeMetrics("w1", 10, -1, 1))
+		h.logs(schedLogs(rec{worker: "w1", event: contract.EventHeartbeat}))
+		h.eval()
+	}
+	alive()
+	_, ok := drift()
+	assert.False(t, ok, "no drift: no gauge")
+
+	// The worker holds b, the scheduler c: drift after the grace.
+	h.logs(wl("w1", contract.EventClaimed, "b", nil))
+	h.logs(sl("w1", contract.EventClaimed, "c"))
+	for range 5 {
+		h.advance(sec)
+		alive()
+	}
+	m, ok := drift()
+	require.True(t, ok, "drift: the gauge")
+	total := int64(0)
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		total += m.Gauge().DataPoints().At(i).IntValue()
+	}
+	require.Positive(t, total)
+
+	// Both views agree again: zeros for stateZerosFor, then no gauge.
+	h.logs(wl("w1", contract.EventFinished, "b", map[string]any{contract.AttrResult: contract.ResultSuccess}))
+	h.logs(sl("w1", contract.EventFinished, "c"))
+	h.advance(sec)
+	alive()
+	cleared := h.clock.Now()
+	m, ok = drift()
+	require.True(t, ok, "just cleared: the gauge, at 0")
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		assert.Zero(t, m.Gauge().DataPoints().At(i).IntValue())
+	}
+	for h.clock.Now().Sub(cleared) < stateZerosFor-10*sec {
+		h.advance(10 * sec)
+		alive()
+		_, ok = drift()
+		require.True(t, ok, "%s after: still the zeros", h.clock.Now().Sub(cleared))
+	}
+	h.advance(20 * sec)
+	alive()
+	_, ok = drift()
+	assert.False(t, ok, "stateZerosFor after: no gauge")
+	assert.Empty(t, seen, "forgotten")
 }

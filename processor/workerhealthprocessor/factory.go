@@ -55,6 +55,7 @@ func createDefaultConfig() component.Config {
 		Identity:         d.Identity,
 		Memory:           d.Memory,
 		Kills:            d.Kills,
+		Recycle:          d.Recycle,
 		CPU:              d.CPU,
 		Stalled:          d.Stalled,
 		Lost:             d.Lost,

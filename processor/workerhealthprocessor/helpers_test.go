@@ -206,7 +206,7 @@ func wl(worker, event, run string, attrs map[string]any) plog.Logs {
 	return workerLogs("worker", rec{worker: worker, event: event, run: run, attrs: attrs})
 }
 
-func sl(worker, event, run string) plog.Logs { //nolint:unparam // internal/tracker's copy of this builder is called with other events
+func sl(worker, event, run string) plog.Logs {
 	return schedLogs(rec{worker: worker, event: event, run: run})
 }
 

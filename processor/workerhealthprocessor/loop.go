@@ -35,7 +35,10 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	}
 	var md pmetric.Metrics
 	if len(mTo) > 0 {
-		md = buildMetrics(p.tracker, p.startTime, now)
+		if p.driftSeen == nil {
+			p.driftSeen = map[string]int64{}
+		}
+		md = buildMetricsSparse(p.tracker, p.startTime, now, p.driftSeen)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {

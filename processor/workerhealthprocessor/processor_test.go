@@ -70,9 +70,10 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	assert.Equal(t, 2, tSink.SpanCount(), "nothing emitted into traces")
 	byWorker := metricsByWorker(mSink.AllMetrics()[3])
 	for _, w := range []string{"w1", "w2"} {
-		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricDrift, contract.MetricClaims} {
+		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricClaims} {
 			assert.Contains(t, byWorker[w], n, "%s on the resource of %s", n, w)
 		}
+		assert.NotContains(t, byWorker[w], contract.MetricDrift, "%s never had drift: no drift gauge (docs/telemetry.md)", w)
 	}
 	for _, n := range []string{contract.MetricFleetWorkers, contract.MetricFleetIdle} {
 		assert.Contains(t, byWorker[""], n, "%s on the fleet resource", n)

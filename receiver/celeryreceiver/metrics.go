@@ -78,6 +78,7 @@ func (r *celeryReceiver) collect(now time.Time) pmetric.Metrics {
 		hosts = append(hosts, h)
 	}
 	sort.Strings(hosts)
+	prefetched := r.prefetched()
 	for _, q := range slices.Sorted(maps.Keys(r.pending)) {
 		r.mb.RecordWorkerwatchSchedulerRunsPendingDataPoint(ts, r.pending[q], q)
 	}
@@ -106,12 +107,40 @@ func (r *celeryReceiver) collect(now time.Time) pmetric.Metrics {
 		for _, t := range slices.Sorted(maps.Keys(w.events)) {
 			r.mb.RecordCeleryEventsDataPoint(ts, w.events[t], t)
 		}
+		for _, n := range slices.Sorted(maps.Keys(w.prefetchNames)) {
+			r.mb.RecordCeleryWorkerTasksPrefetchedDataPoint(ts, prefetched[h][n], n)
+		}
+		for _, n := range slices.Sorted(maps.Keys(w.prefetch)) {
+			r.mb.RecordCeleryTaskPrefetchTimeDataPoint(ts, w.prefetch[n], n)
+		}
 		rb := r.mb.NewResourceBuilder()
 		rb.SetServiceName(serviceWorker)
 		rb.SetCicdWorkerID(h)
 		r.mb.EmitForResource(metadata.WithResource(rb.Emit()))
 	}
 	return r.mb.Emit()
+}
+
+// prefetched counts, per worker and task name, the tasks its current
+// incarnation received and has not started (ETA tasks left out). r.mu is
+// held.
+func (r *celeryReceiver) prefetched() map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	for _, t := range r.tasks {
+		if t.started || t.eta {
+			continue
+		}
+		if w := r.workers[t.worker]; w == nil || w.pid != t.pid {
+			continue
+		}
+		m := out[t.worker]
+		if m == nil {
+			m = map[string]int64{}
+			out[t.worker] = m
+		}
+		m[t.name]++
+	}
+	return out
 }
 
 // online: Flower's rule, the latest event younger than heartbeat_grace x

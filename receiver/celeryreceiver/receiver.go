@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -74,7 +75,15 @@ type workerState struct {
 	processed int64
 	events    map[string]int64
 	fresh     bool // an event since the last metrics emission
+	// prefetch: the latest prefetch time (task-received to task-started,
+	// the worker's clock) by task name; prefetchNames: the names whose
+	// prefetched count is emitted (0 included), at most maxNames.
+	prefetch      map[string]float64
+	prefetchNames map[string]struct{}
 }
+
+// maxNames bounds the task names (and event types) kept per worker.
+const maxNames = 64
 
 type taskState struct {
 	worker  string
@@ -84,6 +93,10 @@ type taskState struct {
 	started bool
 	// redelivered: received again while this holder still had it.
 	redelivered bool
+	// received: the task-received event's time (the worker's clock); eta:
+	// the task has an ETA or countdown (its wait is not a prefetch).
+	received time.Time
+	eta      bool
 }
 
 type celeryReceiver struct {
@@ -102,6 +115,10 @@ type celeryReceiver struct {
 	tasks   map[string]*taskState
 	order   []string // task ids in arrival order, for max_tracked_tasks
 	pending map[string]int64
+	// copies: the hosts still running an earlier copy of a task id that
+	// another worker started again (a duplicate execution), whose end is
+	// that worker's own.
+	copies map[string][]string
 
 	tr      transport
 	host    component.Host
@@ -134,7 +151,8 @@ func newReceiver(set receiver.Settings, cfg *Config) (*celeryReceiver, error) {
 		cfg:     cfg, broker: p, set: set, logger: set.Logger, tb: tb,
 		mb:      metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, set),
 		workers: map[string]*workerState{}, tasks: map[string]*taskState{}, pending: map[string]int64{},
-		now: time.Now,
+		copies: map[string][]string{},
+		now:    time.Now,
 	}, nil
 }
 
@@ -311,6 +329,7 @@ type event struct {
 	Exception  string   `json:"exception"`
 	Traceback  string   `json:"traceback"`
 	Terminated bool     `json:"terminated"`
+	ETA        *string  `json:"eta"`
 }
 
 // handleBody reads one event, or a batch of them (task.multi: a JSON array).
@@ -438,7 +457,7 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 	if ev.PID > 0 {
 		w.pid = ev.PID
 	}
-	if len(w.events) < 64 || w.events[ev.Type] > 0 {
+	if len(w.events) < maxNames || w.events[ev.Type] > 0 {
 		w.events[ev.Type]++
 	}
 	w.fresh = true
@@ -473,16 +492,22 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 		if ev.UUID == "" {
 			return
 		}
-		if t, ok := r.tasks[ev.UUID]; ok && (t.worker != host || t.pid != w.pid) {
+		if t, ok := r.tasks[ev.UUID]; ok && (t.worker != host || t.pid != w.pid || t.started) {
 			// The same task id delivered again while another worker (or
-			// incarnation) holds it: a duplicate execution.
+			// incarnation) holds it, or while it runs: a duplicate
+			// execution (the Redis transport's visibility_timeout restore
+			// re-queues a task still running).
 			if !t.redelivered {
 				r.tb.ReceiverCeleryTasksRedelivered.Add(context.Background(), 1)
 			}
 			t.redelivered = true
 			return
 		}
-		r.track(ev.UUID, &taskState{worker: host, pid: w.pid, name: ev.Name, retries: ev.Retries})
+		r.track(ev.UUID, &taskState{
+			worker: host, pid: w.pid, name: ev.Name, retries: ev.Retries,
+			received: ts, eta: ev.ETA != nil && *ev.ETA != "",
+		})
+		w.notePrefetchName(ev.Name)
 	case "task-started":
 		if ev.UUID == "" {
 			return
@@ -497,6 +522,11 @@ func (r *celeryReceiver) apply(ev *event, now time.Time, out *logsOut) {
 				r.tb.ReceiverCeleryTasksRedelivered.Add(context.Background(), 1)
 			}
 			redelivered = true
+			if t.started && t.worker != host {
+				r.addCopy(ev.UUID, t.worker)
+			}
+		} else if !t.started && !t.eta && !t.received.IsZero() {
+			w.notePrefetch(t.name, ts.Sub(t.received))
 		}
 		t.worker, t.pid, t.started, t.redelivered = host, w.pid, true, false
 		a := out.record(host, contract.EventStarted, ts)
@@ -543,6 +573,16 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 		return
 	}
 	t := r.tasks[id]
+	if r.endCopy(id, host, t) {
+		// An earlier copy of a task another worker runs again: its own
+		// worker's run ends; the task (and the broker's claim) is the
+		// other worker's.
+		if t == nil {
+			t = &taskState{worker: host}
+		}
+		r.endRecord(id, host, ts, out, e, fromBackend, t)
+		return
+	}
 	if t == nil {
 		t = &taskState{worker: host}
 	}
@@ -551,6 +591,15 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 		// Already ended (by its end event or the result backend catch-up).
 		return
 	}
+	r.endRecord(id, host, ts, out, e, fromBackend, t)
+	if t.worker == host {
+		b := out.brokerRecord(host, contract.EventFinished, id, ts)
+		b.PutStr(contract.AttrResult, e.result)
+	}
+}
+
+// endRecord is a run's end on its worker's view. r.mu is held.
+func (r *celeryReceiver) endRecord(id, host string, ts time.Time, out *logsOut, e runEnd, fromBackend bool, t *taskState) {
 	name := contract.EventFinished
 	if e.killReason != "" {
 		name = contract.EventKilled
@@ -578,9 +627,63 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 	if fromBackend {
 		a.PutBool(attrFromResultBackend, true)
 	}
-	if t.worker == host {
-		b := out.brokerRecord(host, contract.EventFinished, id, ts)
-		b.PutStr(contract.AttrResult, e.result)
+}
+
+// maxCopies bounds the task ids whose earlier copies are remembered.
+const maxCopies = 1024
+
+// addCopy remembers that host runs an earlier copy of task id, which
+// another worker started again. r.mu is held.
+func (r *celeryReceiver) addCopy(id, host string) {
+	if slices.Contains(r.copies[id], host) {
+		return
+	}
+	if _, ok := r.copies[id]; !ok && len(r.copies) >= maxCopies {
+		for k := range r.copies { // drop any one: duplicates are rare
+			delete(r.copies, k)
+			break
+		}
+	}
+	r.copies[id] = append(r.copies[id], host)
+}
+
+// endCopy reports whether host's end of task id is that of an earlier
+// copy (t, the task, is held by another worker, or has ended), and
+// forgets the copy. r.mu is held.
+func (r *celeryReceiver) endCopy(id, host string, t *taskState) bool {
+	hosts := r.copies[id]
+	i := slices.Index(hosts, host)
+	if i < 0 || (t != nil && t.worker == host) {
+		return false
+	}
+	hosts = slices.Delete(hosts, i, i+1)
+	if len(hosts) == 0 {
+		delete(r.copies, id)
+	} else {
+		r.copies[id] = hosts
+	}
+	return true
+}
+
+// notePrefetch keeps the latest prefetch time of a task name.
+func (w *workerState) notePrefetch(name string, d time.Duration) {
+	if w.prefetch == nil {
+		w.prefetch = map[string]float64{}
+	}
+	if _, ok := w.prefetch[name]; !ok && len(w.prefetch) >= maxNames {
+		return
+	}
+	w.prefetch[name] = max(d.Seconds(), 0)
+}
+
+// notePrefetchName adds a task name to those whose prefetched count is
+// emitted.
+func (w *workerState) notePrefetchName(name string) {
+	if w.prefetchNames == nil {
+		w.prefetchNames = map[string]struct{}{}
+	}
+	if len(w.prefetchNames) < maxNames {
+		w.prefetchNames[name] = struct{}{}
 	}
 }
 
@@ -619,8 +722,23 @@ func (r *celeryReceiver) endIncarnation(host string, pid int64, ts time.Time, ou
 		}
 		r.release(id, host, ts, out, releaseRestarted)
 	}
+	// Its copies of tasks another worker runs again end with it, on its own
+	// view only (the broker's claim is the other worker's).
+	copies := make([]string, 0)
+	for id, hosts := range r.copies {
+		if slices.Contains(hosts, host) {
+			copies = append(copies, id)
+		}
+	}
+	sort.Strings(copies)
+	for _, id := range copies {
+		r.endCopy(id, host, nil)
+		a := out.record(host, contract.EventReleased, ts)
+		a.PutStr(contract.AttrRunID, id)
+		a.PutStr(attrReleaseReason, releaseRestarted)
+	}
 	r.logger.Info("celery worker restarted under the same hostname: a new incarnation",
-		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)))
+		zap.String("worker", host), zap.Int64("old_pid", pid), zap.Int("runs_let_go", len(ids)+len(copies)))
 }
 
 // track adds a task, forgetting the oldest past max_tracked_tasks.

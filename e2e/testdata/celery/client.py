@@ -1,6 +1,7 @@
 """Sends tasks and reads their outcome from Celery's result backend.
 
-  client.py send QUEUE TASK [COUNT]      one task id per line
+  client.py send QUEUE TASK [COUNT [SECONDS]]  one task id per line
+                                         (SECONDS: the task's seconds argument)
   client.py states ID...                 one JSON object: id -> [state, exc_type]
 """
 import json
@@ -16,8 +17,9 @@ def main():
     if cmd == 'send':
         queue, task = sys.argv[2], sys.argv[3]
         count = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        kwargs = {'seconds': float(sys.argv[5])} if len(sys.argv) > 5 else {}
         for _ in range(count):
-            print(app.send_task('tasks.' + task, queue=queue).id, flush=True)
+            print(app.send_task('tasks.' + task, queue=queue, kwargs=kwargs).id, flush=True)
     elif cmd == 'states':
         out = {}
         for tid in sys.argv[2:]:

@@ -12,6 +12,11 @@ from celery.signals import task_received
 
 app = Celery('wwtasks', broker=os.environ['BROKER'], backend=os.environ.get('BACKEND'))
 app.conf.result_extended = True
+if os.environ.get('VISIBILITY_TIMEOUT'):
+    # The Redis transport re-queues a message left unacked this long (a
+    # task with acks_late still running included) at a worker's start and
+    # every 100 s: TestPresetCeleryDuplicate's duplicate execution.
+    app.conf.broker_transport_options = {'visibility_timeout': float(os.environ['VISIBILITY_TIMEOUT'])}
 
 
 @app.task
@@ -56,6 +61,14 @@ def stop_parent():
 
 @app.task
 def long(seconds=15):
+    time.sleep(seconds)
+    return 'long'
+
+
+@app.task(acks_late=True)
+def long_late(seconds=20):
+    # Acknowledged when it ends: its message stays in the Redis transport's
+    # unacked hash while it runs.
     time.sleep(seconds)
     return 'long'
 

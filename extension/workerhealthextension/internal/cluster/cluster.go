@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -275,6 +276,7 @@ type FleetBody struct {
 type peerList struct {
 	Time    *time.Time        `json:"time"`
 	Fleet   contract.Fleet    `json:"fleet"`
+	Next    *string           `json:"next"`
 	Workers []json.RawMessage `json:"workers"`
 }
 
@@ -298,17 +300,72 @@ func (c *Cluster) FleetView(ctx context.Context, local *store.View, auth string)
 	if st == nil {
 		return local
 	}
+	v, _ := c.merge(st, local, local.ByIDOrder, c.gatherPeers(ctx, st, pathWorkers+"?"+contract.QueryScope+"="+contract.ScopeLocal, auth))
+	c.mu.Lock()
+	c.cached, c.at = v, c.now()
+	c.mu.Unlock()
+	return v
+}
+
+// FleetPage is one page of the tier's list (?limit=&after=, and ?state=):
+// every shard asked for its own page of the same query (?scope=local), the
+// pages merged as FleetView merges whole lists. The first `limit` distinct
+// ids of the merge are the tier's page: a shard that lists one of them
+// returned it, since it returned every id it has up to its own limit-th.
+// more: a shard said more follow its page. The cost is the shards times the
+// page, not the fleet. Not cached (each page is its own query).
+func (c *Cluster) FleetPage(ctx context.Context, local *store.View, localPage []*store.Entry, localMore bool, query url.Values, auth string) (*store.View, bool) {
+	st := c.state.Load()
+	if st == nil {
+		return local, localMore
+	}
+	q := url.Values{}
+	for k, vs := range query {
+		q[k] = vs
+	}
+	q.Set(contract.QueryScope, contract.ScopeLocal)
+	q.Del("trend")
+	answers := c.gatherPeers(ctx, st, pathWorkers+"?"+q.Encode(), auth)
+	v, more := c.merge(st, local, localPage, answers)
+	// by_state is the whole tier's, as on the unpaged list: each shard's
+	// own counts added up, not the page's.
+	for s := range v.Fleet.ByState {
+		v.Fleet.ByState[s] = local.Fleet.ByState[s]
+		for _, a := range answers {
+			if a.err == nil {
+				v.Fleet.ByState[s] += a.list.Fleet.ByState[s]
+			}
+		}
+	}
+	v.ListHead = store.EncodeListHead(v)
+	return v, more || localMore
+}
+
+// peerAnswer is one peer's list, or why there is none.
+type peerAnswer struct {
+	m    member
+	list peerList
+	err  error
+}
+
+// gatherPeers asks every other shard for path in parallel.
+func (c *Cluster) gatherPeers(ctx context.Context, st *RingState, path, auth string) []peerAnswer {
 	peers := c.peers(st)
-	lists := make([]peerList, len(peers))
-	errs := make([]error, len(peers))
+	answers := make([]peerAnswer, len(peers))
 	var wg sync.WaitGroup
 	for i, m := range peers {
+		answers[i].m = m
 		wg.Go(func() {
-			errs[i] = c.getJSON(ctx, m, pathWorkers+"?"+contract.QueryScope+"="+contract.ScopeLocal, auth, &lists[i])
+			answers[i].err = c.getJSON(ctx, m, path, auth, &answers[i].list)
 		})
 	}
 	wg.Wait()
+	return answers
+}
 
+// merge builds the tier's view from this shard's entries and the peers'
+// answers, and tells whether a peer said more follow its page.
+func (c *Cluster) merge(st *RingState, local *store.View, localEntries []*store.Entry, answers []peerAnswer) (*store.View, bool) {
 	// Every shard's entries, this one's from its own view.
 	type shardEntries struct {
 		name    string
@@ -316,19 +373,21 @@ func (c *Cluster) FleetView(ctx context.Context, local *store.View, auth string)
 		fleet   contract.Fleet
 		entries []*store.Entry
 	}
-	shards := make([]shardEntries, 0, len(peers)+1)
-	shards = append(shards, shardEntries{name: c.self, time: local.Time, fleet: local.Fleet, entries: local.ByIDOrder})
+	shards := make([]shardEntries, 0, len(answers)+1)
+	shards = append(shards, shardEntries{name: c.self, time: local.Time, fleet: local.Fleet, entries: localEntries})
 	var failed []store.SourceInfo
-	for i, m := range peers {
-		if errs[i] != nil {
-			failed = append(failed, store.SourceInfo{ID: shardSourceID(m.endpoint).String(), Error: errs[i].Error()})
+	more := false
+	for _, a := range answers {
+		if a.err != nil {
+			failed = append(failed, store.SourceInfo{ID: shardSourceID(a.m.endpoint).String(), Error: a.err.Error()})
 			continue
 		}
-		se := shardEntries{name: m.endpoint, fleet: lists[i].Fleet}
-		if lists[i].Time != nil {
-			se.time = *lists[i].Time
+		more = more || a.list.Next != nil
+		se := shardEntries{name: a.m.endpoint, fleet: a.list.Fleet}
+		if a.list.Time != nil {
+			se.time = *a.list.Time
 		}
-		for _, raw := range lists[i].Workers {
+		for _, raw := range a.list.Workers {
 			wk := &contract.Worker{}
 			if json.Unmarshal(raw, wk) != nil || wk.ID == "" {
 				continue
@@ -388,10 +447,7 @@ func (c *Cluster) FleetView(ctx context.Context, local *store.View, auth string)
 		v.Sources = append(v.Sources, failed...)
 		v.ListHead = store.EncodeListHead(v)
 	}
-	c.mu.Lock()
-	c.cached, c.at = v, c.now()
-	c.mu.Unlock()
-	return v
+	return v, more
 }
 
 // movingEntry is a worker a shard lists that the ring gives to another

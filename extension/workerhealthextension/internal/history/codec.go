@@ -15,17 +15,18 @@ import (
 
 // slotBack is the ring slot of the i-th most recent sample.
 func (h *workerHistory) slotBack(i, size int) int {
-	if len(h.samples) < size {
-		return len(h.samples) - 1 - i
+	if h.n < size {
+		return h.n - 1 - i
 	}
 	return (h.next - 1 - i + 2*size) % size
 }
 
 func (h *workerHistory) encodeGroup(g int) []byte {
-	lo, hi := g*historyGroup, min((g+1)*historyGroup, len(h.samples))
-	b := make([]byte, 0, 2+(hi-lo)*sampleBytes)
-	b = append(b, historyStorageVersion, byte(hi-lo))
-	for _, s := range h.samples[lo:hi] {
+	var buf [chunkSamples]Sample
+	k := decodeChunk(h.chunks[g], &buf) // a chunk is a storage group
+	b := make([]byte, 0, 2+k*sampleBytes)
+	b = append(b, historyStorageVersion, byte(k))
+	for _, s := range buf[:k] {
 		b = appendSample(b, s)
 	}
 	return b
@@ -66,7 +67,7 @@ func readSample(b []byte) Sample {
 
 func (h *workerHistory) encodeHeader() []byte {
 	b := []byte{historyStorageVersion}
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.samples)))
+	b = binary.LittleEndian.AppendUint16(b, uint16(h.n))
 	b = binary.LittleEndian.AppendUint16(b, uint16(h.next))
 	b = append(b, h.state)
 	for _, r := range h.roles {

@@ -69,11 +69,14 @@ type Transition struct {
 // workerHistory is one worker's rings. samples grows up to the ring size
 // (so a worker seen briefly costs little) and then wraps at next.
 type workerHistory struct {
-	samples []Sample
-	next    int
-	roles   [Roles]string
-	trans   []Transition
-	tnext   int
+	// chunks are the ring's slots, packed chunkSamples to a chunk
+	// (packed.go); n of them hold a sample.
+	chunks [][]byte
+	n      int
+	next   int
+	roles  [Roles]string
+	trans  []Transition
+	tnext  int
 	// state is the state last recorded (0: none yet).
 	state uint8
 	// inView: the worker was in a served view since the extension started.
@@ -212,36 +215,30 @@ func (h *workerHistory) slot(role string) int {
 // resolution step (a processor evaluating more often than the resolution
 // updates the step's sample rather than pushing older ones out).
 func (h *workerHistory) add(s Sample, res int64, size int) {
-	if n := len(h.samples); n > 0 {
-		last := &h.samples[h.lastIndex(size)]
+	if h.n > 0 {
+		li := h.lastIndex(size)
+		last := h.sample(li)
 		switch {
 		case s.At < last.At:
 			return // out of order: the view never goes back, nor does history
 		case s.At/res == last.At/res:
-			*last = s
+			h.setSample(li, s, size)
 			h.unsaved = max(h.unsaved, 1)
 			return
 		}
 	}
 	h.unsaved = min(h.unsaved+1, size)
-	if len(h.samples) < size {
-		if len(h.samples) == cap(h.samples) {
-			// Grow by doubling, but never past the ring size: append
-			// would round a 180-sample ring up to 256.
-			grown := make([]Sample, len(h.samples), min(size, max(8, 2*cap(h.samples))))
-			copy(grown, h.samples)
-			h.samples = grown
-		}
-		h.samples = append(h.samples, s)
+	if h.n < size {
+		h.setSample(h.n, s, size)
 		return
 	}
-	h.samples[h.next] = s
+	h.setSample(h.next, s, size)
 	h.next = (h.next + 1) % size
 }
 
 func (h *workerHistory) lastIndex(size int) int {
-	if len(h.samples) < size {
-		return len(h.samples) - 1
+	if h.n < size {
+		return h.n - 1
 	}
 	return (h.next + size - 1) % size
 }
@@ -287,10 +284,10 @@ func (hs *Store) retain(served func(id string) bool, horizon int64) {
 		if served(id) {
 			continue
 		}
-		if h.inView || len(h.samples) == 0 || h.samples[h.lastIndex(hs.size)].At < horizon {
+		if h.inView || h.n == 0 || h.sample(h.lastIndex(hs.size)).At < horizon {
 			delete(hs.byID, id)
 			if p := hs.persist; p != nil && h.persisted {
-				p.removed[id] = max(p.ids[id], (len(h.samples)+historyGroup-1)/historyGroup)
+				p.removed[id] = max(p.ids[id], (h.n+historyGroup-1)/historyGroup)
 			}
 		}
 	}
@@ -319,13 +316,7 @@ func (hs *Store) Series(id string, since time.Time) Series {
 			ws.Roles = append(ws.Roles, r)
 		}
 	}
-	ws.Samples = make([]Sample, 0, len(h.samples))
-	for i := range h.samples {
-		s := h.samples[(h.next+i)%len(h.samples)]
-		if s.At >= from {
-			ws.Samples = append(ws.Samples, s)
-		}
-	}
+	ws.Samples = slices.DeleteFunc(h.inTimeOrder(hs.size), func(s Sample) bool { return s.At < from })
 	ws.Transitions = make([]Transition, 0, len(h.trans))
 	for i := range h.trans {
 		t := h.trans[(h.tnext+i)%len(h.trans)]
@@ -369,14 +360,14 @@ func (hs *Store) Trend(ids []string, now time.Time, points int) [][]int64 {
 	defer hs.mu.RUnlock()
 	for i, id := range ids {
 		h := hs.byID[id]
-		if h == nil || len(h.samples) == 0 {
+		if h == nil || h.n == 0 {
 			continue
 		}
 		t := make([]int64, points)
 		for j := range t {
 			t[j] = -1
 		}
-		for _, s := range h.samples {
+		for _, s := range h.slots {
 			b := (s.At - from) / step
 			if s.At < from || b >= int64(points) {
 				continue

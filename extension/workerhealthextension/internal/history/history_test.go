@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestHistoryRing(t *testing.T) {
 		got = append(got, s.RSSKiB>>10)
 	}
 	assert.Equal(t, []uint32{5, 6, 7, 8, 9, 99}, got, "oldest first, the newest step updated in place")
-	assert.Equal(t, 6, cap(hs.byID["w"].samples), "the ring never grows past its size")
+	assert.Equal(t, 1, cap(hs.byID["w"].chunks), "the ring never grows past its size (6 slots: one chunk)")
 
 	// From a time on only: what the page's window shows.
 	assert.Len(t, hs.Series("w", fleettest.T0.Add(70*time.Second)).Samples, 3)
@@ -47,12 +48,12 @@ func TestHistoryRingGrowsToItsSize(t *testing.T) {
 	hs := New(30*time.Minute, 10*time.Second)
 	w := fleettest.Worker("w", contract.Healthy)
 	hs.record(&w, fleettest.T0.UnixMilli())
-	assert.Equal(t, 8, cap(hs.byID["w"].samples), "a worker seen once costs 8 samples, not 180")
+	assert.Equal(t, 1, cap(hs.byID["w"].chunks), "a worker seen once costs one chunk of 8 slots, not 180")
 	for i := 1; i < 500; i++ {
 		hs.record(&w, fleettest.T0.Add(time.Duration(i)*10*time.Second).UnixMilli())
-		assert.LessOrEqual(t, cap(hs.byID["w"].samples), 180)
+		assert.LessOrEqual(t, cap(hs.byID["w"].chunks), 23)
 	}
-	assert.Len(t, hs.byID["w"].samples, 180)
+	assert.Equal(t, 180, hs.byID["w"].count())
 }
 
 func TestHistoryTransitions(t *testing.T) {
@@ -122,8 +123,9 @@ func TestHistoryRoles(t *testing.T) {
 }
 
 // TestHistoryMemory measures what the history costs per worker at 10,000
-// workers with every ring full (issue 16: <= 16 KiB for 30 minutes at 10 s):
-// 180 samples with four roles, 16 transitions with three reasons each.
+// workers with every ring full (issue 16: <= 16 KiB for 30 minutes at 10 s;
+// issue 24, samples packed: <= 6 KiB): 180 samples with four roles, 16
+// transitions with three reasons each.
 //
 //	go test -run TestHistoryMemory -v ./extension/workerhealthextension/
 func TestHistoryMemory(t *testing.T) {
@@ -157,12 +159,53 @@ func TestHistoryMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perWorker := float64(after.HeapAlloc-before.HeapAlloc) / n
-	t.Logf("history of %d workers with full rings: %.0f bytes per worker (%.1f KiB), %.1f MiB in all",
-		n, perWorker, perWorker/1024, float64(after.HeapAlloc-before.HeapAlloc)/(1<<20))
 	for _, h := range hs.byID {
-		require.Len(t, h.samples, hs.size)
+		require.Equal(t, hs.size, h.count())
 		require.Len(t, h.trans, Transitions)
 	}
-	assert.LessOrEqual(t, perWorker, 16.0*1024)
+	// The same samples as the ring held them before they were packed
+	// (issue 24): 64 bytes a slot, in the same run for the ratio.
+	plain := make([][]Sample, 0, n)
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, h := range hs.byID {
+		plain = append(plain, h.inTimeOrder(hs.size))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	plainSamples := float64(after.HeapAlloc-before.HeapAlloc) / n
+	var packed float64
+	for _, h := range hs.byID {
+		packed += float64(h.chunkBytes())
+	}
+	packed /= n
+	t.Logf("history of %d workers with full rings: %.0f bytes per worker (%.1f KiB), %.1f MiB in all; "+
+		"samples packed %.0f bytes per worker against %.0f as 64-byte slots (%.2fx smaller); history per worker with slots %.1f KiB (%.2fx)",
+		n, perWorker, perWorker/1024, perWorker*n/(1<<20), packed, plainSamples, plainSamples/packed,
+		(perWorker-packed+plainSamples)/1024, (perWorker-packed+plainSamples)/perWorker)
+	assert.LessOrEqual(t, perWorker, 6.0*1024)
+	runtime.KeepAlive(plain)
 	runtime.KeepAlive(ids)
+}
+
+// BenchmarkRecord is one step of 1,000 workers' histories (one role each),
+// rings full after the first 180 iterations: what the drain goroutine adds
+// per evaluation (docs/results/density.md).
+func BenchmarkRecord(b *testing.B) {
+	hs := New(30*time.Minute, 10*time.Second)
+	w := fleettest.Worker("w", contract.Healthy)
+	w.Memory.Roles = []contract.RoleMemory{{Role: "main", RSSBytes: 100 << 20}}
+	ws := make([]contract.Worker, 1000)
+	for i := range ws {
+		ws[i] = w
+		ws[i].ID = strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for step := 0; step < b.N; step++ {
+		at := fleettest.T0.Add(time.Duration(step) * 10 * time.Second).UnixMilli()
+		for j := range ws {
+			ws[j].Memory.RSSBytes += 4096
+			hs.record(&ws[j], at)
+		}
+	}
 }

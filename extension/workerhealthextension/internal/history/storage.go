@@ -165,11 +165,11 @@ func (hs *Store) collect(p *historyPersistence) []*storage.Operation {
 	groups := map[int]bool{}
 	for id, h := range hs.byID {
 		if p.rewrite {
-			h.unsaved, h.transDirty = len(h.samples), true
+			h.unsaved, h.transDirty = h.n, true
 		}
 		if h.unsaved > 0 {
 			clear(groups)
-			for i := range min(h.unsaved, len(h.samples)) {
+			for i := range min(h.unsaved, h.n) {
 				groups[h.slotBack(i, hs.size)/historyGroup] = true
 			}
 			for _, g := range slices.Sorted(maps.Keys(groups)) {
@@ -182,7 +182,7 @@ func (hs *Store) collect(p *historyPersistence) []*storage.Operation {
 			ops = append(ops, storage.SetOperation(transKey(id), h.encodeTransitions()))
 			h.transDirty = false
 		}
-		used := (len(h.samples) + historyGroup - 1) / historyGroup
+		used := (h.n + historyGroup - 1) / historyGroup
 		if prev, ok := p.ids[id]; !ok || prev != used {
 			p.ids[id], p.idsDirty = used, true
 		}
@@ -284,7 +284,7 @@ func (hs *Store) load(ctx context.Context, p *historyPersistence) {
 				continue
 			}
 			hs.byID[id] = h
-			for _, smp := range h.samples {
+			for _, smp := range h.slots {
 				if hs.first == 0 || smp.At < hs.first {
 					hs.first = smp.At
 				}
@@ -333,7 +333,9 @@ func (hs *Store) restore(st stored, sameShape bool) (*workerHistory, error) {
 		aligned = aligned && k == want
 	}
 	if aligned {
-		h.samples = all[:n:n]
+		for slot, s := range all[:n] {
+			h.setSample(slot, s, hs.size)
+		}
 		h.next = next
 	} else {
 		slices.SortFunc(all, func(a, b Sample) int { return cmp.Compare(a.At, b.At) })
@@ -342,7 +344,7 @@ func (hs *Store) restore(st stored, sameShape bool) (*workerHistory, error) {
 				h.add(s, hs.resolution.Milliseconds(), hs.size)
 			}
 		}
-		h.unsaved = len(h.samples)
+		h.unsaved = h.n
 	}
 	if st.trans != nil {
 		tr := reader{b: st.trans}

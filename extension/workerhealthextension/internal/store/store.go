@@ -460,3 +460,61 @@ func stateList() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// Page is the workers keep selects whose id comes after `after` (byte
+// order; "" from the first), in id order, at most limit of them (0: no
+// limit), and whether more follow. Its cost is bounded by the page, not the
+// fleet: a binary search per state and a merge of at most six runs.
+// WorstFirst holds each state's workers as one run in id order (severity
+// alone orders it, and no two states share a severity), so a filtered page
+// reads only the runs of the states asked for.
+func (v *View) Page(keep StateFilter, after string, limit int) ([]*Entry, bool) {
+	var runs [][]*Entry
+	if keep == nil {
+		runs = [][]*Entry{v.ByIDOrder}
+	} else {
+		for _, st := range contract.AllStates {
+			if !keep[st] {
+				continue
+			}
+			sev := contract.Severity(st)
+			// WorstFirst is in descending severity.
+			lo, _ := slices.BinarySearchFunc(v.WorstFirst, sev, func(e *Entry, s int) int { return cmp.Compare(s, contract.Severity(e.Worker.State)) })
+			hi, _ := slices.BinarySearchFunc(v.WorstFirst, sev-1, func(e *Entry, s int) int { return cmp.Compare(s, contract.Severity(e.Worker.State)) })
+			if hi > lo {
+				runs = append(runs, v.WorstFirst[lo:hi])
+			}
+		}
+	}
+	for i, r := range runs {
+		if after != "" {
+			j, found := slices.BinarySearchFunc(r, after, func(e *Entry, id string) int { return cmp.Compare(e.Worker.ID, id) })
+			if found {
+				j++
+			}
+			runs[i] = r[j:]
+		}
+	}
+	total := 0
+	for _, r := range runs {
+		total += len(r)
+	}
+	if limit <= 0 || limit > total {
+		limit = total
+	}
+	if len(runs) == 1 {
+		return runs[0][:limit], limit < total
+	}
+	page := make([]*Entry, 0, limit)
+	for len(page) < limit {
+		best := -1
+		for i, r := range runs {
+			if len(r) > 0 && (best < 0 || r[0].Worker.ID < runs[best][0].Worker.ID) {
+				best = i
+			}
+		}
+		page = append(page, runs[best][0])
+		runs[best] = runs[best][1:]
+	}
+	return page, limit < total
+}

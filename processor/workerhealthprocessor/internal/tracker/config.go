@@ -19,6 +19,7 @@ type Config struct {
 	Identity   state.IdentityConfig
 	Memory     state.MemoryRule
 	Kills      state.KillsRule
+	Recycle    state.RecycleRule
 	CPU        state.CPURule
 	Stalled    state.StalledRule
 	Lost       state.LostRule

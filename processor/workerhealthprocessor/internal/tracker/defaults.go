@@ -20,6 +20,7 @@ func DefaultConfig() Config {
 			RecoverySamples:  3,
 		},
 		Kills:    state.KillsRule{Count: 3, Window: 10 * time.Minute, Effects: state.DefaultKillEffects(), ExitWindow: 15 * time.Second},
+		Recycle:  state.DefaultRecycleRule(),
 		Identity: state.IdentityConfig{JoinWithin: time.Minute},
 		CPU: state.CPURule{
 			Enabled: true, SaturationCores: 0.9, Samples: 3,

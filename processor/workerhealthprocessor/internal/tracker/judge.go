@@ -31,15 +31,16 @@ func (t *Tracker) lost(w *Worker, now int64) bool {
 
 // update advances every rule of a worker to now, before it is judged: what
 // changes with time alone (a memory episode's duration, the kills window,
-// child exits no run end explains) and the drift between both views (runs
-// let go, drift counted). A lost worker's rules stand still: it is judged
-// lost whatever they say.
+// child exits no run end explains, and those one explains: recycles) and
+// the drift between both views (runs let go, drift counted). A lost
+// worker's rules stand still: it is judged lost whatever they say.
 func (t *Tracker) update(w *Worker, now int64) {
 	if t.lost(w, now) {
 		return
 	}
 	w.memory.Tick(now, t.mem)
-	w.kills.MatchExits(now, t.kills)
+	w.recycle.MatchExits(&w.kills, now, t.kills) // kills.MatchExits, counting recycles
+	w.recycle.Window(now, &t.cfg.Recycle)
 	w.kills.Window(now, t.kills)
 	t.drift(w, now)
 }
@@ -115,6 +116,9 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 		})
 	}
 	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
+		degraded = append(degraded, r)
+	}
+	if r, ok := w.recycle.Reason(&t.cfg.Recycle); ok {
 		degraded = append(degraded, r)
 	}
 

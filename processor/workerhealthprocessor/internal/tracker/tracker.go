@@ -29,6 +29,8 @@ type Worker struct {
 	listLinks                    // admission.go: place in the admission lists
 	state.Verdict                // internal/state/verdict.go: state, since, reasons, hysteresis, transitions
 
+	recycle state.Recycle // internal/state/recycle.go: pool children replaced after their run
+
 	// inc is the current incarnation, exit how the last one ended (nil:
 	// none seen) (incarnation.go, internal/state/incarnation.go).
 	inc  state.Incarnation

@@ -57,6 +57,54 @@ func (ms *CeleryEventsMetricConfig) Validate() error {
 	return nil
 }
 
+// CeleryTaskPrefetchTimeMetricAttributeKey specifies the key of an attribute for the celery.task.prefetch.time metric.
+type CeleryTaskPrefetchTimeMetricAttributeKey string
+
+const (
+	CeleryTaskPrefetchTimeMetricAttributeKeyTaskName CeleryTaskPrefetchTimeMetricAttributeKey = "celery.task.name"
+)
+
+// CeleryTaskPrefetchTimeMetricConfig provides config for the celery.task.prefetch.time metric.
+type CeleryTaskPrefetchTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                     `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []CeleryTaskPrefetchTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *CeleryTaskPrefetchTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *CeleryTaskPrefetchTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case CeleryTaskPrefetchTimeMetricAttributeKeyTaskName:
+		default:
+			return fmt.Errorf("metric celery.task.prefetch.time doesn't have an attribute %v, valid attributes: [celery.task.name]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // CeleryWorkerHeartbeatAgeMetricAttributeKey specifies the key of an attribute for the celery.worker.heartbeat.age metric.
 type CeleryWorkerHeartbeatAgeMetricAttributeKey string
 
@@ -141,6 +189,54 @@ func (ms *CeleryWorkerOnlineMetricConfig) Validate() error {
 		case CeleryWorkerOnlineMetricAttributeKeyWorker:
 		default:
 			return fmt.Errorf("metric celery.worker.online doesn't have an attribute %v, valid attributes: [cicd.worker.id]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// CeleryWorkerTasksPrefetchedMetricAttributeKey specifies the key of an attribute for the celery.worker.tasks.prefetched metric.
+type CeleryWorkerTasksPrefetchedMetricAttributeKey string
+
+const (
+	CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName CeleryWorkerTasksPrefetchedMetricAttributeKey = "celery.task.name"
+)
+
+// CeleryWorkerTasksPrefetchedMetricConfig provides config for the celery.worker.tasks.prefetched metric.
+type CeleryWorkerTasksPrefetchedMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                          `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []CeleryWorkerTasksPrefetchedMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *CeleryWorkerTasksPrefetchedMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *CeleryWorkerTasksPrefetchedMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName:
+		default:
+			return fmt.Errorf("metric celery.worker.tasks.prefetched doesn't have an attribute %v, valid attributes: [celery.task.name]", val)
 		}
 	}
 
@@ -264,8 +360,10 @@ func (ms *WorkerwatchWorkerRunsActiveMetricConfig) Unmarshal(parser *confmap.Con
 // MetricsConfig provides config for celery metrics.
 type MetricsConfig struct {
 	CeleryEvents                    CeleryEventsMetricConfig                    `mapstructure:"celery.events"`
+	CeleryTaskPrefetchTime          CeleryTaskPrefetchTimeMetricConfig          `mapstructure:"celery.task.prefetch.time"`
 	CeleryWorkerHeartbeatAge        CeleryWorkerHeartbeatAgeMetricConfig        `mapstructure:"celery.worker.heartbeat.age"`
 	CeleryWorkerOnline              CeleryWorkerOnlineMetricConfig              `mapstructure:"celery.worker.online"`
+	CeleryWorkerTasksPrefetched     CeleryWorkerTasksPrefetchedMetricConfig     `mapstructure:"celery.worker.tasks.prefetched"`
 	CeleryWorkerTasksProcessed      CeleryWorkerTasksProcessedMetricConfig      `mapstructure:"celery.worker.tasks.processed"`
 	WorkerwatchSchedulerRunsPending WorkerwatchSchedulerRunsPendingMetricConfig `mapstructure:"workerwatch.scheduler.runs.pending"`
 	WorkerwatchWorkerCapacity       WorkerwatchWorkerCapacityMetricConfig       `mapstructure:"workerwatch.worker.capacity"`
@@ -279,6 +377,11 @@ func DefaultMetricsConfig() MetricsConfig {
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []CeleryEventsMetricAttributeKey{CeleryEventsMetricAttributeKeyEventType},
 		},
+		CeleryTaskPrefetchTime: CeleryTaskPrefetchTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategyAvg,
+			EnabledAttributes:   []CeleryTaskPrefetchTimeMetricAttributeKey{CeleryTaskPrefetchTimeMetricAttributeKeyTaskName},
+		},
 		CeleryWorkerHeartbeatAge: CeleryWorkerHeartbeatAgeMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategyAvg,
@@ -288,6 +391,11 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategyAvg,
 			EnabledAttributes:   []CeleryWorkerOnlineMetricAttributeKey{CeleryWorkerOnlineMetricAttributeKeyWorker},
+		},
+		CeleryWorkerTasksPrefetched: CeleryWorkerTasksPrefetchedMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategyAvg,
+			EnabledAttributes:   []CeleryWorkerTasksPrefetchedMetricAttributeKey{CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName},
 		},
 		CeleryWorkerTasksProcessed: CeleryWorkerTasksProcessedMetricConfig{
 			Enabled: true,

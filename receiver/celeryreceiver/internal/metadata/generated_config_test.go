@@ -31,6 +31,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []CeleryEventsMetricAttributeKey{CeleryEventsMetricAttributeKeyEventType},
 					},
+					CeleryTaskPrefetchTime: CeleryTaskPrefetchTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []CeleryTaskPrefetchTimeMetricAttributeKey{CeleryTaskPrefetchTimeMetricAttributeKeyTaskName},
+					},
 					CeleryWorkerHeartbeatAge: CeleryWorkerHeartbeatAgeMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategyAvg,
@@ -40,6 +45,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategyAvg,
 						EnabledAttributes:   []CeleryWorkerOnlineMetricAttributeKey{CeleryWorkerOnlineMetricAttributeKeyWorker},
+					},
+					CeleryWorkerTasksPrefetched: CeleryWorkerTasksPrefetchedMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []CeleryWorkerTasksPrefetchedMetricAttributeKey{CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName},
 					},
 					CeleryWorkerTasksProcessed: CeleryWorkerTasksProcessedMetricConfig{
 						Enabled: true,
@@ -71,6 +81,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []CeleryEventsMetricAttributeKey{CeleryEventsMetricAttributeKeyEventType},
 					},
+					CeleryTaskPrefetchTime: CeleryTaskPrefetchTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []CeleryTaskPrefetchTimeMetricAttributeKey{CeleryTaskPrefetchTimeMetricAttributeKeyTaskName},
+					},
 					CeleryWorkerHeartbeatAge: CeleryWorkerHeartbeatAgeMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategyAvg,
@@ -80,6 +95,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategyAvg,
 						EnabledAttributes:   []CeleryWorkerOnlineMetricAttributeKey{CeleryWorkerOnlineMetricAttributeKeyWorker},
+					},
+					CeleryWorkerTasksPrefetched: CeleryWorkerTasksPrefetchedMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []CeleryWorkerTasksPrefetchedMetricAttributeKey{CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName},
 					},
 					CeleryWorkerTasksProcessed: CeleryWorkerTasksProcessedMetricConfig{
 						Enabled: false,
@@ -106,7 +126,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(CeleryEventsMetricConfig{}, CeleryWorkerHeartbeatAgeMetricConfig{}, CeleryWorkerOnlineMetricConfig{}, CeleryWorkerTasksProcessedMetricConfig{}, WorkerwatchSchedulerRunsPendingMetricConfig{}, WorkerwatchWorkerCapacityMetricConfig{}, WorkerwatchWorkerRunsActiveMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(CeleryEventsMetricConfig{}, CeleryTaskPrefetchTimeMetricConfig{}, CeleryWorkerHeartbeatAgeMetricConfig{}, CeleryWorkerOnlineMetricConfig{}, CeleryWorkerTasksPrefetchedMetricConfig{}, CeleryWorkerTasksProcessedMetricConfig{}, WorkerwatchSchedulerRunsPendingMetricConfig{}, WorkerwatchWorkerCapacityMetricConfig{}, WorkerwatchWorkerRunsActiveMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -119,6 +139,18 @@ func TestCeleryEventsMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric celery.events doesn't have an attribute invalid, valid attributes: [celery.event.type]")
 
 	cfg = DefaultMetricsConfig().CeleryEvents
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestCeleryTaskPrefetchTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().CeleryTaskPrefetchTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []CeleryTaskPrefetchTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric celery.task.prefetch.time doesn't have an attribute invalid, valid attributes: [celery.task.name]")
+
+	cfg = DefaultMetricsConfig().CeleryTaskPrefetchTime
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }
@@ -143,6 +175,18 @@ func TestCeleryWorkerOnlineMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric celery.worker.online doesn't have an attribute invalid, valid attributes: [cicd.worker.id]")
 
 	cfg = DefaultMetricsConfig().CeleryWorkerOnline
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestCeleryWorkerTasksPrefetchedMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().CeleryWorkerTasksPrefetched
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []CeleryWorkerTasksPrefetchedMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric celery.worker.tasks.prefetched doesn't have an attribute invalid, valid attributes: [celery.task.name]")
+
+	cfg = DefaultMetricsConfig().CeleryWorkerTasksPrefetched
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

@@ -24,6 +24,10 @@ var MetricsInfo = metricsInfo{
 		Name:       "celery.events",
 		Attributes: []string{"event_type"},
 	},
+	CeleryTaskPrefetchTime: metricInfo{
+		Name:       "celery.task.prefetch.time",
+		Attributes: []string{"task_name"},
+	},
 	CeleryWorkerHeartbeatAge: metricInfo{
 		Name:       "celery.worker.heartbeat.age",
 		Attributes: []string{"worker"},
@@ -31,6 +35,10 @@ var MetricsInfo = metricsInfo{
 	CeleryWorkerOnline: metricInfo{
 		Name:       "celery.worker.online",
 		Attributes: []string{"worker"},
+	},
+	CeleryWorkerTasksPrefetched: metricInfo{
+		Name:       "celery.worker.tasks.prefetched",
+		Attributes: []string{"task_name"},
 	},
 	CeleryWorkerTasksProcessed: metricInfo{
 		Name: "celery.worker.tasks.processed",
@@ -49,8 +57,10 @@ var MetricsInfo = metricsInfo{
 
 type metricsInfo struct {
 	CeleryEvents                    metricInfo
+	CeleryTaskPrefetchTime          metricInfo
 	CeleryWorkerHeartbeatAge        metricInfo
 	CeleryWorkerOnline              metricInfo
+	CeleryWorkerTasksPrefetched     metricInfo
 	CeleryWorkerTasksProcessed      metricInfo
 	WorkerwatchSchedulerRunsPending metricInfo
 	WorkerwatchWorkerCapacity       metricInfo
@@ -145,6 +155,95 @@ func (m *metricCeleryEvents) emit(metrics pmetric.MetricSlice) {
 
 func newMetricCeleryEvents(cfg CeleryEventsMetricConfig) metricCeleryEvents {
 	m := metricCeleryEvents{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricCeleryTaskPrefetchTime struct {
+	data          pmetric.Metric                     // data buffer for generated metric.
+	config        CeleryTaskPrefetchTimeMetricConfig // metric config provided by user.
+	capacity      int                                // max observed number of data points added to the metric.
+	aggDataPoints []float64                          // slice containing number of aggregated datapoints at each index
+}
+
+// init fills celery.task.prefetch.time metric with initial data.
+func (m *metricCeleryTaskPrefetchTime) init() {
+	m.data.SetName("celery.task.prefetch.time")
+	m.data.SetDescription("Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.")
+	m.data.SetUnit("s")
+	m.data.SetEmptyGauge()
+	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricCeleryTaskPrefetchTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, taskNameAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, CeleryTaskPrefetchTimeMetricAttributeKeyTaskName) {
+		dp.Attributes().PutStr("celery.task.name", taskNameAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricCeleryTaskPrefetchTime) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricCeleryTaskPrefetchTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Gauge().DataPoints().At(i).SetDoubleValue(m.data.Gauge().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricCeleryTaskPrefetchTime(cfg CeleryTaskPrefetchTimeMetricConfig) metricCeleryTaskPrefetchTime {
+	m := metricCeleryTaskPrefetchTime{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -323,6 +422,95 @@ func (m *metricCeleryWorkerOnline) emit(metrics pmetric.MetricSlice) {
 
 func newMetricCeleryWorkerOnline(cfg CeleryWorkerOnlineMetricConfig) metricCeleryWorkerOnline {
 	m := metricCeleryWorkerOnline{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricCeleryWorkerTasksPrefetched struct {
+	data          pmetric.Metric                          // data buffer for generated metric.
+	config        CeleryWorkerTasksPrefetchedMetricConfig // metric config provided by user.
+	capacity      int                                     // max observed number of data points added to the metric.
+	aggDataPoints []int64                                 // slice containing number of aggregated datapoints at each index
+}
+
+// init fills celery.worker.tasks.prefetched metric with initial data.
+func (m *metricCeleryWorkerTasksPrefetched) init() {
+	m.data.SetName("celery.worker.tasks.prefetched")
+	m.data.SetDescription("Tasks the worker's current incarnation received and has not started (prefetched; ETA and countdown tasks left out), by task name: Flower's `flower_worker_prefetched_tasks`. 0 once a name's last prefetched task started or ended.")
+	m.data.SetUnit("{run}")
+	m.data.SetEmptyGauge()
+	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricCeleryWorkerTasksPrefetched) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, taskNameAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, CeleryWorkerTasksPrefetchedMetricAttributeKeyTaskName) {
+		dp.Attributes().PutStr("celery.task.name", taskNameAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricCeleryWorkerTasksPrefetched) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricCeleryWorkerTasksPrefetched) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Gauge().DataPoints().At(i).SetIntValue(m.data.Gauge().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricCeleryWorkerTasksPrefetched(cfg CeleryWorkerTasksPrefetchedMetricConfig) metricCeleryWorkerTasksPrefetched {
+	m := metricCeleryWorkerTasksPrefetched{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -583,8 +771,10 @@ type MetricsBuilder struct {
 	resourceAttributeIncludeFilter        map[string]filter.Filter
 	resourceAttributeExcludeFilter        map[string]filter.Filter
 	metricCeleryEvents                    metricCeleryEvents
+	metricCeleryTaskPrefetchTime          metricCeleryTaskPrefetchTime
 	metricCeleryWorkerHeartbeatAge        metricCeleryWorkerHeartbeatAge
 	metricCeleryWorkerOnline              metricCeleryWorkerOnline
+	metricCeleryWorkerTasksPrefetched     metricCeleryWorkerTasksPrefetched
 	metricCeleryWorkerTasksProcessed      metricCeleryWorkerTasksProcessed
 	metricWorkerwatchSchedulerRunsPending metricWorkerwatchSchedulerRunsPending
 	metricWorkerwatchWorkerCapacity       metricWorkerwatchWorkerCapacity
@@ -615,8 +805,10 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricsBuffer:                         pmetric.NewMetrics(),
 		buildInfo:                             settings.BuildInfo,
 		metricCeleryEvents:                    newMetricCeleryEvents(mbc.Metrics.CeleryEvents),
+		metricCeleryTaskPrefetchTime:          newMetricCeleryTaskPrefetchTime(mbc.Metrics.CeleryTaskPrefetchTime),
 		metricCeleryWorkerHeartbeatAge:        newMetricCeleryWorkerHeartbeatAge(mbc.Metrics.CeleryWorkerHeartbeatAge),
 		metricCeleryWorkerOnline:              newMetricCeleryWorkerOnline(mbc.Metrics.CeleryWorkerOnline),
+		metricCeleryWorkerTasksPrefetched:     newMetricCeleryWorkerTasksPrefetched(mbc.Metrics.CeleryWorkerTasksPrefetched),
 		metricCeleryWorkerTasksProcessed:      newMetricCeleryWorkerTasksProcessed(mbc.Metrics.CeleryWorkerTasksProcessed),
 		metricWorkerwatchSchedulerRunsPending: newMetricWorkerwatchSchedulerRunsPending(mbc.Metrics.WorkerwatchSchedulerRunsPending),
 		metricWorkerwatchWorkerCapacity:       newMetricWorkerwatchWorkerCapacity(mbc.Metrics.WorkerwatchWorkerCapacity),
@@ -706,8 +898,10 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Scope().SetVersion(mb.buildInfo.Version)
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
 	mb.metricCeleryEvents.emit(ils.Metrics())
+	mb.metricCeleryTaskPrefetchTime.emit(ils.Metrics())
 	mb.metricCeleryWorkerHeartbeatAge.emit(ils.Metrics())
 	mb.metricCeleryWorkerOnline.emit(ils.Metrics())
+	mb.metricCeleryWorkerTasksPrefetched.emit(ils.Metrics())
 	mb.metricCeleryWorkerTasksProcessed.emit(ils.Metrics())
 	mb.metricWorkerwatchSchedulerRunsPending.emit(ils.Metrics())
 	mb.metricWorkerwatchWorkerCapacity.emit(ils.Metrics())
@@ -748,6 +942,11 @@ func (mb *MetricsBuilder) RecordCeleryEventsDataPoint(ts pcommon.Timestamp, val 
 	mb.metricCeleryEvents.recordDataPoint(mb.startTime, ts, val, eventTypeAttributeValue)
 }
 
+// RecordCeleryTaskPrefetchTimeDataPoint adds a data point to celery.task.prefetch.time metric.
+func (mb *MetricsBuilder) RecordCeleryTaskPrefetchTimeDataPoint(ts pcommon.Timestamp, val float64, taskNameAttributeValue string) {
+	mb.metricCeleryTaskPrefetchTime.recordDataPoint(mb.startTime, ts, val, taskNameAttributeValue)
+}
+
 // RecordCeleryWorkerHeartbeatAgeDataPoint adds a data point to celery.worker.heartbeat.age metric.
 func (mb *MetricsBuilder) RecordCeleryWorkerHeartbeatAgeDataPoint(ts pcommon.Timestamp, val float64, workerAttributeValue string) {
 	mb.metricCeleryWorkerHeartbeatAge.recordDataPoint(mb.startTime, ts, val, workerAttributeValue)
@@ -756,6 +955,11 @@ func (mb *MetricsBuilder) RecordCeleryWorkerHeartbeatAgeDataPoint(ts pcommon.Tim
 // RecordCeleryWorkerOnlineDataPoint adds a data point to celery.worker.online metric.
 func (mb *MetricsBuilder) RecordCeleryWorkerOnlineDataPoint(ts pcommon.Timestamp, val int64, workerAttributeValue string) {
 	mb.metricCeleryWorkerOnline.recordDataPoint(mb.startTime, ts, val, workerAttributeValue)
+}
+
+// RecordCeleryWorkerTasksPrefetchedDataPoint adds a data point to celery.worker.tasks.prefetched metric.
+func (mb *MetricsBuilder) RecordCeleryWorkerTasksPrefetchedDataPoint(ts pcommon.Timestamp, val int64, taskNameAttributeValue string) {
+	mb.metricCeleryWorkerTasksPrefetched.recordDataPoint(mb.startTime, ts, val, taskNameAttributeValue)
 }
 
 // RecordCeleryWorkerTasksProcessedDataPoint adds a data point to celery.worker.tasks.processed metric.

@@ -68,8 +68,10 @@ func TestMetricsBuilder(t *testing.T) {
 			mb := NewMetricsBuilder(loadMetricsBuilderConfig(t, tt.name), settings, WithStartTime(start))
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
 			aggMap["celery.events"] = mb.metricCeleryEvents.config.AggregationStrategy
+			aggMap["celery.task.prefetch.time"] = mb.metricCeleryTaskPrefetchTime.config.AggregationStrategy
 			aggMap["celery.worker.heartbeat.age"] = mb.metricCeleryWorkerHeartbeatAge.config.AggregationStrategy
 			aggMap["celery.worker.online"] = mb.metricCeleryWorkerOnline.config.AggregationStrategy
+			aggMap["celery.worker.tasks.prefetched"] = mb.metricCeleryWorkerTasksPrefetched.config.AggregationStrategy
 			aggMap["workerwatch.scheduler.runs.pending"] = mb.metricWorkerwatchSchedulerRunsPending.config.AggregationStrategy
 
 			expectedWarnings := 0
@@ -87,6 +89,12 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordCeleryTaskPrefetchTimeDataPoint(ts, 1, "task_name-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordCeleryTaskPrefetchTimeDataPoint(ts, 3, "task_name-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordCeleryWorkerHeartbeatAgeDataPoint(ts, 1, "worker-val")
 			if tt.name == "reaggregate_set" {
 				mb.RecordCeleryWorkerHeartbeatAgeDataPoint(ts, 3, "worker-val-2")
@@ -96,6 +104,12 @@ func TestMetricsBuilder(t *testing.T) {
 			mb.RecordCeleryWorkerOnlineDataPoint(ts, 1, "worker-val")
 			if tt.name == "reaggregate_set" {
 				mb.RecordCeleryWorkerOnlineDataPoint(ts, 3, "worker-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordCeleryWorkerTasksPrefetchedDataPoint(ts, 1, "task_name-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordCeleryWorkerTasksPrefetchedDataPoint(ts, 3, "task_name-val-2")
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -120,8 +134,10 @@ func TestMetricsBuilder(t *testing.T) {
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricCeleryEvents.aggDataPoints)
+				assert.Empty(t, mb.metricCeleryTaskPrefetchTime.aggDataPoints)
 				assert.Empty(t, mb.metricCeleryWorkerHeartbeatAge.aggDataPoints)
 				assert.Empty(t, mb.metricCeleryWorkerOnline.aggDataPoints)
+				assert.Empty(t, mb.metricCeleryWorkerTasksPrefetched.aggDataPoints)
 				assert.Empty(t, mb.metricWorkerwatchSchedulerRunsPending.aggDataPoints)
 			}
 
@@ -192,6 +208,46 @@ func TestMetricsBuilder(t *testing.T) {
 							assert.Equal(t, int64(3), dp.IntValue())
 						}
 						_, ok := dp.Attributes().Get("celery.event.type")
+						assert.False(t, ok)
+					}
+				case "celery.task.prefetch.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["celery.task.prefetch.time"], "Found a duplicate in the metrics slice: celery.task.prefetch.time")
+						validatedMetrics["celery.task.prefetch.time"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						taskNameAttrVal, ok := dp.Attributes().Get("celery.task.name")
+						assert.True(t, ok)
+						assert.Equal(t, "task_name-val", taskNameAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["celery.task.prefetch.time"], "Found a duplicate in the metrics slice: celery.task.prefetch.time")
+						validatedMetrics["celery.task.prefetch.time"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Seconds the latest started task of this name waited at the worker (prefetched) between its `task-received` and its `task-started` event, both stamped by the worker's clock; tasks with an ETA or countdown are left out. Flower's `flower_task_prefetch_time_seconds` (named `flower_task_queuing_time_at_worker_seconds` on Flower's development branch before its 1.0.0 release), except that Flower sets it to 0 when a task of the name ends, and this gauge keeps the latest start's value.", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["celery.task.prefetch.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("celery.task.name")
 						assert.False(t, ok)
 					}
 				case "celery.worker.heartbeat.age":
@@ -272,6 +328,46 @@ func TestMetricsBuilder(t *testing.T) {
 							assert.Equal(t, int64(3), dp.IntValue())
 						}
 						_, ok := dp.Attributes().Get("cicd.worker.id")
+						assert.False(t, ok)
+					}
+				case "celery.worker.tasks.prefetched":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["celery.worker.tasks.prefetched"], "Found a duplicate in the metrics slice: celery.worker.tasks.prefetched")
+						validatedMetrics["celery.worker.tasks.prefetched"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Tasks the worker's current incarnation received and has not started (prefetched; ETA and countdown tasks left out), by task name: Flower's `flower_worker_prefetched_tasks`. 0 once a name's last prefetched task started or ended.", mi.Description())
+						assert.Equal(t, "{run}", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						taskNameAttrVal, ok := dp.Attributes().Get("celery.task.name")
+						assert.True(t, ok)
+						assert.Equal(t, "task_name-val", taskNameAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["celery.worker.tasks.prefetched"], "Found a duplicate in the metrics slice: celery.worker.tasks.prefetched")
+						validatedMetrics["celery.worker.tasks.prefetched"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Tasks the worker's current incarnation received and has not started (prefetched; ETA and countdown tasks left out), by task name: Flower's `flower_worker_prefetched_tasks`. 0 once a name's last prefetched task started or ended.", mi.Description())
+						assert.Equal(t, "{run}", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["celery.worker.tasks.prefetched"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("celery.task.name")
 						assert.False(t, ok)
 					}
 				case "celery.worker.tasks.processed":

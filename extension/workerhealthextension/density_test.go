@@ -1,0 +1,509 @@
+package workerhealthextension
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/workerwatch/workerwatch/extension/filestorage"
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
+)
+
+// The density measurement (issue 24, docs/scaling.md "Memory per worker"):
+// what one gateway shard holds per worker, split by component, fed what an
+// agent forwards for every worker every 10 s: its tree sample (the worker
+// on the resource, workerwatch.worker.present = 1, the main role's memory
+// and CPU, the CPU limit), a heartbeat, and a run claimed and started (the
+// scheduler's claim too; the previous round's run finishes on both sides).
+// The components are the distribution's own, configured from the shipped
+// deploy/collector/gateway-static.yaml as a single gateway (the processor
+// and exporter sections as shipped, checkpoint on), in process, with the
+// evaluation every second instead of 10 s so that a run takes seconds.
+//
+// Each configuration runs in its own child process (this test binary run
+// again), so its live heap and RSS start from the same base:
+//
+//	tracker      the processor (its state, the checkpoint), snapshots dropped
+//	view         + the extension with a history of one sample (history off)
+//	history      + the shipped history (30 min at 10 s), every ring full
+//	exporter     + the Prometheus exporter as shipped (pass-through tree
+//	               metrics and the processor's series), history on
+//	exporter-nh  the same with history off
+//	sparse       exporter-nh as a worker steady for 5 minutes is exported:
+//	             the state set's current state only, no drift gauge at 0
+//
+// WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those.
+//
+//	WORKERWATCH_DENSITY=10000,100000 go test -count=1 -timeout 30m \
+//	    -run '^TestDensity$' -v ./extension/workerhealthextension/
+//
+// Without WORKERWATCH_DENSITY it runs every configuration at 200 workers
+// and checks only that each holds every worker (no figure is gated).
+func TestDensity(t *testing.T) {
+	if child := os.Getenv("WORKERWATCH_DENSITY_CHILD"); child != "" {
+		densityChild(t, child)
+		return
+	}
+	sizes := []int{200}
+	if spec := os.Getenv("WORKERWATCH_DENSITY"); spec != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(spec, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "WORKERWATCH_DENSITY: a comma-separated list of worker counts")
+			sizes = append(sizes, n)
+		}
+	}
+	configs := densityConfigs
+	if only := os.Getenv("WORKERWATCH_DENSITY_CONFIGS"); only != "" {
+		configs = strings.Split(only, ",")
+	}
+	for _, n := range sizes {
+		res := map[string]densityResult{}
+		for _, c := range configs {
+			r := runDensityChild(t, c, n)
+			require.Equal(t, n, r.Workers, "%s at %d workers: every worker tracked and served", c, n)
+			res[c] = r
+		}
+		if _, ok := res["tracker"]; ok && len(res) >= len(densityConfigs) {
+			t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
+		}
+		if a, b := res["exporter-nh"], res["sparse"]; a.Workers > 0 && b.Workers > 0 {
+			t.Logf("RESULT export shape at %d workers, history off: live heap %.2f -> %.2f KiB per worker (%.2fx), page %.1f -> %.1f MB, %.1f -> %.1f series per worker",
+				n, a.HeapBytes/float64(n)/1024, b.HeapBytes/float64(n)/1024, a.HeapBytes/b.HeapBytes,
+				float64(a.PageBytes)/1e6, float64(b.PageBytes)/1e6, float64(a.PageSeries)/float64(n), float64(b.PageSeries)/float64(n))
+		}
+	}
+}
+
+var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh", "sparse"}
+
+// densityResult is what a child reports: live heap after GC and RSS above
+// the child's own base, and what the exporter's page holds.
+type densityResult struct {
+	Config     string  `json:"config"`
+	Workers    int     `json:"workers"`
+	HeapBytes  float64 `json:"heap_bytes"`
+	RSSBytes   float64 `json:"rss_bytes"`
+	PeakBytes  float64 `json:"peak_bytes"`
+	PageBytes  int     `json:"page_bytes"`
+	PageSeries int     `json:"page_series"`
+	Seconds    float64 `json:"seconds"`
+}
+
+func runDensityChild(t *testing.T, config string, n int) densityResult {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestDensity$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("WORKERWATCH_DENSITY_CHILD=%s:%d", config, n))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "density child %s:%d:\n%s", config, n, out)
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if _, js, ok := strings.Cut(sc.Text(), "DENSITY "); ok {
+			var r densityResult
+			require.NoError(t, json.Unmarshal([]byte(js), &r))
+			t.Logf("density child %s:%d: %s", config, n, js)
+			return r
+		}
+	}
+	t.Fatalf("density child %s:%d printed no result:\n%s", config, n, out)
+	return densityResult{}
+}
+
+// densityTable is the per-worker split: each component is the difference
+// between two configurations.
+func densityTable(n int, r map[string]densityResult) string {
+	per := func(v float64) string { return fmt.Sprintf("%8.2f", v/float64(n)/1024) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-34s %12s %12s\n", "KiB per worker", "live heap", "RSS")
+	row := func(name string, heap, rss float64) {
+		fmt.Fprintf(&b, "  %-34s %12s %12s\n", name, per(heap), per(rss))
+	}
+	d := func(a, c string) (float64, float64) {
+		return r[a].HeapBytes - r[c].HeapBytes, r[a].RSSBytes - r[c].RSSBytes
+	}
+	row("tracker (processor, checkpoint)", r["tracker"].HeapBytes, r["tracker"].RSSBytes)
+	h, s := d("view", "tracker")
+	row("extension view", h, s)
+	h, s = d("history", "view")
+	row("history (30 min at 10 s, full)", h, s)
+	h, s = d("exporter", "history")
+	row("pass-through + exporter series", h, s)
+	row("total, history on", r["exporter"].HeapBytes, r["exporter"].RSSBytes)
+	row("total, history off", r["exporter-nh"].HeapBytes, r["exporter-nh"].RSSBytes)
+	fmt.Fprintf(&b, "  peak RSS above base, history on: %.1f MiB (%.2f KiB per worker); off: %.1f MiB\n",
+		r["exporter"].PeakBytes/(1<<20), r["exporter"].PeakBytes/float64(n)/1024, r["exporter-nh"].PeakBytes/(1<<20))
+	ex := r["exporter"]
+	fmt.Fprintf(&b, "  exporter page: %.1f MB, %d series (%.1f per worker)\n",
+		float64(ex.PageBytes)/1e6, ex.PageSeries, float64(ex.PageSeries)/float64(n))
+	return b.String()
+}
+
+// sparseStates is what the processor exports for a worker steady for
+// longer than its stateZerosFor (5 minutes, longer than this run): the state
+// set's 0 points and the drift gauges' (a worker without drift for that
+// long has none) dropped on the way to the exporter, the current state's 1
+// kept (processor/workerhealthprocessor/emit.go).
+type sparseStates struct{ next consumer.Metrics }
+
+func (s sparseStates) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+func (s sparseStates) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		sms := rms.At(i).ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			ms := sms.At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				m := ms.At(k)
+				if m.Name() != contract.MetricState && m.Name() != contract.MetricDrift {
+					continue
+				}
+				m.Gauge().DataPoints().RemoveIf(func(dp pmetric.NumberDataPoint) bool { return dp.IntValue() == 0 })
+			}
+			ms.RemoveIf(func(m pmetric.Metric) bool {
+				return m.Type() == pmetric.MetricTypeGauge && m.Gauge().DataPoints().Len() == 0
+			})
+		}
+	}
+	return s.next.ConsumeMetrics(ctx, md)
+}
+
+// densitySub stands between the processor and the extension: it keeps the
+// last snapshot (to know an evaluation happened) and forwards it, or drops
+// it when there is no extension (configuration "tracker").
+type densitySub struct {
+	component.StartFunc
+	component.ShutdownFunc
+	next *workerHealth
+	mu   sync.Mutex
+	last *contract.Snapshot
+}
+
+func (s *densitySub) Publish(snap *contract.Snapshot) {
+	s.mu.Lock()
+	s.last = snap
+	s.mu.Unlock()
+	if s.next != nil {
+		s.next.Publish(snap)
+	}
+}
+
+func (s *densitySub) latest() *contract.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+type densityHost struct {
+	exts map[component.ID]component.Component
+}
+
+func (h densityHost) GetExtensions() map[component.ID]component.Component { return h.exts }
+
+// gatewaySection is one component's section of the shipped
+// gateway-static.yaml.
+func gatewaySection(t *testing.T, kind, name string) *confmap.Conf {
+	t.Helper()
+	conf, err := confmaptest.LoadConf(filepath.Join("..", "..", "deploy", "collector", "gateway-static.yaml"))
+	require.NoError(t, err)
+	key := kind + "::" + name
+	require.True(t, conf.IsSet(key), "gateway-static.yaml has no %s", key)
+	sec, err := conf.Sub(key)
+	require.NoError(t, err)
+	return sec
+}
+
+func vmStatus(key string) float64 {
+	raw, _ := os.ReadFile("/proc/self/status")
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func liveHeap() float64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
+}
+
+func densityChild(t *testing.T, spec string) {
+	config, ns, _ := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(ns)
+	require.NoError(t, err)
+	ctx := context.Background()
+	began := time.Now()
+	debug.FreeOSMemory()
+	baseHeap, baseRSS := liveHeap(), vmStatus("VmRSS")
+
+	withExt := config != "tracker"
+	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
+	fullHistory := config == "history" || config == "exporter"
+
+	exts := map[component.ID]component.Component{}
+	sub := &densitySub{}
+	subID := component.MustNewID("worker_health")
+	exts[subID] = sub
+	if withExt {
+		sub.next = newTestExt(t, func(c *Config) {
+			if !fullHistory {
+				c.History.Window, c.History.Resolution = 10*time.Second, 10*time.Second
+			}
+		})
+		require.NoError(t, sub.next.Start(ctx, densityHost{exts: exts}))
+		defer func() { require.NoError(t, sub.next.Shutdown(ctx)) }()
+	}
+	fsf := filestorage.NewFactory()
+	fsCfg := fsf.CreateDefaultConfig()
+	fsConf := gatewaySection(t, "extensions", "file_storage")
+	require.NoError(t, fsConf.Merge(confmap.NewFromStringMap(map[string]any{"directory": t.TempDir()})))
+	require.NoError(t, fsConf.Unmarshal(fsCfg))
+	fsID := component.MustNewID("file_storage")
+	fs, err := fsf.Create(ctx, extensiontest.NewNopSettings(fsf.Type()), fsCfg)
+	require.NoError(t, err)
+	require.NoError(t, fs.Start(ctx, densityHost{exts: exts}))
+	defer func() { require.NoError(t, fs.Shutdown(ctx)) }()
+	exts[fsID] = fs
+	host := densityHost{exts: exts}
+
+	var metricsNext consumer.Metrics = consumertest.NewNop()
+	promAddr := ""
+	if withExporter {
+		ef := prometheusexporter.NewFactory()
+		eCfg := ef.CreateDefaultConfig()
+		promAddr = freeLoopback(t)
+		eConf := gatewaySection(t, "exporters", "prometheus")
+		require.NoError(t, eConf.Merge(confmap.NewFromStringMap(map[string]any{"endpoint": promAddr})))
+		require.NoError(t, eConf.Unmarshal(eCfg))
+		exp, err := ef.CreateMetrics(ctx, exportertest.NewNopSettings(ef.Type()), eCfg)
+		require.NoError(t, err)
+		require.NoError(t, exp.Start(ctx, host))
+		defer func() { require.NoError(t, exp.Shutdown(ctx)) }()
+		metricsNext = exp
+		if config == "sparse" {
+			metricsNext = sparseStates{next: exp}
+		}
+	}
+
+	pf := workerhealthprocessor.NewFactory()
+	pCfg := pf.CreateDefaultConfig().(*workerhealthprocessor.Config)
+	require.NoError(t, gatewaySection(t, "processors", "worker_health").Unmarshal(pCfg))
+	pCfg.EmitInterval = time.Second // the evaluation every second: the run takes seconds
+	pCfg.Limits.MaxWorkers = max(pCfg.Limits.MaxWorkers, n)
+	require.NoError(t, pCfg.Validate())
+	pSet := processortest.NewNopSettings(pf.Type())
+	mp, err := pf.CreateMetrics(ctx, pSet, pCfg, metricsNext)
+	require.NoError(t, err)
+	lp, err := pf.CreateLogs(ctx, pSet, pCfg, consumertest.NewNop())
+	require.NoError(t, err)
+	for _, c := range []component.Component{mp, lp} {
+		require.NoError(t, c.Start(ctx, host))
+	}
+	defer func() {
+		for _, c := range []component.Component{mp, lp} {
+			require.NoError(t, c.Shutdown(ctx))
+		}
+	}()
+
+	const rounds = 3
+	var snap *contract.Snapshot
+	for round := range rounds {
+		fed := time.Now()
+		feedDensityRound(t, mp, lp, n, round)
+		require.Eventually(t, func() bool {
+			snap = sub.latest()
+			return snap != nil && snap.Time.After(fed) && len(snap.Workers) == n
+		}, 2*time.Minute, 50*time.Millisecond, "an evaluation of all %d workers after round %d", n, round)
+	}
+	served := len(snap.Workers)
+	if withExt {
+		sub.next.store.Flush()
+		if fullHistory {
+			// Fill every ring: the last evaluation again at every step of the
+			// window, as the evaluations of 30 minutes would.
+			hc := sub.next.cfg.History
+			for step := 1; step <= history.Size(hc.Window, hc.Resolution)+1; step++ {
+				s := *snap
+				s.Time = snap.Time.Add(time.Duration(step) * hc.Resolution)
+				sub.next.Publish(&s)
+				sub.next.store.Flush()
+			}
+		}
+		served = len(sub.next.store.Load().ByIDOrder)
+	}
+	res := densityResult{Config: config, Workers: served}
+	if withExporter {
+		// Wait for an emission after the last round, then scrape as Prometheus does.
+		time.Sleep(2 * pCfg.EmitInterval)
+		res.PageBytes, res.PageSeries = scrapeSize(t, "http://"+promAddr+"/metrics")
+	}
+	// The least of a few readings: an evaluation, its emission or its
+	// checkpoint in flight holds buffers that are not per-worker state.
+	res.HeapBytes = liveHeap()
+	for range 6 {
+		time.Sleep(170 * time.Millisecond)
+		res.HeapBytes = min(res.HeapBytes, liveHeap())
+	}
+	res.HeapBytes -= baseHeap
+	debug.FreeOSMemory()
+	res.RSSBytes = vmStatus("VmRSS") - baseRSS
+	res.PeakBytes = vmStatus("VmHWM") - baseRSS
+	res.Seconds = time.Since(began).Seconds()
+	runtime.KeepAlive(snap)
+	js, err := json.Marshal(res)
+	require.NoError(t, err)
+	fmt.Printf("DENSITY %s\n", js)
+}
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// scrapeSize scrapes the exporter as Prometheus would (its shipped
+// write_timeout may cut a slow page: up to three tries) and returns the
+// page's bytes and series; -1, -1 if no try succeeded.
+func scrapeSize(t *testing.T, u string) (int, int) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Minute}
+	for try := range 3 {
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Logf("scrape %d: %v", try, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Logf("scrape %d: %d %v", try, resp.StatusCode, err)
+			continue
+		}
+		series := 0
+		for l := range strings.SplitSeq(string(body), "\n") {
+			if l != "" && !strings.HasPrefix(l, "#") {
+				series++
+			}
+		}
+		return len(body), series
+	}
+	return -1, -1
+}
+
+// feedDensityRound sends one round of every worker's records, 500 workers
+// a request as an agent's batch would carry.
+func feedDensityRound(t *testing.T, mp processor.Metrics, lp processor.Logs, n, round int) {
+	t.Helper()
+	ctx := context.Background()
+	const per = 500
+	now := pcommon.NewTimestampFromTime(time.Now())
+	for from := 0; from < n; from += per {
+		md := pmetric.NewMetrics()
+		ld := plog.NewLogs()
+		srl := ld.ResourceLogs().AppendEmpty()
+		srl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
+		sched := srl.ScopeLogs().AppendEmpty().LogRecords()
+		for i := from; i < min(n, from+per); i++ {
+			id := fmt.Sprintf("density-worker-%06d", i)
+			densityTree(md, id, now, i)
+			wrl := ld.ResourceLogs().AppendEmpty()
+			wrl.Resource().Attributes().PutStr(contract.AttrServiceName, "density-worker")
+			wrl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
+			wrs := wrl.ScopeLogs().AppendEmpty().LogRecords()
+			rec := func(lrs plog.LogRecordSlice, event, run string) plog.LogRecord {
+				lr := lrs.AppendEmpty()
+				lr.SetEventName(event)
+				lr.SetTimestamp(now)
+				if run != "" {
+					lr.Attributes().PutStr(contract.AttrRunID, run)
+				}
+				if lrs == sched {
+					lr.Attributes().PutStr(contract.AttrWorkerID, id)
+				}
+				return lr
+			}
+			rec(wrs, contract.EventHeartbeat, "").Attributes().PutInt(contract.AttrCapacity, 2)
+			if round > 0 {
+				prev := fmt.Sprintf("density-run-%06d-%d", i, round-1)
+				rec(wrs, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+				rec(sched, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+			}
+			run := fmt.Sprintf("density-run-%06d-%d", i, round)
+			rec(sched, contract.EventClaimed, run)
+			rec(wrs, contract.EventClaimed, run)
+			rec(wrs, contract.EventStarted, run)
+		}
+		require.NoError(t, lp.ConsumeLogs(ctx, ld))
+		require.NoError(t, mp.ConsumeMetrics(ctx, md))
+	}
+}
+
+// densityTree is one worker's tree sample as the worker_process receiver
+// forwards it: the worker on the resource, the main role's memory and CPU,
+// the CPU limit and workerwatch.worker.present = 1.
+func densityTree(md pmetric.Metrics, id string, now pcommon.Timestamp, i int) {
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
+	rm.Resource().Attributes().PutStr(contract.AttrWorkerName, id)
+	rm.Resource().Attributes().PutStr("host.name", fmt.Sprintf("density-host-%03d", i/100))
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName("github.com/workerwatch/workerwatch/receiver/workerprocessreceiver")
+	ms := sm.Metrics()
+	gauge := func(name, unit string) pmetric.NumberDataPoint {
+		m := ms.AppendEmpty()
+		m.SetName(name)
+		m.SetUnit(unit)
+		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+		dp.SetTimestamp(now)
+		return dp
+	}
+	mem := gauge(contract.MetricMemory, "By")
+	mem.SetIntValue(int64(200+i%50) << 20)
+	mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
+	cpu := gauge(contract.MetricCPUUtilization, "1")
+	cpu.SetDoubleValue(0.05 + float64(i%10)/100)
+	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
+	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
+	gauge(contract.MetricPresent, "1").SetIntValue(1)
+}
