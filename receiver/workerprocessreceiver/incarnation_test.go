@@ -175,6 +175,28 @@ func TestRootExitAtOnce(t *testing.T) {
 			return false
 		}, 5*time.Second, 10*time.Millisecond, "the restarted root was not sent")
 	})
+	t.Run("restarted after the follow-up", func(t *testing.T) {
+		// Another worker of the kind keeps it present, so no scan would
+		// run before discovery_interval (1m): after an exit the receiver
+		// scans at every scrape for a while, and a restart a few seconds
+		// later is found by the next scrape.
+		const id = "incarnation-late"
+		other := startTree(t, "incarnation-other", true)
+		_ = other
+		a := startTree(t, id, true)
+		_, err := s.scrape(context.Background())
+		require.NoError(t, err)
+		a.killGroup(t)
+		exitOf(t, id)
+		time.Sleep(exitFollowUp + 200*time.Millisecond) // the follow-up found nothing
+		b := startTree(t, id, true)
+		md, err := s.scrape(context.Background())
+		require.NoError(t, err)
+		attrs, ok := resourceOf(md, id)
+		require.True(t, ok)
+		pid, _ := attrs.Get(contract.AttrPID)
+		assert.Equal(t, int64(b.pids[0]), pid.Int(), "the restarted root, found by the next scrape")
+	})
 	t.Run("exit code", func(t *testing.T) {
 		const id = "incarnation-code"
 		tr := startTree(t, id, true)

@@ -302,8 +302,14 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 	unreplaced := false
 	for _, k := range s.kinds {
 		for id, w := range k.instances {
-			if w.rootPid == 0 && w.ended.pid != 0 && now.Sub(w.ended.at) < exitFollowUp {
-				unreplaced = true
+			if w.rootPid == 0 && w.ended.pid != 0 {
+				since := now.Sub(w.ended.at)
+				unreplaced = unreplaced || since < exitFollowUp
+				if since < exitRescanFor && k.sel == selMatch {
+					// Look for its restart at every scrape for a while, not
+					// only every discovery_interval.
+					k.needScan = true
+				}
 			}
 			if w.rootPid == 0 {
 				s.settleAbsent(w)
@@ -367,6 +373,12 @@ func (s *workerScraper) settleAbsent(w *worker) {
 // about this long or less; the health processor's default lost.exit_grace
 // (2 s) is longer.
 const exitFollowUp = time.Second
+
+// exitRescanFor is how long after a root's exit, with no new root found,
+// the receiver scans for the worker's process at every scrape (a match
+// selector; otherwise every discovery_interval): a supervisor restarting
+// with a backoff is found at once. One /proc scan per scrape meanwhile.
+const exitRescanFor = 30 * time.Second
 
 // rootGone records that the worker's root ended (its walk or the discovery
 // found it gone): its incarnation, when and how, from the kernel's exit
