@@ -82,6 +82,7 @@ func TestPresetBullMQ(t *testing.T) {
 		"badinput": bullBadInput,
 		"stalled":  bullStalled,
 		"stallcap": bullStallLimit,
+		"rerun":    bullRerun,
 	}
 	names := make([]string, 0, len(scenarios))
 	for n := range scenarios {
@@ -378,8 +379,10 @@ func bullHang(t *testing.T, s *bullScenario) {
 		}
 		return nil
 	})
-	s.waitFor("hang-b", 30*time.Second, "ran "+job+"#2", func(w contract.Worker) error {
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool { return r.ID == job+"#2" && r.Result == contract.ResultSuccess }) {
+	s.waitFor("hang-b", 30*time.Second, "ran "+job+"#2, its attempt 2", func(w contract.Worker) error {
+		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultSuccess
+		}) {
 			return fmt.Errorf("recent %v", w.Runs.Recent)
 		}
 		return nil
@@ -569,9 +572,9 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 		}
 		return nil
 	})
-	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2", func(w contract.Worker) error {
+	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2, its attempt 2", func(w contract.Worker) error {
 		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
-			return r.ID == job+"#2" && r.Result == contract.ResultFailure && r.KillReason == ""
+			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultFailure && r.KillReason == ""
 		}) {
 			return fmt.Errorf("recent %v", w.Runs.Recent)
 		}
@@ -589,6 +592,50 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 	s.noDrift("sl-b")
 	s.neverIn("sl-a", contract.Lost, contract.Unhealthy)
 	s.neverIn("sl-b", contract.Lost, contract.Unhealthy)
+}
+
+// bullRerun: a job stalled and run again on the same worker (issue 21).
+// rr-a (2 slots) blocks its main event loop 12 s on the job (lock 5 s): when
+// it is free again, its own stalled check moves the job back to wait and
+// rr-a takes it again: BullMQ's attempt 2, <job>#2, which succeeds. Both
+// attempts are rr-a's, each apart: attempt 2 among the recent runs with its
+// success and its number, attempt 1 (its result refused by Redis: its lock
+// was lost) held by rr-a alone, the job orphaned (the duplicate execution),
+// never the other attempt's outcome; never lost.
+func bullRerun(t *testing.T, s *bullScenario) {
+	s.set = map[string]any{"processors::worker_health::limits::recent_runs": bullRecentRuns}
+	s.startCollector()
+	a := s.startWorker("rr-a", true, "LOCK_DURATION_MS=5000", "STALLED_INTERVAL_MS=5000", "CONCURRENCY=2")
+	waitState(t, s.e, "rr-a", 60*time.Second, contract.Healthy)
+	job := s.add(1, `{"durationMs":14000,"hangWorker":"rr-a","hangMainMs":12000}`)[0]
+	waitLog(t, a, "blocking the main event loop for 12000 ms (job "+job+")", 60*time.Second)
+	c := s.redis()
+	ctx := context.Background()
+	eventually(t, 90*time.Second, 500*time.Millisecond, "BullMQ: job "+job+" stalled, run again and completed by rr-a", func() error {
+		v, err := c.HMGet(ctx, "bull:"+s.queue+":"+job, "stc", "pb", "finishedOn", "ats").Result()
+		if err != nil {
+			return err
+		}
+		if v[0] != "1" || v[1] != "rr-a" || v[2] == nil {
+			return fmt.Errorf("stc %v processedBy %v finishedOn %v ats %v", v[0], v[1], v[2], v[3])
+		}
+		return nil
+	})
+	w := s.waitFor("rr-a", bullBoundHang, "attempt 2 of "+job+" succeeded, attempt 1 held and orphaned", func(w contract.Worker) error {
+		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultSuccess
+		}) || !slices.Contains(w.Runs.Worker, job) || !slices.Contains(w.Drift.Orphaned, job) {
+			return fmt.Errorf("recent %+v, held %v, orphaned %v", w.Runs.Recent, w.Runs.Worker, w.Drift.Orphaned)
+		}
+		return nil
+	})
+	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent, w.Runs.Worker, w.Drift.Orphaned)
+	for _, r := range w.Runs.Recent {
+		if r.ID == job && r.Result == contract.ResultSuccess {
+			t.Errorf("attempt 1 of %s shows attempt 2's outcome: %+v", job, r)
+		}
+	}
+	s.neverIn("rr-a", contract.Lost, contract.Unhealthy)
 }
 
 // bullBadInput: names that do not meet, and a Redis with a broken queue.

@@ -51,9 +51,13 @@ func (l leak) at(t time.Time) contract.Worker {
 	}
 	w.Runs.Recent = []contract.RunRecord{
 		{ID: "run-9", Result: contract.ResultSuccess, Started: t.Add(-4 * time.Minute), Ended: t.Add(-3 * time.Minute), DurationSeconds: 60},
-		{ID: "run-8", Result: contract.ResultTimeout, KillReason: contract.KillTimeout, Started: t.Add(-10 * time.Minute), Ended: t.Add(-5 * time.Minute), DurationSeconds: 300},
+		{ID: "run-8", Attempt: 2, Result: contract.ResultTimeout, KillReason: contract.KillTimeout, Started: t.Add(-10 * time.Minute), Ended: t.Add(-5 * time.Minute), DurationSeconds: 300},
 	}
 	w.Runs.Kills = map[string]int64{contract.KillTimeout: 1}
+	w.Incarnation = &contract.Incarnation{
+		ID: "4242@" + l.start.UTC().Format(time.RFC3339), Source: contract.IncarnationTree,
+		PID: 4242, Started: l.start, FirstSeen: l.start,
+	}
 	return w
 }
 

@@ -13,6 +13,12 @@ const (
 	AttrServiceName = "service.name"
 	// AttrRunID is the run id both sides use. String.
 	AttrRunID = "cicd.pipeline.run.id"
+	// AttrRunAttempt is the number of the run's attempt a record is about
+	// (1 = the first), where the sender numbers them (BullMQ's attempts and
+	// stall re-runs, Celery's retries). Int. A run is (AttrRunID,
+	// AttrRunAttempt); without it the processor numbers attempts in the
+	// order it sees them (a start of a run already ended is a new attempt).
+	AttrRunAttempt = "workerwatch.run.attempt"
 	// AttrResult is how a run ended: one of the Result* values.
 	AttrResult = "cicd.pipeline.result"
 	// AttrErrorType is the error a run failed with (TimeoutError, OOMError...).
@@ -41,10 +47,39 @@ const (
 	// AttrCPUMode is the CPU mode of process.cpu.time: "user" or "system".
 	AttrCPUMode = "cpu.mode"
 	// AttrPID, AttrExecutableName and AttrCommandLine are on the opt-in
-	// top-N per-process series only (never on aggregate series).
+	// top-N per-process series only (never on aggregate series). AttrPID is
+	// also on the worker's resource, with AttrProcessCreationTime: the root
+	// process's incarnation (below).
 	AttrPID            = "process.pid"
 	AttrExecutableName = "process.executable.name"
 	AttrCommandLine    = "process.command_line"
+)
+
+// Incarnation attributes: which process the worker's root is, on the worker's
+// resource. The worker_process receiver states them on every resource of a
+// worker whose root it found (AttrPID and AttrProcessCreationTime), and, on
+// the resource of the scrape that found the root gone (MetricPresent 0),
+// those of the root that ended with its exit (AttrProcessExitTime and, where
+// known, AttrProcessExitCode or AttrProcessExitSignal). A pid alone is not a
+// process (pids are reused); pid + creation time is. A worker's own telemetry
+// may carry the same pair (an SDK's process detector) or
+// AttrServiceInstanceID, which the processor then uses as the incarnation.
+const (
+	// AttrProcessCreationTime is when the root process started, ISO 8601
+	// (RFC 3339, UTC, to the kernel's clock tick). String.
+	AttrProcessCreationTime = "process.creation.time"
+	// AttrProcessExitTime is when the root process exited, ISO 8601. String.
+	AttrProcessExitTime = "process.exit.time"
+	// AttrProcessExitCode is the root's exit code, when it exited normally
+	// and the exit was seen in the kernel's process events. Int.
+	AttrProcessExitCode = "process.exit.code"
+	// AttrProcessExitSignal is the signal number that ended the root, when
+	// it was killed by one and the exit was seen in the kernel's process
+	// events (semconv has no such attribute). Int.
+	AttrProcessExitSignal = "workerwatch.process.exit.signal"
+	// AttrServiceInstanceID is the OpenTelemetry SDK's id of one running
+	// instance of a service: a worker's telemetry-only incarnation.
+	AttrServiceInstanceID = "service.instance.id"
 )
 
 // Process roles.
@@ -67,7 +102,10 @@ const (
 	// be sent work (healthy, degraded). Bool.
 	AttrMayTakeWork = "workerwatch.worker.may_take_work"
 	// AttrReasons is on state-change records: an array of maps with the keys
-	// code, message, value, threshold and since.
+	// code, message, value, threshold and since, and the reason's evidence
+	// where it has it (Reason): role, samples, fired_at, latched, current,
+	// recovery_samples, recovery_needed, recovery_ratio, incarnation, exit
+	// (how), exit_code, exit_signal.
 	AttrReasons = "workerwatch.worker.reasons"
 	// AttrSource is whose view a figure is: SourceWorker or SourceScheduler.
 	AttrSource = "workerwatch.source"

@@ -67,16 +67,43 @@ func (s State) Valid() bool {
 	return false
 }
 
-// Reason is one machine-readable cause of a state, with its evidence.
+// Reason codes (Reason.Code). docs/health-rules.md has one line per code
+// with the evidence fields it carries.
+const (
+	CodeMemory        = "memory_over_soft_limit"
+	CodeMemoryAtStart = "memory_over_soft_limit_at_run_start"
+	CodeKills         = "kills_in_window"
+	CodeCPU           = "cpu_saturated"
+	CodeNoClaim       = "no_claim"
+	CodeNoTelemetry   = "no_telemetry"
+	CodeMissing       = "drift_missing"
+	CodeOrphaned      = "drift_orphaned"
+	CodeOverCapacity  = "over_capacity"
+	CodeRecovering    = "recovering"
+	CodeNotReported   = "no_telemetry_since_start"
+	// CodeRecycleLoop: a pool replacing its children after every run.
+	CodeRecycleLoop = "pool_recycle_loop"
+	// CodeProcessExited: the worker's root process exited and no new
+	// incarnation appeared within lost.exit_grace (Reason.Exit says how).
+	CodeProcessExited = "process_exited"
+)
+
+// Reason is one machine-readable cause of a state, with the evidence that
+// made it true.
+//
+// Value, Threshold, Samples and Since are the figures when the reason fired:
+// Value is on the firing side of Threshold. A reason that holds after its
+// condition stopped (a memory latch waiting for its recovery samples) is
+// Latched, with the value now in Current and the way back in Recovery; only
+// a latched reason shows a current value on the other side of its threshold.
 type Reason struct {
-	// Code is stable and machine-readable, e.g. "memory_over_soft_limit",
-	// "memory_over_soft_limit_at_run_start", "kills_in_window", "no_claim",
-	// "no_telemetry", "drift_missing", "drift_orphaned", "over_capacity",
-	// "cpu_saturated" (docs/health-rules.md lists them all).
+	// Code is stable and machine-readable: one of the Code* values
+	// (docs/health-rules.md lists them all, with their evidence fields).
 	Code string `json:"code"`
 	// Message is for people.
 	Message string `json:"message"`
-	// Value and Threshold are the evidence: what was seen and the limit.
+	// Value and Threshold are the evidence: what was seen when the reason
+	// fired, and the limit it was judged against.
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`
 	// Since is when the condition was first seen (this episode).
@@ -84,6 +111,86 @@ type Reason struct {
 	// Role is the process role a memory reason is about (RoleMain, ...);
 	// empty when it is about the whole tree or not about memory.
 	Role string `json:"role,omitempty"`
+	// Samples is how many consecutive samples (or, for kills, events) were
+	// on the firing side when the reason fired; 0 for a rule that does not
+	// count samples.
+	Samples int `json:"samples,omitempty"`
+	// FiredAt is when the reason became true (the latch, the threshold
+	// crossed); zero when the same as Since.
+	FiredAt time.Time `json:"fired_at,omitzero"`
+	// Latched is true when the reason holds although its condition may no
+	// longer: it ends only by Recovery.
+	Latched bool `json:"latched,omitempty"`
+	// Current is the value now, on a latched reason (nil otherwise).
+	Current *float64 `json:"current,omitempty"`
+	// Recovery is how far a latched reason is on its way back (nil when
+	// not latched).
+	Recovery *Recovery `json:"recovery,omitempty"`
+	// Incarnation is the id of the incarnation (Incarnation.ID) whose
+	// evidence this is, when the worker has one.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Exit is how the root process ended, on a CodeProcessExited reason.
+	Exit *Exit `json:"exit,omitempty"`
+}
+
+// Recovery is a latched reason's way back: Samples consecutive samples
+// under Ratio of the threshold so far, of Needed.
+type Recovery struct {
+	Samples int     `json:"samples"`
+	Needed  int     `json:"needed"`
+	Ratio   float64 `json:"ratio"`
+}
+
+// Values of Exit.How.
+const (
+	ExitCode    = "code"
+	ExitSignal  = "signal"
+	ExitUnknown = "unknown"
+)
+
+// Exit is how a worker's root process ended.
+type Exit struct {
+	// How is ExitCode (Code is set), ExitSignal (Signal is set) or
+	// ExitUnknown (the exit was found by a scrape, not seen in the kernel's
+	// process events).
+	How    string `json:"how"`
+	Code   *int   `json:"code,omitempty"`
+	Signal *int   `json:"signal,omitempty"`
+	// At is when the root exited (or, for ExitUnknown, when the scrape
+	// found it gone).
+	At time.Time `json:"at,omitzero"`
+	// Incarnation is the id of the incarnation that ended.
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Values of Incarnation.Source: what a worker's incarnation was taken from.
+const (
+	// IncarnationTree: the root process of the worker's tree (the
+	// worker_process receiver's AttrPID + AttrProcessCreationTime).
+	IncarnationTree = "tree"
+	// IncarnationProcess: the worker's own telemetry's AttrPID +
+	// AttrProcessCreationTime (an SDK's process detector).
+	IncarnationProcess = "telemetry_process"
+	// IncarnationServiceInstance: the worker's telemetry's
+	// AttrServiceInstanceID.
+	IncarnationServiceInstance = "service_instance_id"
+)
+
+// Incarnation is one life of a worker: its root process (pid + start time),
+// or, for a worker known by its telemetry only, what the telemetry says.
+// Episodes (memory, CPU) and the kills window belong to one incarnation.
+type Incarnation struct {
+	// ID is stable for the incarnation: "pid/creation time" or the
+	// service.instance.id.
+	ID string `json:"id"`
+	// Source is one of the Incarnation* values.
+	Source string `json:"source"`
+	// PID is the root process id (0 when not known).
+	PID int64 `json:"pid,omitempty"`
+	// Started is when the process started (zero when not known).
+	Started time.Time `json:"started,omitzero"`
+	// FirstSeen is when the processor first saw the incarnation.
+	FirstSeen time.Time `json:"first_seen,omitzero"`
 }
 
 // Memory is a worker's memory against its soft limit.
@@ -150,11 +257,15 @@ type Source struct {
 // RunRecord is one recently ended run of a worker, newest first.
 type RunRecord struct {
 	ID string `json:"id"`
+	// Attempt is the attempt's number (1 = the first), when the run was
+	// attempted more than once or the sender numbers its attempts; 0 =
+	// unknown. A run is (ID, Attempt): each attempt has its own entry.
+	Attempt int `json:"attempt,omitempty"`
 	// Result is a cicd.pipeline.result value (Result*), or "" when unknown.
 	Result string `json:"result"`
 	// KillReason is one of KillReasons when the run was killed, else "".
 	KillReason string `json:"kill_reason,omitempty"`
-	// Started and Ended are the worker's own timestamps (zero = unknown).
+	// Started and Ended are the attempt's own timestamps (zero = unknown).
 	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"`
 	// DurationSeconds is Ended - Started (0 when either is unknown).
@@ -206,6 +317,12 @@ type Worker struct {
 	Runs     Runs      `json:"runs"`
 	Drift    Drift     `json:"drift"`
 	Sources  Sources   `json:"sources"`
+	// Incarnation is the worker's current incarnation (nil when none is
+	// known yet).
+	Incarnation *Incarnation `json:"incarnation,omitempty"`
+	// LastExit is how the worker's last incarnation ended, where the
+	// receiver saw it end (nil otherwise).
+	LastExit *Exit `json:"last_exit,omitempty"`
 }
 
 // Fleet is the picture across all workers of one processor.

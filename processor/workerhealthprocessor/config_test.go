@@ -44,7 +44,9 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 500, c.Limits.MaxRuns)
 			assert.False(t, c.Limits.DropUntrackedMetrics)
 			assert.False(t, c.Stalled.RequirePending)
+			assert.Equal(t, 3*time.Second, c.Lost.ExitGrace)
 		}},
+		{id: "worker_health/bad_exit_grace", wantErr: "lost.exit_grace: must not be negative, got -1s"},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
 		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
 		{id: "worker_health/bad_kill_reason", wantErr: `kills.effects: unknown kill reason "exploded"`},

@@ -178,6 +178,9 @@ func (c *Config) validateStateRules(add func(key, format string, a ...any)) {
 	if c.Lost.After <= 0 {
 		add("lost.after", "must be positive, got %v", c.Lost.After)
 	}
+	if c.Lost.ExitGrace < 0 {
+		add("lost.exit_grace", "must not be negative, got %v", c.Lost.ExitGrace)
+	}
 	if c.Fleet.IdleIntervals < 1 {
 		add("fleet.idle_intervals", "must be at least 1, got %d", c.Fleet.IdleIntervals)
 	}

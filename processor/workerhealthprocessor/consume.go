@@ -2,6 +2,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -17,9 +18,24 @@ func (p *healthProcessor) ingest(b *mapping.Batch) {
 	now := p.clock.Now().UnixNano()
 	p.mu.Lock()
 	p.tracker.Apply(b, now)
+	due := p.tracker.TakeExitDue()
 	p.mu.Unlock()
 	b.Reset()
 	p.pool.Put(b)
+	if due > 0 {
+		// A root exited: evaluate when its grace ends (a little after, so
+		// that the grace has passed on the evaluation's clock).
+		p.clock.AfterFunc(time.Duration(due-now)+10*time.Millisecond, p.wakeForExit)
+	}
+}
+
+// wakeForExit asks the timer loop for an evaluation (one is enough for
+// several exits due at once).
+func (p *healthProcessor) wakeForExit() {
+	select {
+	case p.exitDue <- struct{}{}:
+	default:
+	}
 }
 
 func (p *healthProcessor) getBatch() *mapping.Batch { return p.pool.Get().(*mapping.Batch) }

@@ -282,7 +282,46 @@ func buildLogs(trs []tracker.Transition) plog.Logs {
 			if !r.Since.IsZero() {
 				m.PutStr("since", r.Since.Format("2006-01-02T15:04:05.000Z07:00"))
 			}
+			putEvidence(m, &r)
 		}
 	}
 	return ld
+}
+
+// putEvidence adds a reason's evidence beyond value and threshold to its
+// map on a state-change record, under the health API's names
+// (docs/http-api.md): only what the reason has.
+func putEvidence(m pcommon.Map, r *contract.Reason) {
+	if r.Role != "" {
+		m.PutStr("role", r.Role)
+	}
+	if r.Samples > 0 {
+		m.PutInt("samples", int64(r.Samples))
+	}
+	if !r.FiredAt.IsZero() {
+		m.PutStr("fired_at", r.FiredAt.Format("2006-01-02T15:04:05.000Z07:00"))
+	}
+	if r.Latched {
+		m.PutBool("latched", true)
+		if r.Current != nil {
+			m.PutDouble("current", *r.Current)
+		}
+		if rc := r.Recovery; rc != nil {
+			m.PutInt("recovery_samples", int64(rc.Samples))
+			m.PutInt("recovery_needed", int64(rc.Needed))
+			m.PutDouble("recovery_ratio", rc.Ratio)
+		}
+	}
+	if r.Incarnation != "" {
+		m.PutStr("incarnation", r.Incarnation)
+	}
+	if e := r.Exit; e != nil {
+		m.PutStr("exit", e.How)
+		if e.Code != nil {
+			m.PutInt("exit_code", int64(*e.Code))
+		}
+		if e.Signal != nil {
+			m.PutInt("exit_signal", int64(*e.Signal))
+		}
+	}
 }

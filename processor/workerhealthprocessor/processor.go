@@ -47,6 +47,10 @@ type healthProcessor struct {
 	driftSeen map[string]int64
 	targets   []*pipeline
 	startTime int64
+	// exitDue wakes the timer loop for an evaluation when a worker's root
+	// exit is due (its lost.exit_grace ended: ingest), so that the worker
+	// is lost then and not at the next emit_interval.
+	exitDue chan struct{}
 
 	// lifeMu serializes start/shutdown and guards what they set up.
 	lifeMu     sync.Mutex
@@ -153,6 +157,7 @@ func newHealthProcessor(set processor.Settings, cfg *Config, opts ...option) (*h
 		tel:          tel,
 		tracker:      tracker.New(cfg.trackerConfig()),
 		shutdownWait: defaultShutdownWait,
+		exitDue:      make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(p)
@@ -244,6 +249,8 @@ func (p *healthProcessor) startShared(ctx context.Context, host component.Host) 
 			case <-loopCtx.Done():
 				return
 			case <-ticker.Chan():
+				p.offer(loopCtx, p.evaluate(loopCtx))
+			case <-p.exitDue:
 				p.offer(loopCtx, p.evaluate(loopCtx))
 			}
 		}

@@ -107,6 +107,15 @@ func runID(jobID string, attempt int) string {
 	return jobID + "#" + strconv.Itoa(attempt)
 }
 
+// attemptOf is the attempt a run id (runID) is of: 1 for the job id itself,
+// n for "<id>#<n>".
+func attemptOf(jobID, run string) int {
+	if n, err := strconv.Atoi(strings.TrimPrefix(run, jobID+"#")); err == nil && run != jobID && n > 1 {
+		return n
+	}
+	return 1
+}
+
 // jobInfo is what one HMGET of a job's hash says.
 type jobInfo struct {
 	worker  string
@@ -554,6 +563,7 @@ func (r *bullReceiver) workerRecord(wl *workerLogs, worker, event string, q *que
 	lr.SetEventName(event)
 	a := lr.Attributes()
 	a.PutStr(contract.AttrRunID, run)
+	a.PutInt(contract.AttrRunAttempt, int64(attemptOf(jobID, run)))
 	a.PutStr(attrJobID, jobID)
 	a.PutStr(attrQueue, q.name)
 	a.PutStr(attrWorkerName, worker)

@@ -35,6 +35,12 @@ type rec struct {
 
 func (r rec) str(k string) string { s, _ := r.attrs[k].(string); return s }
 
+func TestAttemptOf(t *testing.T) {
+	for run, want := range map[string]int{"7": 1, "7#2": 2, "7#13": 13, "7#x": 1, "7#1": 1, "8#2": 1} {
+		assert.Equal(t, want, attemptOf("7", run), run)
+	}
+}
+
 func records(sink *consumertest.LogsSink) []rec {
 	var out []rec
 	for _, ld := range sink.AllLogs() {
@@ -417,6 +423,14 @@ func TestReceiverRetry(t *testing.T) {
 		}
 		return nil
 	})
+	// Each record says its attempt's number.
+	for run, want := range map[string]int64{"1": 1, "1#2": 2} {
+		for _, ev := range []string{contract.EventStarted, contract.EventFinished} {
+			r := find(records(h.logs), "w1", ev, run)
+			require.NotNil(t, r, "%s of %s", ev, run)
+			assert.Equal(t, want, r.attrs[contract.AttrRunAttempt], "%s of %s: the attempt", ev, run)
+		}
+	}
 	rs := records(h.logs)
 	assert.Nil(t, find(rs, "w1", contract.EventFinished, "2"), "the stalled job's run ended on w1")
 	assert.Nil(t, find(rs, "w1", contract.EventReleased, "2"), "the stalled job's run released on w1")

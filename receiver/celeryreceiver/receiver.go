@@ -561,6 +561,9 @@ func (r *celeryReceiver) taskAttrs(a pcommon.Map, t *taskState) {
 		a.PutStr(attrTaskName, t.name)
 	}
 	a.PutInt(attrTaskRetries, t.retries)
+	// The attempt: Celery's retries so far, plus one. A retry is the same
+	// task id run again (docs/health-rules.md, "Attempts").
+	a.PutInt(contract.AttrRunAttempt, t.retries+1)
 }
 
 // end closes a run on both views: a kill when e names a kill reason.

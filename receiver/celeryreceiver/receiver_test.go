@@ -177,8 +177,10 @@ func TestRecordedRun(t *testing.T) {
 		t.Errorf("heartbeat records: %d, want 14", heartbeats)
 	}
 	for _, run := range []string{"acae", "4341", "001a", "bc36", "c69b", "ab71"} {
-		if _, ok := got[key{serviceWorker, contract.EventStarted, run}]; !ok {
+		if r, ok := got[key{serviceWorker, contract.EventStarted, run}]; !ok {
 			t.Errorf("%s: no started record", run)
+		} else if r.attrs[contract.AttrRunAttempt] != int64(1) {
+			t.Errorf("%s: attempt %v, want 1 (no retry: Celery's retries + 1)", run, r.attrs[contract.AttrRunAttempt])
 		}
 		if _, ok := got[key{serviceBroker, contract.EventClaimed, run}]; !ok {
 			t.Errorf("%s: no broker claim", run)

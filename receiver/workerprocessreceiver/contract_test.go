@@ -68,6 +68,8 @@ func TestNamesAreTheContracts(t *testing.T) {
 	attrs := []string{
 		contract.AttrWorkerID, contract.AttrWorkerName, contract.AttrRole, contract.AttrCPUMode,
 		contract.AttrPID, contract.AttrExecutableName, contract.AttrCommandLine,
+		contract.AttrProcessCreationTime, contract.AttrProcessExitTime,
+		contract.AttrProcessExitCode, contract.AttrProcessExitSignal,
 	}
 	configured := map[string]bool{contract.RoleMain: true, contract.RoleChild: true}
 	for _, w := range cfg.Workers {

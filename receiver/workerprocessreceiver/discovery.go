@@ -274,13 +274,18 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 		if name != "" {
 			w.name = name
 		}
+		if w.ended.pid == r.pid && w.ended.start == r.start {
+			// The root that ended, still in /proc while it exits (the
+			// kernel's exit event comes first): not adopted again.
+			continue
+		}
 		if w.rootPid != r.pid || w.rootStart != r.start || w.cgroupRel != r.cgroupRel {
 			s.setRoot(w, r)
 		}
 	}
 	for id, w := range k.instances {
 		if _, ok := found[id]; !ok && w.rootPid != 0 {
-			w.rootPid, w.rootStart = 0, 0
+			s.rootGone(w, now)
 		}
 	}
 	// A pid file selector says why it matches nothing itself (pidFileAbsent).
@@ -295,6 +300,14 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	w.rootPid, w.rootStart, w.cgroupRel = r.pid, r.start, r.cgroupRel
 	w.cgroupDir, w.cgroupV2 = "", ""
+	w.ended = rootEnd{}
+	if s.ev != nil {
+		// Watch the root's exit (exitScrapes, rootGone).
+		if w.evg == nil {
+			w.evg = s.ev.NewGroup()
+		}
+		s.ev.SetRoot(w.evg, r.pid)
+	}
 	rel := r.cgroupRel
 	if rel == "" {
 		rel, _ = s.r.CgroupPath(r.pid)

@@ -24,6 +24,7 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 	}
 	present := w.rootPid != 0
 	if !present {
+		s.setEnded(rb, &w.ended)
 		s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 0)
 		if w.initialized {
 			// A worker seen before keeps its cumulative series while it is
@@ -34,6 +35,7 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 		s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
 		return
 	}
+	s.setIncarnation(rb, w.rootPid, w.rootStart)
 	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
 	s.emitCumulative(w, ts)
 	if w.cpuLimit > 0 {
@@ -92,3 +94,35 @@ func (s *workerScraper) emitCgroup(w *worker, ts pcommon.Timestamp) {
 		s.mb.RecordWorkerwatchCgroupMemoryOomKillsDataPoint(ts, v)
 	}
 }
+
+// setIncarnation states the root process on the worker's resource: its pid
+// and, where the boot time is known, when it started.
+func (s *workerScraper) setIncarnation(rb *metadata.ResourceBuilder, pid int32, start uint64) {
+	rb.SetProcessPid(int64(pid))
+	if !s.boot.IsZero() {
+		rb.SetProcessCreationTime(formatTime(procfs.StartTime(s.boot, start)))
+	}
+}
+
+// setEnded states the root that ended on an absent worker's resource: its
+// incarnation, when it exited and, where the kernel's exit event said, its
+// exit code or the signal that ended it.
+func (s *workerScraper) setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
+	if e.pid == 0 {
+		return
+	}
+	s.setIncarnation(rb, e.pid, e.start)
+	rb.SetProcessExitTime(formatTime(e.at))
+	if e.status < 0 {
+		return
+	}
+	if sig := e.status & 0x7f; sig != 0 {
+		rb.SetWorkerwatchProcessExitSignal(sig)
+	} else {
+		rb.SetProcessExitCode((e.status >> 8) & 0xff)
+	}
+}
+
+// formatTime is the ISO 8601 form of process.creation.time and
+// process.exit.time: RFC 3339 in UTC, to the millisecond.
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }

@@ -46,6 +46,7 @@ func createMetrics(_ context.Context, set receiver.Settings, cfg component.Confi
 	if err != nil {
 		return nil, err
 	}
+	s.next = next
 	sc, err := scraper.NewMetrics(s.scrape, scraper.WithStart(s.start), scraper.WithShutdown(s.shutdown))
 	if err != nil {
 		return nil, err

@@ -114,6 +114,10 @@ func runHelper(mode string) {
 				}
 				fmt.Println("done")
 			}
+			if f := strings.Fields(in.Text()); len(f) == 2 && f[0] == "exit" {
+				code, _ := strconv.Atoi(f[1])
+				os.Exit(code)
+			}
 			if in.Text() == "short" {
 				c := exec.Command(os.Args[0], "-test.run=^$", "wprtest-short")
 				c.Env = append(os.Environ(), "WPR_HELPER=exit")

@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/scraper/scrapererror"
@@ -68,6 +71,23 @@ type workerScraper struct {
 	bootOff    uint64
 	evLost     int64
 
+	// boot is the host's boot time (procfs.Reader.BootTime), read once:
+	// the roots' creation times are stated from it (zero: unknown, and
+	// process.creation.time is left out).
+	boot time.Time
+	// mu serializes scrapes: the controller's, and the one a root's exit
+	// triggers (exitScrapes).
+	mu sync.Mutex
+	// next is the receiver's consumer, for the scrape a root's exit
+	// triggers (nil in tests that call scrape directly); stopExits ends
+	// exitScrapes, exitsDone says it ended.
+	next      consumer.Metrics
+	stopExits context.CancelFunc
+	exitsDone chan struct{}
+	// exitUnreplaced: the last scrape found a root that exited within
+	// exitFollowUp not replaced yet.
+	exitUnreplaced atomic.Bool
+
 	// Per-scrape counts for internal telemetry.
 	read, vanished, perms, scans int64
 	scanErr                      error
@@ -119,6 +139,11 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 		}
 		s.kinds = append(s.kinds, k)
 	}
+	if bt, err := r.BootTime(); err == nil {
+		s.boot = bt
+	} else {
+		s.logger.Info("cannot read the host's boot time: the roots' process.creation.time is left out (their incarnation is the pid alone)", zap.Error(err))
+	}
 	tel, err := newTelemetry(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
@@ -127,11 +152,59 @@ func newWorkerScraper(set receiver.Settings, cfg *Config) (*workerScraper, error
 	return s, nil
 }
 
-func (s *workerScraper) start(context.Context, component.Host) error {
+func (s *workerScraper) start(ctx context.Context, _ component.Host) error {
 	if _, err := os.Stat(s.cfg.ProcRoot); err != nil {
 		return fmt.Errorf("proc_root: %w", err)
 	}
-	return s.startEvents()
+	if err := s.startEvents(); err != nil {
+		return err
+	}
+	if s.ev != nil && s.next != nil {
+		// The start context ends with Start: the goroutine keeps its values
+		// only, and ends at shutdown.
+		exitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopExits, s.exitsDone = cancel, make(chan struct{})
+		go s.exitScrapes(exitCtx, s.ev.RootExited())
+	}
+	return nil
+}
+
+// exitScrapes scrapes at once when a worker's root exits (the proc
+// connector's exit event), so that the exit is news within moments rather
+// than at the next collection_interval: the scrape finds the root gone, looks
+// for a restarted one, and states the exit on the worker's resource.
+//
+// A supervisor restarts a worker moments after its exit, usually after this
+// scrape: when a root that just exited is still not replaced, one more scrape
+// follows after exitFollowUp, so that the restart is seen before the health
+// processor's lost.exit_grace rather than at the next collection_interval.
+func (s *workerScraper) exitScrapes(ctx context.Context, exited <-chan struct{}) {
+	defer close(s.exitsDone)
+	var followUp <-chan time.Time
+	for {
+		byExit := true
+		select {
+		case <-ctx.Done():
+			return
+		case <-exited:
+		case <-followUp:
+			byExit = false
+		}
+		followUp = nil
+		md, err := s.scrape(ctx)
+		if byExit && s.exitUnreplaced.Load() {
+			followUp = time.After(exitFollowUp)
+		}
+		if md.ResourceMetrics().Len() == 0 {
+			continue
+		}
+		if err != nil && !scrapererror.IsPartialScrapeError(err) {
+			continue
+		}
+		if err := s.next.ConsumeMetrics(ctx, md); err != nil {
+			s.logger.Debug("the scrape after a root's exit was refused", zap.Error(err))
+		}
+	}
 }
 
 // startEvents subscribes to the proc connector per process_events. Only a
@@ -162,6 +235,11 @@ func (s *workerScraper) startEvents() error {
 }
 
 func (s *workerScraper) shutdown(context.Context) error {
+	if s.stopExits != nil {
+		s.stopExits()
+		<-s.exitsDone
+		s.stopExits = nil
+	}
 	if s.ev != nil {
 		s.ev.Close()
 		s.ev = nil
@@ -179,6 +257,8 @@ func (s *workerScraper) shutdown(context.Context) error {
 
 // scrape reads every worker's tree once and emits one resource per worker.
 func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	began := time.Now()
 	now := s.now()
 	s.scrapeTime = now
@@ -198,7 +278,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 			if !s.walk(w) {
 				// The root exited: find where the worker went (a restart)
 				// in this same scrape, so that it is not reported absent.
-				w.rootPid, w.rootStart = 0, 0
+				s.rootGone(w, now)
 				if k.sel == selMatch {
 					k.needScan = true
 				}
@@ -212,15 +292,25 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 			for _, w := range k.instances {
 				if w.rootPid != 0 && !w.walkedAt(now) {
 					if !s.walk(w) {
-						w.rootPid, w.rootStart = 0, 0
+						s.rootGone(w, now)
 					}
 				}
 			}
 		}
 	}
 
+	unreplaced := false
 	for _, k := range s.kinds {
 		for id, w := range k.instances {
+			if w.rootPid == 0 && w.ended.pid != 0 {
+				since := now.Sub(w.ended.at)
+				unreplaced = unreplaced || since < exitFollowUp
+				if since < exitRescanFor && k.sel == selMatch {
+					// Look for its restart at every scrape for a while, not
+					// only every discovery_interval.
+					k.needScan = true
+				}
+			}
 			if w.rootPid == 0 {
 				s.settleAbsent(w)
 				if w.absentSince.IsZero() {
@@ -240,6 +330,7 @@ func (s *workerScraper) scrape(ctx context.Context) (pmetric.Metrics, error) {
 		}
 	}
 
+	s.exitUnreplaced.Store(unreplaced)
 	if s.ev != nil {
 		lost := s.ev.Lost()
 		s.tel.recordEventsLost(ctx, lost-s.evLost)
@@ -275,4 +366,34 @@ func (s *workerScraper) settleAbsent(w *worker) {
 	if s.ev != nil && w.evg != nil && s.syncEvents(w) && w.initialized {
 		s.countUnseen(w)
 	}
+}
+
+// exitFollowUp is how long after a root's exit the receiver scrapes again
+// when no new root replaced it (exitScrapes): a supervisor's restart takes
+// about this long or less; the health processor's default lost.exit_grace
+// (2 s) is longer.
+const exitFollowUp = time.Second
+
+// exitRescanFor is how long after a root's exit, with no new root found,
+// the receiver scans for the worker's process at every scrape (a match
+// selector; otherwise every discovery_interval): a supervisor restarting
+// with a backoff is found at once. One /proc scan per scrape meanwhile.
+const exitRescanFor = 30 * time.Second
+
+// rootGone records that the worker's root ended (its walk or the discovery
+// found it gone): its incarnation, when and how, from the kernel's exit
+// event where the proc connector saw it, else unknown at the scrape's time.
+func (s *workerScraper) rootGone(w *worker, now time.Time) {
+	end := rootEnd{pid: w.rootPid, start: w.rootStart, at: now, status: -1}
+	if s.ev != nil && w.evg != nil {
+		if e, ok := s.ev.RootExit(w.evg, w.rootPid); ok {
+			end.status = int64(e.Status)
+			if mono := procevents.MonotonicNs(); mono >= e.Ns {
+				end.at = time.Now().Add(-time.Duration(mono - e.Ns))
+			}
+		}
+		s.ev.SetRoot(w.evg, 0)
+	}
+	w.ended = end
+	w.rootPid, w.rootStart = 0, 0
 }

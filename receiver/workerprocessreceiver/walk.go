@@ -23,6 +23,10 @@ func (s *workerScraper) walk(w *worker) bool {
 	if err := s.files.Stat(heldOf(w.members[w.rootPid]), w.rootPid, &st); err != nil || st.Starttime != w.rootStart || st.State == 'Z' {
 		return false
 	}
+	if s.ev != nil && w.evg != nil && s.ev.RootEnded(w.evg, w.rootPid) {
+		// Exiting: the kernel's exit event came before /proc shows it.
+		return false
+	}
 	w.gen++
 	w.lastWalk = s.scrapeTime
 	w.cpuLimit = s.readCPULimit(w)

@@ -115,6 +115,19 @@ type worker struct {
 	lastWalk        time.Time
 	// evg is the worker's side of the proc connector (nil without it).
 	evg *procevents.Group
+	// ended is the root that ended last, reported on the worker's resource
+	// while it is absent (ended.pid 0: none, or a new root was found).
+	ended rootEnd
+}
+
+// rootEnd is a root process that ended: its incarnation, when, and how
+// (status -1: unknown, the scrape found it gone; else the wait status from
+// the kernel's exit event).
+type rootEnd struct {
+	pid    int32
+	start  uint64
+	at     time.Time
+	status int64
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {

@@ -36,6 +36,10 @@ def proc(pid, comm, state="S", ppid=1, cmdline="", env=None, children=None, tids
         open(os.path.join(td, "children"), "w").write("".join("%d " % k for k in kids))
 
 shutil.rmtree(ROOT, ignore_errors=True)
+# The host's boot time (/proc/stat btime): the roots' process.creation.time
+# is it plus their start time.
+os.makedirs(os.path.join(ROOT, "proc"), exist_ok=True)
+open(os.path.join(ROOT, "proc", "stat"), "w").write("cpu  0 0 0 0\nbtime 1699990000\nprocesses 400\n")
 # init and an unrelated process: only read by the parent-pid fallback scan.
 proc(1, "systemd", ppid=0, cmdline="/sbin/init", children={1: []}, start=1)
 proc(200, "sshd", ppid=1, cmdline="/usr/sbin/sshd -D", start=50)

@@ -99,15 +99,93 @@ func since(t, now time.Time) string {
 	return dur(now.Sub(t))
 }
 
+// evidence is a reason's figures: those when it fired ("value / threshold",
+// the samples), and on a latched reason the value now, marked latched, and
+// its recovery progress, so that a value on the wrong side of its threshold
+// is never shown without saying why. A process_exited reason says how the
+// root ended.
 func evidence(r contract.Reason) string {
-	if r.Value == 0 && r.Threshold == 0 {
+	if r.Exit != nil {
+		return exitText(r.Exit)
+	}
+	if r.Value == 0 && r.Threshold == 0 && !r.Latched {
 		return ""
 	}
 	f := formatNum
 	if strings.Contains(r.Code, "memory") {
 		f = formatBytes
 	}
-	return f(r.Value) + " / " + f(r.Threshold)
+	s := f(r.Value) + " / " + f(r.Threshold)
+	if r.Samples > 0 {
+		s += " · " + strconv.Itoa(r.Samples) + plural(r.Samples, " sample", " samples")
+	}
+	if !r.Latched {
+		return s
+	}
+	s = "fired at " + s + " · latched"
+	if r.Current != nil {
+		s += " · now " + f(*r.Current)
+	}
+	if rc := r.Recovery; rc != nil {
+		s += " · recovering: " + strconv.Itoa(rc.Samples) + " of " + strconv.Itoa(rc.Needed) +
+			" samples under " + formatNum(math.Round(rc.Ratio*1000)/10) + " %"
+	}
+	return s
+}
+
+// exitText is how a root ended: "signal 9", "exit code 3" or "exit unknown".
+func exitText(e *contract.Exit) string {
+	switch {
+	case e.How == contract.ExitSignal && e.Signal != nil:
+		return "signal " + strconv.Itoa(*e.Signal)
+	case e.How == contract.ExitCode && e.Code != nil:
+		return "exit code " + strconv.Itoa(*e.Code)
+	}
+	return "exit unknown"
+}
+
+// incarnationText is the worker's current incarnation: its process and
+// when it started, and what it was taken from.
+func incarnationText(in *contract.Incarnation, now time.Time) string {
+	if in == nil {
+		return "not known yet"
+	}
+	var s string
+	switch in.Source {
+	case contract.IncarnationServiceInstance:
+		s = "service.instance.id " + in.ID
+	default:
+		s = "pid " + strconv.FormatInt(in.PID, 10)
+	}
+	if !in.Started.IsZero() {
+		s += ", started " + in.Started.UTC().Format("2006-01-02 15:04:05 UTC") + " (" + ago(in.Started, now) + ")"
+	} else if !in.FirstSeen.IsZero() {
+		s += ", first seen " + ago(in.FirstSeen, now)
+	}
+	src := map[string]string{
+		contract.IncarnationTree:            "from the process tree",
+		contract.IncarnationProcess:         "from the worker's telemetry (process.pid)",
+		contract.IncarnationServiceInstance: "from the worker's telemetry",
+	}[in.Source]
+	if src != "" {
+		s += " · " + src
+	}
+	return s
+}
+
+// lastExitText is how the previous incarnation ended ("" when unknown).
+func lastExitText(e *contract.Exit, now time.Time) string {
+	if e == nil {
+		return ""
+	}
+	s := exitText(e)
+	if e.Incarnation != "" {
+		s += " (" + e.Incarnation + ")"
+	}
+	if !e.At.IsZero() {
+		s += ", " + ago(e.At, now)
+	}
+	return s
 }
 
 // staleMemoryAfter: a tree sampled longer ago than this shows its memory as

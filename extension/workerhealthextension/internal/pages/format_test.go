@@ -32,3 +32,33 @@ func TestFormatting(t *testing.T) {
 	assert.Equal(t, "orphaned 1 · over capacity 2", d)
 	assert.True(t, bad)
 }
+
+// TestEvidence: a reason shows the figures that fired it; a latched one
+// says so, with the value now and its way back; a process exit says how.
+func TestEvidence(t *testing.T) {
+	now := 148.0 * (1 << 20)
+	assert.Empty(t, evidence(contract.Reason{Code: contract.CodeNotReported}))
+	assert.Equal(t, "2 / 1", evidence(contract.Reason{Code: contract.CodeMissing, Value: 2, Threshold: 1}))
+	assert.Equal(t, "310 MiB / 300 MiB · 3 samples", evidence(contract.Reason{
+		Code: contract.CodeMemory, Value: 310 << 20, Threshold: 300 << 20, Samples: 3,
+	}))
+	assert.Equal(t, "fired at 310 MiB / 300 MiB · 3 samples · latched · now 148 MiB · recovering: 2 of 3 samples under 95 %",
+		evidence(contract.Reason{
+			Code: contract.CodeMemory, Value: 310 << 20, Threshold: 300 << 20, Samples: 3,
+			Latched: true, Current: &now, Recovery: &contract.Recovery{Samples: 2, Needed: 3, Ratio: 0.95},
+		}))
+	sig, code := 9, 3
+	assert.Equal(t, "signal 9", evidence(contract.Reason{Code: contract.CodeProcessExited, Exit: &contract.Exit{How: contract.ExitSignal, Signal: &sig}}))
+	assert.Equal(t, "exit code 3", evidence(contract.Reason{Code: contract.CodeProcessExited, Exit: &contract.Exit{How: contract.ExitCode, Code: &code}}))
+	assert.Equal(t, "exit unknown", evidence(contract.Reason{Code: contract.CodeProcessExited, Exit: &contract.Exit{How: contract.ExitUnknown}}))
+
+	t0 := fleettest.T0
+	assert.Equal(t, "not known yet", incarnationText(nil, t0))
+	assert.Equal(t, "pid 4242, started 2025-11-29 11:55:00 UTC (5m ago) · from the process tree", incarnationText(&contract.Incarnation{
+		ID: "4242@2026-01-01T00:00:00.000Z", Source: contract.IncarnationTree, PID: 4242, Started: t0.Add(-5 * time.Minute),
+	}, t0))
+	assert.Equal(t, "service.instance.id abc, first seen 1m ago · from the worker's telemetry", incarnationText(&contract.Incarnation{
+		ID: "abc", Source: contract.IncarnationServiceInstance, FirstSeen: t0.Add(-time.Minute),
+	}, t0))
+	assert.Equal(t, "signal 9 (41@x), 2s ago", lastExitText(&contract.Exit{How: contract.ExitSignal, Signal: &sig, Incarnation: "41@x", At: t0.Add(-2 * time.Second)}, t0))
+}

@@ -36,6 +36,8 @@ type workerPageData struct {
 	Since        string
 	LastSeen     string
 	Reasons      []pageReason
+	Incarnation  string
+	LastExit     string
 	MemText      string
 	CPUText      string
 	RunsText     string
@@ -59,7 +61,7 @@ type pageTransition struct {
 }
 
 type pageRun struct {
-	ID, Result, Kill, Duration, Ended string
+	ID, Attempt, Result, Kill, Duration, Ended string
 }
 
 type pageSource struct {
@@ -91,6 +93,8 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 	for _, r := range w.Reasons {
 		d.Reasons = append(d.Reasons, pageReason{Code: r.Code, Message: r.Message, Evidence: evidence(r)})
 	}
+	d.Incarnation = incarnationText(w.Incarnation, now)
+	d.LastExit = lastExitText(w.LastExit, now)
 	_, _, d.MemText = memoryCell(w, now)
 	d.Drift, _, d.DriftBad = driftText(w.Drift)
 
@@ -108,7 +112,10 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		d.Transitions = append(d.Transitions, pt)
 	}
 	for _, r := range w.Runs.Recent {
-		pr := pageRun{ID: r.ID, Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: "–"}
+		pr := pageRun{ID: r.ID, Attempt: "–", Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: "–"}
+		if r.Attempt > 0 {
+			pr.Attempt = strconv.Itoa(r.Attempt)
+		}
 		if !r.Ended.IsZero() {
 			pr.Ended = ago(r.Ended, now)
 		}

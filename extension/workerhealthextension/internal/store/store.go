@@ -395,6 +395,15 @@ func WithFiniteEvidence(w *contract.Worker) *contract.Worker {
 	for i := range c.Reasons {
 		c.Reasons[i].Value = Finite(c.Reasons[i].Value)
 		c.Reasons[i].Threshold = Finite(c.Reasons[i].Threshold)
+		if cur := c.Reasons[i].Current; cur != nil {
+			v := Finite(*cur)
+			c.Reasons[i].Current = &v
+		}
+		if rc := c.Reasons[i].Recovery; rc != nil {
+			r := *rc
+			r.Ratio = Finite(r.Ratio)
+			c.Reasons[i].Recovery = &r
+		}
 	}
 	return &c
 }

@@ -88,12 +88,21 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 func TestStoreNonFiniteEvidence(t *testing.T) {
 	s := New(history.New(30*time.Minute, 10*time.Second))
 	w := fleettest.Worker("nan", contract.Unhealthy)
-	w.Reasons = []contract.Reason{{Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1)}}
+	cur := math.Inf(-1)
+	w.Reasons = []contract.Reason{{
+		Code: "cpu_saturated", Value: math.NaN(), Threshold: math.Inf(1),
+		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: 1, Needed: 3, Ratio: math.NaN()},
+	}}
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, w))
 	var got contract.Worker
 	require.NoError(t, json.Unmarshal(s.Load().ByID["nan"].JSON, &got))
 	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
 	assert.Zero(t, got.Reasons[0].Value)
+	require.NotNil(t, got.Reasons[0].Current)
+	assert.Zero(t, *got.Reasons[0].Current)
+	assert.Zero(t, got.Reasons[0].Recovery.Ratio)
+	assert.Equal(t, 3, got.Reasons[0].Recovery.Needed)
+	assert.True(t, math.IsInf(cur, -1), "the published snapshot's current value is not modified")
 	// The published snapshot itself is not modified.
 	assert.True(t, math.IsNaN(w.Reasons[0].Value))
 }

@@ -34,6 +34,20 @@ const (
 // known from elsewhere, e.g. the previous record's resource).
 const NoKey = 255
 
+// IncRef is what a worker's resource says of its incarnation: its root
+// process (pid and start time) or its service.instance.id; and, on a tree's
+// resource whose root ended, when and how it exited
+// (docs/health-rules.md, "Incarnations").
+type IncRef struct {
+	PID     int64 // process.pid, 0 = not stated
+	Started int64 // process.creation.time, unix ns, 0 = not stated
+	// ServiceInstance is service.instance.id ("" = not stated).
+	ServiceInstance string
+	ExitAt          int64 // process.exit.time, unix ns, 0 = not stated
+	ExitCode        int64 // process.exit.code, -1 = not stated (when ExitAt is)
+	ExitSignal      int64 // workerwatch.process.exit.signal, 0 = not stated
+}
+
 // Event is one mapped record. Strings point into pdata (no copy) until the
 // tracker keeps them, which it does only for new workers and runs.
 type Event struct {
@@ -59,6 +73,12 @@ type Event struct {
 	// scheduler's record; Key the index (Settings.IDKeys) of the attribute
 	// that named the worker, or NoKey.
 	Sched, Key uint8
+	// Attempt is the run's attempt number the record states
+	// (workerwatch.run.attempt), 0 = not stated.
+	Attempt int
+	// Inc is the worker's incarnation its resource states (KindSeen only:
+	// one per resource).
+	Inc IncRef
 }
 
 // MaxSampleRoles bounds the roles one sample keeps apart (the receiver
@@ -89,7 +109,9 @@ type Sample struct {
 	Active    int     // runs the worker says it holds, -1 = not in this resource
 	// Tree: the resource is the worker_process receiver's (it carries
 	// metrics.present), not the worker's own telemetry.
-	Tree  bool
+	Tree bool
+	// Inc is the incarnation the resource states.
+	Inc   IncRef
 	Key   uint8
 	Roles [MaxSampleRoles]RoleVal
 	NRole int

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -165,6 +166,8 @@ type Ident struct {
 	Sched    uint8
 	ID, Name string
 	Key      uint8
+	// Inc is the incarnation a worker's resource states.
+	Inc IncRef
 }
 
 // Resource says whose view a resource is, and its worker id when it
@@ -185,7 +188,46 @@ func (m *Mapper) Resource(res pcommon.Resource) (Ident, bool) {
 	}
 	r.ID, r.Key = id, key
 	r.Name = m.str(attrs, m.cfg.Mapping.WorkerNameAttribute)
+	if r.Src == SideWorker {
+		r.Inc = m.incarnation(attrs)
+	}
 	return r, true
+}
+
+// incarnation reads what a worker's resource says of its incarnation
+// (contract: process.pid, process.creation.time, service.instance.id, and a
+// root's exit). Malformed values are left out.
+func (m *Mapper) incarnation(attrs pcommon.Map) IncRef {
+	var ref IncRef
+	if v, ok := attrs.Get(contract.AttrPID); ok && v.Type() == pcommon.ValueTypeInt && v.Int() > 0 && v.Int() < 1<<32 {
+		ref.PID = v.Int()
+	}
+	ref.Started = m.timeAttr(attrs, contract.AttrProcessCreationTime)
+	ref.ServiceInstance = m.str(attrs, contract.AttrServiceInstanceID)
+	if ref.ExitAt = m.timeAttr(attrs, contract.AttrProcessExitTime); ref.ExitAt > 0 {
+		ref.ExitCode = -1
+		if v, ok := attrs.Get(contract.AttrProcessExitCode); ok && v.Type() == pcommon.ValueTypeInt && v.Int() >= 0 && v.Int() < 256 {
+			ref.ExitCode = v.Int()
+		}
+		if v, ok := attrs.Get(contract.AttrProcessExitSignal); ok && v.Type() == pcommon.ValueTypeInt && v.Int() > 0 && v.Int() < 128 {
+			ref.ExitSignal = v.Int()
+		}
+	}
+	return ref
+}
+
+// timeAttr reads an ISO 8601 (RFC 3339) time attribute as unix ns; 0 when
+// absent or malformed.
+func (m *Mapper) timeAttr(attrs pcommon.Map, key string) int64 {
+	s := m.str(attrs, key)
+	if s == "" {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Unix() <= 0 {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // fillRun reads the run attributes shared by log records and spans. It
@@ -217,6 +259,9 @@ func (m *Mapper) fillRun(e *Event, attrs pcommon.Map) bool {
 	}
 	if e.Run, ok = m.idVal(runID); !ok {
 		return false
+	}
+	if n := intAttr(attrs, contract.AttrRunAttempt); n > 0 {
+		e.Attempt = n
 	}
 	if e.Kind != KindFinished && e.Kind != KindKilled {
 		return true
@@ -292,7 +337,7 @@ func (m *Mapper) seen(res pcommon.Resource, b *Batch) (Ident, bool) {
 	case r.Src == SideScheduler:
 		b.SchedulerSeen = true
 	case r.ID != "":
-		b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key})
+		b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key, Inc: r.Inc})
 	}
 	return r, ok
 }

@@ -27,6 +27,7 @@ func (m *Mapper) Metrics(md pmetric.Metrics, b *Batch) {
 			continue
 		}
 		s := NewSample(r.ID, r.Name, r.Key)
+		s.Inc = r.Inc
 		found := false
 		sms := rm.ScopeMetrics()
 		for j := 0; j < sms.Len(); j++ {
@@ -80,7 +81,7 @@ func (m *Mapper) Metrics(md pmetric.Metrics, b *Batch) {
 		case r.ID != "" && found:
 			b.Samples = append(b.Samples, s)
 		case r.ID != "":
-			b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key})
+			b.Events = append(b.Events, Event{Worker: r.ID, Name: r.Name, Kind: KindSeen, Capacity: -1, Key: r.Key, Inc: r.Inc})
 		}
 	}
 }

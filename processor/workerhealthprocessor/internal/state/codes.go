@@ -1,20 +1,25 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
-import "time"
+import (
+	"time"
 
-// Reason codes (docs/health-rules.md).
+	"github.com/workerwatch/workerwatch/internal/contract"
+)
+
+// Reason codes (docs/health-rules.md): the contract's.
 const (
-	CodeMemory        = "memory_over_soft_limit"
-	CodeMemoryAtStart = "memory_over_soft_limit_at_run_start"
-	CodeKills         = "kills_in_window"
-	CodeCPU           = "cpu_saturated"
-	CodeNoClaim       = "no_claim"
-	CodeNoTelemetry   = "no_telemetry"
-	CodeMissing       = "drift_missing"
-	CodeOrphaned      = "drift_orphaned"
-	CodeOverCapacity  = "over_capacity"
-	CodeRecovering    = "recovering"
-	CodeNotReported   = "no_telemetry_since_start"
+	CodeMemory        = contract.CodeMemory
+	CodeMemoryAtStart = contract.CodeMemoryAtStart
+	CodeKills         = contract.CodeKills
+	CodeCPU           = contract.CodeCPU
+	CodeNoClaim       = contract.CodeNoClaim
+	CodeNoTelemetry   = contract.CodeNoTelemetry
+	CodeMissing       = contract.CodeMissing
+	CodeOrphaned      = contract.CodeOrphaned
+	CodeOverCapacity  = contract.CodeOverCapacity
+	CodeRecovering    = contract.CodeRecovering
+	CodeNotReported   = contract.CodeNotReported
+	CodeProcessExited = contract.CodeProcessExited
 )
 
 // Time is a timestamp in nanoseconds as a UTC time; 0 is the zero time.

@@ -108,6 +108,10 @@ type StalledRule struct {
 type LostRule struct {
 	// After. Default 2m.
 	After time.Duration `mapstructure:"after"`
+	// ExitGrace: a worker whose root process exited (the worker_process
+	// receiver says so) and that no new incarnation replaced within this
+	// is lost at once (process_exited). Default 2s.
+	ExitGrace time.Duration `mapstructure:"exit_grace"`
 }
 
 // DriftRule: scheduler vs worker.

@@ -29,6 +29,9 @@ type CPU struct {
 	under int
 	sat   bool
 	since int64
+	// firedCores and firedAt are the evidence the episode latched on.
+	firedCores float64
+	firedAt    int64
 }
 
 // NewCPU is the episode of a worker never sampled.
@@ -58,8 +61,8 @@ func (c *CPU) Sample(utilization float64, now int64, r *CPURule) {
 		}
 		c.over++
 		c.under = 0
-		if c.over >= r.Samples {
-			c.sat = true
+		if c.over >= r.Samples && !c.sat {
+			c.sat, c.firedCores, c.firedAt = true, cores, now
 		}
 	case cores < r.RecoveryCores*scale:
 		c.over = 0
@@ -78,12 +81,24 @@ func (c *CPU) Reason(r *CPURule) (contract.Reason, bool) {
 		return contract.Reason{}, false
 	}
 	thr := r.SaturationCores * cpuScale(c.limit)
+	cur := c.cores
+	ratio := 0.0
+	if r.SaturationCores > 0 {
+		ratio = r.RecoveryCores / r.SaturationCores
+	}
 	return contract.Reason{
 		Code: CodeCPU,
-		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores",
-			c.cores, c.limit, r.Samples, thr),
-		Value: c.cores, Threshold: thr, Since: Time(c.since),
+		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores; recovers after %d samples under %.2f cores",
+			c.firedCores, c.limit, r.Samples, thr, r.RecoverySamples, r.RecoveryCores*cpuScale(c.limit)),
+		Value: c.firedCores, Threshold: thr, Since: Time(c.since), Samples: r.Samples, FiredAt: Time(c.firedAt),
+		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: c.under, Needed: r.RecoverySamples, Ratio: ratio},
 	}, true
+}
+
+// NewIncarnation starts the episode afresh for a new process of the
+// worker (the limit stays: it is the worker's).
+func (c *CPU) NewIncarnation() {
+	*c = CPU{cores: -1, limit: c.limit}
 }
 
 // Snapshot is the health API's view of the CPU (not checkpointed: a

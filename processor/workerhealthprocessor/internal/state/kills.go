@@ -215,8 +215,24 @@ func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) {
 	return contract.Reason{
 		Code:    CodeKills,
 		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, r.cfg.Window, strings.Join(parts, ", ")),
-		Value:   float64(n), Threshold: float64(r.cfg.Count), Since: Time(k.killSince),
+		Value:   float64(n), Threshold: float64(r.cfg.Count), Since: Time(k.killSince), Samples: n,
 	}, effect
+}
+
+// NewIncarnation starts the kills window afresh for a new process of the
+// worker: the kills of its runs and children belong to the process they
+// happened in. The main process's own exits (worker_exit) stay: they are
+// how one incarnation ended and the next began, and a crash loop is
+// nothing but such restarts. The counts by reason stay too (cumulative).
+// The tree's exit counters keep their baselines.
+func (k *Kills) NewIncarnation() {
+	exitIdx := uint8(killReasonIndex[contract.KillWorkerExit])
+	k.killLog = slices.DeleteFunc(k.killLog, func(kr killRec) bool { return kr.reason != exitIdx })
+	if len(k.killLog) == 0 {
+		k.killLog = nil
+	}
+	k.killSince = 0
+	k.exitPend, k.endTimes = nil, nil
 }
 
 // Tree reads the kills the process tree shows: the cgroup's OOM kills,

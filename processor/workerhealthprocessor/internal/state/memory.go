@@ -61,6 +61,12 @@ type memEpisode struct {
 	persistSince int64
 	atStart      bool
 	atStartSince int64
+	// The evidence each latch fired on: the memory then, the samples over
+	// the limit (persist), and when it latched.
+	persistValue   int64
+	persistSamples int
+	persistAt      int64
+	atStartValue   int64
 }
 
 // sample advances the episode with one sample against the limit lim.
@@ -77,9 +83,9 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 		e.overSamples++
 		e.underSamples = 0
 		if e.overSamples >= m.UnhealthySamples {
-			e.latchPersist()
+			e.latchPersist(rss, now)
 		}
-		e.tick(now, m)
+		e.tick(rss, now, m)
 		return
 	}
 	e.over = false
@@ -98,15 +104,18 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 
 // tick applies the duration form of the rule, which also fires between
 // samples.
-func (e *memEpisode) tick(now int64, m *MemoryRule) {
+func (e *memEpisode) tick(rss, now int64, m *MemoryRule) {
 	if e.over && m.UnhealthyAfter > 0 && now-e.overSince >= int64(m.UnhealthyAfter) {
-		e.latchPersist()
+		e.latchPersist(rss, now)
 	}
 }
 
-func (e *memEpisode) latchPersist() {
+// latchPersist latches the persistent rule with its evidence: rss is the
+// last sample over the limit (the episode is over when it latches).
+func (e *memEpisode) latchPersist(rss, now int64) {
 	if !e.persist {
 		e.persist, e.persistSince = true, e.overSince
+		e.persistValue, e.persistSamples, e.persistAt = rss, e.overSamples, now
 		e.underSamples = 0
 	}
 }
@@ -114,7 +123,7 @@ func (e *memEpisode) latchPersist() {
 // runStarted applies Scoot's rule: over the limit when a run starts.
 func (e *memEpisode) runStarted(rss, lim, now int64) {
 	if lim > 0 && rss > lim && !e.atStart {
-		e.atStart, e.atStartSince = true, now
+		e.atStart, e.atStartSince, e.atStartValue = true, now, rss
 		e.underSamples = 0
 	}
 }
@@ -240,10 +249,23 @@ func (m *Memory) RunStarted(now int64, r *MemRules) {
 // and every limited role's (it also fires between samples).
 func (m *Memory) Tick(now int64, r *MemRules) {
 	c := r.cfg
-	m.mem.tick(now, c)
+	m.mem.tick(m.rss, now, c)
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
-			rm.ep.tick(now, c)
+			rm.ep.tick(rm.rss, now, c)
+		}
+	}
+}
+
+// NewIncarnation starts the tree's episode and every role's afresh: a new
+// process of the worker (docs/health-rules.md, "Incarnations") inherits no
+// latch. The last samples stay (they are the new process's figures from
+// its first sample on).
+func (m *Memory) NewIncarnation() {
+	m.mem = memEpisode{}
+	for i := range m.roles {
+		if rm := &m.roles[i]; rm.ep != nil {
+			*rm.ep = memEpisode{}
 		}
 	}
 }
@@ -262,26 +284,33 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 		if role != "" {
 			what = "memory of role " + role
 		}
+		cur := float64(rss)
+		recovery := &contract.Recovery{Samples: e.underSamples, Needed: c.RecoverySamples, Ratio: c.RecoveryRatio}
 		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", c.RecoverySamples, 100*c.RecoveryRatio)
 		if e.persist {
 			unhealthy = append(unhealthy, contract.Reason{
 				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, c.UnhealthySamples, c.UnhealthyAfter) + recovers,
-				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.persistSince), Role: role,
+				Value:   float64(e.persistValue), Threshold: float64(lim), Since: Time(e.persistSince), Role: role,
+				Samples: e.persistSamples, FiredAt: Time(e.persistAt),
+				Latched: true, Current: &cur, Recovery: recovery,
 			})
 		}
 		if e.atStart {
 			unhealthy = append(unhealthy, contract.Reason{
 				Code:    CodeMemoryAtStart,
 				Message: what + " over the soft limit when a run started" + recovers,
-				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.atStartSince), Role: role,
+				Value:   float64(e.atStartValue), Threshold: float64(lim), Since: Time(e.atStartSince), Role: role,
+				FiredAt: Time(e.atStartSince), Latched: true, Current: &cur, Recovery: recovery,
 			})
 		}
 		if e.over && !e.persist {
+			// Over now: the value now is on the firing side.
 			degraded = append(degraded, contract.Reason{
 				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, c.UnhealthySamples),
-				Value:   float64(rss), Threshold: float64(lim), Since: Time(e.overSince), Role: role,
+				Value:   cur, Threshold: float64(lim), Since: Time(e.overSince), Role: role,
+				Samples: e.overSamples,
 			})
 		}
 	}
@@ -330,14 +359,25 @@ type cpEpisode struct {
 	PersistSince int64 `json:"persist_since,omitempty"`
 	AtStart      bool  `json:"at_start,omitempty"`
 	AtStartSince int64 `json:"at_start_since,omitempty"`
+	// The latches' evidence (memEpisode).
+	PersistValue   int64 `json:"persist_value,omitempty"`
+	PersistSamples int   `json:"persist_n,omitempty"`
+	PersistAt      int64 `json:"persist_at,omitempty"`
+	AtStartValue   int64 `json:"at_start_value,omitempty"`
 }
 
 func (e *memEpisode) cp() cpEpisode {
-	return cpEpisode{e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince}
+	return cpEpisode{
+		e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince,
+		e.persistValue, e.persistSamples, e.persistAt, e.atStartValue,
+	}
 }
 
 func (c cpEpisode) episode() memEpisode {
-	return memEpisode{c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince}
+	return memEpisode{
+		c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince,
+		c.PersistValue, c.PersistSamples, c.PersistAt, c.AtStartValue,
+	}
 }
 
 // cpRole is a role's last memory and, for a limited role, its episode.

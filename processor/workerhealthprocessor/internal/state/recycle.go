@@ -19,8 +19,8 @@ import (
 // exits, less the ones a killed run's end explains (its child died with
 // it: a kill, not a recycle), are the recycles.
 
-// CodeRecycleLoop is the recycle rule's reason code.
-const CodeRecycleLoop = "pool_recycle_loop"
+// CodeRecycleLoop is the recycle rule's reason code (the contract's).
+const CodeRecycleLoop = contract.CodeRecycleLoop
 
 // RecycleRule: a pool replacing its children after every run.
 type RecycleRule struct {

@@ -1,6 +1,10 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"strconv"
+	"strings"
+)
 
 // The runs of a worker (docs/health-rules.md, "Claim drift"): one Run per
 // run holding both sides' view, in a RunTable (runtable.go).
@@ -40,6 +44,27 @@ type Run struct {
 	Flags      uint16
 	Result     uint8 // state.ResultIndex + 1 of how it ended (0 = not ended or unknown)
 	Kill       uint8 // kill reason index + 1 (0 = not killed)
+	// Attempt is the attempt's number (0 = not numbered: the only one seen
+	// so far). An earlier attempt of the run is kept under AttemptKey.
+	Attempt uint16
+}
+
+// AttemptSep separates a run id from an earlier attempt's number in the key
+// that attempt is kept under (AttemptKey): a byte no run id uses in
+// practice, never shown (RunID strips it).
+const AttemptSep = "\x00"
+
+// AttemptKey is the key an earlier attempt n of run id is kept under.
+func AttemptKey(id string, n uint16) string { return id + AttemptSep + strconv.Itoa(int(n)) }
+
+// RunID is the run id of a run entry's key (an earlier attempt's key
+// without its number).
+func RunID(key []byte) string {
+	s := string(key)
+	if i := strings.Index(s, AttemptSep); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // Has tells whether the run has any of the flags f.

@@ -60,6 +60,7 @@ type RunRecord struct {
 	EndTS   int64  `json:"e,omitempty"`
 	Result  uint8  `json:"r,omitempty"`
 	Kill    uint8  `json:"k,omitempty"`
+	Attempt uint16 `json:"n,omitempty"`
 }
 
 // Checkpoint is the runs' record.
@@ -70,7 +71,7 @@ func (x *Runs) Checkpoint() RunsRecord {
 		for r := range x.Table.All() {
 			c.Runs[string(r.ID)] = RunRecord{
 				WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd, ClaimTS: r.ClaimTS, StartTS: r.StartTS,
-				Flags: r.Flags, EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
+				Flags: r.Flags, EndTS: r.EndTS, Result: r.Result, Kill: r.Kill, Attempt: r.Attempt,
 			}
 		}
 	}
@@ -98,7 +99,7 @@ func (x *Runs) Restore(c *RunsRecord, maxPerWorker, maxTotal, maxIDLen int, tota
 		rr := &Run{
 			ID: []byte(rid), Hash: RunHash(rid), WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd,
 			ClaimTS: r.ClaimTS, StartTS: r.StartTS, Flags: r.Flags &^ (RunGone | RunListed),
-			EndTS: r.EndTS, Result: r.Result, Kill: r.Kill,
+			EndTS: r.EndTS, Result: r.Result, Kill: r.Kill, Attempt: r.Attempt,
 		}
 		x.Table.Put(rr)
 		x.Order = append(x.Order, rr)

@@ -15,7 +15,15 @@ type Verdict struct {
 	Reasons     []contract.Reason
 	better      int
 	transitions [6]int64
+	// fresh: a new incarnation began since the last evaluation; the state
+	// it computes applies at once (the current one was the old process's).
+	fresh bool
 }
+
+// NewIncarnation makes the next evaluation's state apply at once, better or
+// worse: hysteresis is about one process's flapping, and the state so far
+// was another process's (docs/health-rules.md, "Incarnations").
+func (v *Verdict) NewIncarnation() { v.fresh = true }
 
 // NewVerdict is the verdict of a worker first seen at now: unknown.
 func NewVerdict(now int64) Verdict { return Verdict{State: contract.Unknown, Since: now} }
@@ -25,15 +33,18 @@ func NewVerdict(now int64) Verdict { return Verdict{State: contract.Unknown, Sin
 func (v *Verdict) Transitions() *[6]int64 { return &v.transitions }
 
 // Judged applies one evaluation's state and reasons, with hysteresis: a
-// worse state (or unknown, either way) is taken at once, a better one after
+// worse state (or unknown, either way, or the first of a new incarnation)
+// is taken at once, a better one after
 // recoverEvals consecutive evaluations computed it (until then the reasons
 // say so). True when the state changed.
 func (v *Verdict) Judged(target contract.State, reasons []contract.Reason, now int64, recoverEvals int) bool {
 	cur := v.State
+	fresh := v.fresh
+	v.fresh = false
 	switch {
 	case target == cur:
 		v.better = 0
-	case cur == contract.Unknown || target == contract.Unknown || contract.Severity(target) > contract.Severity(cur):
+	case cur == contract.Unknown || target == contract.Unknown || fresh || contract.Severity(target) > contract.Severity(cur):
 		v.better = 0
 		v.move(target, reasons, now)
 		return true

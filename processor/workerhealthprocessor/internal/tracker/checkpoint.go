@@ -70,6 +70,10 @@ type Record struct {
 	state.MemoryRecord
 	state.KillsRecord
 	state.VerdictRecord
+	// Incarnation is the worker's incarnation and how the last one ended
+	// (internal/state/incarnation.go): restored evidence counts only for
+	// the same incarnation.
+	Incarnation *state.IncarnationRecord `json:"incarnation,omitempty"`
 }
 
 // EnableCheckpoint: a storage is configured, changed workers are queued.
@@ -87,6 +91,7 @@ func (t *Tracker) toCheckpoint(w *Worker) Record {
 		MemoryRecord:    w.memory.Checkpoint(),
 		KillsRecord:     w.kills.Checkpoint(),
 		VerdictRecord:   w.Verdict.Checkpoint(),
+		Incarnation:     state.CheckpointIncarnation(&w.inc, w.exit),
 	}
 }
 
@@ -104,6 +109,7 @@ func (t *Tracker) fromCheckpoint(cw *Record, now int64) *Worker {
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)
 	w.Verdict.Restore(&cw.VerdictRecord)
+	w.inc, w.exit = cw.Incarnation.Restore(now)
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
 	w.Restored(now, notReported(w, now, true))

@@ -27,7 +27,7 @@ func DefaultConfig() Config {
 			RecoveryCores: 0.7, RecoverySamples: 3,
 		},
 		Stalled:    state.StalledRule{After: 5 * time.Minute, RequirePending: true},
-		Lost:       state.LostRule{After: 2 * time.Minute},
+		Lost:       state.LostRule{After: 2 * time.Minute, ExitGrace: 2 * time.Second},
 		Drift:      state.DriftRule{Grace: 30 * time.Second, TombstoneTTL: 10 * time.Minute, HealAfter: 10 * time.Minute},
 		Fleet:      state.FleetRule{IdleIntervals: 3},
 		Hysteresis: state.Hysteresis{RecoverEvaluations: 2},

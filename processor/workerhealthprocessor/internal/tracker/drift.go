@@ -140,12 +140,12 @@ func (t *Tracker) drift(w *Worker, now int64) {
 		switch {
 		case sh && !wh && workerView:
 			if began := max(r.SAt, r.WEnd); now-began >= grace {
-				w.Missing = append(w.Missing, string(r.ID))
+				w.Missing = append(w.Missing, state.RunID(r.ID))
 				w.MissSince = minSince(w.MissSince, began)
 			}
 		case wh && !sh && schedulerLive && w.SchedKnown && !counted:
 			if began := max(r.WAt, r.SEnd); now-began >= grace {
-				w.Orphaned = append(w.Orphaned, string(r.ID))
+				w.Orphaned = append(w.Orphaned, state.RunID(r.ID))
 				w.OrphSince = minSince(w.OrphSince, began)
 			}
 		}

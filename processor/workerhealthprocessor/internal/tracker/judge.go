@@ -50,6 +50,11 @@ func (t *Tracker) update(w *Worker, now int64) {
 func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason) {
 	var unhealthy, stalled, degraded []contract.Reason
 
+	if t.exited(w, now) {
+		r := t.exitReason(w, now)
+		r.Incarnation = r.Exit.Incarnation
+		return contract.Lost, []contract.Reason{r}
+	}
 	if t.lost(w, now) {
 		lastAlive := w.sinceAlive()
 		return contract.Lost, []contract.Reason{{
@@ -119,11 +124,15 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 
 	reasons := make([]contract.Reason, 0, len(unhealthy)+len(stalled)+len(degraded))
 	reasons = append(append(append(reasons, unhealthy...), stalled...), degraded...)
+	w.stampIncarnation(reasons)
 	if !w.Fresh {
 		// Restored from a checkpoint, or only named by the scheduler: nothing
 		// of its own seen since this process started, so never "healthy".
-		// Restored evidence (a memory latch, kills) still makes it unhealthy.
-		if len(unhealthy) > 0 {
+		// Restored evidence (a memory latch, kills) still makes it unhealthy,
+		// unless it belongs to an incarnation: then only once that process
+		// is seen again (the first sample says whether it is the same one:
+		// a new process inherits nothing), unknown until then.
+		if len(unhealthy) > 0 && w.inc.ID == "" {
 			return contract.Unhealthy, reasons
 		}
 		return contract.Unknown, append(reasons, notReported(w, max(w.FirstMention, w.RestoredAt), w.RestoredAt > 0))

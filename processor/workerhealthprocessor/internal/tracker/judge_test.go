@@ -276,21 +276,3 @@ func TestRules(t *testing.T) {
 	}
 	runSteps(t, tests)
 }
-
-// Every reason carries its evidence.
-func TestReasonEvidence(t *testing.T) {
-	h := newHarness(t, testCfg())
-	for i := 0; i < 3; i++ {
-		mem(1500)(h)
-		h.advance(time.Second)
-	}
-	h.eval()
-	w := h.worker("w1")
-	require.Equal(t, unhealthy, w.State)
-	r := w.Reasons[0]
-	assert.Equal(t, state.CodeMemory, r.Code)
-	assert.Equal(t, 1500.0, r.Value)
-	assert.Equal(t, 1000.0, r.Threshold)
-	assert.Equal(t, t0, r.Since)
-	assert.NotEmpty(t, r.Message)
-}

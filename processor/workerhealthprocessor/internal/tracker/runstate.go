@@ -158,3 +158,68 @@ func (t *Tracker) runKilled(w *Worker, r *state.Run, reason string, now int64) {
 	r.Kill = uint8(k + 1)
 	w.kills.Kill(k, now, t.kills)
 }
+
+// attempt finds the attempt of run r a worker's record is about
+// (docs/health-rules.md, "Attempts"). A claim or start of a run the worker
+// already ended, timed after that end, or one stating a later attempt
+// (workerwatch.run.attempt), is a new attempt: the ended one is kept as a run entry of its own
+// (state.AttemptKey) with its worker, start, end and result, and r starts
+// again for the new attempt. A record stating an earlier attempt goes to
+// that attempt's entry. Nil when the earlier attempt cannot be kept (the
+// run limits): the record is dropped as a new run would be.
+func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run {
+	n := uint16(min(e.Attempt, 1<<15))
+	if n > 0 && r.Attempt > 0 && n < r.Attempt {
+		// An earlier attempt's record, late.
+		key := state.AttemptKey(string(r.ID), n)
+		if old := w.Table.Get(key, state.RunHash(key)); old != nil {
+			return old
+		}
+		return r
+	}
+	// A start after the end the worker reported, by the records' own
+	// times: a late, duplicated or reordered record (no later time, or none
+	// at all) is the ended attempt's, and harmless as before.
+	// The scheduler's records start a new attempt only by its number (its
+	// claim of a retry may come before the worker's start).
+	starts := e.Kind == mapping.KindClaimed || e.Kind == mapping.KindStarted
+	again := starts && e.Src == mapping.SideWorker && r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased) &&
+		e.TS > 0 && r.EndTS > 0 && e.TS > r.EndTS && (n == 0 || n != r.Attempt)
+	later := starts && n > 0 && r.Attempt > 0 && n > r.Attempt &&
+		(r.Has(state.RunWorkerEnded) || r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedEnded))
+	if !again && !later {
+		if n > 0 && r.Attempt == 0 {
+			r.Attempt = n
+		}
+		return r
+	}
+	prev := max(r.Attempt, 1)
+	id := string(r.ID)
+	// Held meanwhile, so that making room for the earlier attempt's entry
+	// cannot evict the run itself.
+	held := r.Flags & state.RunWorkerHeld
+	r.Flags |= state.RunWorkerHeld
+	old := t.run(w, state.AttemptKey(id, prev))
+	r.Flags = r.Flags&^state.RunWorkerHeld | held
+	if old == nil {
+		return nil
+	}
+	// The earlier attempt: the worker's view of it (still held when it
+	// still runs, a stalled attempt on a hung loop: its end comes later),
+	// ended on the scheduler's side (its claim of the id goes on with the
+	// new attempt).
+	key, hash := old.ID, old.Hash
+	*old = *r
+	old.ID, old.Hash, old.Attempt = key, hash, prev
+	old.Flags = r.Flags&^state.RunSchedHeld | state.RunSchedEnded
+	if n == 0 {
+		n = prev + 1
+	}
+	// The new attempt keeps the scheduler's claim while it holds the run.
+	sched := r.Flags & state.RunSchedHeld
+	*r = state.Run{ID: r.ID, Hash: r.Hash, Attempt: n, Flags: sched}
+	if sched != 0 {
+		r.SAt, r.ClaimTS = old.SAt, old.ClaimTS
+	}
+	return r
+}

@@ -34,10 +34,10 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		ended = ended[:0]
 		for r := range w.Table.All() {
 			if r.Has(state.RunWorkerHeld) {
-				wr = append(wr, string(r.ID))
+				wr = append(wr, state.RunID(r.ID))
 			}
 			if r.Has(state.RunSchedHeld) {
-				sr = append(sr, string(r.ID))
+				sr = append(sr, state.RunID(r.ID))
 			}
 			if r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased|state.RunLetGo) && r.WEnd > 0 {
 				ended = append(ended, r)
@@ -60,22 +60,25 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 				Missing: nonNil(append([]string(nil), w.Missing...)), Orphaned: nonNil(append([]string(nil), w.Orphaned...)),
 				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
-			Sources: w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
+			Sources:     w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
+			Incarnation: w.inc.Snapshot(),
+			LastExit:    w.lastExit(),
 		})
 	}
 	return s
 }
 
-// recentRuns are the newest limits.recent_runs of the ended runs, newest
-// first (by when their end arrived, then id).
+// recentRuns are the newest limits.recent_runs of the ended run attempts,
+// newest activity first (activity, then the later attempt, then id): each attempt of a run is an
+// entry of its own (docs/health-rules.md, "Attempts").
 func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
-		return cmp.Or(cmp.Compare(b.WEnd, a.WEnd), cmp.Compare(string(b.ID), string(a.ID)))
+		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
 	})
 	n := min(len(ended), t.cfg.Limits.RecentRuns)
 	out := make([]contract.RunRecord, 0, n)
 	for _, r := range ended[:n] {
-		rec := contract.RunRecord{ID: string(r.ID), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
+		rec := contract.RunRecord{ID: state.RunID(r.ID), Attempt: int(r.Attempt), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
 		if r.Result > 0 {
 			rec.Result = state.ResultNames[r.Result-1]
 		}
@@ -89,3 +92,16 @@ func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
 	}
 	return out
 }
+
+// lastExit is how the worker's last incarnation ended, where the receiver
+// said (nil: never).
+func (w *Worker) lastExit() *contract.Exit {
+	if w.exit == nil {
+		return nil
+	}
+	return w.exit.Snapshot()
+}
+
+// activity is when a run attempt was last heard of: its claim, its end on
+// either side.
+func activity(r *state.Run) int64 { return max(r.WAt, r.WEnd, r.SEnd) }

@@ -31,6 +31,11 @@ type Worker struct {
 
 	recycle state.Recycle // internal/state/recycle.go: pool children replaced after their run
 
+	// inc is the current incarnation, exit how the last one ended (nil:
+	// none seen) (incarnation.go, internal/state/incarnation.go).
+	inc  state.Incarnation
+	exit *state.Exit
+
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
 	// changed since it was last written.
 	slot  int32
@@ -111,6 +116,9 @@ type Tracker struct {
 	originAt [state.NOrigins]int64
 	// start is when the cumulative series began (checkpointed).
 	start int64
+	// exitDue: when the earliest root exit seen since the processor last
+	// asked is due (TakeExitDue), 0 = none.
+	exitDue int64
 }
 
 // New is the tracker of one processor instance.
@@ -176,6 +184,7 @@ func (t *Tracker) applySample(s *mapping.Sample, now int64) {
 		t.seenBy(w, state.OriginTelemetry, s.Key, now)
 	}
 	w.Fresh = true
+	t.incarnation(w, &s.Inc, s.Tree, s.Present != 0, now)
 	// A live process is evidence of life as much as the worker's own
 	// telemetry: "lost" needs both silence and no process.
 	if s.Present != 0 {
@@ -233,7 +242,12 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 		}
 	}
 	switch e.Kind {
-	case mapping.KindSeen, mapping.KindHeartbeat:
+	case mapping.KindSeen:
+		if e.Src == mapping.SideWorker {
+			t.incarnation(w, &e.Inc, false, true, now)
+		}
+		return
+	case mapping.KindHeartbeat:
 		return
 	case mapping.KindStage:
 		t.hists.Stage(e.Stage, e.TS-e.StartTS)
@@ -247,6 +261,9 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 	}
 	r := t.run(w, e.Run)
 	if r == nil {
+		return
+	}
+	if r = t.attempt(w, r, e); r == nil {
 		return
 	}
 	if e.Src == mapping.SideScheduler {

@@ -710,8 +710,13 @@ func (rac *ResourceAttributeConfig) Unmarshal(parser *confmap.Conf) error {
 
 // ResourceAttributesConfig provides config for worker_process resource attributes.
 type ResourceAttributesConfig struct {
-	CicdWorkerID   ResourceAttributeConfig `mapstructure:"cicd.worker.id"`
-	CicdWorkerName ResourceAttributeConfig `mapstructure:"cicd.worker.name"`
+	CicdWorkerID                 ResourceAttributeConfig `mapstructure:"cicd.worker.id"`
+	CicdWorkerName               ResourceAttributeConfig `mapstructure:"cicd.worker.name"`
+	ProcessCreationTime          ResourceAttributeConfig `mapstructure:"process.creation.time"`
+	ProcessExitCode              ResourceAttributeConfig `mapstructure:"process.exit.code"`
+	ProcessExitTime              ResourceAttributeConfig `mapstructure:"process.exit.time"`
+	ProcessPid                   ResourceAttributeConfig `mapstructure:"process.pid"`
+	WorkerwatchProcessExitSignal ResourceAttributeConfig `mapstructure:"workerwatch.process.exit.signal"`
 }
 
 func DefaultResourceAttributesConfig() ResourceAttributesConfig {
@@ -720,6 +725,21 @@ func DefaultResourceAttributesConfig() ResourceAttributesConfig {
 			Enabled: true,
 		},
 		CicdWorkerName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessCreationTime: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessExitCode: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessExitTime: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessPid: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		WorkerwatchProcessExitSignal: ResourceAttributeConfig{
 			Enabled: true,
 		},
 	}

@@ -1366,6 +1366,36 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 	if mbc.ResourceAttributes.CicdWorkerName.MetricsExclude != nil {
 		mb.resourceAttributeExcludeFilter["cicd.worker.name"] = filter.CreateFilter(mbc.ResourceAttributes.CicdWorkerName.MetricsExclude)
 	}
+	if mbc.ResourceAttributes.ProcessCreationTime.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.creation.time"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessCreationTime.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessCreationTime.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.creation.time"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessCreationTime.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.ProcessExitCode.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.exit.code"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExitCode.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessExitCode.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.exit.code"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExitCode.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.ProcessExitTime.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.exit.time"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExitTime.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessExitTime.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.exit.time"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExitTime.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.ProcessPid.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.pid"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessPid.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessPid.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.pid"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessPid.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.WorkerwatchProcessExitSignal.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["workerwatch.process.exit.signal"] = filter.CreateFilter(mbc.ResourceAttributes.WorkerwatchProcessExitSignal.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.WorkerwatchProcessExitSignal.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["workerwatch.process.exit.signal"] = filter.CreateFilter(mbc.ResourceAttributes.WorkerwatchProcessExitSignal.MetricsExclude)
+	}
 
 	for _, op := range options {
 		op.apply(mb)

@@ -164,6 +164,11 @@ func TestMetricsBuilder(t *testing.T) {
 			rb := mb.NewResourceBuilder()
 			rb.SetCicdWorkerID("cicd.worker.id-val")
 			rb.SetCicdWorkerName("cicd.worker.name-val")
+			rb.SetProcessCreationTime("process.creation.time-val")
+			rb.SetProcessExitCode(17)
+			rb.SetProcessExitTime("process.exit.time-val")
+			rb.SetProcessPid(11)
+			rb.SetWorkerwatchProcessExitSignal(31)
 			res := rb.Emit()
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {

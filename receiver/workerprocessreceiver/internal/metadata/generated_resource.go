@@ -35,6 +35,41 @@ func (rb *ResourceBuilder) SetCicdWorkerName(val string) {
 	}
 }
 
+// SetProcessCreationTime sets provided value as "process.creation.time" attribute.
+func (rb *ResourceBuilder) SetProcessCreationTime(val string) {
+	if rb.config.ProcessCreationTime.Enabled {
+		rb.res.Attributes().PutStr("process.creation.time", val)
+	}
+}
+
+// SetProcessExitCode sets provided value as "process.exit.code" attribute.
+func (rb *ResourceBuilder) SetProcessExitCode(val int64) {
+	if rb.config.ProcessExitCode.Enabled {
+		rb.res.Attributes().PutInt("process.exit.code", val)
+	}
+}
+
+// SetProcessExitTime sets provided value as "process.exit.time" attribute.
+func (rb *ResourceBuilder) SetProcessExitTime(val string) {
+	if rb.config.ProcessExitTime.Enabled {
+		rb.res.Attributes().PutStr("process.exit.time", val)
+	}
+}
+
+// SetProcessPid sets provided value as "process.pid" attribute.
+func (rb *ResourceBuilder) SetProcessPid(val int64) {
+	if rb.config.ProcessPid.Enabled {
+		rb.res.Attributes().PutInt("process.pid", val)
+	}
+}
+
+// SetWorkerwatchProcessExitSignal sets provided value as "workerwatch.process.exit.signal" attribute.
+func (rb *ResourceBuilder) SetWorkerwatchProcessExitSignal(val int64) {
+	if rb.config.WorkerwatchProcessExitSignal.Enabled {
+		rb.res.Attributes().PutInt("workerwatch.process.exit.signal", val)
+	}
+}
+
 // Emit returns the built resource and resets the internal builder state.
 func (rb *ResourceBuilder) Emit() pcommon.Resource {
 	r := rb.res

@@ -15,15 +15,20 @@ func TestResourceBuilder(t *testing.T) {
 			rb := NewResourceBuilder(cfg)
 			rb.SetCicdWorkerID("cicd.worker.id-val")
 			rb.SetCicdWorkerName("cicd.worker.name-val")
+			rb.SetProcessCreationTime("process.creation.time-val")
+			rb.SetProcessExitCode(17)
+			rb.SetProcessExitTime("process.exit.time-val")
+			rb.SetProcessPid(11)
+			rb.SetWorkerwatchProcessExitSignal(31)
 
 			res := rb.Emit()
 			assert.Equal(t, 0, rb.Emit().Attributes().Len()) // Second call should return empty Resource
 
 			switch tt {
 			case "default":
-				assert.Equal(t, 2, res.Attributes().Len())
+				assert.Equal(t, 7, res.Attributes().Len())
 			case "all_set":
-				assert.Equal(t, 2, res.Attributes().Len())
+				assert.Equal(t, 7, res.Attributes().Len())
 			case "none_set":
 				assert.Equal(t, 0, res.Attributes().Len())
 				return
@@ -39,6 +44,31 @@ func TestResourceBuilder(t *testing.T) {
 			assert.True(t, ok)
 			if ok {
 				assert.Equal(t, "cicd.worker.name-val", cicdWorkerNameAttrVal.Str())
+			}
+			processCreationTimeAttrVal, ok := res.Attributes().Get("process.creation.time")
+			assert.True(t, ok)
+			if ok {
+				assert.Equal(t, "process.creation.time-val", processCreationTimeAttrVal.Str())
+			}
+			processExitCodeAttrVal, ok := res.Attributes().Get("process.exit.code")
+			assert.True(t, ok)
+			if ok {
+				assert.EqualValues(t, 17, processExitCodeAttrVal.Int())
+			}
+			processExitTimeAttrVal, ok := res.Attributes().Get("process.exit.time")
+			assert.True(t, ok)
+			if ok {
+				assert.Equal(t, "process.exit.time-val", processExitTimeAttrVal.Str())
+			}
+			processPidAttrVal, ok := res.Attributes().Get("process.pid")
+			assert.True(t, ok)
+			if ok {
+				assert.EqualValues(t, 11, processPidAttrVal.Int())
+			}
+			workerwatchProcessExitSignalAttrVal, ok := res.Attributes().Get("workerwatch.process.exit.signal")
+			assert.True(t, ok)
+			if ok {
+				assert.EqualValues(t, 31, workerwatchProcessExitSignalAttrVal.Int())
 			}
 		})
 	}

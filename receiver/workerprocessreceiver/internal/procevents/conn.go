@@ -47,6 +47,25 @@ type Exit struct {
 	Ns  uint64 // CLOCK_MONOTONIC ns of the exit
 }
 
+// RootExit is the exit of a group's root process (SetRoot), as the kernel
+// reported it.
+type RootExit struct {
+	Pid int32
+	// Status is the wait status (waitpid(2)): the exit code in bits 8-15,
+	// or the signal that ended the process in bits 0-6.
+	Status uint32
+	Ns     uint64 // CLOCK_MONOTONIC ns of the exit
+}
+
+// Signaled reports whether the process was ended by a signal, and which.
+func (e RootExit) Signaled() (int, bool) {
+	sig := int(e.Status & 0x7f)
+	return sig, sig != 0
+}
+
+// Code is the exit code of a process that exited on its own.
+func (e RootExit) Code() int { return int(e.Status>>8) & 0xff }
+
 // entry is one live member tgid of a group.
 type entry struct {
 	g *Group
@@ -67,6 +86,10 @@ type Group struct {
 	armed  bool   // seeded by a previous Sync: the interval since is covered
 	since  uint64 // CLOCK_MONOTONIC ns of its creation
 	missed bool   // events lost (ENOBUFS or a sequence gap) since the last Sync
+	// root is the group's root process (SetRoot); rootExit its exit, once
+	// the kernel reported it.
+	root     int32
+	rootExit *RootExit
 }
 
 // Conn is a subscription to the kernel's process events.
@@ -84,6 +107,10 @@ type Conn struct {
 	owner   map[int32]*entry
 	groups  map[*Group]struct{}
 	lastSeq map[uint32]uint32 // per CPU, to count lost events
+	// roots maps each group's root pid to its group (SetRoot).
+	roots map[int32]*Group
+	// rootExited gets a value (coalesced) when a root exits.
+	rootExited chan struct{}
 
 	lost atomic.Int64          // events lost (sequence gaps), for internal telemetry
 	err  atomic.Pointer[error] // why the reader stopped, nil while it runs
@@ -99,6 +126,10 @@ func newConn() *Conn {
 		owner:   map[int32]*entry{},
 		groups:  map[*Group]struct{}{},
 		lastSeq: map[uint32]uint32{},
+		roots:   map[int32]*Group{},
+		// Buffered: a root's exit is never lost while the scraper is busy,
+		// and several exits before it looks are one wake-up.
+		rootExited: make(chan struct{}, 1),
 		// Unique on the host: the pid (at most 22 bits), and a count of
 		// this process's Conns.
 		ackID: uint32(os.Getpid())<<8 | conns.Add(1)&0xff,
@@ -391,6 +422,14 @@ func (c *Conn) handle(b []byte) {
 			if pid != tgid {
 				continue // a thread (or a leader exiting before its threads: not the process's end)
 			}
+			if g := c.roots[tgid]; g != nil && len(d) >= 12 {
+				delete(c.roots, tgid)
+				g.rootExit = &RootExit{Pid: tgid, Status: ne.Uint32(d[8:]), Ns: ne.Uint64(m[procEvOff+8:])}
+				select {
+				case c.rootExited <- struct{}{}:
+				default:
+				}
+			}
 			e := c.owner[tgid]
 			if e == nil {
 				continue
@@ -471,10 +510,58 @@ func (c *Conn) Sync(g *Group, walked []int32, out []Exit) ([]Exit, bool) {
 	return out, covered
 }
 
+// SetRoot names the group's root process: its exit is kept for RootExit
+// and signaled on RootExited. A pid of 0 unsets it.
+func (c *Conn) SetRoot(g *Group, pid int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.root != 0 && c.roots[g.root] == g {
+		delete(c.roots, g.root)
+	}
+	g.root, g.rootExit = pid, nil
+	if pid != 0 {
+		c.roots[pid] = g
+	}
+}
+
+// RootExit returns the exit of the group's root pid, once the kernel
+// reported it (the socket is drained first, so an exit that happened before
+// the call is seen).
+func (c *Conn) RootExit(g *Group, pid int32) (RootExit, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rc != nil && c.Err() == nil {
+		var derr error
+		if err := c.rc.Control(func(fd uintptr) { _, derr = c.drain(int(fd)) }); err == nil && derr != nil {
+			c.markMissed()
+		}
+	}
+	if g.rootExit == nil || g.rootExit.Pid != pid {
+		return RootExit{}, false
+	}
+	return *g.rootExit, true
+}
+
+// RootEnded reports whether the kernel reported the exit of the group's
+// root pid (among the events read so far: no drain). The exit event comes
+// before the process is a zombie, so /proc may still show it running.
+func (c *Conn) RootEnded(g *Group, pid int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return g.rootExit != nil && g.rootExit.Pid == pid
+}
+
+// RootExited receives a value when the root of a group exited (several
+// exits may share one value).
+func (c *Conn) RootExited() <-chan struct{} { return c.rootExited }
+
 // Forget drops a group that is no longer reported.
 func (c *Conn) Forget(g *Group) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if g.root != 0 && c.roots[g.root] == g {
+		delete(c.roots, g.root)
+	}
 	for pid := range g.pids {
 		delete(c.owner, pid)
 	}

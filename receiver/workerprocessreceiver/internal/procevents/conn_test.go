@@ -124,3 +124,56 @@ func TestAcknowledgementsAreNoLoss(t *testing.T) {
 	_, covered = p.Sync(g, []int32{100}, nil)
 	assert.False(t, covered)
 }
+
+// TestRootExit: the exit of a group's root is kept with its wait status
+// (code or signal) and signaled once; other exits, and a root unset or
+// replaced, are not.
+func TestRootExit(t *testing.T) {
+	p := newConn()
+	g := p.NewGroup()
+	p.SetRoot(g, 100)
+	_, ok := p.RootExit(g, 100)
+	assert.False(t, ok, "not exited yet")
+
+	p.handle(procMsg(1, procEventExit, 101, 101, 0, 17)) // not the root
+	select {
+	case <-p.RootExited():
+		t.Fatal("a non-root exit was signaled")
+	default:
+	}
+	p.handle(procMsg(2, procEventExit, 100, 100, 9, 17)) // SIGKILL: status 9
+	select {
+	case <-p.RootExited():
+	default:
+		t.Fatal("the root's exit was not signaled")
+	}
+	e, ok := p.RootExit(g, 100)
+	require.True(t, ok)
+	sig, signaled := e.Signaled()
+	assert.True(t, signaled)
+	assert.Equal(t, 9, sig)
+	_, ok = p.RootExit(g, 200)
+	assert.False(t, ok, "another pid's exit")
+
+	// A new root: exits with code 3 (status 3<<8).
+	p.SetRoot(g, 200)
+	_, ok = p.RootExit(g, 100)
+	assert.False(t, ok, "the old root's exit is dropped with SetRoot")
+	p.handle(procMsg(3, procEventExit, 200, 200, 3<<8, 17))
+	e, ok = p.RootExit(g, 200)
+	require.True(t, ok)
+	_, signaled = e.Signaled()
+	assert.False(t, signaled)
+	assert.Equal(t, 3, e.Code())
+
+	// Unset, then forgotten: no more root.
+	p.SetRoot(g, 300)
+	p.Forget(g)
+	<-p.RootExited()
+	p.handle(procMsg(4, procEventExit, 300, 300, 0, 17))
+	select {
+	case <-p.RootExited():
+		t.Fatal("a forgotten group's root exit was signaled")
+	default:
+	}
+}

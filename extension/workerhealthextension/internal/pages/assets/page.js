@@ -43,10 +43,25 @@
     if (!t || isNaN(ms) || ms <= 0) return "–";
     return dur(now - ms);
   }
+  function exitText(e) {
+    if (e.how === "signal" && e.signal !== undefined) return "signal " + e.signal;
+    if (e.how === "code" && e.code !== undefined) return "exit code " + e.code;
+    return "exit unknown";
+  }
   function evidence(r) {
-    if (!r.value && !r.threshold) return "";
+    if (r.exit) return exitText(r.exit);
+    if (!r.value && !r.threshold && !r.latched) return "";
     var f = r.code.indexOf("memory") >= 0 ? bytes : num;
-    return f(r.value) + " / " + f(r.threshold);
+    var s = f(r.value) + " / " + f(r.threshold);
+    if (r.samples > 0) s += " · " + r.samples + (r.samples === 1 ? " sample" : " samples");
+    if (!r.latched) return s;
+    s = "fired at " + s + " · latched";
+    if (r.current !== undefined && r.current !== null) s += " · now " + f(r.current);
+    if (r.recovery) {
+      s += " · recovering: " + r.recovery.samples + " of " + r.recovery.needed +
+        " samples under " + num(Math.round(r.recovery.ratio * 1000) / 10) + " %";
+    }
+    return s;
   }
   function memory(m, state, now) {
     var soft = m.soft_limit_bytes || 0, rss = m.rss_bytes || 0, r;

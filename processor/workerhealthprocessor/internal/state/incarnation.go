@@ -1,0 +1,181 @@
+package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
+)
+
+// Incarnations (docs/health-rules.md, "Incarnations"): one life of a
+// worker, its root process (pid + start time) or what its telemetry says.
+// The memory episodes, the CPU episode and the kills window belong to one
+// incarnation: a new one starts them afresh, seen live or after a restore.
+
+// Incarnation is a worker's current incarnation (ID "" = none known).
+type Incarnation struct {
+	ID     string
+	Source string // contract.Incarnation*
+	PID    int64
+	// Started is when the process started (unix ns, 0 = unknown);
+	// FirstSeen when the processor first saw the incarnation.
+	Started, FirstSeen int64
+}
+
+// startSlack is how far two start times of one pid may differ and still be
+// one process: the receiver states the start from the host's boot time,
+// which the kernel may restate by a second when the clock is stepped, and
+// a collector restarted in between reads it again. No pid is reused within
+// two seconds of the same start.
+const startSlack = int64(2 * time.Second)
+
+// Same reports whether two incarnations are the same process (or
+// instance): the same pid started at the same time (whichever source
+// stated it: the tree's root and the telemetry's process detector may name
+// one process), else the same id from the same source.
+func (in *Incarnation) Same(o *Incarnation) bool {
+	if in.PID != 0 && o.PID != 0 {
+		if in.PID != o.PID {
+			return false
+		}
+		if in.Started == 0 || o.Started == 0 {
+			return true
+		}
+		d := in.Started - o.Started
+		return d < startSlack && -d < startSlack
+	}
+	return in.Source == o.Source && in.ID == o.ID
+}
+
+// IncarnationOf is the incarnation a sample's or a record's resource
+// states, if any: a tree's root (pid + creation time), the telemetry's
+// process (the same pair) or its service.instance.id.
+func IncarnationOf(ref *mapping.IncRef, tree bool, now int64) (Incarnation, bool) {
+	switch {
+	case ref.PID > 0:
+		src := contract.IncarnationProcess
+		if tree {
+			src = contract.IncarnationTree
+		}
+		id := strconv.FormatInt(ref.PID, 10)
+		if ref.Started > 0 {
+			id += "@" + Time(ref.Started).Format("2006-01-02T15:04:05.000Z07:00")
+		}
+		return Incarnation{ID: id, Source: src, PID: ref.PID, Started: ref.Started, FirstSeen: now}, true
+	case ref.ServiceInstance != "":
+		return Incarnation{ID: ref.ServiceInstance, Source: contract.IncarnationServiceInstance, FirstSeen: now}, true
+	}
+	return Incarnation{}, false
+}
+
+// Snapshot is the health API's view (nil when none is known).
+func (in *Incarnation) Snapshot() *contract.Incarnation {
+	if in.ID == "" {
+		return nil
+	}
+	return &contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: Time(in.Started), FirstSeen: Time(in.FirstSeen)}
+}
+
+// Exit is how an incarnation ended, as the receiver stated it.
+type Exit struct {
+	// At is when it exited (unix ns); Seen when the processor learnt it.
+	At, Seen int64
+	How      string // contract.Exit*
+	Code     int
+	Signal   int
+	Inc      string // the incarnation's ID
+	// Pending: no new incarnation since; the worker is lost once
+	// lost.exit_grace has passed from Seen.
+	Pending bool
+}
+
+// ExitOf is the exit a tree sample of an absent root states, if any.
+func ExitOf(ref *mapping.IncRef, inc string, now int64) (Exit, bool) {
+	if ref.ExitAt <= 0 {
+		return Exit{}, false
+	}
+	e := Exit{At: ref.ExitAt, Seen: now, How: contract.ExitUnknown, Inc: inc, Pending: true}
+	switch {
+	case ref.ExitSignal > 0:
+		e.How, e.Signal = contract.ExitSignal, int(ref.ExitSignal)
+	case ref.ExitCode >= 0:
+		e.How, e.Code = contract.ExitCode, int(ref.ExitCode)
+	}
+	return e, true
+}
+
+// Snapshot is the health API's view of the exit.
+func (e *Exit) Snapshot() *contract.Exit {
+	out := &contract.Exit{How: e.How, At: Time(e.At), Incarnation: e.Inc}
+	switch e.How {
+	case contract.ExitSignal:
+		sig := e.Signal
+		out.Signal = &sig
+	case contract.ExitCode:
+		code := e.Code
+		out.Code = &code
+	}
+	return out
+}
+
+// Text is how the exit reads in a message: "signal 9", "exit code 3",
+// "exit code or signal unknown".
+func (e *Exit) Text() string {
+	switch e.How {
+	case contract.ExitSignal:
+		return "signal " + strconv.Itoa(e.Signal)
+	case contract.ExitCode:
+		return "exit code " + strconv.Itoa(e.Code)
+	}
+	return "exit code or signal unknown (found by a scrape)"
+}
+
+// IncarnationRecord is the checkpoint record of a worker's incarnation and
+// its last exit.
+type IncarnationRecord struct {
+	ID        string      `json:"id,omitempty"`
+	Source    string      `json:"src,omitempty"`
+	PID       int64       `json:"pid,omitempty"`
+	Started   int64       `json:"started,omitempty"`
+	FirstSeen int64       `json:"first,omitempty"`
+	Exit      *ExitRecord `json:"exit,omitempty"`
+}
+
+// ExitRecord is an Exit's checkpoint record.
+type ExitRecord struct {
+	At      int64  `json:"at"`
+	How     string `json:"how"`
+	Code    int    `json:"code,omitempty"`
+	Signal  int    `json:"sig,omitempty"`
+	Inc     string `json:"inc,omitempty"`
+	Pending bool   `json:"pending,omitempty"`
+}
+
+// CheckpointIncarnation is the record of an incarnation and exit (nil when
+// neither is known).
+func CheckpointIncarnation(in *Incarnation, e *Exit) *IncarnationRecord {
+	if in.ID == "" && e == nil {
+		return nil
+	}
+	r := &IncarnationRecord{ID: in.ID, Source: in.Source, PID: in.PID, Started: in.Started, FirstSeen: in.FirstSeen}
+	if e != nil {
+		r.Exit = &ExitRecord{At: e.At, How: e.How, Code: e.Code, Signal: e.Signal, Inc: e.Inc, Pending: e.Pending}
+	}
+	return r
+}
+
+// Restore is the incarnation and exit of a record (nil record: none). A
+// pending exit counts its grace from the restore: the processor did not
+// witness the time between.
+func (r *IncarnationRecord) Restore(now int64) (Incarnation, *Exit) {
+	if r == nil {
+		return Incarnation{}, nil
+	}
+	in := Incarnation{ID: r.ID, Source: r.Source, PID: r.PID, Started: r.Started, FirstSeen: r.FirstSeen}
+	if r.Exit == nil {
+		return in, nil
+	}
+	x := r.Exit
+	return in, &Exit{At: x.At, Seen: now, How: x.How, Code: x.Code, Signal: x.Signal, Inc: x.Inc, Pending: x.Pending}
+}
