@@ -14,6 +14,7 @@ import (
 	"runtime"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 )
@@ -21,7 +22,11 @@ import (
 // errUnsupportedPlatform is what Start returns on systems other than Linux.
 var errUnsupportedPlatform = errors.New("the worker_process receiver is unsupported on this platform (it reads Linux's /proc)")
 
-type workerScraper struct{}
+// workerScraper elsewhere: next is set by the factory as on Linux (where a
+// root's exit is scraped and sent at once); nothing is sent here.
+type workerScraper struct {
+	next consumer.Metrics
+}
 
 func newWorkerScraper(receiver.Settings, *Config) (*workerScraper, error) {
 	return &workerScraper{}, nil
