@@ -3,8 +3,8 @@
 package e2e
 
 // Incarnations and exits (issue 21) through the real binary, the real
-// simulator and its real processes, with the shipped config.yaml's
-// intervals and rules (e2e/testdata/incarnation.yaml):
+// simulator and its real processes, with the shipped config.yaml (only
+// ports, the state directory and the workers' selector overlaid):
 //
 //   - the collector and a fresh fleet with the same ids restarted together:
 //     the fresh worker-1 (no fault now) never inherits its predecessor's
@@ -19,11 +19,16 @@ package e2e
 //	make build && go test -tags e2e -count=1 -v -run 'TestIncarnation' ./e2e/
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -33,8 +38,12 @@ import (
 // the verdict's own timestamps, the wall clock only within this factor.
 const incarnationLoadFactor = 3
 
-// startIncarnation starts a collector with e2e/testdata/incarnation.yaml for
-// the fleet whose ids start with prefix, keeping its state in stateDir.
+// startIncarnation starts a collector with the shipped config.yaml itself
+// (its intervals, rules, history, limits and memory_limiter: the verdicts a
+// user of `make run` gets) and an overlay of what must differ for a test on
+// a shared machine: free ports for every listener, the state directory, and
+// the simulated workers' selector narrowed to the ids starting with prefix
+// (the Node.js selector is left out: other scenarios run Node workers).
 func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *judge {
 	t.Helper()
 	if j == nil {
@@ -43,11 +52,38 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 			schedAdr: loopbackAddr(t), telemetry: freePort(t),
 		}
 	}
-	j.env = []string{
-		"JUDGE_HEALTH=" + j.health, "JUDGE_OTLP_HTTP=" + j.otlp, "JUDGE_PREFIX=" + prefix,
-		"JUDGE_STATE_DIR=" + stateDir, fmt.Sprintf("JUDGE_TELEMETRY_PORT=%d", j.telemetry),
+	shipped := filepath.Join(repoRoot, "config.yaml")
+	conf, err := confmaptest.LoadConf(shipped)
+	if err != nil {
+		t.Fatal(err)
 	}
-	j.args = []string{"--config", filepath.Join(repoRoot, "e2e", "testdata", "incarnation.yaml")}
+	workers := conf.Get("receivers::worker_process::workers").([]any)
+	sim := workers[0].(map[string]any)
+	sel := sim["selector"].(map[string]any)
+	re := sel["cmdline"].(string)
+	if !strings.Contains(re, `(?P<id>\S+)`) {
+		t.Fatalf("config.yaml's first worker selector has no id capture: %s", re)
+	}
+	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(prefix)+`\S+)`, 1)
+	overlay := map[string]any{}
+	put(overlay, "receivers::worker_process::workers", []any{sim})
+	put(overlay, "extensions::worker_health::endpoint", j.health)
+	put(overlay, "receivers::otlp::protocols::http::endpoint", j.otlp)
+	put(overlay, "receivers::otlp::protocols::grpc::endpoint", loopbackAddr(t))
+	put(overlay, "exporters::prometheus::endpoint", loopbackAddr(t))
+	put(overlay, "service::telemetry::metrics::readers", []any{map[string]any{"pull": map[string]any{"exporter": map[string]any{
+		"prometheus": map[string]any{"host": "127.0.0.1", "port": j.telemetry},
+	}}}})
+	b, err := json.Marshal(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := filepath.Join(t.TempDir(), "overlay.json")
+	writeFile(t, over, string(b))
+	// The otlp_http exporter's backend: a free port nobody listens on (the
+	// shipped config retries there quietly, as in `make run` without one).
+	j.env = []string{"WORKERWATCH_STATE_DIR=" + stateDir, "WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t)}
+	j.args = []string{"--config", shipped, "--config", over}
 	j.col = start(t, name+"-collector", j.env, collectorBinary(t), j.args...)
 	waitReady(t, j.col, j.health)
 	return j
