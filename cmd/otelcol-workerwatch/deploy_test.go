@@ -5,6 +5,7 @@ package main
 // to one would not reach the other (make check-configs validates the files).
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
 func TestKubernetesConfigMapsAreTheShippedConfigs(t *testing.T) {
@@ -46,4 +50,39 @@ func configMapData(t *testing.T, manifest string) string {
 		b.WriteString(strings.TrimPrefix(line, "    "))
 	}
 	return strings.TrimRight(b.String(), "\n") + "\n"
+}
+
+// TestPrometheusLabelsLeaveIncarnationsOut: every shipped config whose
+// Prometheus exporter turns resource attributes into labels leaves the
+// root's incarnation out (process.pid, process.creation.time, the exit). A
+// label that changes at each restart would keep the old process's series
+// beside the new one until they expire, and a sum by worker would count both.
+func TestPrometheusLabelsLeaveIncarnationsOut(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "collector", "*.yaml"))
+	require.NoError(t, err)
+	presets, err := filepath.Glob(filepath.Join("..", "..", "presets", "*", "collector.yaml"))
+	require.NoError(t, err)
+	files = append(append(files, presets...), filepath.Join("..", "..", "config.yaml"))
+	checked := 0
+	for _, f := range files {
+		conf, err := confmaptest.LoadConf(f)
+		require.NoError(t, err, f)
+		exporters, _ := conf.Get("exporters").(map[string]any)
+		for name, raw := range exporters {
+			if name != "prometheus" && !strings.HasPrefix(name, "prometheus/") {
+				continue
+			}
+			cfg, _ := raw.(map[string]any)
+			labels, _ := cfg["resource_constant_labels"].(map[string]any)
+			if labels == nil {
+				continue
+			}
+			checked++
+			excluded := fmt.Sprint(labels["excluded"])
+			for _, attr := range []string{contract.AttrPID, contract.AttrProcessCreationTime, "process.exit.*", "workerwatch.process.exit.*"} {
+				assert.Contains(t, excluded, attr, "%s: exporters::%s::resource_constant_labels::excluded", f, name)
+			}
+		}
+	}
+	assert.Positive(t, checked, "no shipped config has resource labels: the test checked nothing")
 }
