@@ -118,9 +118,11 @@ func TestRefusedWorkersCostNothing(t *testing.T) {
 	t.Logf("refused: %d workers a batch (%d metric points, %d log records): %.1f allocations, %.0f bytes allocated a batch; heap after %d batches %+d bytes (the batches themselves freed)",
 		refusedPer, 4*refusedPer, 4*refusedPer, allocsPerBatch, bytesPerBatch, batches, retained)
 	assert.Len(t, h.p.tracker.ByID(), tracked, "none admitted")
-	// A few allocations a batch at most (a pooled batch refilled after a
-	// GC emptied the pool), not one per refused worker or record.
-	assert.Less(t, allocsPerBatch, 10.0, "allocations per refused batch")
+	// A few allocations a batch (a pooled batch refilled after a GC emptied
+	// the pool: about 1.4 without -race, about 14 with it, where sync.Pool
+	// drops a quarter of what is put back), never one per refused worker or
+	// record: the bound is a tenth of the batch's workers.
+	assert.Less(t, allocsPerBatch, float64(refusedPer)/10, "allocations per refused batch")
 	// Nothing kept: the heap does not grow with the refused batches (it
 	// shrinks by the batches themselves, freed).
 	assert.Less(t, retained, int64(64<<10), "heap retained after %d refused batches", batches)
