@@ -175,13 +175,19 @@ func TestIncarnationFreshFleet(t *testing.T) {
 	startIncarnation(t, "inc-fresh-3", prefix, state, j)
 	start(t, "inc-fresh-fleet-none", nil, sim, fleetArgs("none,none")...)
 	began := time.Now()
-	healthy := false
-	for time.Since(began) < 45*time.Second || !healthy {
+	// judged: the fresh incarnation's own verdict, one that may take work.
+	// Healthy, or degraded for another reason than memory (the old fleet's
+	// scheduler may have stopped with claims on worker-1 that nobody closes:
+	// drift until drift.heal_after, which is true and not this test's point).
+	judged := false
+	var last contract.Worker
+	for time.Since(began) < 45*time.Second || !judged {
 		if time.Since(began) > 120*time.Second {
-			t.Fatalf("the fresh %s never turned healthy", id)
+			t.Fatalf("the fresh %s was never judged on its own evidence; last %s %+v %v", id, last.State, last.Incarnation, reasonCodes(last))
 		}
 		w, err := j.worker(id)
 		if err == nil {
+			last = w
 			if rs := memoryReasons(t, w); len(rs) > 0 && w.Incarnation != nil && w.Incarnation.ID != before.Incarnation.ID {
 				t.Fatalf("the fresh %s (incarnation %s) has a memory reason %.1fs after the restart: %s %+v",
 					id, w.Incarnation.ID, time.Since(began).Seconds(), w.State, rs)
@@ -191,16 +197,16 @@ func TestIncarnationFreshFleet(t *testing.T) {
 			if w.State == contract.Unhealthy {
 				t.Fatalf("%s is unhealthy %.1fs after the restart (incarnation %+v): %+v", id, time.Since(began).Seconds(), w.Incarnation, w.Reasons)
 			}
-			if w.State == contract.Healthy {
+			if w.State.MayTakeWork() {
 				if w.Incarnation == nil || w.Incarnation.ID == before.Incarnation.ID {
-					t.Fatalf("the fresh %s is healthy with the old incarnation: %+v", id, w.Incarnation)
+					t.Fatalf("the fresh %s may take work with the old incarnation: %+v", id, w.Incarnation)
 				}
-				healthy = true
+				judged = true
 			}
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Logf("e2e: the fresh %s healthy, never unhealthy from memory, over %.1fs", id, time.Since(began).Seconds())
+	t.Logf("e2e: the fresh %s %s (%v), never unhealthy from memory, over %.1fs", id, last.State, reasonCodes(last), time.Since(began).Seconds())
 }
 
 // TestIncarnationExit: a root killed, a root restarted by its supervisor,

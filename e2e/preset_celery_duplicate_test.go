@@ -231,6 +231,23 @@ func TestPresetCeleryDuplicate(t *testing.T) {
 			return nil
 		})
 	}
+	// And they stay so past drift.grace (the preset's 10 s) and two
+	// evaluations: the broker's claim of the earlier copy closed with it
+	// (it stayed open, and worker a turned degraded with drift_missing
+	// once the grace ran out, in a CI run).
+	stay := time.Now().Add(10*time.Second + 2*2*time.Second + 5*time.Second)
+	for time.Now().Before(stay) {
+		for _, h := range []string{hA, hB} {
+			code, w, err := r.health(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != 200 || w.State != contract.Healthy {
+				t.Fatalf("%s after both copies ended: %d %s %v", h, code, w.State, w.Reasons)
+			}
+		}
+		time.Sleep(time.Second) // a poll; the bound is the loop's deadline
+	}
 	t.Logf("e2e: duplicate execution of %s on %s and %s; records %q", id, hA, hB, sink.records())
 	if lines := r.c.errorLines(); len(lines) > 0 {
 		t.Errorf("collector errors:\n%s", strings.Join(lines, "\n"))

@@ -147,6 +147,10 @@ func TestDuplicateExecution(t *testing.T) {
 				"celery-broker/" + contract.EventClaimed + "/a@h/t2",
 				"celery-broker/" + contract.EventClaimed + "/a@h/t2/redelivered",
 				"celery-broker/" + contract.EventClaimed + "/b@h/t1/redelivered",
+				// Each copy's end closes the broker's claim for its own
+				// worker: the earlier copy's too (left open, that worker
+				// showed drift_missing until drift.heal_after).
+				"celery-broker/" + contract.EventFinished + "/a@h/t1",
 				"celery-broker/" + contract.EventFinished + "/b@h/t1",
 				"celery-worker/" + contract.EventFinished + "/a@h/t1",
 				"celery-worker/" + contract.EventFinished + "/b@h/t1",

@@ -581,6 +581,11 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 			t = &taskState{worker: host}
 		}
 		r.endRecord(id, host, ts, out, e, fromBackend, t)
+		// The broker's claim for this worker closes with it (its ack of the
+		// earlier delivery): left open, the worker showed drift_missing on
+		// a run it had ended until drift.heal_after.
+		b := out.brokerRecord(host, contract.EventFinished, id, ts)
+		b.PutStr(contract.AttrResult, e.result)
 		return
 	}
 	if t == nil {
