@@ -508,22 +508,13 @@ func TestPresetCelery(t *testing.T) {
 	r.send(qKill, "long", 1, "30")
 	okSent := time.Now()
 	okIDs := r.send(qKill, "ok", 2)
-	promGauge := func(m, name, task string) (float64, bool) {
-		g := regexp.MustCompile(`(?m)^` + name + `\{[^}]*celery_task_name="tasks\.` + task + `"[^}]*cicd_worker_id="` +
-			regexp.QuoteMeta(hKill) + `"[^}]*\} (\S+)$|^` + name + `\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hKill) +
-			`"[^}]*celery_task_name="tasks\.` + task + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
-		if g == nil {
-			return 0, false
-		}
-		v, err := strconv.ParseFloat(g[1]+g[2], 64)
-		return v, err == nil
-	}
+	okOnKill := []string{`celery_task_name="tasks.ok"`, `cicd_worker_id="` + hKill + `"`}
 	eventually(t, time.Minute, 500*time.Millisecond, "2 ok tasks prefetched by worker kill", func() error {
 		m, err := httpGet("http://" + r.c.promExp + "/metrics")
 		if err != nil {
 			return err
 		}
-		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 2 {
+		if v, ok := metricSum(m, "celery_worker_tasks_prefetched", okOnKill...); !ok || v != 2 {
 			return fmt.Errorf("%v %v\n%s", v, ok, grepLines(m, "prefetch"))
 		}
 		return nil
@@ -542,12 +533,12 @@ func TestPresetCelery(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 0 {
+		if v, ok := metricSum(m, "celery_worker_tasks_prefetched", okOnKill...); !ok || v != 0 {
 			return fmt.Errorf("prefetched %v %v\n%s", v, ok, grepLines(m, "prefetch"))
 		}
 		// The ok tasks waited for the 30 s task: more than a second, less
 		// than from their send to their SUCCESS.
-		v, ok := promGauge(m, "celery_task_prefetch_time_seconds", "ok")
+		v, ok := metricSum(m, "celery_task_prefetch_time_seconds", okOnKill...)
 		if !ok || v <= 1 || v >= okWait.Seconds() {
 			return fmt.Errorf("prefetch time %v %v, want in (1, %.1f)\n%s", v, ok, okWait.Seconds(), grepLines(m, "prefetch"))
 		}
