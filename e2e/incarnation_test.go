@@ -22,13 +22,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -61,20 +57,8 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 		}
 	}
 	shipped := filepath.Join(repoRoot, "config.yaml")
-	conf, err := confmaptest.LoadConf(shipped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	workers := conf.Get("receivers::worker_process::workers").([]any)
-	sim := workers[0].(map[string]any)
-	sel := sim["selector"].(map[string]any)
-	re := sel["cmdline"].(string)
-	if !strings.Contains(re, `(?P<id>\S+)`) {
-		t.Fatalf("config.yaml's first worker selector has no id capture: %s", re)
-	}
-	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(prefix)+`\S+)`, 1)
 	overlay := map[string]any{}
-	put(overlay, "receivers::worker_process::workers", []any{sim})
+	put(overlay, "receivers::worker_process::workers", idSelector(t, shipped, prefix))
 	put(overlay, "extensions::worker_health::endpoint", j.health)
 	put(overlay, "receivers::otlp::protocols::http::endpoint", j.otlp)
 	put(overlay, "receivers::otlp::protocols::grpc::endpoint", loopbackAddr(t))

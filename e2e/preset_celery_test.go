@@ -28,8 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/confmap/confmaptest"
-
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
@@ -113,34 +111,16 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	if c.exportTo == "" {
 		c.exportTo = r.countingSink()
 	}
-	dir := t.TempDir()
-	c.stateDir = filepath.Join(dir, "state")
-	conf, err := confmaptest.LoadConf(preset)
-	if err != nil {
-		t.Fatal(err)
+	defaults := map[string]any{
+		"receivers::worker_process::collection_interval": "1s",
+		"receivers::celery::broker":                      r.broker,
+		"receivers::celery::queues":                      queues,
+		"receivers::celery::collection_interval":         "1s",
 	}
-	workers := conf.Get("receivers::worker_process::workers").([]any)
-	sel := workers[0].(map[string]any)["selector"].(map[string]any)
-	re := sel["cmdline"].(string)
-	if !strings.Contains(re, `(?P<id>\S+)`) {
-		t.Fatalf("the preset's selector has no id capture: %s", re)
-	}
-	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(r.prefix+"-")+`\S+)`, 1)
-	overlay := map[string]any{}
-	put(overlay, "receivers::worker_process::workers", workers)
-	put(overlay, "receivers::worker_process::collection_interval", "1s")
-	put(overlay, "receivers::celery::broker", r.broker)
 	if r.backend != "" {
-		put(overlay, "receivers::celery::result_backend", r.backend)
+		defaults["receivers::celery::result_backend"] = r.backend
 	}
-	put(overlay, "receivers::celery::queues", queues)
-	put(overlay, "receivers::celery::collection_interval", "1s")
-	for k, v := range set {
-		put(overlay, k, v)
-	}
-	b, _ := json.Marshal(overlay)
-	c.overlay = filepath.Join(dir, "overlay.json")
-	writeFile(t, c.overlay, string(b))
+	c.writeOverlay(t, idSelector(t, preset, r.prefix+"-"), defaults, set)
 	c.start(t)
 	r.c = c
 }
