@@ -107,18 +107,6 @@ func (s *recordSink) records() []string {
 	return slices.Clone(s.redelivered)
 }
 
-// workerEnv is r.worker with extra environment (the app's transport
-// options).
-func (r *celeryRun) workerEnv(name, queue string, c int, env []string, extra ...string) *proc {
-	args := append([]string{
-		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
-		"-n", r.host(name), "--loglevel=INFO",
-	}, extra...)
-	p := start(r.t, "celery-"+r.prefix+"-"+name, append(slices.Clone(r.env), env...), r.python, args...)
-	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
-	return p
-}
-
 // logged counts the lines of p's log containing s.
 func logged(p *proc, s string) int {
 	b, _ := os.ReadFile(p.log)

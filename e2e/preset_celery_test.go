@@ -128,11 +128,16 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 // worker starts `python3 -m celery -A tasks worker -E` on queue with
 // concurrency c: the preset asks nothing more of a worker.
 func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
+	return r.workerEnv(name, queue, c, nil, extra...)
+}
+
+// workerEnv is worker with extra environment (the app's transport options).
+func (r *celeryRun) workerEnv(name, queue string, c int, env []string, extra ...string) *proc {
 	args := append([]string{
 		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
 		"-n", r.host(name), "--loglevel=INFO",
 	}, extra...)
-	p := start(r.t, "celery-"+r.prefix+"-"+name, r.env, r.python, args...)
+	p := start(r.t, "celery-"+r.prefix+"-"+name, append(slices.Clone(r.env), env...), r.python, args...)
 	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
 	return p
 }
