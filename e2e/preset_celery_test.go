@@ -559,7 +559,7 @@ func TestPresetCelery(t *testing.T) {
 		}
 		return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
 	})
-	t.Logf("e2e: SIGKILLed worker: lost %s after the kill (lost.after 15s)", time.Since(killedAt).Round(time.Second))
+	t.Logf("e2e: SIGKILLed worker: lost %s after the kill (process_exited: lost.exit_grace 2s after its root exited)", time.Since(killedAt).Round(time.Second))
 	r.worker("kill", qKill, 1)
 	eventually(t, 2*time.Minute, time.Second, "worker kill healthy again, its task let go, worker_exit counted", func() error {
 		code, w, err := r.health(hKill)
