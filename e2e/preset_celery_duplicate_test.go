@@ -26,9 +26,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
