@@ -29,18 +29,15 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// incarnationLoadFactor widens the bounds of these scenarios on a loaded
-// 2-core machine (as judgeLoadFactor).
-const incarnationLoadFactor = 3
-
 // boundExitToLost bounds the verdict's own delay from a root's exit to lost
 // (since - exit.at), the documented rule (docs/health-rules.md, "An
-// incarnation that ended") for the shipped config, times the load factor:
-// lost.exit_grace (2 s, the default) + the receiver's follow-up scrape after
-// an exit (1 s) + the evaluation the processor runs at the grace's end
-// (counted as 1 s); 12 s. Issue 21's goal of 5 s is the figure logged (a
-// RESULT line), not a gate: it is the machine's speed.
-const boundExitToLost = incarnationLoadFactor * (2*time.Second + time.Second + time.Second)
+// incarnation that ended") for the shipped config, times the suite's load
+// factor (judgeLoadFactor, 3): lost.exit_grace (2 s, the default) + the
+// receiver's follow-up scrape after an exit (1 s) + the evaluation the
+// processor runs at the grace's end (counted as 1 s); 12 s. Issue 21's goal
+// of 5 s is the figure logged (a RESULT line), not a gate: it is the
+// machine's speed. The wall-clock bound stays the goal times the factor.
+const boundExitToLost = judgeLoadFactor * (2*time.Second + time.Second + time.Second)
 
 // startIncarnation starts a collector with the shipped config.yaml itself
 // (its intervals, rules, history, limits and memory_limiter: the verdicts a
@@ -228,7 +225,7 @@ func TestIncarnationExit(t *testing.T) {
 		}
 		at := time.Now()
 		var w contract.Worker
-		eventually(t, incarnationLoadFactor*5*time.Second, 100*time.Millisecond, killed+" lost, process_exited", func() error {
+		eventually(t, judgeLoadFactor*5*time.Second, 100*time.Millisecond, killed+" lost, process_exited", func() error {
 			var err error
 			if w, err = worker(e, killed); err != nil {
 				return err
