@@ -622,6 +622,14 @@ func bullRerun(t *testing.T, s *bullScenario) {
 		return nil
 	})
 	w := s.waitFor("rr-a", bullBoundHang, "attempt 2 of "+job+" succeeded, attempt 1 held and orphaned", func(w contract.Worker) error {
+		// At every poll, not only at the end (where attempt 1 is held, so
+		// not among the ended runs): attempt 1 never ends with attempt 2's
+		// outcome.
+		for _, r := range w.Runs.Recent {
+			if r.ID == job && r.Result == contract.ResultSuccess {
+				t.Fatalf("attempt 1 of %s shows attempt 2's outcome: %+v", job, r)
+			}
+		}
 		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
 			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultSuccess
 		}) || !slices.Contains(w.Runs.Worker, job) || !slices.Contains(w.Drift.Orphaned, job) {
@@ -630,11 +638,6 @@ func bullRerun(t *testing.T, s *bullScenario) {
 		return nil
 	})
 	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent, w.Runs.Worker, w.Drift.Orphaned)
-	for _, r := range w.Runs.Recent {
-		if r.ID == job && r.Result == contract.ResultSuccess {
-			t.Errorf("attempt 1 of %s shows attempt 2's outcome: %+v", job, r)
-		}
-	}
 	s.neverIn("rr-a", contract.Lost, contract.Unhealthy)
 }
 

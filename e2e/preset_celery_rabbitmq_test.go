@@ -147,24 +147,15 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 	// Flower's worker view over AMQP: online, its heartbeat age within a
 	// few heartbeat intervals (freq 2 s; 30 s is a wide bound), its
 	// heartbeats counted by type.
-	metricOf := func(m, name, extra string) (float64, bool) {
-		g := regexp.MustCompile(`(?m)^`+name+`\{[^}]*cicd_worker_id="`+regexp.QuoteMeta(host)+`"[^}]*\} (\S+)$`).FindAllStringSubmatch(m, -1)
-		for _, l := range g {
-			if strings.Contains(l[0], extra) {
-				v, err := strconv.ParseFloat(l[1], 64)
-				return v, err == nil
-			}
-		}
-		return 0, false
-	}
+	onWorker := `cicd_worker_id="` + host + `"`
 	eventually(t, time.Minute, time.Second, "the worker online with a fresh heartbeat, from RabbitMQ", func() error {
 		m, err := httpGet("http://" + r.c.promExp + "/metrics")
 		if err != nil {
 			return err
 		}
-		online, ok1 := metricOf(m, "celery_worker_online_ratio", "")
-		age, ok2 := metricOf(m, "celery_worker_heartbeat_age_seconds", "")
-		hb, ok3 := metricOf(m, "celery_events_total", `celery_event_type="worker-heartbeat"`)
+		online, ok1 := metricSum(m, "celery_worker_online_ratio", onWorker)
+		age, ok2 := metricSum(m, "celery_worker_heartbeat_age_seconds", onWorker)
+		hb, ok3 := metricSum(m, "celery_events_total", onWorker, `celery_event_type="worker-heartbeat"`)
 		if !ok1 || !ok2 || !ok3 || online != 1 || age < 0 || age > 30 || hb < 1 {
 			return fmt.Errorf("online %v age %v heartbeats %v\n%s", online, age, hb, grepLines(m, "celery_worker"))
 		}
@@ -232,8 +223,8 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		off, ok1 := metricOf(m, "celery_events_total", `celery_event_type="worker-offline"`)
-		online, ok2 := metricOf(m, "celery_worker_online_ratio", "")
+		off, ok1 := metricSum(m, "celery_events_total", onWorker, `celery_event_type="worker-offline"`)
+		online, ok2 := metricSum(m, "celery_worker_online_ratio", onWorker)
 		if !ok1 || !ok2 || off != 1 || online != 0 {
 			return fmt.Errorf("worker-offline %v online %v\n%s", off, online, grepLines(m, "celery_"))
 		}

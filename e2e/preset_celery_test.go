@@ -28,8 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/confmap/confmaptest"
-
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
@@ -113,34 +111,16 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 	if c.exportTo == "" {
 		c.exportTo = r.countingSink()
 	}
-	dir := t.TempDir()
-	c.stateDir = filepath.Join(dir, "state")
-	conf, err := confmaptest.LoadConf(preset)
-	if err != nil {
-		t.Fatal(err)
+	defaults := map[string]any{
+		"receivers::worker_process::collection_interval": "1s",
+		"receivers::celery::broker":                      r.broker,
+		"receivers::celery::queues":                      queues,
+		"receivers::celery::collection_interval":         "1s",
 	}
-	workers := conf.Get("receivers::worker_process::workers").([]any)
-	sel := workers[0].(map[string]any)["selector"].(map[string]any)
-	re := sel["cmdline"].(string)
-	if !strings.Contains(re, `(?P<id>\S+)`) {
-		t.Fatalf("the preset's selector has no id capture: %s", re)
-	}
-	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(r.prefix+"-")+`\S+)`, 1)
-	overlay := map[string]any{}
-	put(overlay, "receivers::worker_process::workers", workers)
-	put(overlay, "receivers::worker_process::collection_interval", "1s")
-	put(overlay, "receivers::celery::broker", r.broker)
 	if r.backend != "" {
-		put(overlay, "receivers::celery::result_backend", r.backend)
+		defaults["receivers::celery::result_backend"] = r.backend
 	}
-	put(overlay, "receivers::celery::queues", queues)
-	put(overlay, "receivers::celery::collection_interval", "1s")
-	for k, v := range set {
-		put(overlay, k, v)
-	}
-	b, _ := json.Marshal(overlay)
-	c.overlay = filepath.Join(dir, "overlay.json")
-	writeFile(t, c.overlay, string(b))
+	c.writeOverlay(t, idSelector(t, preset, r.prefix+"-"), defaults, set)
 	c.start(t)
 	r.c = c
 }
@@ -148,11 +128,16 @@ func (r *celeryRun) startCollector(queues []string, set map[string]any) {
 // worker starts `python3 -m celery -A tasks worker -E` on queue with
 // concurrency c: the preset asks nothing more of a worker.
 func (r *celeryRun) worker(name, queue string, c int, extra ...string) *proc {
+	return r.workerEnv(name, queue, c, nil, extra...)
+}
+
+// workerEnv is worker with extra environment (the app's transport options).
+func (r *celeryRun) workerEnv(name, queue string, c int, env []string, extra ...string) *proc {
 	args := append([]string{
 		"-m", "celery", "-A", "tasks", "worker", "-E", "-c", strconv.Itoa(c), "-Q", queue,
 		"-n", r.host(name), "--loglevel=INFO",
 	}, extra...)
-	p := start(r.t, "celery-"+r.prefix+"-"+name, r.env, r.python, args...)
+	p := start(r.t, "celery-"+r.prefix+"-"+name, append(slices.Clone(r.env), env...), r.python, args...)
 	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
 	return p
 }
@@ -508,22 +493,13 @@ func TestPresetCelery(t *testing.T) {
 	r.send(qKill, "long", 1, "30")
 	okSent := time.Now()
 	okIDs := r.send(qKill, "ok", 2)
-	promGauge := func(m, name, task string) (float64, bool) {
-		g := regexp.MustCompile(`(?m)^` + name + `\{[^}]*celery_task_name="tasks\.` + task + `"[^}]*cicd_worker_id="` +
-			regexp.QuoteMeta(hKill) + `"[^}]*\} (\S+)$|^` + name + `\{[^}]*cicd_worker_id="` + regexp.QuoteMeta(hKill) +
-			`"[^}]*celery_task_name="tasks\.` + task + `"[^}]*\} (\S+)$`).FindStringSubmatch(m)
-		if g == nil {
-			return 0, false
-		}
-		v, err := strconv.ParseFloat(g[1]+g[2], 64)
-		return v, err == nil
-	}
+	okOnKill := []string{`celery_task_name="tasks.ok"`, `cicd_worker_id="` + hKill + `"`}
 	eventually(t, time.Minute, 500*time.Millisecond, "2 ok tasks prefetched by worker kill", func() error {
 		m, err := httpGet("http://" + r.c.promExp + "/metrics")
 		if err != nil {
 			return err
 		}
-		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 2 {
+		if v, ok := metricSum(m, "celery_worker_tasks_prefetched", okOnKill...); !ok || v != 2 {
 			return fmt.Errorf("%v %v\n%s", v, ok, grepLines(m, "prefetch"))
 		}
 		return nil
@@ -542,12 +518,12 @@ func TestPresetCelery(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if v, ok := promGauge(m, "celery_worker_tasks_prefetched", "ok"); !ok || v != 0 {
+		if v, ok := metricSum(m, "celery_worker_tasks_prefetched", okOnKill...); !ok || v != 0 {
 			return fmt.Errorf("prefetched %v %v\n%s", v, ok, grepLines(m, "prefetch"))
 		}
 		// The ok tasks waited for the 30 s task: more than a second, less
 		// than from their send to their SUCCESS.
-		v, ok := promGauge(m, "celery_task_prefetch_time_seconds", "ok")
+		v, ok := metricSum(m, "celery_task_prefetch_time_seconds", okOnKill...)
 		if !ok || v <= 1 || v >= okWait.Seconds() {
 			return fmt.Errorf("prefetch time %v %v, want in (1, %.1f)\n%s", v, ok, okWait.Seconds(), grepLines(m, "prefetch"))
 		}
@@ -583,7 +559,7 @@ func TestPresetCelery(t *testing.T) {
 		}
 		return fmt.Errorf("%d %s %v", code, w.State, w.Reasons)
 	})
-	t.Logf("e2e: SIGKILLed worker: lost %s after the kill (lost.after 15s)", time.Since(killedAt).Round(time.Second))
+	t.Logf("e2e: SIGKILLed worker: lost %s after the kill (process_exited: lost.exit_grace 2s after its root exited)", time.Since(killedAt).Round(time.Second))
 	r.worker("kill", qKill, 1)
 	eventually(t, 2*time.Minute, time.Second, "worker kill healthy again, its task let go, worker_exit counted", func() error {
 		code, w, err := r.health(hKill)

@@ -58,8 +58,6 @@ func (c *presetCollector) pickPorts(t *testing.T) {
 // `--scenario <scenario>`, and the keys of set ("a::b::c" paths, as the
 // collector's --set) replaced.
 func (c *presetCollector) prepare(t *testing.T, scenario string, set map[string]any) {
-	dir := t.TempDir()
-	c.stateDir = filepath.Join(dir, "state")
 	conf, err := confmaptest.LoadConf(c.preset)
 	if err != nil {
 		t.Fatal(err)
@@ -76,10 +74,21 @@ func (c *presetCollector) prepare(t *testing.T, scenario string, set map[string]
 		}
 		sel["cmdline"] = "(?:" + re + ").*--scenario " + regexp.QuoteMeta(scenario) + "$"
 	}
+	c.writeOverlay(t, workers, set)
+}
+
+// writeOverlay gives the collector a new state directory and its overlay:
+// workers as receivers.worker_process.workers, and the keys of each set
+// ("a::b::c" paths) replaced, a later set's over an earlier one's.
+func (c *presetCollector) writeOverlay(t *testing.T, workers []any, sets ...map[string]any) {
+	dir := t.TempDir()
+	c.stateDir = filepath.Join(dir, "state")
 	overlay := map[string]any{}
 	put(overlay, "receivers::worker_process::workers", workers)
-	for k, v := range set {
-		put(overlay, k, v)
+	for _, set := range sets {
+		for k, v := range set {
+			put(overlay, k, v)
+		}
 	}
 	b, err := json.Marshal(overlay)
 	if err != nil {
@@ -87,6 +96,30 @@ func (c *presetCollector) prepare(t *testing.T, scenario string, set map[string]
 	}
 	c.overlay = filepath.Join(dir, "overlay.json") // JSON is YAML
 	writeFile(t, c.overlay, string(b))
+}
+
+// idSelector is the first worker selector of the config at path, its id
+// capture `(?P<id>\S+)` narrowed to the ids starting with prefix, alone (the
+// config's other selectors are left out: other scenarios run those workers),
+// for workers whose command line cannot name a scenario.
+func idSelector(t *testing.T, path, prefix string) []any {
+	t.Helper()
+	conf, err := confmaptest.LoadConf(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers, ok := conf.Get("receivers::worker_process::workers").([]any)
+	if !ok || len(workers) == 0 {
+		t.Fatalf("%s: no receivers.worker_process.workers", path)
+	}
+	w := workers[0].(map[string]any)
+	sel := w["selector"].(map[string]any)
+	re, _ := sel["cmdline"].(string)
+	if !strings.Contains(re, `(?P<id>\S+)`) {
+		t.Fatalf("%s: the first worker selector has no id capture: %s", path, re)
+	}
+	sel["cmdline"] = strings.Replace(re, `(?P<id>\S+)`, `(?P<id>`+regexp.QuoteMeta(prefix)+`\S+)`, 1)
+	return []any{w}
 }
 
 // put sets path ("a::b::c") in the nested map m.
