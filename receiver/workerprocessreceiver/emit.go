@@ -113,13 +113,13 @@ func (s *workerScraper) setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
 	}
 	s.setIncarnation(rb, e.pid, e.start)
 	rb.SetProcessExitTime(formatTime(e.at))
-	if e.status < 0 {
+	if e.exit.Pid == 0 {
 		return
 	}
-	if sig := e.status & 0x7f; sig != 0 {
-		rb.SetWorkerwatchProcessExitSignal(sig)
+	if sig, ok := e.exit.Signaled(); ok {
+		rb.SetWorkerwatchProcessExitSignal(int64(sig))
 	} else {
-		rb.SetProcessExitCode((e.status >> 8) & 0xff)
+		rb.SetProcessExitCode(int64(e.exit.Code()))
 	}
 }
 

@@ -121,13 +121,13 @@ type worker struct {
 }
 
 // rootEnd is a root process that ended: its incarnation, when, and how
-// (status -1: unknown, the scrape found it gone; else the wait status from
-// the kernel's exit event).
+// (exit: the kernel's exit event; its Pid 0 where the scrape found the root
+// gone without one).
 type rootEnd struct {
-	pid    int32
-	start  uint64
-	at     time.Time
-	status int64
+	pid   int32
+	start uint64
+	at    time.Time
+	exit  procevents.RootExit
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {
