@@ -88,6 +88,9 @@ type worker struct {
 
 	rootPid   int32 // 0 when absent
 	rootStart uint64
+	// created is the root's process.creation.time, formatted once when the
+	// root is adopted (setRoot; "" where the boot time is unknown).
+	created   string
 	cgroupRel string // cgroup selector: the matched cgroup (relative path)
 	cgroupDir string // absolute cgroup v2 dir for cgroup metrics, "" when none
 	cgroupV2  string // the root's cgroup v2 path under cgroup_root, "" when none or "/"
@@ -124,10 +127,11 @@ type worker struct {
 // (exit: the kernel's exit event; its Pid 0 where the scrape found the root
 // gone without one).
 type rootEnd struct {
-	pid   int32
-	start uint64
-	at    time.Time
-	exit  procevents.RootExit
+	pid     int32
+	start   uint64
+	created string
+	at      time.Time
+	exit    procevents.RootExit
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {
