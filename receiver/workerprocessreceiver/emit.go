@@ -122,7 +122,7 @@ func setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
 		return
 	}
 	setIncarnation(rb, e.pid, e.created)
-	rb.SetProcessExitTime(formatTime(e.at))
+	rb.SetProcessExitTime(e.exited)
 	if e.exit.Pid == 0 {
 		return
 	}

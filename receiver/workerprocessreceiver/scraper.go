@@ -394,6 +394,7 @@ func (s *workerScraper) rootGone(w *worker, now time.Time) {
 		}
 		s.ev.SetRoot(w.evg, 0)
 	}
+	end.exited = formatTime(end.at)
 	w.ended = end
 	w.rootPid, w.rootStart, w.created = 0, 0, ""
 }

@@ -131,7 +131,9 @@ type rootEnd struct {
 	start   uint64
 	created string
 	at      time.Time
-	exit    procevents.RootExit
+	// exited is at as process.exit.time, formatted once (rootGone).
+	exited string
+	exit   procevents.RootExit
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {
