@@ -43,11 +43,13 @@ func FreePort(tb testing.TB) int {
 }
 
 // Exec starts redis-server with exactly args (a sentinel's configuration, a
-// TLS-only port...) and kills and reaps it when the test ends. The caller
-// waits until it answers.
+// TLS-only port...) and kills and reaps it when the test ends (on Linux it
+// also dies with the test binary: procAttr). The caller waits until it
+// answers.
 func Exec(tb testing.TB, args ...string) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(Bin(tb), args...) //nolint:gosec // G204: a test helper; the arguments are the test's own
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting redis-server: %v", err)
 	}

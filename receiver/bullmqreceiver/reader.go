@@ -109,9 +109,13 @@ func runID(jobID string, attempt int) string {
 
 // attemptOf is the attempt a run id (runID) is of: 1 for the job id itself,
 // n for "<id>#<n>".
+// It is read once per record: no string is built.
 func attemptOf(jobID, run string) int {
-	if n, err := strconv.Atoi(strings.TrimPrefix(run, jobID+"#")); err == nil && run != jobID && n > 1 {
-		return n
+	rest, ok := strings.CutPrefix(run, jobID)
+	if n, isRun := strings.CutPrefix(rest, "#"); ok && isRun {
+		if a, err := strconv.Atoi(n); err == nil && a > 1 {
+			return a
+		}
 	}
 	return 1
 }

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/workerwatch/workerwatch/internal/redistest"
-
 	"go.opentelemetry.io/collector/consumer/consumertest"
+
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 // benchEnvelopes builds 1,000 events as a worker publishes them: per task

@@ -573,31 +573,25 @@ func (r *celeryReceiver) end(id, host string, ts time.Time, out *logsOut, e runE
 		return
 	}
 	t := r.tasks[id]
-	if r.endCopy(id, host, t) {
-		// An earlier copy of a task another worker runs again: its own
-		// worker's run ends; the task (and the broker's claim) is the
-		// other worker's.
-		if t == nil {
-			t = &taskState{worker: host}
+	// An earlier copy of a task another worker runs again: its own worker's
+	// run ends; the task is the other worker's, and stays tracked.
+	earlierCopy := r.endCopy(id, host, t)
+	if !earlierCopy {
+		delete(r.tasks, id)
+		if !r.markEnded(id) {
+			// Already ended (by its end event or the result backend catch-up).
+			return
 		}
-		r.endRecord(id, host, ts, out, e, fromBackend, t)
-		// The broker's claim for this worker closes with it (its ack of the
-		// earlier delivery): left open, the worker showed drift_missing on
-		// a run it had ended until drift.heal_after.
-		b := out.brokerRecord(host, contract.EventFinished, id, ts)
-		b.PutStr(contract.AttrResult, e.result)
-		return
 	}
 	if t == nil {
 		t = &taskState{worker: host}
 	}
-	delete(r.tasks, id)
-	if !r.markEnded(id) {
-		// Already ended (by its end event or the result backend catch-up).
-		return
-	}
 	r.endRecord(id, host, ts, out, e, fromBackend, t)
-	if t.worker == host {
+	// The broker's claim closes for the worker that held it; an earlier
+	// copy's worker held one too (its ack of the earlier delivery): left
+	// open, that worker showed drift_missing on a run it had ended until
+	// drift.heal_after.
+	if earlierCopy || t.worker == host {
 		b := out.brokerRecord(host, contract.EventFinished, id, ts)
 		b.PutStr(contract.AttrResult, e.result)
 	}

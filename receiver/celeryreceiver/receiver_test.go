@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/redistest"
-
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
 func testConfig(broker string) *Config {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/redistest"
-
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
@@ -23,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadata"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )

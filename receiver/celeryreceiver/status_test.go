@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workerwatch/workerwatch/internal/redistest"
-
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -18,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )
 

@@ -299,6 +299,7 @@ func (s *workerScraper) reconcile(k *workerKind, roots []rootInfo, now time.Time
 // setRoot adopts a (new) root process and where its cgroup v2 is.
 func (s *workerScraper) setRoot(w *worker, r rootInfo) {
 	w.rootPid, w.rootStart, w.cgroupRel = r.pid, r.start, r.cgroupRel
+	w.created = s.creationTime(r.start)
 	w.cgroupDir, w.cgroupV2 = "", ""
 	w.ended = rootEnd{}
 	if s.ev != nil {

@@ -24,7 +24,7 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 	}
 	present := w.rootPid != 0
 	if !present {
-		s.setEnded(rb, &w.ended)
+		setEnded(rb, &w.ended)
 		s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 0)
 		if w.initialized {
 			// A worker seen before keeps its cumulative series while it is
@@ -35,7 +35,7 @@ func (s *workerScraper) emit(w *worker, now time.Time) {
 		s.mb.EmitForResource(metadata.WithResource(rb.Emit()), metadata.WithStartTimeOverride(w.startTime))
 		return
 	}
-	s.setIncarnation(rb, w.rootPid, w.rootStart)
+	setIncarnation(rb, w.rootPid, w.created)
 	s.mb.RecordWorkerwatchWorkerPresentDataPoint(ts, 1)
 	s.emitCumulative(w, ts)
 	if w.cpuLimit > 0 {
@@ -96,30 +96,40 @@ func (s *workerScraper) emitCgroup(w *worker, ts pcommon.Timestamp) {
 }
 
 // setIncarnation states the root process on the worker's resource: its pid
-// and, where the boot time is known, when it started.
-func (s *workerScraper) setIncarnation(rb *metadata.ResourceBuilder, pid int32, start uint64) {
+// and, where the boot time is known, when it started (created, formatted
+// once per root by creationTime).
+func setIncarnation(rb *metadata.ResourceBuilder, pid int32, created string) {
 	rb.SetProcessPid(int64(pid))
-	if !s.boot.IsZero() {
-		rb.SetProcessCreationTime(formatTime(procfs.StartTime(s.boot, start)))
+	if created != "" {
+		rb.SetProcessCreationTime(created)
 	}
+}
+
+// creationTime is the process.creation.time of a process that started
+// start ticks after boot ("" where the boot time is unknown).
+func (s *workerScraper) creationTime(start uint64) string {
+	if s.boot.IsZero() {
+		return ""
+	}
+	return formatTime(procfs.StartTime(s.boot, start))
 }
 
 // setEnded states the root that ended on an absent worker's resource: its
 // incarnation, when it exited and, where the kernel's exit event said, its
 // exit code or the signal that ended it.
-func (s *workerScraper) setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
+func setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
 	if e.pid == 0 {
 		return
 	}
-	s.setIncarnation(rb, e.pid, e.start)
-	rb.SetProcessExitTime(formatTime(e.at))
-	if e.status < 0 {
+	setIncarnation(rb, e.pid, e.created)
+	rb.SetProcessExitTime(e.exited)
+	if e.exit.Pid == 0 {
 		return
 	}
-	if sig := e.status & 0x7f; sig != 0 {
-		rb.SetWorkerwatchProcessExitSignal(sig)
+	if sig, ok := e.exit.Signaled(); ok {
+		rb.SetWorkerwatchProcessExitSignal(int64(sig))
 	} else {
-		rb.SetProcessExitCode((e.status >> 8) & 0xff)
+		rb.SetProcessExitCode(int64(e.exit.Code()))
 	}
 }
 

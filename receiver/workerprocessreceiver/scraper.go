@@ -384,16 +384,17 @@ const exitRescanFor = 30 * time.Second
 // found it gone): its incarnation, when and how, from the kernel's exit
 // event where the proc connector saw it, else unknown at the scrape's time.
 func (s *workerScraper) rootGone(w *worker, now time.Time) {
-	end := rootEnd{pid: w.rootPid, start: w.rootStart, at: now, status: -1}
+	end := rootEnd{pid: w.rootPid, start: w.rootStart, created: w.created, at: now}
 	if s.ev != nil && w.evg != nil {
 		if e, ok := s.ev.RootExit(w.evg, w.rootPid); ok {
-			end.status = int64(e.Status)
+			end.exit = e
 			if mono := procevents.MonotonicNs(); mono >= e.Ns {
 				end.at = time.Now().Add(-time.Duration(mono - e.Ns))
 			}
 		}
 		s.ev.SetRoot(w.evg, 0)
 	}
+	end.exited = formatTime(end.at)
 	w.ended = end
-	w.rootPid, w.rootStart = 0, 0
+	w.rootPid, w.rootStart, w.created = 0, 0, ""
 }

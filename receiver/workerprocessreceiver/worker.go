@@ -88,6 +88,9 @@ type worker struct {
 
 	rootPid   int32 // 0 when absent
 	rootStart uint64
+	// created is the root's process.creation.time, formatted once when the
+	// root is adopted (setRoot; "" where the boot time is unknown).
+	created   string
 	cgroupRel string // cgroup selector: the matched cgroup (relative path)
 	cgroupDir string // absolute cgroup v2 dir for cgroup metrics, "" when none
 	cgroupV2  string // the root's cgroup v2 path under cgroup_root, "" when none or "/"
@@ -121,13 +124,16 @@ type worker struct {
 }
 
 // rootEnd is a root process that ended: its incarnation, when, and how
-// (status -1: unknown, the scrape found it gone; else the wait status from
-// the kernel's exit event).
+// (exit: the kernel's exit event; its Pid 0 where the scrape found the root
+// gone without one).
 type rootEnd struct {
-	pid    int32
-	start  uint64
-	at     time.Time
-	status int64
+	pid     int32
+	start   uint64
+	created string
+	at      time.Time
+	// exited is at as process.exit.time, formatted once (rootGone).
+	exited string
+	exit   procevents.RootExit
 }
 
 func newWorker(k *workerKind, id, name string, now time.Time) *worker {

@@ -343,6 +343,18 @@ func (c *Conn) drain(fd int) (got bool, err error) {
 // fail stops using the events after an unexpected read error.
 func (c *Conn) fail(err error) { c.err.Store(&err) }
 
+// drainQueued handles the events queued on the socket now, ahead of the
+// reader (Sync, RootExit). c.mu is held.
+func (c *Conn) drainQueued() {
+	if c.rc == nil || c.Err() != nil {
+		return
+	}
+	var derr error
+	if err := c.rc.Control(func(fd uintptr) { _, derr = c.drain(int(fd)) }); err == nil && derr != nil {
+		c.markMissed()
+	}
+}
+
 func (c *Conn) markMissed() {
 	for g := range c.groups {
 		g.missed = true
@@ -467,12 +479,7 @@ func (c *Conn) Sync(g *Group, walked []int32, out []Exit) ([]Exit, bool) {
 	// it now handles every fork and exit from before the walk: a reader
 	// running late cannot put an event in the wrong interval (where the
 	// walk, or the sampling bound after a loss, counted it already).
-	if c.rc != nil && c.Err() == nil {
-		var derr error
-		if err := c.rc.Control(func(fd uintptr) { _, derr = c.drain(int(fd)) }); err == nil && derr != nil {
-			c.markMissed()
-		}
-	}
+	c.drainQueued()
 	missed := g.missed
 	covered := g.armed && !missed && c.Err() == nil
 	out = append(out, g.exits...)
@@ -530,12 +537,7 @@ func (c *Conn) SetRoot(g *Group, pid int32) {
 func (c *Conn) RootExit(g *Group, pid int32) (RootExit, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rc != nil && c.Err() == nil {
-		var derr error
-		if err := c.rc.Control(func(fd uintptr) { _, derr = c.drain(int(fd)) }); err == nil && derr != nil {
-			c.markMissed()
-		}
-	}
+	c.drainQueued()
 	if g.rootExit == nil || g.rootExit.Pid != pid {
 		return RootExit{}, false
 	}
