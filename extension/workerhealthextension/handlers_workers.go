@@ -100,7 +100,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		peerMore bool
 	)
 	if pg.paged() {
-		v, peerMore = wh.pageViewFor(r, keep, pg)
+		v, peerMore = wh.pageViewFor(r, q, keep, pg)
 	} else {
 		v = wh.viewFor(r)
 	}
