@@ -127,7 +127,7 @@ func TestHistoryRoles(t *testing.T) {
 // issue 24, samples packed: <= 6 KiB): 180 samples with four roles, 16
 // transitions with three reasons each.
 //
-//	go test -run TestHistoryMemory -v ./extension/workerhealthextension/
+//	go test -run TestHistoryMemory -v ./extension/workerhealthextension/internal/history/
 func TestHistoryMemory(t *testing.T) {
 	const n = 10_000
 	hs := New(30*time.Minute, 10*time.Second)
