@@ -53,7 +53,7 @@ func TestHistoryRingGrowsToItsSize(t *testing.T) {
 		hs.record(&w, fleettest.T0.Add(time.Duration(i)*10*time.Second).UnixMilli())
 		assert.LessOrEqual(t, cap(hs.byID["w"].chunks), 23)
 	}
-	assert.Equal(t, 180, hs.byID["w"].count())
+	assert.Equal(t, 180, hs.byID["w"].n)
 }
 
 func TestHistoryTransitions(t *testing.T) {
@@ -160,7 +160,7 @@ func TestHistoryMemory(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perWorker := float64(after.HeapAlloc-before.HeapAlloc) / n
 	for _, h := range hs.byID {
-		require.Equal(t, hs.size, h.count())
+		require.Equal(t, hs.size, h.n)
 		require.Len(t, h.trans, Transitions)
 	}
 	// The same samples as the ring held them before they were packed

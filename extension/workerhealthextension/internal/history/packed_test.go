@@ -56,7 +56,7 @@ func TestPackedSamplesRoundTrip(t *testing.T) {
 			h.setSample(slot, s, size)
 			want[slot] = s
 		}
-		require.Equal(t, len(want), h.count())
+		require.Equal(t, len(want), h.n)
 		for slot, w := range want {
 			got := h.sample(slot)
 			require.Equal(t, math.Float32bits(w.CPUMain), math.Float32bits(got.CPUMain), "step %d slot %d", step, slot)
@@ -66,4 +66,13 @@ func TestPackedSamplesRoundTrip(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, cap(h.chunks), (size+chunkSamples-1)/chunkSamples)
+}
+
+// chunkBytes is the memory the packed samples take (TestHistoryMemory's figure).
+func (h *workerHistory) chunkBytes() int {
+	n := cap(h.chunks) * 24
+	for _, c := range h.chunks {
+		n += cap(c)
+	}
+	return n
 }
