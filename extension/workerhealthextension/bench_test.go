@@ -1,6 +1,7 @@
 package workerhealthextension
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -231,6 +234,21 @@ func BenchmarkWorkersListPage(b *testing.B) {
 		mid := url.QueryEscape(fleet.Workers[n/2].ID)
 		for _, q := range []string{"", "&state=unhealthy,stalled,healthy"} {
 			req := httptest.NewRequest(http.MethodGet, "/health/workers?limit=100&after="+mid+q, nil)
+			// What is timed is a full page after the cursor, not an error
+			// or an empty answer.
+			rec := httptest.NewRecorder()
+			wh.handler.ServeHTTP(rec, req)
+			var page struct {
+				Count   int               `json:"count"`
+				Next    string            `json:"next"`
+				Workers []contract.Worker `json:"workers"`
+			}
+			require.Equal(b, http.StatusOK, rec.Code, rec.Body.String())
+			require.NoError(b, json.Unmarshal(rec.Body.Bytes(), &page))
+			require.Equal(b, 100, page.Count)
+			require.Len(b, page.Workers, 100)
+			require.Greater(b, page.Workers[0].ID, fleet.Workers[n/2].ID)
+			require.Equal(b, page.Workers[99].ID, page.Next)
 			b.Run(fmt.Sprintf("workers=%d%s", n, q), func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {

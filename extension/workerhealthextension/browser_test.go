@@ -74,6 +74,14 @@ func browserFleet(at time.Time) *contract.Snapshot {
 	// as "dup\ufffd".
 	fe, ff := worker("dup\xfe", contract.Stalled), worker("dup\xff", contract.Stalled)
 	fe.Since, fe.LastSeen, ff.Since, ff.LastSeen = at, at, at, at
+	// Evidence the script renders as evidence() in format.go does: a
+	// latched reason with its value now and its recovery, and an exit.
+	current, sig := 148.0*(1<<20), 9
+	uni.Reasons = []contract.Reason{{
+		Code: contract.CodeMemory, Value: 310 << 20, Threshold: 300 << 20, Samples: 3, Since: at,
+		Latched: true, Current: &current, Recovery: &contract.Recovery{Samples: 2, Needed: 3, Ratio: 0.95},
+	}}
+	fe.Reasons = []contract.Reason{{Code: contract.CodeProcessExited, Since: at, Exit: &contract.Exit{How: contract.ExitSignal, Signal: &sig}}}
 	s.Workers = append(s.Workers, bad, uni, fe, ff)
 	return s
 }
@@ -166,7 +174,10 @@ func TestBrowserLivePage(t *testing.T) {
 			assert.NotEmpty(t, attr(poly[0], "points"))
 		}
 	}
-	assert.Contains(t, strings.Join(column(rows, 2, false), "\n"), "kills_in_window 3 / 2")
+	reasons := strings.Join(column(rows, 2, false), "\n")
+	assert.Contains(t, reasons, "kills_in_window 3 / 2")
+	assert.Contains(t, reasons, contract.CodeMemory+" fired at 310 MiB / 300 MiB · 3 samples · latched · now 148 MiB · recovering: 2 of 3 samples under 95 %")
+	assert.Contains(t, reasons, contract.CodeProcessExited+" signal 9")
 	for i, id := range ids {
 		if id == scriptID {
 			assert.Equal(t, "workers/%3Cscript%3Ealert(1)%3C%2Fscript%3E", attr(findAll(rows[i].cells[0], "a")[0], "href"))

@@ -141,14 +141,15 @@ func (wh *workerHealth) viewFor(r *http.Request) *store.View {
 // pageViewFor is the view a paged list request (?limit=, ?after=) reads:
 // this shard's own, or the merge of every shard's page of the same query
 // when clustered (bounded by the shards times the page), and whether a
-// shard has more after its page.
-func (wh *workerHealth) pageViewFor(r *http.Request, keep store.StateFilter, pg listPage) (*store.View, bool) {
+// shard has more after its page. q is the request's query, parsed once by
+// the handler.
+func (wh *workerHealth) pageViewFor(r *http.Request, q url.Values, keep store.StateFilter, pg listPage) (*store.View, bool) {
 	local := wh.store.Load()
-	if wh.cluster == nil || localScope(r) {
+	if wh.cluster == nil || q.Get(contract.QueryScope) == contract.ScopeLocal {
 		return local, false
 	}
 	rows, more := local.Page(keep, pg.after, pg.limit)
-	return wh.cluster.FleetPage(r.Context(), local, rows, more, r.URL.Query(), r.Header.Get("Authorization"))
+	return wh.cluster.FleetPage(r.Context(), local, rows, more, q, r.Header.Get("Authorization"))
 }
 
 func localScope(r *http.Request) bool {

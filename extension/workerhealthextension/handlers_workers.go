@@ -100,7 +100,7 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		peerMore bool
 	)
 	if pg.paged() {
-		v, peerMore = wh.pageViewFor(r, keep, pg)
+		v, peerMore = wh.pageViewFor(r, q, keep, pg)
 	} else {
 		v = wh.viewFor(r)
 	}
@@ -121,10 +121,15 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 	if withTrend {
 		worst := v.WorstFirst
 		if pg.paged() {
-			worst = slices.Clone(rows)
-			slices.SortStableFunc(worst, func(a, b *store.Entry) int {
-				return cmp.Compare(contract.Severity(b.Worker.State), contract.Severity(a.Worker.State))
-			})
+			// A page of at most pages.MaxRows has a trend on every row;
+			// only a longer one is ordered to pick its most urgent.
+			worst = rows
+			if len(rows) > pages.MaxRows {
+				worst = slices.Clone(rows)
+				slices.SortStableFunc(worst, func(a, b *store.Entry) int {
+					return cmp.Compare(contract.Severity(b.Worker.State), contract.Severity(a.Worker.State))
+				})
+			}
 		}
 		shown := make([]*store.Entry, 0, min(len(rows), pages.MaxRows))
 		ids := make([]string, 0, cap(shown))

@@ -86,6 +86,7 @@ func TestWorkersListPages(t *testing.T) {
 		{"", nil},
 		{"state=unhealthy", []contract.State{contract.Unhealthy}},
 		{"state=unhealthy,healthy,lost", []contract.State{contract.Unhealthy, contract.Healthy, contract.Lost}},
+		{"state=healthy,degraded,unhealthy,stalled,lost,unknown", contract.AllStates},
 	} {
 		for _, limit := range []int{1, 7, 10, 94, 95, 1000} {
 			got, sizes := walkPages(t, base, tc.query, limit)

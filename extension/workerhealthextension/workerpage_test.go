@@ -322,6 +322,19 @@ func TestWorkersListTrend(t *testing.T) {
 	}
 	_, plain := get(t, base+"/health/workers")
 	assert.NotContains(t, plain, "memory_trend", "only when asked")
+
+	// A page has a trend on each of its rows (at most pages.MaxRows), the
+	// same as the whole list's.
+	code, body = get(t, base+"/health/workers?trend=1&limit=2")
+	require.Equal(t, http.StatusOK, code)
+	list.Workers = nil
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list.Workers, 2)
+	for _, w := range list.Workers {
+		assert.Len(t, w.Trend, pages.TrendPoints, w.ID)
+	}
+	assert.Equal(t, l.id, list.Workers[0].ID)
+	assert.Equal(t, tr, list.Workers[0].Trend)
 }
 
 // tableRowsOf is the body rows of table (an "empty" row of one cell left out).

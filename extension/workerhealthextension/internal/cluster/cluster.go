@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -319,10 +320,7 @@ func (c *Cluster) FleetPage(ctx context.Context, local *store.View, localPage []
 	if st == nil {
 		return local, localMore
 	}
-	q := url.Values{}
-	for k, vs := range query {
-		q[k] = vs
-	}
+	q := maps.Clone(query)
 	q.Set(contract.QueryScope, contract.ScopeLocal)
 	q.Del("trend")
 	answers := c.gatherPeers(ctx, st, pathWorkers+"?"+q.Encode(), auth)

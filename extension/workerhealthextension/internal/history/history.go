@@ -215,25 +215,38 @@ func (h *workerHistory) slot(role string) int {
 // resolution step (a processor evaluating more often than the resolution
 // updates the step's sample rather than pushing older ones out).
 func (h *workerHistory) add(s Sample, res int64, size int) {
+	// The last sample's chunk is decoded once: to compare with it, and to
+	// write s when s goes in the same chunk (7 times in 8).
+	var buf [chunkSamples]Sample
+	g, k := -1, 0
 	if h.n > 0 {
 		li := h.lastIndex(size)
-		last := h.sample(li)
+		g = li / chunkSamples
+		k = decodeChunk(h.chunks[g], &buf)
+		last := &buf[li%chunkSamples]
 		switch {
 		case s.At < last.At:
 			return // out of order: the view never goes back, nor does history
 		case s.At/res == last.At/res:
-			h.setSample(li, s, size)
+			*last = s
+			h.chunks[g] = encodeChunk(h.chunks[g], &buf, k)
 			h.unsaved = max(h.unsaved, 1)
 			return
 		}
 	}
 	h.unsaved = min(h.unsaved+1, size)
-	if h.n < size {
-		h.setSample(h.n, s, size)
+	slot := h.n
+	if h.n == size {
+		slot, h.next = h.next, (h.next+1)%size
+	}
+	if slot/chunkSamples != g {
+		h.setSample(slot, s, size)
 		return
 	}
-	h.setSample(h.next, s, size)
-	h.next = (h.next + 1) % size
+	i := slot % chunkSamples
+	buf[i] = s
+	h.chunks[g] = encodeChunk(h.chunks[g], &buf, max(k, i+1))
+	h.n = max(h.n, slot+1)
 }
 
 func (h *workerHistory) lastIndex(size int) int {

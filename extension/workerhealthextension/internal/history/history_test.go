@@ -53,7 +53,7 @@ func TestHistoryRingGrowsToItsSize(t *testing.T) {
 		hs.record(&w, fleettest.T0.Add(time.Duration(i)*10*time.Second).UnixMilli())
 		assert.LessOrEqual(t, cap(hs.byID["w"].chunks), 23)
 	}
-	assert.Equal(t, 180, hs.byID["w"].count())
+	assert.Equal(t, 180, hs.byID["w"].n)
 }
 
 func TestHistoryTransitions(t *testing.T) {
@@ -127,7 +127,7 @@ func TestHistoryRoles(t *testing.T) {
 // issue 24, samples packed: <= 6 KiB): 180 samples with four roles, 16
 // transitions with three reasons each.
 //
-//	go test -run TestHistoryMemory -v ./extension/workerhealthextension/
+//	go test -run TestHistoryMemory -v ./extension/workerhealthextension/internal/history/
 func TestHistoryMemory(t *testing.T) {
 	const n = 10_000
 	hs := New(30*time.Minute, 10*time.Second)
@@ -160,7 +160,7 @@ func TestHistoryMemory(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perWorker := float64(after.HeapAlloc-before.HeapAlloc) / n
 	for _, h := range hs.byID {
-		require.Equal(t, hs.size, h.count())
+		require.Equal(t, hs.size, h.n)
 		require.Len(t, h.trans, Transitions)
 	}
 	// The same samples as the ring held them before they were packed

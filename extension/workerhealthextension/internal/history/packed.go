@@ -196,9 +196,6 @@ func encodeChunk(c []byte, in *[chunkSamples]Sample, k int) []byte {
 	return append(make([]byte, 0, len(b)+4), b...)
 }
 
-// count is how many slots hold a sample.
-func (h *workerHistory) count() int { return h.n }
-
 // sample is the sample in a slot (< count).
 func (h *workerHistory) sample(slot int) Sample {
 	var buf [chunkSamples]Sample
@@ -254,13 +251,4 @@ func (h *workerHistory) inTimeOrder(size int) []Sample {
 		out[(slot-start+h.n)%h.n] = s
 	}
 	return out
-}
-
-// chunkBytes is the memory the packed samples take (the test's figure).
-func (h *workerHistory) chunkBytes() int {
-	n := cap(h.chunks) * 24
-	for _, c := range h.chunks {
-		n += cap(c)
-	}
-	return n
 }

@@ -56,7 +56,7 @@ func TestPackedSamplesRoundTrip(t *testing.T) {
 			h.setSample(slot, s, size)
 			want[slot] = s
 		}
-		require.Equal(t, len(want), h.count())
+		require.Equal(t, len(want), h.n)
 		for slot, w := range want {
 			got := h.sample(slot)
 			require.Equal(t, math.Float32bits(w.CPUMain), math.Float32bits(got.CPUMain), "step %d slot %d", step, slot)
@@ -66,4 +66,40 @@ func TestPackedSamplesRoundTrip(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, cap(h.chunks), (size+chunkSamples-1)/chunkSamples)
+}
+
+// TestAddKeepsTheLastSize: add writes the new sample into the chunk it
+// decoded for the last one when both are in it, else through setSample; a
+// ring of 21 (not a multiple of a chunk) wraps across chunks, and a sample
+// in the same step replaces the last.
+func TestAddKeepsTheLastSize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const size, res = 21, 10
+	h := &workerHistory{}
+	var want []Sample
+	for step := range 100 {
+		s := Sample{At: int64(step) * res, RSSKiB: rng.Uint32(), State: uint8(step % 3)}
+		h.add(s, res, size)
+		want = append(want, s)
+		if step%7 == 3 { // the same step again: replaces it
+			s.At++
+			s.RSSKiB = rng.Uint32()
+			h.add(s, res, size)
+			want[len(want)-1] = s
+		}
+		last := want[max(0, len(want)-size):]
+		require.Equal(t, last, h.inTimeOrder(size), "step %d", step)
+	}
+	// Out of order: ignored.
+	h.add(Sample{At: 0, RSSKiB: 1}, res, size)
+	require.Equal(t, want[len(want)-size:], h.inTimeOrder(size))
+}
+
+// chunkBytes is the memory the packed samples take (TestHistoryMemory's figure).
+func (h *workerHistory) chunkBytes() int {
+	n := cap(h.chunks) * 24
+	for _, c := range h.chunks {
+		n += cap(c)
+	}
+	return n
 }

@@ -162,13 +162,13 @@ func incarnationText(in *contract.Incarnation, now time.Time) string {
 	} else if !in.FirstSeen.IsZero() {
 		s += ", first seen " + ago(in.FirstSeen, now)
 	}
-	src := map[string]string{
-		contract.IncarnationTree:            "from the process tree",
-		contract.IncarnationProcess:         "from the worker's telemetry (process.pid)",
-		contract.IncarnationServiceInstance: "from the worker's telemetry",
-	}[in.Source]
-	if src != "" {
-		s += " · " + src
+	switch in.Source {
+	case contract.IncarnationTree:
+		s += " · from the process tree"
+	case contract.IncarnationProcess:
+		s += " · from the worker's telemetry (process.pid)"
+	case contract.IncarnationServiceInstance:
+		s += " · from the worker's telemetry"
 	}
 	return s
 }

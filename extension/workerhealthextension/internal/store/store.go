@@ -469,9 +469,10 @@ func stateList() string {
 // alone orders it, and no two states share a severity), so a filtered page
 // reads only the runs of the states asked for.
 func (v *View) Page(keep StateFilter, after string, limit int) ([]*Entry, bool) {
-	var runs [][]*Entry
-	if keep == nil {
-		runs = [][]*Entry{v.ByIDOrder}
+	var buf [6][]*Entry // a run per state at most (contract.AllStates)
+	runs := buf[:0]
+	if keep == nil || len(keep) == len(contract.AllStates) {
+		runs = append(runs, v.ByIDOrder)
 	} else {
 		for _, st := range contract.AllStates {
 			if !keep[st] {
