@@ -57,7 +57,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	for i := range 100_000 {
 		recs := make([]rec, 10)
 		for r := range recs {
-			recs[r] = rec{worker: fmt.Sprintf("flood-%d", i), event: contract.EventClaimed, run: fmt.Sprintf("run-%d-%d", i, r)}
+			recs[r] = rec{Worker: fmt.Sprintf("flood-%d", i), Event: contract.EventClaimed, Run: fmt.Sprintf("run-%d-%d", i, r)}
 		}
 		h.logs(workerLogs("flood", recs...))
 		if i%10_000 == 0 {
@@ -175,7 +175,7 @@ func TestDriftGaugesSparse(t *testing.T) {
 	}
 	alive := func() {
 		h.metrics(treeMetrics("w1", 10, -1, 1))
-		h.logs(schedLogs(rec{worker: "w1", event: contract.EventHeartbeat}))
+		h.logs(schedLogs(rec{Worker: "w1", Event: contract.EventHeartbeat}))
 		h.eval()
 	}
 	alive()

@@ -28,11 +28,11 @@ type root struct {
 }
 
 func (r root) metrics() pmetric.Metrics {
-	x := tree{worker: r.worker, present: r.present}
+	x := tree{Worker: r.worker, Present: r.present}
 	if r.mem >= 0 {
-		x.roles = map[string]int64{"main": r.mem}
+		x.Roles = map[string]int64{"main": r.mem}
 	}
-	md := x.metrics()
+	md := x.Metrics()
 	a := md.ResourceMetrics().At(0).Resource().Attributes()
 	a.PutInt(contract.AttrPID, r.pid)
 	a.PutStr(contract.AttrProcessCreationTime, r.started.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
