@@ -280,7 +280,7 @@ func buildLogs(trs []tracker.Transition) plog.Logs {
 			m.PutDouble("value", r.Value)
 			m.PutDouble("threshold", r.Threshold)
 			if !r.Since.IsZero() {
-				m.PutStr("since", r.Since.Format("2006-01-02T15:04:05.000Z07:00"))
+				m.PutStr("since", r.Since.Format(contract.TimeLayout))
 			}
 			putEvidence(m, &r)
 		}
@@ -299,7 +299,7 @@ func putEvidence(m pcommon.Map, r *contract.Reason) {
 		m.PutInt("samples", int64(r.Samples))
 	}
 	if !r.FiredAt.IsZero() {
-		m.PutStr("fired_at", r.FiredAt.Format("2006-01-02T15:04:05.000Z07:00"))
+		m.PutStr("fired_at", r.FiredAt.Format(contract.TimeLayout))
 	}
 	if r.Latched {
 		m.PutBool("latched", true)

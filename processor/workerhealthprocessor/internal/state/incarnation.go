@@ -75,7 +75,7 @@ func (in *Incarnation) Name() {
 	}
 	in.ID = strconv.FormatInt(in.PID, 10)
 	if in.Started > 0 {
-		in.ID += "@" + Time(in.Started).Format("2006-01-02T15:04:05.000Z07:00")
+		in.ID += "@" + Time(in.Started).Format(contract.TimeLayout)
 	}
 }
 
