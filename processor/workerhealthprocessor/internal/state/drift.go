@@ -30,7 +30,14 @@ type Drift struct {
 	Missing, Orphaned []string
 	OverCap           int
 	HeldW, HeldS      int
+	// DriftAt is the last evaluation that found drift of any kind (unix
+	// ns, 0 = none): the emitted drift gauges' 0s are sent for a while
+	// after it (the processor's emit.go).
+	DriftAt int64
 }
+
+// Drifting tells whether the last evaluation found drift of any kind.
+func (d *Drift) Drifting() bool { return len(d.Missing) > 0 || len(d.Orphaned) > 0 || d.OverCap > 0 }
 
 // DriftRecord is the scheduler view's checkpoint record. Sched: the service
 // name of the scheduler that last named the worker.
