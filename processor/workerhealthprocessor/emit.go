@@ -126,8 +126,8 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
 		if w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor) {
 			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-			point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
-			point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+			point(drift, int64(w.MissN), false, contract.AttrDriftKind, contract.DriftMissing)
+			point(drift, int64(w.OrphN), false, contract.AttrDriftKind, contract.DriftOrphaned)
 			point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		}
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")

@@ -218,3 +218,31 @@ func TestDriftGaugesSparse(t *testing.T) {
 	_, ok = drift()
 	assert.False(t, ok, "stateZerosFor after: no gauge")
 }
+
+// A "snapshots" scheduler that states only a count names no run: the drift
+// it shows is a count (state.Drift.MissN), and the drift gauge carries it as
+// the health API's missing_count does, not the 0 of the runs named.
+func TestDriftGaugeOfACount(t *testing.T) {
+	cfg := testCfg()
+	cfg.Scheduler.View = contract.ViewSnapshots
+	cfg.Scheduler.SnapshotInterval = 2 * sec
+	h := newHarness(t, cfg)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	h.logs(wl("w1", contract.EventClaimed, "r1", nil))
+	h.metrics(heldMetrics("workersim-scheduler", map[string]int64{"w1": 3}))
+	h.advance(4 * sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	h.eval()
+	require.Equal(t, 2, h.snap("w1").Drift.MissingCount)
+	h.p.mu.Lock()
+	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
+	h.p.mu.Unlock()
+	require.True(t, ok, "drift of a count: the gauge")
+	byKind := map[string]int64{}
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		dp := m.Gauge().DataPoints().At(i)
+		k, _ := dp.Attributes().Get(contract.AttrDriftKind)
+		byKind[k.Str()] = dp.IntValue()
+	}
+	assert.Equal(t, map[string]int64{contract.DriftMissing: 2, contract.DriftOrphaned: 0, contract.DriftOverCapacity: 0}, byKind)
+}

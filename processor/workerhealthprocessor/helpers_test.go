@@ -38,6 +38,7 @@ var (
 	treeMetrics    = pdatatest.TreeMetrics
 	activeMetrics  = pdatatest.ActiveMetrics
 	pendingMetrics = pdatatest.PendingMetrics
+	heldMetrics    = pdatatest.HeldMetrics
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

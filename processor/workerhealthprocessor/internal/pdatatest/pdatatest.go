@@ -166,6 +166,22 @@ func PendingMetrics(n int64) pmetric.Metrics {
 	return md
 }
 
+// HeldMetrics is a scheduler's count of the runs it holds, per worker.
+func HeldMetrics(service string, counts map[string]int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", service)
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("workerwatch.scheduler.runs.held")
+	dps := m.SetEmptyGauge().DataPoints()
+	for w, n := range counts {
+		dp := dps.AppendEmpty()
+		dp.SetIntValue(n)
+		dp.Attributes().PutStr("cicd.worker.id", w)
+	}
+	return md
+}
+
 // Tree is one scrape of a worker's tree as the worker_process receiver
 // sends it; zero values are left out (present is sent unless -1).
 type Tree struct {

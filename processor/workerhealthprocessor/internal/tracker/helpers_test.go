@@ -33,6 +33,7 @@ var (
 	treeMetrics    = pdatatest.TreeMetrics
 	activeMetrics  = pdatatest.ActiveMetrics
 	pendingMetrics = pdatatest.PendingMetrics
+	heldMetrics    = pdatatest.HeldMetrics
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -198,20 +199,4 @@ func (h *harness) healed() [2]int64 {
 	n := h.p.tracker.healed
 	h.p.tracker.healed = [2]int64{}
 	return n
-}
-
-// heldMetrics is a scheduler's count of the runs it holds, per worker.
-func heldMetrics(service string, counts map[string]int64) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("service.name", service)
-	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("workerwatch.scheduler.runs.held")
-	dps := m.SetEmptyGauge().DataPoints()
-	for w, n := range counts {
-		dp := dps.AppendEmpty()
-		dp.SetIntValue(n)
-		dp.Attributes().PutStr("cicd.worker.id", w)
-	}
-	return md
 }
