@@ -65,6 +65,11 @@ const (
 // may carry the same pair (an SDK's process detector) or
 // AttrServiceInstanceID, which the processor then uses as the incarnation.
 const (
+	// TimeLayout is how the times the components state as strings are
+	// written (AttrProcessCreationTime, AttrProcessExitTime, a process
+	// incarnation's id, the reasons' times on a state-change record): RFC
+	// 3339 in UTC to the millisecond.
+	TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 	// AttrProcessCreationTime is when the root process started, ISO 8601
 	// (RFC 3339, UTC, to the kernel's clock tick). String.
 	AttrProcessCreationTime = "process.creation.time"

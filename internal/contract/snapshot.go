@@ -180,7 +180,8 @@ const (
 // or, for a worker known by its telemetry only, what the telemetry says.
 // Episodes (memory, CPU) and the kills window belong to one incarnation.
 type Incarnation struct {
-	// ID is stable for the incarnation: "pid/creation time" or the
+	// ID is stable for the incarnation: "pid@creation time" (state.Incarnation.Name:
+	// "4242@2026-01-02T03:04:05.000Z", TimeLayout) or the
 	// service.instance.id.
 	ID string `json:"id"`
 	// Source is one of the Incarnation* values.

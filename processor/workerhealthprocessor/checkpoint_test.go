@@ -258,9 +258,9 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	require.NoError(t, h1.p.start(ctx, hst, pl1))
 	started := h1.clock.Now()
 	h1.logs(workerLogs("worker",
-		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
-		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(sec)},
-		rec{worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(3 * sec), attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
+		rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "r1", TS: t0},
+		rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r1", TS: t0.Add(sec)},
+		rec{Worker: "w1", Event: "workerwatch.run.killed", Run: "r1", TS: t0.Add(3 * sec), Attrs: map[string]any{"workerwatch.kill.reason": "timeout", "cicd.pipeline.result": "timeout"}},
 	))
 	// Its tree confirms it at once (internal/tracker/admission.go): checkpointed whenever
 	// the timer (driven by the fake clock too) evaluates.
@@ -280,8 +280,8 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	defer func() { require.NoError(t, h2.p.shutdown(ctx, pl2)) }()
 	h2.metrics(treeMetrics("w1", 100, -1, 1))
 	h2.logs(workerLogs("worker",
-		rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(time.Hour)},
-		rec{worker: "w1", event: "workerwatch.run.finished", run: "r2", ts: t0.Add(time.Hour + 2*sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},
+		rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r2", TS: t0.Add(time.Hour)},
+		rec{Worker: "w1", Event: "workerwatch.run.finished", Run: "r2", TS: t0.Add(time.Hour + 2*sec), Attrs: map[string]any{"cicd.pipeline.result": "success"}},
 	))
 	h2.eval()
 	h2.p.mu.Lock()

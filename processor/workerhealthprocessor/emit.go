@@ -39,18 +39,13 @@ const stateZerosFor = 5 * time.Minute
 // (with a Prometheus exporter, a second series per state until the old one
 // expires); the state-change records and the health API carry it. Workers
 // seen once are left out, of the fleet figures too (internal/tracker/admission.go).
+// A worker's drift gauges are sent while it has drift and for stateZerosFor
+// after (state.Drift.DriftAt): its 0s replace what an exporter held, then
+// they expire there (docs/telemetry.md).
 //
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
 func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
-	return buildMetricsSparse(t, start, now, nil)
-}
-
-// buildMetricsSparse is buildMetrics with the drift gauges left out for a
-// worker without drift for stateZerosFor (driftSeen: when each worker last
-// had some, updated here; nil sends them always): its 0s replace what an
-// exporter held, then it keeps the 0s until they expire (docs/telemetry.md).
-func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[string]int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
 	ws := t.ByID()
@@ -129,10 +124,10 @@ func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[stri
 		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
 		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
 		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
-		if driftShown(driftSeen, w, now) {
+		if w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor) {
 			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-			point(drift, int64(len(w.Missing)), false, contract.AttrDriftKind, contract.DriftMissing)
-			point(drift, int64(len(w.Orphaned)), false, contract.AttrDriftKind, contract.DriftOrphaned)
+			point(drift, int64(w.MissN), false, contract.AttrDriftKind, contract.DriftMissing)
+			point(drift, int64(w.OrphN), false, contract.AttrDriftKind, contract.DriftOrphaned)
 			point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		}
 		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
@@ -145,12 +140,6 @@ func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[stri
 					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
-		}
-	}
-
-	for id, at := range driftSeen {
-		if now-at >= int64(stateZerosFor) {
-			delete(driftSeen, id) // also the workers gone since
 		}
 	}
 
@@ -206,20 +195,6 @@ func buildMetricsSparse(t *tracker.Tracker, start, now int64, driftSeen map[stri
 		hpoint(stg, t.Hists().StageHist(s), contract.AttrStage, s)
 	}
 	return md
-}
-
-// driftShown tells whether w's drift gauges are sent: always without
-// driftSeen; else while w has drift and for stateZerosFor after.
-func driftShown(driftSeen map[string]int64, w *tracker.Worker, now int64) bool {
-	if driftSeen == nil {
-		return true
-	}
-	if len(w.Missing) > 0 || len(w.Orphaned) > 0 || w.OverCap > 0 {
-		driftSeen[w.ID()] = now
-		return true
-	}
-	at, ok := driftSeen[w.ID()]
-	return ok && now-at < int64(stateZerosFor)
 }
 
 // anyPositive: a counter with no point is left out rather than sent empty.
@@ -280,7 +255,7 @@ func buildLogs(trs []tracker.Transition) plog.Logs {
 			m.PutDouble("value", r.Value)
 			m.PutDouble("threshold", r.Threshold)
 			if !r.Since.IsZero() {
-				m.PutStr("since", r.Since.Format("2006-01-02T15:04:05.000Z07:00"))
+				m.PutStr("since", r.Since.Format(contract.TimeLayout))
 			}
 			putEvidence(m, &r)
 		}
@@ -299,7 +274,7 @@ func putEvidence(m pcommon.Map, r *contract.Reason) {
 		m.PutInt("samples", int64(r.Samples))
 	}
 	if !r.FiredAt.IsZero() {
-		m.PutStr("fired_at", r.FiredAt.Format("2006-01-02T15:04:05.000Z07:00"))
+		m.PutStr("fired_at", r.FiredAt.Format(contract.TimeLayout))
 	}
 	if r.Latched {
 		m.PutBool("latched", true)

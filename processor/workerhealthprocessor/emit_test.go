@@ -57,7 +57,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	for i := range 100_000 {
 		recs := make([]rec, 10)
 		for r := range recs {
-			recs[r] = rec{worker: fmt.Sprintf("flood-%d", i), event: contract.EventClaimed, run: fmt.Sprintf("run-%d-%d", i, r)}
+			recs[r] = rec{Worker: fmt.Sprintf("flood-%d", i), Event: contract.EventClaimed, Run: fmt.Sprintf("run-%d-%d", i, r)}
 		}
 		h.logs(workerLogs("flood", recs...))
 		if i%10_000 == 0 {
@@ -166,16 +166,15 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 // a worker without drift (issue 24: three series fewer per steady worker).
 func TestDriftGaugesSparse(t *testing.T) {
 	h := newHarness(t, testCfg())
-	seen := map[string]int64{}
 	drift := func() (pmetric.Metric, bool) {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		m, ok := metricsByWorker(buildMetricsSparse(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), seen))["w1"][contract.MetricDrift]
+		m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
 		return m, ok
 	}
 	alive := func() {
 		h.metrics(treeMetrics("w1", 10, -1, 1))
-		h.logs(schedLogs(rec{worker: "w1", event: contract.EventHeartbeat}))
+		h.logs(schedLogs(rec{Worker: "w1", Event: contract.EventHeartbeat}))
 		h.eval()
 	}
 	alive()
@@ -218,5 +217,32 @@ func TestDriftGaugesSparse(t *testing.T) {
 	alive()
 	_, ok = drift()
 	assert.False(t, ok, "stateZerosFor after: no gauge")
-	assert.Empty(t, seen, "forgotten")
+}
+
+// A "snapshots" scheduler that states only a count names no run: the drift
+// it shows is a count (state.Drift.MissN), and the drift gauge carries it as
+// the health API's missing_count does, not the 0 of the runs named.
+func TestDriftGaugeOfACount(t *testing.T) {
+	cfg := testCfg()
+	cfg.Scheduler.View = contract.ViewSnapshots
+	cfg.Scheduler.SnapshotInterval = 2 * sec
+	h := newHarness(t, cfg)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	h.logs(wl("w1", contract.EventClaimed, "r1", nil))
+	h.metrics(heldMetrics("workersim-scheduler", map[string]int64{"w1": 3}))
+	h.advance(4 * sec)
+	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
+	h.eval()
+	require.Equal(t, 2, h.snap("w1").Drift.MissingCount)
+	h.p.mu.Lock()
+	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
+	h.p.mu.Unlock()
+	require.True(t, ok, "drift of a count: the gauge")
+	byKind := map[string]int64{}
+	for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+		dp := m.Gauge().DataPoints().At(i)
+		k, _ := dp.Attributes().Get(contract.AttrDriftKind)
+		byKind[k.Str()] = dp.IntValue()
+	}
+	assert.Equal(t, map[string]int64{contract.DriftMissing: 2, contract.DriftOrphaned: 0, contract.DriftOverCapacity: 0}, byKind)
 }

@@ -43,17 +43,17 @@ var goldenCases = []struct {
 			h.metrics(treeMetrics("w1", 10, -1, 1))
 			h.metrics(pendingMetrics(2))
 			h.logs(workerLogs("worker",
-				rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0, attrs: map[string]any{"workerwatch.worker.capacity": 2}},
-				rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},
+				rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "r1", TS: t0, Attrs: map[string]any{"workerwatch.worker.capacity": 2}},
+				rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r1", TS: t0.Add(time.Second)},
 			))
-			h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0}))
+			h.logs(schedLogs(rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "r1", TS: t0}))
 			h.p.tick(context.Background())
 			h.advance(time.Second)
 			h.logs(workerLogs("worker", rec{
-				worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
-				attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
+				Worker: "w1", Event: "workerwatch.run.killed", Run: "r1", TS: t0.Add(4 * time.Second),
+				Attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
 			}))
-			h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.run.finished", run: "r1", ts: t0.Add(4 * time.Second)}))
+			h.logs(schedLogs(rec{Worker: "w1", Event: "workerwatch.run.finished", Run: "r1", TS: t0.Add(4 * time.Second)}))
 			h.traces(stageSpan("w1", "compile", 1e9, 3e9))
 			h.p.tick(context.Background())
 		},
@@ -67,18 +67,18 @@ var goldenCases = []struct {
 			h.metrics(treeMetrics("w1", 10, -1, 1))
 			h.metrics(treeMetrics("w2", 10, -1, 1))
 			h.logs(workerLogs("worker",
-				rec{worker: "w1", event: "workerwatch.run.claimed", run: "a", attrs: map[string]any{"workerwatch.worker.capacity": 1}},
-				rec{worker: "w1", event: "workerwatch.run.claimed", run: "b"},
+				rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "a", Attrs: map[string]any{"workerwatch.worker.capacity": 1}},
+				rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "b"},
 			))
 			h.logs(schedLogs(
-				rec{worker: "w1", event: "workerwatch.run.claimed", run: "a"},
-				rec{worker: "w1", event: "workerwatch.run.claimed", run: "c"},
+				rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "a"},
+				rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "c"},
 			))
 			h.p.tick(context.Background())
 			for i := range 6 {
 				h.advance(time.Second)
 				h.metrics(treeMetrics("w1", 10, -1, 1))
-				h.logs(schedLogs(rec{worker: "w1", event: "workerwatch.worker.heartbeat"}))
+				h.logs(schedLogs(rec{Worker: "w1", Event: "workerwatch.worker.heartbeat"}))
 				if i < 5 {
 					h.p.evaluate(context.Background()) // its state changes only
 				} else {

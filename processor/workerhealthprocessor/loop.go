@@ -35,10 +35,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	}
 	var md pmetric.Metrics
 	if len(mTo) > 0 {
-		if p.driftSeen == nil {
-			p.driftSeen = map[string]int64{}
-		}
-		md = buildMetricsSparse(p.tracker, p.startTime, now, p.driftSeen)
+		md = buildMetrics(p.tracker, p.startTime, now)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {

@@ -91,18 +91,18 @@ func TestMalformedRecords(t *testing.T) {
 	h := newHarness(t, testCfg())
 	huge := strings.Repeat("x", 10_000)
 	ld := workerLogs("worker",
-		rec{worker: "w1", event: "workerwatch.run.claimed"},                                                      // no run id
-		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": 42}},   // wrong type
-		rec{worker: "w1", event: "workerwatch.run.claimed", attrs: map[string]any{"cicd.pipeline.run.id": huge}}, // huge
-		rec{worker: "w1", event: "workerwatch.run.claimed", run: "ok"},
-		rec{worker: "w1", event: "not.a.lifecycle.event"},
+		rec{Worker: "w1", Event: "workerwatch.run.claimed"},                                                      // no run id
+		rec{Worker: "w1", Event: "workerwatch.run.claimed", Attrs: map[string]any{"cicd.pipeline.run.id": 42}},   // wrong type
+		rec{Worker: "w1", Event: "workerwatch.run.claimed", Attrs: map[string]any{"cicd.pipeline.run.id": huge}}, // huge
+		rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "ok"},
+		rec{Worker: "w1", Event: "not.a.lifecycle.event"},
 	)
 	// A resource whose worker id has the wrong type.
 	bad := ld.ResourceLogs().AppendEmpty()
 	bad.Resource().Attributes().PutInt("cicd.worker.id", 7)
 	bad.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().SetEventName("workerwatch.run.claimed")
 	// A scheduler record without a worker id.
-	sch := schedLogs(rec{worker: "w1", event: "workerwatch.run.claimed", run: "s1"})
+	sch := schedLogs(rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "s1"})
 	sch.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().Remove("cicd.worker.id")
 	sch.ResourceLogs().MoveAndAppendTo(ld.ResourceLogs())
 
@@ -216,7 +216,7 @@ func TestOpenFnMapping(t *testing.T) {
 	cfg.Memory.SoftLimitBytes = 1000
 	h := newHarness(t, cfg)
 	send := func(event, run string, attrs map[string]any) {
-		ld := workerLogs("ws-worker", rec{worker: "", event: event, run: "", attrs: attrs})
+		ld := workerLogs("ws-worker", rec{Worker: "", Event: event, Run: "", Attrs: attrs})
 		lr := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0)
 		lr.Attributes().PutStr("worker_name", "openfn-1")
 		if run != "" {

@@ -39,12 +39,8 @@ type healthProcessor struct {
 
 	// mu guards the tracker and the emission targets. Never held while
 	// calling a consumer, the subscriber or the storage.
-	mu      sync.Mutex
-	tracker *tracker.Tracker
-	// driftSeen is when each worker last had drift of any kind (unix ns),
-	// kept for stateZerosFor after it went back to 0 (emit.go): the drift
-	// gauges' 0s are sent only that long.
-	driftSeen map[string]int64
+	mu        sync.Mutex
+	tracker   *tracker.Tracker
 	targets   []*pipeline
 	startTime int64
 	// exitDue wakes the timer loop for an evaluation when a worker's root

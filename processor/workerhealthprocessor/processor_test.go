@@ -107,11 +107,11 @@ func TestDerivedMetricsShape(t *testing.T) {
 	h := newHarness(t, testCfg())
 	h.metrics(treeMetrics("w1", 10, -1, 1)) // its tree: confirmed, exported
 	h.logs(workerLogs("worker",
-		rec{worker: "w1", event: "workerwatch.run.claimed", run: "r1", ts: t0},
-		rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0.Add(time.Second)},
+		rec{Worker: "w1", Event: "workerwatch.run.claimed", Run: "r1", TS: t0},
+		rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r1", TS: t0.Add(time.Second)},
 		rec{
-			worker: "w1", event: "workerwatch.run.killed", run: "r1", ts: t0.Add(4 * time.Second),
-			attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
+			Worker: "w1", Event: "workerwatch.run.killed", Run: "r1", TS: t0.Add(4 * time.Second),
+			Attrs: map[string]any{"workerwatch.kill.reason": "oom", "cicd.pipeline.result": "error"},
 		},
 	))
 	h.traces(stageSpan("w1", "compile", 1e9, 3e9))

@@ -39,7 +39,7 @@ func TestUnjoinedAndHealedReachTheOperator(t *testing.T) {
 	ctx := context.Background()
 	for range 12 {
 		// The tree says pod-7, the worker's telemetry w7: they never meet.
-		h.metrics(tree{worker: "pod-7", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h.metrics(tree{Worker: "pod-7", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1}.Metrics())
 		h.logs(wl("w7", "workerwatch.worker.heartbeat", "", nil))
 		// w8, joined: its scheduler's claim of a run it never names is let
 		// go after heal_after.

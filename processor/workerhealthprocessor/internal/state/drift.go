@@ -26,11 +26,21 @@ type Drift struct {
 	MissSince, OrphSince                 int64
 
 	OverCapSince int64
-	// drift of the last evaluation, for metrics and the snapshot.
+	// drift of the last evaluation, for metrics and the snapshot: the runs
+	// named (Missing, Orphaned) and how many (MissN, OrphN: more than
+	// named when a count-only scheduler's count shows it).
 	Missing, Orphaned []string
 	OverCap           int
 	HeldW, HeldS      int
+	// DriftAt is the last evaluation that found drift of any kind (unix
+	// ns, 0 = none): the emitted drift gauges' 0s are sent for a while
+	// after it (the processor's emit.go).
+	DriftAt int64
 }
+
+// Drifting tells whether the last evaluation found drift of any kind (by
+// count: a count-only scheduler names no run).
+func (d *Drift) Drifting() bool { return d.MissN > 0 || d.OrphN > 0 || d.OverCap > 0 }
 
 // DriftRecord is the scheduler view's checkpoint record. Sched: the service
 // name of the scheduler that last named the worker.

@@ -50,7 +50,9 @@ func (in *Incarnation) Same(o *Incarnation) bool {
 
 // IncarnationOf is the incarnation a sample's or a record's resource
 // states, if any: a tree's root (pid + creation time), the telemetry's
-// process (the same pair) or its service.instance.id.
+// process (the same pair) or its service.instance.id. A process's ID is
+// left to Name: nearly every sample is of the current incarnation, which
+// Same tells by pid and start time, and needs none formatted.
 func IncarnationOf(ref *mapping.IncRef, tree bool, now int64) (Incarnation, bool) {
 	switch {
 	case ref.PID > 0:
@@ -58,15 +60,23 @@ func IncarnationOf(ref *mapping.IncRef, tree bool, now int64) (Incarnation, bool
 		if tree {
 			src = contract.IncarnationTree
 		}
-		id := strconv.FormatInt(ref.PID, 10)
-		if ref.Started > 0 {
-			id += "@" + Time(ref.Started).Format("2006-01-02T15:04:05.000Z07:00")
-		}
-		return Incarnation{ID: id, Source: src, PID: ref.PID, Started: ref.Started, FirstSeen: now}, true
+		return Incarnation{Source: src, PID: ref.PID, Started: ref.Started, FirstSeen: now}, true
 	case ref.ServiceInstance != "":
 		return Incarnation{ID: ref.ServiceInstance, Source: contract.IncarnationServiceInstance, FirstSeen: now}, true
 	}
 	return Incarnation{}, false
+}
+
+// Name sets a process incarnation's ID from IncarnationOf: its pid, and
+// its start time when stated ("4242@2026-01-02T03:04:05.000Z").
+func (in *Incarnation) Name() {
+	if in.ID != "" || in.PID <= 0 {
+		return
+	}
+	in.ID = strconv.FormatInt(in.PID, 10)
+	if in.Started > 0 {
+		in.ID += "@" + Time(in.Started).Format(contract.TimeLayout)
+	}
 }
 
 // Snapshot is the health API's view (nil when none is known).

@@ -315,7 +315,8 @@ func (k *Kills) RunEnded(now int64) {
 // loaded host); the rest are child deaths with no run to blame (child_exit). A run end explains one exit,
 // and only one close to it in time, so runs whose children live on
 // (OpenFn's engine keeps its child processes) do not excuse later deaths.
-func (k *Kills) MatchExits(now int64, r *KillRules) {
+// explained (nil = none) is told the time of each exit a run end explained.
+func (k *Kills) MatchExits(now int64, r *KillRules, explained func(at int64)) {
 	grace := int64(r.cfg.ExitWindow)
 	done := 0
 	for _, ex := range k.exitPend {
@@ -337,6 +338,9 @@ func (k *Kills) MatchExits(now int64, r *KillRules) {
 			if e := k.endTimes[i]; e > 0 && e > from-grace && e <= ex.at+grace {
 				k.endTimes[i] = 0
 				n--
+				if explained != nil {
+					explained(ex.at)
+				}
 			}
 		}
 		for ; n > 0; n-- {

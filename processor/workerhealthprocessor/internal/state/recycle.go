@@ -90,26 +90,11 @@ func (r *Recycle) RunEnded(k *Kills, now int64, killed bool) {
 // settles that a run end explained (those it does not count as child_exit
 // kills).
 func (r *Recycle) MatchExits(k *Kills, now int64, kr *KillRules) {
-	grace := int64(kr.cfg.ExitWindow)
-	var ready []int64 // the settled exits' times, one per exit
-	for _, ex := range k.exitPend {
-		if now-ex.at < grace {
-			break
-		}
-		for range ex.n {
-			ready = append(ready, ex.at)
-		}
-	}
-	idx := killReasonIndex[contract.KillChildExit]
-	before := k.kills[idx]
-	k.MatchExits(now, kr)
-	// Which exits a run end explained is MatchExits' own; the times of the
-	// latest settled exits stand for them (the window is minutes long).
-	n := len(ready) - int(k.kills[idx]-before)
-	for _, at := range ready[len(ready)-max(n, 0):] {
-		r.exits = appendBounded(r.exits, at)
-	}
+	k.MatchExits(now, kr, r.explained)
 }
+
+// explained logs one child exit a run end explained, at its time.
+func (r *Recycle) explained(at int64) { r.exits = appendBounded(r.exits, at) }
 
 func appendBounded(s []int64, v int64) []int64 {
 	if len(s) >= maxRecycleLog {

@@ -98,6 +98,23 @@ func TestRecycleLoop(t *testing.T) {
 	assert.Empty(t, r.ends)
 }
 
+// Exits that settle in one evaluation are told apart: the one a run end
+// explained is the recycle, logged at its own time (not at the time of the
+// unexplained exit settled with it), so the window forgets it when due.
+func TestRecycleAtItsExitsTime(t *testing.T) {
+	sec := int64(time.Second)
+	kr := NewKillRules(&KillsRule{Count: 3, Window: 10 * time.Minute, ExitWindow: 15 * time.Second})
+	k, r := NewKills(), Recycle{}
+	k.Tree(&mapping.Sample{Tree: true, ExitChild: 0, OOMKills: -1}, 0, kr)
+	k.RunEnded(10 * sec)
+	r.RunEnded(&k, 10*sec, false)
+	k.Tree(&mapping.Sample{Tree: true, ExitChild: 1, OOMKills: -1}, 11*sec, kr)  // explained by the run end
+	k.Tree(&mapping.Sample{Tree: true, ExitChild: 2, OOMKills: -1}, 100*sec, kr) // no run end near it
+	r.MatchExits(&k, 200*sec, kr)
+	assert.Equal(t, []int64{11 * sec}, r.exits)
+	assert.Equal(t, int64(1), k.ByReason()[KillIndex(contract.KillChildExit)])
+}
+
 func TestRecycleRuleValidate(t *testing.T) {
 	d := DefaultRecycleRule()
 	require.NoError(t, d.Validate())

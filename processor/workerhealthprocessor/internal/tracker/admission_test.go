@@ -43,8 +43,8 @@ func TestAdmissionAtTheCap(t *testing.T) {
 	}
 	// Full: another id with records only is refused, once per resource.
 	h.logs(workerLogs("worker",
-		rec{worker: "bogus-4", event: contract.EventHeartbeat},
-		rec{worker: "bogus-4", event: contract.EventClaimed, run: "r1"},
+		rec{Worker: "bogus-4", Event: contract.EventHeartbeat},
+		rec{Worker: "bogus-4", Event: contract.EventClaimed, Run: "r1"},
 	))
 	assert.Equal(t, int64(1), h.counts().WorkersRefused[refusedMaxWorkers])
 	_, tracked := h.evidenceOf("bogus-4")
@@ -167,13 +167,13 @@ func TestEvidence(t *testing.T) {
 	t.Run("recent runs and kills by reason are in the snapshot", func(t *testing.T) {
 		h := newHarness(t, testCfg())
 		h.logs(workerLogs("worker",
-			rec{worker: "w1", event: "workerwatch.run.started", run: "r1", ts: t0},
-			rec{worker: "w1", event: "workerwatch.run.finished", run: "r1", ts: t0.Add(2 * sec), attrs: map[string]any{"cicd.pipeline.result": "success"}},
+			rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r1", TS: t0},
+			rec{Worker: "w1", Event: "workerwatch.run.finished", Run: "r1", TS: t0.Add(2 * sec), Attrs: map[string]any{"cicd.pipeline.result": "success"}},
 		))
 		h.advance(sec)
 		h.logs(workerLogs("worker",
-			rec{worker: "w1", event: "workerwatch.run.started", run: "r2", ts: t0.Add(sec)},
-			rec{worker: "w1", event: "workerwatch.run.killed", run: "r2", ts: t0.Add(4 * sec), attrs: map[string]any{"cicd.pipeline.result": "timeout", "workerwatch.kill.reason": "timeout"}},
+			rec{Worker: "w1", Event: "workerwatch.run.started", Run: "r2", TS: t0.Add(sec)},
+			rec{Worker: "w1", Event: "workerwatch.run.killed", Run: "r2", TS: t0.Add(4 * sec), Attrs: map[string]any{"cicd.pipeline.result": "timeout", "workerwatch.kill.reason": "timeout"}},
 		))
 		h.eval()
 		w := h.snap("w1")

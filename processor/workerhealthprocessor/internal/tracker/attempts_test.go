@@ -13,7 +13,7 @@ import (
 // at is a worker's record about run at a time of its own (the records'
 // times tell a re-run from a late or duplicated record).
 func (h *harness) at(event, run string, ts time.Time, attrs map[string]any) {
-	h.logs(workerLogs("worker", rec{worker: "w1", event: event, run: run, attrs: attrs, ts: ts}))
+	h.logs(workerLogs("worker", rec{Worker: "w1", Event: event, Run: run, Attrs: attrs, TS: ts}))
 }
 
 type attemptRow struct {
@@ -89,7 +89,7 @@ func TestAttempts(t *testing.T) {
 			return m
 		}
 		sched := func(event string, i int) {
-			h.logs(schedLogs(rec{worker: "w1", event: event, run: "t1", attrs: n(i, nil)}))
+			h.logs(schedLogs(rec{Worker: "w1", Event: event, Run: "t1", Attrs: n(i, nil)}))
 		}
 		h.at("workerwatch.run.started", "t1", t0, n(1, nil))
 		sched("workerwatch.run.claimed", 1)

@@ -11,7 +11,7 @@ import (
 
 func TestCPU(t *testing.T) {
 	cpuOf := func(util, limit float64) tree {
-		return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: -1, cpuMain: util, cpuLimit: limit}
+		return tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1, CPUMain: util, CPULimit: limit}
 	}
 	runSteps(t, []stepCase{
 		{

@@ -453,7 +453,7 @@ func TestSchedulerViewPerSource(t *testing.T) {
 		rl := ld.ResourceLogs().AppendEmpty()
 		rl.Resource().Attributes().PutStr("service.name", "lightning")
 		lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
-		fillRec(lr, rec{event: "workerwatch.run.claimed", run: run})
+		fillRec(lr, rec{Event: "workerwatch.run.claimed", Run: run})
 		lr.Attributes().PutStr("worker_name", worker)
 		return ld
 	}

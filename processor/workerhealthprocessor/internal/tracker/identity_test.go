@@ -13,9 +13,9 @@ import (
 )
 
 func TestIdentity(t *testing.T) {
-	hbNamed := named("w1", rec{worker: "x", event: "workerwatch.worker.heartbeat"})
+	hbNamed := named("w1", rec{Worker: "x", Event: "workerwatch.worker.heartbeat"})
 	liveTree := func(mem int64) tree {
-		return tree{worker: "w1", roles: map[string]int64{"main": mem / 2, "child": mem / 2}, present: 1, oom: -1}
+		return tree{Worker: "w1", Roles: map[string]int64{"main": mem / 2, "child": mem / 2}, Present: 1, OOM: -1}
 	}
 	runSteps(t, []stepCase{
 		{
@@ -45,7 +45,7 @@ func TestIdentity(t *testing.T) {
 			steps: seq(
 				step{do: feed(hbNamed, liveTree(100)), advance: sec, want: healthy},
 				repeat(70, step{do: feed(liveTree(100)), advance: sec, want: healthy, noCode: state.CodeNoTelemetry}),
-				repeat(5, step{do: feed(tree{worker: "w1", present: 0, oom: -1}), advance: sec}),
+				repeat(5, step{do: feed(tree{Worker: "w1", Present: 0, OOM: -1}), advance: sec}),
 				step{want: lost, code: state.CodeNoTelemetry},
 			),
 		},
@@ -112,7 +112,7 @@ func TestIdentity(t *testing.T) {
 			name: "several id attributes: the first present names the worker",
 			cfg:  func(c *testConfig) { c.Mapping.WorkerIDAttributes = []string{"worker_name", "host.name"} },
 			steps: seq(
-				step{do: feed(named("w1", rec{worker: "x", event: "workerwatch.worker.heartbeat"}), liveTree(100)), advance: sec, want: healthy},
+				step{do: feed(named("w1", rec{Worker: "x", Event: "workerwatch.worker.heartbeat"}), liveTree(100)), advance: sec, want: healthy},
 				step{check: func(h *harness) {
 					h.p.mu.Lock()
 					defer h.p.mu.Unlock()
@@ -131,7 +131,7 @@ func TestUnjoinedWorkers(t *testing.T) {
 	h := newHarness(t, cfg)
 	for range 12 {
 		// The tree says pod-7, the worker's telemetry w7: they never meet.
-		h.metrics(tree{worker: "pod-7", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h.metrics(tree{Worker: "pod-7", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1}.Metrics())
 		h.logs(wl("w7", "workerwatch.worker.heartbeat", "", nil))
 		h.advance(sec)
 		uj := h.evalUnjoined()
@@ -150,7 +150,7 @@ func TestUnjoinedWorkers(t *testing.T) {
 	// Only a tree, no telemetry anywhere: nothing to join, nothing reported.
 	h2 := newHarness(t, cfg)
 	for range 15 {
-		h2.metrics(tree{worker: "pod-1", roles: map[string]int64{"main": 10}, present: 1, oom: -1}.metrics())
+		h2.metrics(tree{Worker: "pod-1", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1}.Metrics())
 		h2.advance(sec)
 		uj := h2.evalUnjoined()
 		assert.Empty(t, uj)

@@ -29,6 +29,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		if w.inc.ID != "" && !w.inc.Same(&in) {
 			return // an older root's exit, restated
 		}
+		in.Name()
 		if w.exit != nil && w.exit.Inc == in.ID {
 			return // known already
 		}
@@ -48,10 +49,12 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 	case w.inc.ID == "":
 		// The first known: its evidence is its own (a worker restored from
 		// a checkpoint that knew no incarnation keeps its evidence).
+		in.Name()
 		w.inc = in
 	case w.inc.Same(&in):
 		if in.Source == contract.IncarnationTree && w.inc.Source != contract.IncarnationTree {
 			// The same process, now from its tree: the tree speaks for it.
+			in.Name()
 			w.inc.ID, w.inc.Source, w.inc.Started = in.ID, in.Source, in.Started
 			t.markDirty(w)
 		}
@@ -61,6 +64,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		w.cpu.NewIncarnation()
 		w.kills.NewIncarnation()
 		w.NewIncarnation()
+		in.Name()
 		w.inc = in
 	}
 	if w.exit != nil {

@@ -28,11 +28,11 @@ type root struct {
 }
 
 func (r root) metrics() pmetric.Metrics {
-	x := tree{worker: r.worker, present: r.present}
+	x := tree{Worker: r.worker, Present: r.present}
 	if r.mem >= 0 {
-		x.roles = map[string]int64{"main": r.mem}
+		x.Roles = map[string]int64{"main": r.mem}
 	}
-	md := x.metrics()
+	md := x.Metrics()
 	a := md.ResourceMetrics().At(0).Resource().Attributes()
 	a.PutInt(contract.AttrPID, r.pid)
 	a.PutStr(contract.AttrProcessCreationTime, r.started.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
@@ -287,4 +287,20 @@ func TestTelemetryIncarnation(t *testing.T) {
 	h.metrics(live(100, t0, 500))
 	send("w1-c")
 	assert.Equal(t, contract.IncarnationTree, h.snap("w1").Incarnation.Source)
+}
+
+// A scrape of the current incarnation costs what one without a pid does:
+// its ID is formatted only when the incarnation is new (state.Incarnation.Name),
+// not on every sample.
+func TestCurrentIncarnationCostsNothing(t *testing.T) {
+	started := t0.Add(-time.Hour)
+	h := newHarness(t, testCfg())
+	withPID := live(100, started, 10)
+	h.metrics(withPID)
+	require.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), h.snap("w1").Incarnation.ID)
+	h2 := newHarness(t, testCfg())
+	plain := tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1}.Metrics()
+	h2.metrics(plain)
+	assert.Equal(t, testing.AllocsPerRun(50, func() { h2.metrics(plain) }),
+		testing.AllocsPerRun(50, func() { h.metrics(withPID) }))
 }

@@ -178,6 +178,9 @@ func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
 		t.prune(w, now)
 		t.update(w, now)
 		target, reasons := t.judge(w, now)
+		if w.Drifting() {
+			w.DriftAt = now
+		}
 		from := w.State
 		if w.Judged(target, reasons, now, t.cfg.Hysteresis.RecoverEvaluations) {
 			out = append(out, Transition{Worker: w.id, Name: w.Name, From: from, To: target, Reasons: reasons, At: now})

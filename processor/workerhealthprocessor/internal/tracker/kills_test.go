@@ -15,9 +15,9 @@ import (
 
 func TestKills(t *testing.T) {
 	win := func(c *testConfig) { c.Lost.After = 2 * time.Minute; c.Limits.WorkerTTL = time.Hour }
-	oomTree := func(n int64) tree { return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: n} }
+	oomTree := func(n int64) tree { return tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1, OOM: n} }
 	exits := func(main, child int64) tree {
-		return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: -1, exited: map[string]int64{"main": main, "child": child}}
+		return tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1, Exited: map[string]int64{"main": main, "child": child}}
 	}
 	started := func(run string) plog.Logs { return wl("w1", "workerwatch.run.started", run, nil) }
 	finished := func(run string) plog.Logs {

@@ -15,7 +15,7 @@ func TestRoleMemory(t *testing.T) {
 		c.Memory.Roles = map[string]state.RoleMemoryRule{"main": {SoftLimitBytes: 600}}
 	}
 	tr := func(main, child int64) tree {
-		return tree{worker: "w1", roles: map[string]int64{"main": main, "child": child}, present: 1, oom: -1}
+		return tree{Worker: "w1", Roles: map[string]int64{"main": main, "child": child}, Present: 1, OOM: -1}
 	}
 	runSteps(t, []stepCase{
 		{

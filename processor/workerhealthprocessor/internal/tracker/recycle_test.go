@@ -24,7 +24,7 @@ func TestRecycle(t *testing.T) {
 		c.Recycle = state.RecycleRule{Window: time.Minute, MinExits: 3, PerRunRatio: 0.9}
 	}
 	exits := func(child int64) tree {
-		return tree{worker: "w1", roles: map[string]int64{"main": 10}, present: 1, oom: -1, exited: map[string]int64{"main": 0, "child": child}}
+		return tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1, OOM: -1, Exited: map[string]int64{"main": 0, "child": child}}
 	}
 	run := func(id string) []any {
 		return []any{

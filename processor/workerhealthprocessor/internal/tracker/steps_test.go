@@ -39,7 +39,7 @@ func feed(fs ...any) func(*harness) {
 			case pmetric.Metrics:
 				h.metrics(x)
 			case tree:
-				h.metrics(x.metrics())
+				h.metrics(x.Metrics())
 			case func(*harness):
 				x(h)
 			}
