@@ -7,6 +7,7 @@ package contract
 // (docs/http-api.md).
 
 import (
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -161,6 +162,19 @@ type Exit struct {
 	At time.Time `json:"at,omitzero"`
 	// Incarnation is the id of the incarnation that ended.
 	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Text is how the exit reads for people, the same in the process_exited
+// reason's message and on the worker's page (whose script says the same):
+// "signal 9", "exit code 3" or "exit unknown".
+func (e *Exit) Text() string {
+	switch {
+	case e.How == ExitSignal && e.Signal != nil:
+		return "signal " + strconv.Itoa(*e.Signal)
+	case e.How == ExitCode && e.Code != nil:
+		return "exit code " + strconv.Itoa(*e.Code)
+	}
+	return "exit unknown"
 }
 
 // Values of Incarnation.Source: what a worker's incarnation was taken from.

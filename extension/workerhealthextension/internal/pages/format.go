@@ -106,7 +106,7 @@ func since(t, now time.Time) string {
 // root ended.
 func evidence(r contract.Reason) string {
 	if r.Exit != nil {
-		return exitText(r.Exit)
+		return r.Exit.Text()
 	}
 	if r.Value == 0 && r.Threshold == 0 && !r.Latched {
 		return ""
@@ -131,17 +131,6 @@ func evidence(r contract.Reason) string {
 			" samples under " + formatNum(math.Round(rc.Ratio*1000)/10) + " %"
 	}
 	return s
-}
-
-// exitText is how a root ended: "signal 9", "exit code 3" or "exit unknown".
-func exitText(e *contract.Exit) string {
-	switch {
-	case e.How == contract.ExitSignal && e.Signal != nil:
-		return "signal " + strconv.Itoa(*e.Signal)
-	case e.How == contract.ExitCode && e.Code != nil:
-		return "exit code " + strconv.Itoa(*e.Code)
-	}
-	return "exit unknown"
 }
 
 // incarnationText is the worker's current incarnation: its process and
@@ -178,7 +167,7 @@ func lastExitText(e *contract.Exit, now time.Time) string {
 	if e == nil {
 		return ""
 	}
-	s := exitText(e)
+	s := e.Text()
 	if e.Incarnation != "" {
 		s += " (" + e.Incarnation + ")"
 	}

@@ -129,18 +129,6 @@ func (e *Exit) Snapshot() *contract.Exit {
 	return out
 }
 
-// Text is how the exit reads in a message: "signal 9", "exit code 3",
-// "exit code or signal unknown".
-func (e *Exit) Text() string {
-	switch e.How {
-	case contract.ExitSignal:
-		return "signal " + strconv.Itoa(e.Signal)
-	case contract.ExitCode:
-		return "exit code " + strconv.Itoa(e.Code)
-	}
-	return "exit code or signal unknown (found by a scrape)"
-}
-
 // IncarnationRecord is the checkpoint record of a worker's incarnation and
 // its last exit.
 type IncarnationRecord struct {

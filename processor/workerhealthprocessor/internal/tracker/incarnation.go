@@ -90,14 +90,15 @@ func (t *Tracker) exited(w *Worker, now int64) bool {
 // exitReason is the process_exited reason of an exited worker.
 func (t *Tracker) exitReason(w *Worker, now int64) contract.Reason {
 	ex := w.exit
+	snap := ex.Snapshot()
 	return contract.Reason{
 		Code: state.CodeProcessExited,
 		Message: fmt.Sprintf("the worker's root process (%s) exited, %s, and no new process replaced it within %v",
-			ex.Inc, ex.Text(), t.cfg.Lost.ExitGrace),
+			ex.Inc, snap.Text(), t.cfg.Lost.ExitGrace),
 		Value:     time.Duration(now - ex.At).Seconds(),
 		Threshold: t.cfg.Lost.ExitGrace.Seconds(),
 		Since:     state.Time(ex.At),
-		Exit:      ex.Snapshot(),
+		Exit:      snap,
 	}
 }
 
