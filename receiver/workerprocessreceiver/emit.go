@@ -134,5 +134,6 @@ func setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
 }
 
 // formatTime is the ISO 8601 form of process.creation.time and
-// process.exit.time: RFC 3339 in UTC, to the millisecond.
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+// process.exit.time: RFC 3339 in UTC, to the millisecond (contract.TimeLayout,
+// the processor parses it back with the same).
+func formatTime(t time.Time) string { return t.UTC().Format(contract.TimeLayout) }
