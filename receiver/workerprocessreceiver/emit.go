@@ -135,5 +135,5 @@ func setEnded(rb *metadata.ResourceBuilder, e *rootEnd) {
 
 // formatTime is the ISO 8601 form of process.creation.time and
 // process.exit.time: RFC 3339 in UTC, to the millisecond (contract.TimeLayout,
-// the processor parses it back with the same).
+// the layout of every time the components state as strings).
 func formatTime(t time.Time) string { return t.UTC().Format(contract.TimeLayout) }
