@@ -272,7 +272,7 @@ func (s *bullScenario) startWorker(id string, matched bool, env ...string) *proc
 		p.stopWithin(s.t, bullWorkerStop)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	})
-	waitLog(s.t, p, " ready (pid ", 60*time.Second)
+	waitLog(s.t, p, " ready (pid ", startDeadline)
 	return p
 }
 

@@ -59,6 +59,16 @@ func startRabbitMQ(t *testing.T) string {
 	// The broker runs under su as another user: stop it with its own tool
 	// (run before the start helper's SIGTERM to the wrapper).
 	t.Cleanup(func() {
+		// The broker's own log (boot steps with their times) is in dir,
+		// which is removed: keep it next to the others when the test failed.
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					_ = os.WriteFile(filepath.Join(logDir, "celery-rabbitmq-"+filepath.Base(l)), b, 0o644)
+				}
+			}
+		}
 		cmd := exec.Command(ctl, "shutdown")
 		cmd.Env = append(os.Environ(), env...)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -138,7 +138,7 @@ func (r *celeryRun) workerEnv(name, queue string, c int, env []string, extra ...
 		"-n", r.host(name), "--loglevel=INFO",
 	}, extra...)
 	p := start(r.t, "celery-"+r.prefix+"-"+name, append(slices.Clone(r.env), env...), r.python, args...)
-	waitLog(r.t, p, r.host(name)+" ready", 2*time.Minute)
+	waitLog(r.t, p, r.host(name)+" ready", startDeadline)
 	return p
 }
 

@@ -139,7 +139,7 @@ func (w *ofWorld) startWorker(t *testing.T, id string, env ...string) *proc {
 	// A worker stops within 5 s of SIGTERM (runs in flight, the engine, the
 	// SDK's flush): more on a loaded machine.
 	t.Cleanup(func() { p.stopWithin(t, ofWait) })
-	waitLog(t, p, "started: engine-multi", 3*time.Minute)
+	waitLog(t, p, "started: engine-multi", startDeadline)
 	return p
 }
 

@@ -138,7 +138,7 @@ func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
 		"--set=exporters::prometheus::endpoint="+loopbackAddr(t),
 		"--set=exporters::otlp_http::endpoint=http://"+loopbackAddr(t),
 		"--set=service::telemetry::metrics::level=none")
-	waitLog(t, col, readyLine, 60*time.Second)
+	waitLog(t, col, readyLine, startDeadline)
 	waitReady(t, col, health)
 	b, err := os.ReadFile(col.log)
 	if err != nil {

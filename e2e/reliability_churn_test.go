@@ -139,7 +139,7 @@ func TestReliabilityProcessChurn(t *testing.T) {
 	// The receiver subscribes at Start and logs once at info when it cannot.
 	// The Prometheus exporter listens before the receivers start: read the
 	// log once every component has started.
-	waitLog(t, col, readyLine, 60*time.Second)
+	waitLog(t, col, readyLine, startDeadline)
 	logText, _ := os.ReadFile(col.log)
 	events := mode != "off" && !strings.Contains(string(logText), "process events unavailable")
 	t.Logf("e2e: process events (proc connector) available: %v", events)

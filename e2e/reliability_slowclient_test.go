@@ -454,7 +454,7 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 	file := filepath.Join(tmp, name+".yaml")
 	writeFile(t, file, string(out))
 	col := start(t, name, slowConfigEnv(t, tmp), bin, "--config", file)
-	waitLog(t, col, readyLine, 90*time.Second)
+	waitLog(t, col, readyLine, startDeadline)
 	return ls, problems, col
 }
 
