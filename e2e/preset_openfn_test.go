@@ -346,6 +346,19 @@ func ofHang(t *testing.T, w *ofWorld) {
 	p := w.startWorker(t, id, "HANG_SECONDS=45")
 	w.waitFinal(t, w.enqueue(t, id, "ok", 3, nil, nil))
 	waitState(t, w.e, id, ofBoundVerdict, contract.Healthy)
+	// Blocked with free capacity: the collector must have the worker's
+	// run:complete records first. Lightning's runs are final as soon as
+	// the worker's socket says so; its OTLP records follow up to 0.5 s
+	// later (the SDK's batch), and a loop blocked before they leave keeps
+	// them: the collector then sees both runs still held, capacity 2 full,
+	// and rightly no stall (seen when the machine was loaded).
+	eventually(t, ofBoundVerdict, 250*time.Millisecond, id+" holds no run in the collector's view", func() error {
+		wk, err := worker(w.e, id)
+		if err == nil && (len(wk.Runs.Worker) > 0 || len(wk.Runs.Scheduler) > 0) {
+			err = fmt.Errorf("holds %v, Lightning %v", wk.Runs.Worker, wk.Runs.Scheduler)
+		}
+		return err
+	})
 
 	sendSignal(t, p, syscall.SIGUSR2)
 	waitLog(t, p, "SIGUSR2: blocking", 30*time.Second)
