@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // paths of what the suite runs; bin/ is filled by `make build`.
@@ -231,6 +234,58 @@ func waitListening(t testing.TB, p *proc, addr string) {
 	if took := time.Since(began); took > 10*time.Second {
 		t.Logf("e2e: %s took %.1fs to listen on %s (a loaded machine; the bound is %s)", p.name, took.Seconds(), addr, startDeadline)
 	}
+}
+
+// startRedis starts a redis-server of the test's own (no persistence, its
+// files in a temporary directory, args appended) on a loopback port picked
+// now, and returns its address once it answers PING: a port that accepts
+// may be another test's server (one took a BullMQ scenario's Redis port, its
+// worker then read "H" as a reply type). Redis exits when its port is taken
+// meanwhile: another port then, up to 3.
+func startRedis(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	bin := need(t, "redis-server", "/usr/bin/redis-server")
+	dir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		addr := loopbackAddr(t)
+		port := addr[strings.LastIndexByte(addr, ':')+1:]
+		pname := name
+		if attempt > 1 {
+			pname = fmt.Sprintf("%s-%d", name, attempt)
+		}
+		all := append([]string{
+			"--port", port, "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+		}, args...)
+		p := start(t, pname, nil, bin, all...)
+		if redisPong(t, p, addr) {
+			return addr
+		}
+		if attempt == 3 {
+			t.Fatalf("%s: redis-server exited on 3 ports in a row:\n%s", name, p.tail())
+		}
+		t.Logf("e2e: %s exited (its port %s taken?), another port:\n%s", p.name, port, p.tail())
+	}
+}
+
+// redisPong waits until the redis-server p answers PING on addr (true) or
+// exits (false), within startDeadline.
+func redisPong(t *testing.T, p *proc, addr string) bool {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	up := false
+	eventually(t, startDeadline, 200*time.Millisecond, p.name+" answering PING on "+addr, func() error {
+		if p.exited() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := c.Ping(ctx).Err()
+		up = err == nil
+		return err
+	})
+	return up
 }
 
 // readyLine is what the collector logs once every component has started

@@ -12,7 +12,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,56 +122,12 @@ func (s *bullScenario) begin(t *testing.T, prom string) {
 		}
 		t.Skipf("examples/bullmq-worker/node_modules missing: run npm ci there")
 	}
-	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
-	redisDir := filepath.Join(s.dir, "redis")
-	if err := os.MkdirAll(redisDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The port is picked now, not with the others when the test began: a
-	// scenario may start minutes later, and a port picked then was taken
-	// meanwhile by another scenario's server (an HTTP one, which the
-	// TCP-only wait took for Redis: BullMQ's worker then read "H" as a
-	// reply type). Redis exits when its port is taken: pick another. It is
-	// ready when it answers PING, not when the port accepts.
-	var addr string
-	for attempt := 1; ; attempt++ {
-		addr = loopbackAddr(t)
-		port := addr[strings.LastIndexByte(addr, ':')+1:]
-		// No persistence: each run starts from an empty queue. noeviction is
-		// what BullMQ requires (its docs: keys must never be evicted).
-		r := start(t, s.proc(fmt.Sprintf("redis-%d", attempt)), nil, redisBin, "--port", port, "--bind", "127.0.0.1",
-			"--dir", redisDir, "--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--maxmemory-policy", "noeviction", "--logfile", "")
-		if redisPong(t, r, addr) {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("%s: redis-server exited on 3 ports in a row:\n%s", s.name, r.tail())
-		}
-		t.Logf("e2e: %s exited (its port %s taken?), another port:\n%s", r.name, port, r.tail())
-	}
+	// noeviction is what BullMQ requires (its docs: keys must never be
+	// evicted). Its port is picked now, not with the others when the group
+	// began: a scenario may start minutes later (startRedis).
+	addr := startRedis(t, s.proc("redis"), "--maxmemory-policy", "noeviction")
 	s.redisAddr = addr
 	s.redisURL = "redis://" + addr
-}
-
-// redisPong waits until the redis-server p answers PING on addr (true) or
-// exits (false), within startDeadline.
-func redisPong(t *testing.T, p *proc, addr string) bool {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	up := false
-	eventually(t, startDeadline, 200*time.Millisecond, p.name+" answering PING on "+addr, func() error {
-		if p.exited() {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := c.Ping(ctx).Err()
-		up = err == nil
-		return err
-	})
-	return up
 }
 
 // overlay writes a config that narrows the preset's worker selectors to this

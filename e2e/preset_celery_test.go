@@ -78,16 +78,11 @@ func newCeleryRun(t *testing.T) *celeryRun {
 		}
 		t.Skipf("python3-celery / python3-redis missing: %v", err)
 	}
-	redisBin := need(t, "redis-server", "/usr/bin/redis-server")
-	addr := loopbackAddr(t)
-	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	// Each run's hostnames, process logs and collector are its own: the
 	// Celery scenarios run side by side (t.Parallel), and a collector's
 	// selector takes only its run's workers.
 	prefix := fmt.Sprintf("ww%dc%d", os.Getpid(), celeryRuns.Add(1))
-	r := start(t, "celery-redis-"+prefix, nil, redisBin, "--port", port, "--bind", "127.0.0.1",
-		"--dir", t.TempDir(), "--save", "", "--appendonly", "no", "--logfile", "")
-	waitListening(t, r, addr)
+	addr := startRedis(t, "celery-redis-"+prefix)
 	run := &celeryRun{
 		t: t, python: python, broker: "redis://" + addr + "/0",
 		prefix: prefix,
