@@ -146,22 +146,21 @@ func TreeMetrics(worker string, mem int64, cpuMainFraction float64, present int6
 
 // ActiveMetrics is w1's own count of the runs it holds.
 func ActiveMetrics(n int64) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("cicd.worker.id", "w1")
-	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("workerwatch.worker.runs.active")
-	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
-	return md
+	return oneGauge("cicd.worker.id", "w1", "workerwatch.worker.runs.active", n)
 }
 
 // PendingMetrics is the scheduler's count of the runs no worker holds yet.
 func PendingMetrics(n int64) pmetric.Metrics {
+	return oneGauge("service.name", "workersim-scheduler", "workerwatch.scheduler.runs.pending", n)
+}
+
+// oneGauge is one integer gauge point on a resource of one attribute.
+func oneGauge(key, value, name string, n int64) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr("service.name", "workersim-scheduler")
+	rm.Resource().Attributes().PutStr(key, value)
 	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
-	m.SetName("workerwatch.scheduler.runs.pending")
+	m.SetName(name)
 	m.SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(n)
 	return md
 }
