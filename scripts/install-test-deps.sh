@@ -13,7 +13,9 @@
 #   - Go tools built in scratch modules OUTSIDE this repository's go.mod,
 #     cached by version in $CACHE/bin: Jaeger v2 (e2e trace backend),
 #     telemetrygen (load)
-#   - the npm packages of every examples/*/ with a package-lock.json
+#   - the npm packages of every examples/*/ with a package-lock.json, once
+#     per lock file in $CACHE/npm, each example's node_modules a hard-linked
+#     copy of it
 #
 # To add a dependency: `need_cmd COMMAND PACKAGE...` for a Debian package,
 # `go_tool` for a Go tool; an example with a package-lock.json is picked up
@@ -115,21 +117,45 @@ go_tool() {
 	[ "$(readlink "$CACHE/bin/$name" 2>/dev/null)" = "${bin##*/}" ] || ln -sfn "${bin##*/}" "$CACHE/bin/$name"
 }
 
-# npm_ci DIR: the exact packages of DIR/package-lock.json, installed again
-# only when the lock file changed since the last install (a stamp in
-# node_modules holds its hash).
+# npm_ci DIR: the exact packages of DIR/package-lock.json. They are installed
+# once per lock file in $CACHE/npm/<example>-<hash of the lock>/ and copied
+# into DIR/node_modules as hard links (under a second for the three
+# examples), so a fresh clone on a machine that has run the tests before
+# costs a copy, not an `npm ci` (about 30 s). A copy, not a symbolic link:
+# OpenFn's engine did not run its jobs from a linked node_modules (its
+# example's test timed out). DIR's node_modules is made again only when the
+# lock file changed since (a stamp in it holds the lock's hash), as `npm ci`
+# would.
 npm_ci() {
-	local dir=$1 stamp="$1/node_modules/.install-test-deps.sha256" sum
+	local dir=$1 sum stamp target
 	sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+	stamp="$dir/node_modules/.install-test-deps.sha256"
 	[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
-	if ! command -v npm >/dev/null; then
-		say "npm missing: $dir not installed"
-		[ "${CI:-}" = true ] && return 1
-		return 0
+	target="$CACHE/npm/$(basename "$dir")-${sum:0:16}"
+	if [ ! -f "$target/.installed" ]; then
+		command -v npm >/dev/null || { no_npm; return; }
+		mkdir -p "$target"
+		(
+			flock 9
+			[ -f "$target/.installed" ] && exit 0
+			say "npm ci for $dir, once; cached in $target"
+			cp "$dir/package.json" "$dir/package-lock.json" "$target/" &&
+				(cd "$target" && npm ci --no-audit --no-fund --silent) && touch "$target/.installed"
+		) 9>"$target.lock" || return 1
 	fi
-	say "npm ci in $dir"
-	(cd "$dir" && npm ci --no-audit --no-fund --silent) || return 1
+	rm -rf "$dir/node_modules"
+	# Hard links where the cache and DIR share a file system, else a copy.
+	cp -al "$target/node_modules" "$dir/node_modules" 2>/dev/null || {
+		rm -rf "$dir/node_modules"
+		cp -a "$target/node_modules" "$dir/node_modules"
+	} || return 1
 	echo "$sum" >"$stamp"
+}
+# no_npm: says npm is missing; a failure in CI only (the tests that need the
+# packages skip elsewhere).
+no_npm() {
+	say "npm missing: $dir not installed"
+	[ "${CI:-}" != true ]
 }
 npm_all() {
 	local lock
