@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // paths of what the suite runs; bin/ is filled by `make build`.
@@ -59,15 +61,12 @@ func need(t testing.TB, name string, candidates ...string) string {
 	return ""
 }
 
-// freePort asks the kernel for a free loopback port.
+// freePort is a free loopback port outside the kernel's ephemeral range
+// (internal/freeport: one from listen(":0") was taken by an outgoing
+// connection before the collector it was given to bound it).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freeport.Port(t)
 }
 
 // proc is a process the suite started; its output goes to a log file kept in

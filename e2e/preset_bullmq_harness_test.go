@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -73,26 +72,12 @@ type bullScenario struct {
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
 
-// newBullScenarios picks every scenario's ports at once, each from a
-// listener held open until all are picked: ports asked of the kernel one at
-// a time and released at once can come back twice, and two of the parallel
-// scenarios then collide. Each collector's Prometheus endpoint must be known
-// before the shared Prometheus starts.
+// newBullScenarios picks every scenario's ports at once (loopbackAddr: each
+// port once per process, outside the kernel's ephemeral range): each
+// collector's Prometheus endpoint must be known before the shared
+// Prometheus starts.
 func newBullScenarios(t *testing.T, names []string) (scenarios []*bullScenario, promWeb string) {
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	addr := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		return l.Addr().String()
-	}
+	addr := func() string { return loopbackAddr(t) }
 	promWeb = addr()
 	for _, n := range names {
 		s := &bullScenario{

@@ -14,16 +14,17 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -103,12 +104,11 @@ func startBystanders() ([]*bystander, error) {
 		return nil, err
 	}
 	port := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeport.Pick()
 		if err != nil {
 			return "127.0.0.1:1"
 		}
-		defer l.Close()
-		return l.Addr().String()
+		return "127.0.0.1:" + strconv.Itoa(p)
 	}
 	var out []*bystander
 	if col := filepath.Join(binDir, "otelcol-workerwatch"); fileExists(col) {

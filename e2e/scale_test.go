@@ -734,14 +734,10 @@ func agentMetric(base, name string, match ...string) (float64, bool) {
 func freePortOn(t *testing.T, ips []string) int {
 	t.Helper()
 	for range 50 {
-		l, err := net.Listen("tcp", ips[0]+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port := freePort(t)
 		ok := true
 		var ls []net.Listener
-		for _, ip := range ips[1:] {
+		for _, ip := range ips {
 			l2, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
 			if err != nil {
 				ok = false
@@ -749,7 +745,7 @@ func freePortOn(t *testing.T, ips []string) int {
 			}
 			ls = append(ls, l2)
 		}
-		for _, x := range append(ls, l) {
+		for _, x := range ls {
 			_ = x.Close()
 		}
 		if ok {

@@ -22,6 +22,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // badConfigs are rejected by `validate` (and so by the collector before it
@@ -144,10 +146,7 @@ func assertCleanFailure(t *testing.T, out, line string) {
 // no token and a wrong token get 401, the right one 200.
 func TestHealthBearerBinary(t *testing.T) {
 	bin := binary(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ep := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	ep := freeport.Addr(t)
 
 	var buf lockedBuffer
 	cmd := exec.Command(bin, "--config", filepath.Join("..", "..", "testdata", "health-bearer.yaml"))

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // backend is an OTLP/gRPC logs server that records which worker ids reached it.
@@ -238,9 +239,5 @@ service:
 // freeAddr is a free loopback host:port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return freeport.Addr(t)
 }

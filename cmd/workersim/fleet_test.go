@@ -32,6 +32,12 @@ func TestFleet(t *testing.T) {
 		// starts slowly when eight instrumented workers share 2 cores.
 		runTimeout, memLimit = 3*time.Second, "160MiB"
 	}
+	// A start acknowledged after the claim timeout is rolled back and never
+	// runs. With 1.5 s, CI once saw no run-child under worker-7 for 10 s
+	// while make test's unit stage loaded both cores; late acknowledgements
+	// are the likely cause (the subtest now lists the worker's events when
+	// it fails). The orphan worker acknowledges 2 s after it, whatever it is.
+	const claimTimeout = 5 * time.Second
 	f := startFleet(t,
 		"--workers", "8",
 		"--faults", "leak,timeout,oom,drop-claims,orphan,hang,none,none",
@@ -42,7 +48,7 @@ func TestFleet(t *testing.T) {
 		"--run-memory", "8MiB",
 		"--run-duration", "600ms",
 		"--run-rate", "16",
-		"--claim-timeout", "1500ms",
+		"--claim-timeout", claimTimeout.String(),
 		"--run-timeout", runTimeout.String(),
 		"--run-memory-limit", memLimit,
 		"--leak-bytes", strconv.Itoa(leakBytes),
@@ -71,7 +77,16 @@ func TestFleet(t *testing.T) {
 
 	t.Run("run child exists while the run is active, gone after", func(t *testing.T) {
 		pid := f.workerPid(t, "worker-7")
-		child, argv := runChild(t, pid, 10*time.Second)
+		var child int
+		var argv []string
+		// Runs go to whichever worker asks first; worker-7 asks every
+		// 100 ms. What it was given and gave back tells a failure apart.
+		if !assert.Eventually(t, func() bool {
+			child, argv = firstRunChild(pid)
+			return child != 0 && procfs.Alive(child)
+		}, 30*time.Second, 10*time.Millisecond) {
+			t.Fatalf("no run-child under worker-7 (pid %d); its events so far: %v", pid, sink.eventCounts("worker-7"))
+		}
 		runID := flagValue(argv, "--run-id")
 		require.NotEmpty(t, runID)
 		// Children get an empty environment, like OpenFn's forked children.

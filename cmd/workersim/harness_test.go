@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -24,6 +23,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -194,10 +194,7 @@ type sinks struct {
 // loopback port, feeding in-memory sinks; it returns host:port.
 func startOTLP(t *testing.T) (string, *sinks) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	endpoint := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	endpoint := freeport.Addr(t)
 
 	f := otlpreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)

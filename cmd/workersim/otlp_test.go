@@ -60,6 +60,21 @@ func (s *sinks) events() []logEvent {
 	return out
 }
 
+// eventCounts counts the events about worker by name: its own, and the
+// scheduler's (named "scheduler: NAME") that carry its id.
+func (s *sinks) eventCounts(worker string) map[string]int {
+	n := map[string]int{}
+	for _, e := range s.events() {
+		switch {
+		case e.worker == worker:
+			n[e.name]++
+		case str(e.attrs, "cicd.worker.id") == worker:
+			n["scheduler: "+e.name]++
+		}
+	}
+	return n
+}
+
 func (s *sinks) spans() []span {
 	var out []span
 	for _, td := range s.traces.AllTraces() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/cluster"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // tier is three shards with static membership on loopback.
@@ -31,10 +31,7 @@ func newTier(t *testing.T, settle time.Duration) *tier {
 	tr := &tier{}
 	var members []cluster.StaticMember
 	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		api := ln.Addr().String()
-		require.NoError(t, ln.Close())
+		api := freeport.Addr(t)
 		name := fmt.Sprintf("shard-%c.gateway:4317", 'a'+i)
 		members = append(members, cluster.StaticMember{Endpoint: name, API: api})
 		tr.names = append(tr.names, name)
@@ -248,10 +245,7 @@ func TestClusterMovingAndUnreachable(t *testing.T) {
 func TestClusterStaleAskerGetsMoving(t *testing.T) {
 	var all []cluster.StaticMember
 	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		api := ln.Addr().String()
-		require.NoError(t, ln.Close())
+		api := freeport.Addr(t)
 		all = append(all, cluster.StaticMember{Endpoint: fmt.Sprintf("shard-%c.gateway:4317", 'a'+i), API: api})
 	}
 	oldRing := cluster.NewRing([]string{all[0].Endpoint, all[1].Endpoint})

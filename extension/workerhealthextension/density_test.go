@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,6 +36,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/filestorage"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 )
 
@@ -414,11 +414,7 @@ func densityChild(t *testing.T, spec string) {
 
 func freeLoopback(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return freeport.Addr(t)
 }
 
 // scrapeSize scrapes the exporter as Prometheus would (its shipped

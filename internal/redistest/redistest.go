@@ -6,7 +6,6 @@ package redistest // import "github.com/workerwatch/workerwatch/internal/rediste
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // Bin is redis-server's path. Without it the test is skipped, or fails
@@ -31,15 +32,11 @@ func Bin(tb testing.TB) string {
 	return bin
 }
 
-// FreePort is a loopback port the kernel had free.
+// FreePort is a free loopback port outside the kernel's ephemeral range
+// (internal/freeport), free until redis-server binds it.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freeport.Port(tb)
 }
 
 // Exec starts redis-server with exactly args (a sentinel's configuration, a

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // A failed checkpoint write reaches the worker_health extension's /readyz
@@ -43,10 +43,7 @@ func TestCheckpointFailureReachesReadyz(t *testing.T) {
 		},
 		component.StabilityLevelDevelopment)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	endpoint := l.Addr().String()
-	require.NoError(t, l.Close())
+	endpoint := freeport.Addr(t)
 
 	yaml := fmt.Sprintf(`yaml:
 receivers: {nop: {}}
