@@ -108,8 +108,17 @@ scrape_configs:
 	fleetStart := time.Now()
 	fleet := start(t, "fleet", nil, simBin, "fleet", "--workers", "8", "--faults", faults, "--id-prefix", runPrefix+"worker-",
 		"--seed", "42", "--otlp-endpoint", otlpHTTP, "--pid-dir", e.pidDir,
-		// More work than the fleet can do, so work is pending (stalled needs it).
-		"--run-rate", "8", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
+		// More work than the fleet can do, so work is pending: the hang worker
+		// is stalled only while runs wait, and the orphan worker is orphaned
+		// only once it gets one. The fleet can take up to about 17 runs/s
+		// (capacity 2, a poll every 250 ms): the oom worker's runs are
+		// killed as soon as they pass the limit (up to 8/s), the drop-claims
+		// worker loses every other claim's 2 runs and claims again (up to
+		// 4/s and its own), the others run theirs (2 s each, about 4/s in
+		// all). At 8 runs/s the queue was often empty, and a clean CI run
+		// saw neither the stall nor the orphan within 45 s; at 24 it fills
+		// to --max-pending (200).
+		"--run-rate", "24", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
 		"--run-timeout", "4s", "--run-memory-limit", "80MiB")
 	nodeWorker := startNodeWorker(t, otlpHTTP) // nil when its packages are not installed
 	nodeStarted := nodeWorker != nil
