@@ -130,10 +130,12 @@ unit: build
 # and the Node.js example (`make deps` installs them).
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed.
 # Scenarios that bound latency or count events run first, alone; the others
-# (t.Parallel) then run side by side, up to E2E_PARALLEL at once (the presets'
-# scenarios mostly wait on their systems, so more than GOMAXPROCS; at 12 on
-# 2 cores the examples' node tests and the slow clients timed out).
-E2E_PARALLEL ?= 6
+# (t.Parallel) then run side by side, up to E2E_PARALLEL at once. The presets'
+# scenarios mostly wait on their systems (Redis, Celery, the OpenFn engine,
+# Lightning), so more than GOMAXPROCS: 12 lets the OpenFn and BullMQ groups'
+# 18 scenarios start without queueing (docs/results/ci-runs.md, fourth stop:
+# green beside two busy loops, load average 29).
+E2E_PARALLEL ?= 12
 e2e: deps build
 	@mkdir -p $(CACHE)
 	@$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \

@@ -72,6 +72,7 @@ const bullBoundStalled = 2*time.Minute + 2*time.Second + 20*time.Second
 const bullRecentRuns = 100
 
 func TestPresetBullMQ(t *testing.T) {
+	t.Parallel() // each scenario its own Redis, collector, workers and ports
 	collectorBinary(t)
 	scenarios := map[string]func(*testing.T, *bullScenario){
 		"limits":   bullLimits,
