@@ -134,7 +134,7 @@ unit: build
 # scenarios mostly wait on their systems (Redis, Celery, the OpenFn engine,
 # Lightning), so more than GOMAXPROCS: 12 lets the OpenFn and BullMQ groups'
 # 18 scenarios start without queueing (docs/results/ci-runs.md, fourth stop:
-# green beside two busy loops, load average 29).
+# the suite beside two busy loops, load average 29).
 E2E_PARALLEL ?= 12
 e2e: deps build
 	@mkdir -p $(CACHE)
