@@ -65,7 +65,7 @@ func Pick() (int, error) {
 			}
 		}
 		if total > 0 {
-			next = rand.IntN(total)
+			next = rand.IntN(total) //nolint:gosec // a start that differs between processes, not a secret
 		}
 	}
 	// Each port once per process: a sequence through every candidate, from
@@ -90,11 +90,11 @@ func Pick() (int, error) {
 
 func portAt(i int) int {
 	for _, r := range ranges {
-		if n := r[1] - r[0] + 1; i < n {
+		n := r[1] - r[0] + 1
+		if i < n {
 			return r[0] + i
-		} else {
-			i -= n
 		}
+		i -= n
 	}
 	panic("freeport: index out of range")
 }
