@@ -596,23 +596,27 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 }
 
 // bullRerun: a job stalled and run again on the same worker (issue 21).
-// rr-a (2 slots) blocks its main event loop 12 s on the job (lock 5 s): when
+// rr-a (2 slots) blocks its main event loop 20 s on the job (lock 10 s): when
 // it is free again, its own stalled check moves the job back to wait and
 // rr-a takes it again: BullMQ's attempt 2, <job>#2, which succeeds. Both
 // attempts are rr-a's, each apart: attempt 2 among the recent runs with its
 // success and its number, attempt 1 (its result refused by Redis: its lock
 // was lost) held by rr-a alone, the job orphaned (the duplicate execution),
 // never the other attempt's outcome; never lost.
+// The lock is 10 s (renewed every 5 s), not BullMQ's usual 30 s, so the
+// block stalls the job; with a 5 s lock, attempt 2 too missed its renewals
+// once when the suite loaded both cores (BullMQ then failed the job:
+// "job stalled more than allowable limit").
 func bullRerun(t *testing.T, s *bullScenario) {
 	s.set = map[string]any{"processors::worker_health::limits::recent_runs": bullRecentRuns}
 	s.startCollector()
-	a := s.startWorker("rr-a", true, "LOCK_DURATION_MS=5000", "STALLED_INTERVAL_MS=5000", "CONCURRENCY=2")
+	a := s.startWorker("rr-a", true, "LOCK_DURATION_MS=10000", "STALLED_INTERVAL_MS=5000", "CONCURRENCY=2")
 	waitState(t, s.e, "rr-a", 60*time.Second, contract.Healthy)
-	job := s.add(1, `{"durationMs":14000,"hangWorker":"rr-a","hangMainMs":12000}`)[0]
-	waitLog(t, a, "blocking the main event loop for 12000 ms (job "+job+")", 60*time.Second)
+	job := s.add(1, `{"durationMs":22000,"hangWorker":"rr-a","hangMainMs":20000}`)[0]
+	waitLog(t, a, "blocking the main event loop for 20000 ms (job "+job+")", 60*time.Second)
 	c := s.redis()
 	ctx := context.Background()
-	eventually(t, 90*time.Second, 500*time.Millisecond, "BullMQ: job "+job+" stalled, run again and completed by rr-a", func() error {
+	eventually(t, 2*time.Minute, 500*time.Millisecond, "BullMQ: job "+job+" stalled, run again and completed by rr-a", func() error {
 		v, err := c.HMGet(ctx, "bull:"+s.queue+":"+job, "stc", "pb", "finishedOn", "ats").Result()
 		if err != nil {
 			return err

@@ -43,6 +43,7 @@ var (
 // "stalled".
 var openfnTimings = map[string]any{
 	"receivers::worker_process::collection_interval":                   "1s",
+	"receivers::worker_process::discovery_interval":                    "5s",
 	"processors::worker_health::emit_interval":                         "1s",
 	"processors::worker_health::lost::after":                           "8s",
 	"processors::worker_health::drift::heal_after":                     "150s",

@@ -166,7 +166,22 @@ func ofNormal(t *testing.T, w *ofWorld, id string) {
 // reason exactly, the worker is never unhealthy (the limits did their job),
 // the engine's children exited exactly once per timeout.
 func ofLimits(t *testing.T, w *ofWorld, id string) {
-	worker := w.startWorker(t, id)
+	host := w.startWorker(t, id)
+	// The processes of its runs are counted from when the collector first
+	// sees the worker: the receiver finds a new worker at its next discovery
+	// scan (discovery_interval; at once only while its selector matches no
+	// process at all). Started while its group's other workers run, it was
+	// found after its runs' children had come and gone (started and exited
+	// 0, rightly: docs/results/ci-runs.md, fourth stop). Wait for it.
+	began := time.Now()
+	eventually(t, ofWait, 250*time.Millisecond, id+" seen by the tree source", func() error {
+		wk, err := worker(w.e, id)
+		if err == nil && !wk.Sources.Tree.Seen {
+			err = fmt.Errorf("sources %+v", wk.Sources)
+		}
+		return err
+	})
+	t.Logf("e2e: %s: its tree seen %.1fs after the worker was ready", id, time.Since(began).Seconds())
 	var runs []string
 	runs = append(runs, w.enqueue(t, id, "ok", 2, nil, nil)...)
 	oom := w.enqueue(t, id, "oom", 3, nil, map[string]any{"run_memory_limit_mb": 64})
@@ -225,7 +240,7 @@ func ofLimits(t *testing.T, w *ofWorld, id string) {
 					}
 				}
 			}
-			for _, pid := range procfs.Children(worker.cmd.Process.Pid) {
+			for _, pid := range procfs.Children(host.cmd.Process.Pid) {
 				st, _ := procfs.StatOf(pid)
 				t.Logf("e2e: %s child pid %d state %c: %.160s", id, pid, st.State, strings.Join(procfs.Cmdline(pid), " "))
 			}
