@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -67,7 +68,7 @@ func TestFleetEndToEnd(t *testing.T) {
 
 	tmp := t.TempDir()
 	e := env{pidDir: filepath.Join(tmp, "pids"), logsFile: filepath.Join(tmp, "logs.jsonl")}
-	port := func() string { return loopbackAddr(t) }
+	port := func() string { return freeport.Addr(t) }
 	otlpHTTP, healthAddr, promExp := port(), port(), port()
 	jaegerOTLP, jaegerOTLPHTTP, jaegerQuery, jaegerQueryGRPC, promWeb := port(), port(), port(), port(), port()
 	e.health, e.prom, e.jaeger = "http://"+healthAddr, "http://"+promWeb, "http://"+jaegerQuery
@@ -110,14 +111,15 @@ scrape_configs:
 		"--seed", "42", "--otlp-endpoint", otlpHTTP, "--pid-dir", e.pidDir,
 		// More work than the fleet can do, so work is pending: the hang worker
 		// is stalled only while runs wait, and the orphan worker is orphaned
-		// only once it gets one. The fleet can take up to about 17 runs/s
-		// (capacity 2, a poll every 250 ms): the oom worker's runs are
-		// killed as soon as they pass the limit (up to 8/s), the drop-claims
-		// worker loses every other claim's 2 runs and claims again (up to
-		// 4/s and its own), the others run theirs (2 s each, about 4/s in
-		// all). At 8 runs/s the queue was often empty, and a clean CI run
-		// saw neither the stall nor the orphan within 45 s; at 24 it fills
-		// to --max-pending (200).
+		// only once it gets one. By arithmetic the fleet can take up to
+		// about 17 runs/s (capacity 2, a poll every 250 ms): the oom
+		// worker's runs are killed as soon as they pass the limit (up to
+		// 8/s), the drop-claims worker loses every other claim's 2 runs and
+		// claims again (up to 4/s and its own), the others run theirs (2 s
+		// each, about 4/s in all). At 8 runs/s the queue held 0 to 2 runs
+		// and a clean CI run saw neither the stall nor the orphan within
+		// 45 s; at 24 it fills to --max-pending (200). Both measured with
+		// the command in docs/results/ci-runs.md ("fourth stop").
 		"--run-rate", "24", "--leak-bytes", "10MiB", "--claim-timeout", "4s",
 		"--run-timeout", "4s", "--run-memory-limit", "80MiB")
 	nodeWorker := startNodeWorker(t, otlpHTTP) // nil when its packages are not installed

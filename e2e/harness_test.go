@@ -61,14 +61,6 @@ func need(t testing.TB, name string, candidates ...string) string {
 	return ""
 }
 
-// freePort is a free loopback port outside the kernel's ephemeral range
-// (internal/freeport: one from listen(":0") was taken by an outgoing
-// connection before the collector it was given to bound it).
-func freePort(t testing.TB) int {
-	t.Helper()
-	return freeport.Port(t)
-}
-
 // proc is a process the suite started; its output goes to a log file kept in
 // the test's log directory so a failure can be read afterwards.
 type proc struct {
@@ -246,7 +238,7 @@ func startRedis(t *testing.T, name string, args ...string) string {
 	bin := need(t, "redis-server", "/usr/bin/redis-server")
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		addr := loopbackAddr(t)
+		addr := freeport.Addr(t)
 		port := addr[strings.LastIndexByte(addr, ':')+1:]
 		pname := name
 		if attempt > 1 {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // boundExitToLost bounds the verdict's own delay from a root's exit to lost
@@ -49,8 +50,8 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 	t.Helper()
 	if j == nil {
 		j = &judge{
-			name: name, prefix: prefix, health: loopbackAddr(t), otlp: loopbackAddr(t),
-			schedAdr: loopbackAddr(t), telemetry: freePort(t),
+			name: name, prefix: prefix, health: freeport.Addr(t), otlp: freeport.Addr(t),
+			schedAdr: freeport.Addr(t), telemetry: freeport.Port(t),
 		}
 	}
 	shipped := filepath.Join(repoRoot, "config.yaml")
@@ -58,8 +59,8 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 	put(overlay, "receivers::worker_process::workers", idSelector(t, shipped, prefix))
 	put(overlay, "extensions::worker_health::endpoint", j.health)
 	put(overlay, "receivers::otlp::protocols::http::endpoint", j.otlp)
-	put(overlay, "receivers::otlp::protocols::grpc::endpoint", loopbackAddr(t))
-	put(overlay, "exporters::prometheus::endpoint", loopbackAddr(t))
+	put(overlay, "receivers::otlp::protocols::grpc::endpoint", freeport.Addr(t))
+	put(overlay, "exporters::prometheus::endpoint", freeport.Addr(t))
 	put(overlay, "service::telemetry::metrics::readers", []any{map[string]any{"pull": map[string]any{"exporter": map[string]any{
 		"prometheus": map[string]any{"host": "127.0.0.1", "port": j.telemetry},
 	}}}})
@@ -71,7 +72,7 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 	writeFile(t, over, string(b))
 	// The otlp_http exporter's backend: a free port nobody listens on (the
 	// shipped config retries there quietly, as in `make run` without one).
-	j.env = []string{"WORKERWATCH_STATE_DIR=" + stateDir, "WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t)}
+	j.env = []string{"WORKERWATCH_STATE_DIR=" + stateDir, "WORKERWATCH_OTLP_ENDPOINT=http://" + freeport.Addr(t)}
 	j.args = []string{"--config", shipped, "--config", over}
 	j.col = start(t, name+"-collector", j.env, collectorBinary(t), j.args...)
 	waitReady(t, j.col, j.health)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // Documented bounds (docs/e2e.md, "Judgement"), for the e2e config
@@ -63,8 +64,8 @@ type judge struct {
 func startJudge(t *testing.T, name, prefix, view string, extra ...string) *judge {
 	t.Helper()
 	j := &judge{
-		name: name, prefix: prefix, health: loopbackAddr(t), otlp: loopbackAddr(t),
-		schedAdr: loopbackAddr(t), telemetry: freePort(t),
+		name: name, prefix: prefix, health: freeport.Addr(t), otlp: freeport.Addr(t),
+		schedAdr: freeport.Addr(t), telemetry: freeport.Port(t),
 	}
 	j.env = []string{
 		"JUDGE_HEALTH=" + j.health, "JUDGE_OTLP_HTTP=" + j.otlp, "JUDGE_PREFIX=" + prefix,

@@ -28,6 +28,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 var (
@@ -72,22 +74,18 @@ type bullScenario struct {
 	e env // health API and Prometheus base URLs, for the fleet test's helpers
 }
 
-// newBullScenarios picks every scenario's ports at once (loopbackAddr: each
-// port once per process, outside the kernel's ephemeral range): each
-// collector's Prometheus endpoint must be known before the shared
-// Prometheus starts.
+// newBullScenarios picks every scenario's ports at once: each collector's
+// Prometheus endpoint must be known before the shared Prometheus starts.
 func newBullScenarios(t *testing.T, names []string) (scenarios []*bullScenario, promWeb string) {
-	addr := func() string { return loopbackAddr(t) }
-	promWeb = addr()
+	promWeb = freeport.Addr(t)
 	for _, n := range names {
 		s := &bullScenario{
 			name:     n,
 			queue:    "jobs", // each scenario has its own Redis
-			otlpHTTP: addr(), otlpGRPC: addr(), health: addr(), promExp: addr(),
-			otlpSink: addr(), // redisAddr: picked by begin
+			otlpHTTP: freeport.Addr(t), otlpGRPC: freeport.Addr(t), health: freeport.Addr(t), promExp: freeport.Addr(t),
+			otlpSink:      freeport.Addr(t), // redisAddr: picked by begin
+			telemetryPort: freeport.Port(t),
 		}
-		tel := addr()
-		s.telemetryPort, _ = strconv.Atoi(tel[strings.LastIndexByte(tel, ':')+1:])
 		s.e.health = "http://" + s.health
 		scenarios = append(scenarios, s)
 	}
@@ -192,8 +190,8 @@ func (s *bullScenario) startCollector() {
 		s.t.Logf("e2e: %s: a port was taken before it bound it; again", p.name)
 		s.bindFailed = append(s.bindFailed, s.restarts)
 		if first {
-			s.otlpHTTP, s.otlpGRPC, s.health = loopbackAddr(s.t), loopbackAddr(s.t), loopbackAddr(s.t)
-			s.telemetryPort = freePort(s.t)
+			s.otlpHTTP, s.otlpGRPC, s.health = freeport.Addr(s.t), freeport.Addr(s.t), freeport.Addr(s.t)
+			s.telemetryPort = freeport.Port(s.t)
 			s.e.health = "http://" + s.health
 		} else {
 			time.Sleep(time.Second)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // startRabbitMQ starts rabbitmq-server on free loopback ports (AMQP,
@@ -40,12 +41,12 @@ func startRabbitMQ(t *testing.T) string {
 	}
 	writeFile(t, filepath.Join(dir, "enabled_plugins"), "[].\n")
 	_ = os.Chmod(filepath.Join(dir, "enabled_plugins"), 0o666)
-	amqpPort, epmdPort := freePort(t), freePort(t)
+	amqpPort, epmdPort := freeport.Port(t), freeport.Port(t)
 	env := []string{
 		fmt.Sprintf("RABBITMQ_NODENAME=ww%d@localhost", os.Getpid()),
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", amqpPort),
-		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", freePort(t)),
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", freeport.Port(t)),
 		fmt.Sprintf("ERL_EPMD_PORT=%d", epmdPort),
 		"ERL_EPMD_ADDRESS=127.0.0.1",
 		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // presetCollector is one scenario's collector running a preset.
@@ -49,8 +51,8 @@ func newPresetCollector(t *testing.T, name, preset, promTargets string) *presetC
 }
 
 func (c *presetCollector) pickPorts(t *testing.T) {
-	c.otlpHTTP, c.otlpGRPC, c.health, c.promExp = loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	c.telemetryPort = freePort(t)
+	c.otlpHTTP, c.otlpGRPC, c.health, c.promExp = freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
+	c.telemetryPort = freeport.Port(t)
 }
 
 // prepare gives the collector its state directory and its overlay: the
@@ -236,7 +238,7 @@ scrape_configs:
       - files: [%q]
         refresh_interval: 1s
 `, name, filepath.Join(targets, "*.json")))
-	web := loopbackAddr(t)
+	web := freeport.Addr(t)
 	p := start(t, name+"-prometheus", nil, promBin, "--config.file="+cfg,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
 	waitListening(t, p, web)
@@ -274,7 +276,13 @@ const presetVerdictBound = 30 * time.Second
 // 0), within presetVerdictBound.
 func promEquals(t *testing.T, prom, q string, want float64) {
 	t.Helper()
-	eventually(t, presetVerdictBound, time.Second, fmt.Sprintf("PromQL %s == %g", q, want), func() error {
+	promEqualsWithin(t, prom, q, want, presetVerdictBound)
+}
+
+// promEqualsWithin is promEquals with its own bound.
+func promEqualsWithin(t *testing.T, prom, q string, want float64, within time.Duration) {
+	t.Helper()
+	eventually(t, within, time.Second, fmt.Sprintf("PromQL %s == %g", q, want), func() error {
 		v, _, err := promValue(prom, q)
 		if err == nil && v != want {
 			err = fmt.Errorf("got %g", v)

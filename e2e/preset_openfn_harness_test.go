@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 var (
@@ -113,7 +115,7 @@ func (w *ofWorld) begin(t *testing.T, prom string, set map[string]any) {
 	w.c.prepare(t, w.name, timings)
 	w.c.start(t)
 	w.e.health = "http://" + w.c.health
-	addr := loopbackAddr(t)
+	addr := freeport.Addr(t)
 	w.lightning = "http://" + addr
 	l := start(t, w.name+"-lightning", []string{
 		"LIGHTNING_LISTEN=" + addr, "LIGHTNING_GRACE_SECONDS=10",

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -245,14 +246,7 @@ func ofLimits(t *testing.T, w *ofWorld, id string) {
 				t.Logf("e2e: %s child pid %d state %c: %.160s", id, pid, st.State, strings.Join(procfs.Cmdline(pid), " "))
 			}
 		}()
-		q := fmt.Sprintf(`sum(workerwatch_process_exited_total{cicd_worker_id=%q,workerwatch_process_role=~"runner|child"})`, id)
-		eventually(t, ofWait, time.Second, fmt.Sprintf("PromQL %s == 3", q), func() error {
-			v, _, err := promValue(w.e.prom, q)
-			if err == nil && v != 3 {
-				err = fmt.Errorf("got %g", v)
-			}
-			return err
-		})
+		promEqualsWithin(t, w.e.prom, fmt.Sprintf(`sum(workerwatch_process_exited_total{cicd_worker_id=%q,workerwatch_process_role=~"runner|child"})`, id), 3, ofWait)
 	}()
 
 	wk := waitState(t, w.e, id, ofBoundVerdict, contract.Healthy)
@@ -712,7 +706,7 @@ func countFinal(runs map[string]ofRun, ids []string) int {
 //     nowhere: Lightning alone names it.
 func ofBadInput(t *testing.T, w *ofWorld) {
 	pod, tree, sched := w.name+"-pod", w.name+"-tree", w.name+"-sched"
-	nowhere := "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + loopbackAddr(t)
+	nowhere := "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + freeport.Addr(t)
 
 	// DEPLOYED_POD_NAME only (startWorker's WORKER_NAME is emptied).
 	w.startWorker(t, pod, "WORKER_NAME=", "DEPLOYED_POD_NAME="+pod)

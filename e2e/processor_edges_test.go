@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // blackhole accepts connections and reads what arrives, but never answers:
@@ -65,10 +67,10 @@ func TestProcessorEdges(t *testing.T) {
 	t.Parallel()
 	bin := collectorBinary(t)
 	hole := startBlackhole(t)
-	health, otlpHTTP := loopbackAddr(t), loopbackAddr(t)
+	health, otlpHTTP := freeport.Addr(t), freeport.Addr(t)
 	col := start(t, "processor-edges-collector", []string{
 		"PE_HEALTH=" + health, "PE_OTLP_HTTP=" + otlpHTTP,
-		"PE_BLACKHOLE=" + hole.ln.Addr().String(), fmt.Sprintf("PE_TELEMETRY_PORT=%d", freePort(t)),
+		"PE_BLACKHOLE=" + hole.ln.Addr().String(), fmt.Sprintf("PE_TELEMETRY_PORT=%d", freeport.Port(t)),
 	}, bin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-blocked-downstream.yaml"))
 	waitReady(t, col, health)
 
@@ -129,14 +131,14 @@ func TestProcessorEdges(t *testing.T) {
 func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
 	t.Parallel()
 	bin := collectorBinary(t)
-	health := loopbackAddr(t)
+	health := freeport.Addr(t)
 	col := start(t, "default-config-collector", []string{"WORKERWATCH_STATE_DIR=" + t.TempDir()}, bin,
 		"--config", filepath.Join(repoRoot, "config.yaml"),
-		"--set=receivers::otlp::protocols::grpc::endpoint="+loopbackAddr(t),
-		"--set=receivers::otlp::protocols::http::endpoint="+loopbackAddr(t),
+		"--set=receivers::otlp::protocols::grpc::endpoint="+freeport.Addr(t),
+		"--set=receivers::otlp::protocols::http::endpoint="+freeport.Addr(t),
 		"--set=extensions::worker_health::endpoint="+health,
-		"--set=exporters::prometheus::endpoint="+loopbackAddr(t),
-		"--set=exporters::otlp_http::endpoint=http://"+loopbackAddr(t),
+		"--set=exporters::prometheus::endpoint="+freeport.Addr(t),
+		"--set=exporters::otlp_http::endpoint=http://"+freeport.Addr(t),
 		"--set=service::telemetry::metrics::level=none")
 	waitLog(t, col, readyLine, startDeadline)
 	waitReady(t, col, health)
@@ -204,7 +206,7 @@ func TestCorruptStateFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
 			run := func(name string) (p *proc, health, otlp string) {
-				health, otlp = loopbackAddr(t), loopbackAddr(t)
+				health, otlp = freeport.Addr(t), freeport.Addr(t)
 				p = start(t, name, []string{"PE_HEALTH=" + health, "PE_OTLP_HTTP=" + otlp, "PE_STATE_DIR=" + state},
 					bin, "--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-state.yaml"))
 				waitReady(t, p, health)
@@ -301,12 +303,12 @@ func TestProcessorFloodBounds(t *testing.T) {
 	t.Parallel()
 	bin := collectorBinary(t)
 	state := t.TempDir()
-	health, otlp, prom := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	telemetry := freePort(t)
+	health, otlp, prom := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
+	telemetry := freeport.Port(t)
 	run := func(name string) *proc {
 		p := start(t, name, []string{
-			"WORKERWATCH_STATE_DIR=" + state, "PE_HEALTH=" + health, "PE_OTLP_GRPC=" + loopbackAddr(t),
-			"PE_OTLP_HTTP=" + otlp, "PE_PROM=" + prom, "PE_BACKEND=" + loopbackAddr(t),
+			"WORKERWATCH_STATE_DIR=" + state, "PE_HEALTH=" + health, "PE_OTLP_GRPC=" + freeport.Addr(t),
+			"PE_OTLP_HTTP=" + otlp, "PE_PROM=" + prom, "PE_BACKEND=" + freeport.Addr(t),
 		}, bin, "--config", filepath.Join(repoRoot, "config.yaml"),
 			"--config", filepath.Join(repoRoot, "e2e", "testdata", "processor-flood.overlay.yaml"),
 			fmt.Sprintf("--set=service::telemetry::metrics::readers=[{pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}}]", telemetry),

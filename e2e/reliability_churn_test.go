@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestMain lets the test binary double as the churn test's worker (with
@@ -116,8 +118,8 @@ func TestReliabilityProcessChurn(t *testing.T) {
 	}
 	const rate = 200
 	tmp := t.TempDir()
-	promAddr := loopbackAddr(t)
-	telemetryPort := freePort(t)
+	promAddr := freeport.Addr(t)
+	telemetryPort := freeport.Port(t)
 	args := []string{"--config", filepath.Join(repoRoot, "e2e", "testdata", "reliability-churn.yaml")}
 	// WORKERWATCH_CHURN_PROCESS_EVENTS=off measures sampling alone (the
 	// receiver's lower bound) where process events would be available.

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/procfs"
 )
 
@@ -85,8 +86,8 @@ func TestReliabilityFlood(t *testing.T) {
 	}))
 	defer sink.Close()
 
-	health, grpcAddr, httpAddr, prom, pprofAddr := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	telemetry := freePort(t)
+	health, grpcAddr, httpAddr, prom, pprofAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
+	telemetry := freeport.Port(t)
 	extensions := "[file_storage, worker_health]"
 	pprofCfg := ""
 	if profile {

@@ -44,8 +44,6 @@ func telemetrygenBinary(t testing.TB) string {
 	return need(t, "telemetrygen", filepath.Join(cacheDir, "bin", "telemetrygen"))
 }
 
-func loopbackAddr(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-
 // backend is a second otelcol-workerwatch (testdata/reliability-backend.yaml):
 // OTLP/HTTP in, JSON lines out.
 type backend struct {

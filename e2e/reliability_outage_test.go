@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestReliabilityOutageAndRestart: the backend (a second collector) is down
@@ -26,8 +28,8 @@ func TestReliabilityOutageAndRestart(t *testing.T) {
 	t.Parallel()
 	bin := collectorBinary(t)
 	tmp := t.TempDir()
-	backendAddr := loopbackAddr(t)
-	otlpHTTP, otlpGRPC, health, telemetry := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
+	backendAddr := freeport.Addr(t)
+	otlpHTTP, otlpGRPC, health, telemetry := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
 	env := []string{
 		"REL_OTLP_HTTP=" + otlpHTTP, "REL_OTLP_GRPC=" + otlpGRPC, "REL_HEALTH=" + health,
 		"REL_STATE_DIR=" + filepath.Join(tmp, "state"), "REL_BACKEND=http://" + backendAddr,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestReliabilityOverhead (issue 6's goal): the same telemetrygen trace load
@@ -36,7 +38,7 @@ func TestReliabilityOverhead(t *testing.T) {
 	}
 	rounds, secs, rate := envInt("WORKERWATCH_OVERHEAD_ROUNDS", 5), envInt("WORKERWATCH_OVERHEAD_SECONDS", 10), envInt("WORKERWATCH_OVERHEAD_RATE", 1000)
 	tmp := t.TempDir()
-	be := startBackend(t, "rel-overhead-backend", loopbackAddr(t), tmp)
+	be := startBackend(t, "rel-overhead-backend", freeport.Addr(t), tmp)
 
 	type col struct {
 		name      string
@@ -46,10 +48,10 @@ func TestReliabilityOverhead(t *testing.T) {
 		cpu       []float64
 	}
 	mk := func(name, processors string) *col {
-		c := &col{name: name, grpc: loopbackAddr(t), telemetry: freePort(t)}
-		health := loopbackAddr(t)
+		c := &col{name: name, grpc: freeport.Addr(t), telemetry: freeport.Port(t)}
+		health := freeport.Addr(t)
 		c.p = start(t, "rel-overhead-"+name, []string{
-			"REL_OTLP_GRPC=" + c.grpc, "REL_OTLP_HTTP=" + loopbackAddr(t),
+			"REL_OTLP_GRPC=" + c.grpc, "REL_OTLP_HTTP=" + freeport.Addr(t),
 			"REL_HEALTH=" + health, "REL_STATE_DIR=" + filepath.Join(tmp, name), "REL_BACKEND=http://" + be.addr,
 			fmt.Sprintf("REL_TELEMETRY_PORT=%d", c.telemetry),
 		},

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestReliabilityOverload: telemetrygen sends traces as fast as it can (many
@@ -46,7 +48,7 @@ func TestReliabilityOverload(t *testing.T) {
 		load = time.Duration(v) * time.Second
 	}
 
-	otlpGRPC, otlpHTTP, health, telemetry := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
+	otlpGRPC, otlpHTTP, health, telemetry := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
 	col := start(t, "rel-overload-collector", []string{
 		"REL_OTLP_GRPC=" + otlpGRPC, "REL_OTLP_HTTP=" + otlpHTTP,
 		"REL_HEALTH=" + health, fmt.Sprintf("REL_TELEMETRY_PORT=%d", telemetry),
@@ -54,7 +56,7 @@ func TestReliabilityOverload(t *testing.T) {
 		// recommends: the limiter bounds the heap, GOMEMLIMIT the rest.
 		fmt.Sprintf("GOMEMLIMIT=%dMiB", limitMiB*7/10),
 		// a port nothing listens on: the exporter never delivers
-		fmt.Sprintf("REL_BACKEND=http://127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("REL_BACKEND=http://127.0.0.1:%d", freeport.Port(t)),
 	}, bin, "--config", cfg)
 	waitReady(t, col, health)
 	pid := col.cmd.Process.Pid

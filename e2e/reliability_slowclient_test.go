@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestReliabilitySlowClients (issue 14, point 6): every listener of every
@@ -331,7 +333,7 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 	var ls []slowListener
 	var problems []string
 	listen := func(name, kind string, c map[string]any, timeout time.Duration) {
-		addr := loopbackAddr(t)
+		addr := freeport.Addr(t)
 		c["endpoint"] = addr
 		ls = append(ls, slowListener{config: rel, name: name, kind: kind, addr: addr, timeout: timeout})
 	}
@@ -399,19 +401,19 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 			case "receivers::bullmq", "receivers::celery":
 				// Clients of a broker, never a listener: pointed at a closed
 				// loopback port (their status is an error; nothing crashes).
-				closed := loopbackAddr(t)
+				closed := freeport.Addr(t)
 				for k, v := range map[string]string{"endpoint": closed, "broker": "redis://" + closed + "/0", "result_backend": ""} {
 					if _, ok := c[k]; ok {
 						c[k] = v
 					}
 				}
 			case "exporters::otlp", "exporters::otlp_grpc":
-				c["endpoint"] = loopbackAddr(t) // nothing listens: never someone else's
+				c["endpoint"] = freeport.Addr(t) // nothing listens: never someone else's
 			case "exporters::otlphttp", "exporters::otlp_http":
-				c["endpoint"] = "http://" + loopbackAddr(t)
+				c["endpoint"] = "http://" + freeport.Addr(t)
 			case "exporters::load_balancing":
 				// The shards: one that nobody listens at.
-				c["resolver"] = map[string]any{"static": map[string]any{"hostnames": []any{loopbackAddr(t)}}}
+				c["resolver"] = map[string]any{"static": map[string]any{"hostnames": []any{freeport.Addr(t)}}}
 			default:
 				problems = append(problems, fmt.Sprintf("%s: a component this test does not know; if it listens, add it here", name))
 			}
@@ -428,7 +430,7 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 			if p == nil {
 				continue
 			}
-			port := freePort(t)
+			port := freeport.Port(t)
 			p["host"], p["port"] = "127.0.0.1", port
 			ls = append(ls, slowListener{
 				config: rel, name: fmt.Sprintf("service::telemetry::metrics::readers::%d", i),
@@ -462,10 +464,10 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 // manifests set it), pointing nowhere that anyone listens.
 func slowConfigEnv(t *testing.T, tmp string) []string {
 	return []string{
-		"GATEWAY_ENDPOINT=" + loopbackAddr(t), "TRACES_ENDPOINT=" + loopbackAddr(t),
-		"LOGS_ENDPOINT=http://" + loopbackAddr(t), "K8S_NODE_NAME=node-a", "POD_NAME=worker-0",
+		"GATEWAY_ENDPOINT=" + freeport.Addr(t), "TRACES_ENDPOINT=" + freeport.Addr(t),
+		"LOGS_ENDPOINT=http://" + freeport.Addr(t), "K8S_NODE_NAME=node-a", "POD_NAME=worker-0",
 		"WORKERWATCH_API_TOKEN=t0ken", "WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "state"),
-		"WORKERWATCH_OTLP_ENDPOINT=http://" + loopbackAddr(t),
+		"WORKERWATCH_OTLP_ENDPOINT=http://" + freeport.Addr(t),
 		// A gateway shard's name on its ring (deploy/collector/gateway*.yaml).
 		"WORKERWATCH_SELF=gw-1.example.internal:4317",
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // TestReliabilitySoak runs the shipped default config (config.yaml, ports
@@ -61,9 +63,9 @@ func TestReliabilitySoak(t *testing.T) {
 	csvPath := cmp.Or(os.Getenv("WORKERWATCH_SOAK_CSV"), filepath.Join(logDir, "soak.csv"))
 
 	tmp := t.TempDir()
-	be := startBackend(t, "rel-soak-backend", loopbackAddr(t), tmp)
-	health, grpc, httpAddr, prom := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), loopbackAddr(t)
-	telemetry := freePort(t)
+	be := startBackend(t, "rel-soak-backend", freeport.Addr(t), tmp)
+	health, grpc, httpAddr, prom := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
+	telemetry := freeport.Port(t)
 	// This run's simulated workers only (another session's are not ours),
 	// and the collector's own metrics on a free port.
 	prefix := runPrefix + "soak-"

@@ -39,6 +39,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 type figTier struct {
@@ -183,7 +184,7 @@ func startFigTier(t *testing.T, bin, tmp, name string, n int, extra ...string) *
 	ms := make([]member, n)
 	var hostnames, members []string
 	for i := range ms {
-		ms[i] = member{loopbackAddr(t), loopbackAddr(t), strconv.Itoa(freePort(t))}
+		ms[i] = member{freeport.Addr(t), freeport.Addr(t), strconv.Itoa(freeport.Port(t))}
 		hostnames = append(hostnames, fmt.Sprintf("%q", ms[i].otlp))
 		members = append(members, fmt.Sprintf("{endpoint: %q, api: %q}", ms[i].otlp, ms[i].api))
 	}
@@ -220,7 +221,7 @@ service:
 		pname := fmt.Sprintf("%s-shard-%d", name, i+1)
 		p := start(t, pname, []string{
 			"WORKERWATCH_SELF=" + m.otlp, "WORKERWATCH_OTLP_GRPC=" + m.otlp, "WORKERWATCH_API=" + m.api,
-			"WORKERWATCH_PROMETHEUS=" + loopbackAddr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+			"WORKERWATCH_PROMETHEUS=" + freeport.Addr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
 			"WORKERWATCH_TELEMETRY_PORT=" + m.tel, "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
 		}, bin, append([]string{"--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay}, extra...)...)
 		tr.shards = append(tr.shards, p)
@@ -243,12 +244,12 @@ service:
     metrics:
       receivers: [otlp]
 `, strings.Join(hostnames, ", ")))
-	tr.http = loopbackAddr(t)
-	api := loopbackAddr(t)
+	tr.http = freeport.Addr(t)
+	api := freeport.Addr(t)
 	tr.agent = start(t, name+"-agent", []string{
-		"WORKERWATCH_OTLP_GRPC=" + loopbackAddr(t), "WORKERWATCH_OTLP_HTTP=" + tr.http, "WORKERWATCH_API=" + api,
+		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + tr.http, "WORKERWATCH_API=" + api,
 		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, name+"-agent"), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freePort(t)),
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)),
 	}, bin, "--config", deployConfig("agent-sharded-static.yaml"), "--config", agentOverlay)
 	waitReady(t, tr.agent, api)
 	return tr

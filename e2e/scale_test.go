@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // The fleet's ids carry the run's prefix (runPrefix): the agents' selector
@@ -127,12 +128,12 @@ func TestScaleShards(t *testing.T) {
 	tr.writeHosts(tr.shards...)
 
 	// The single gateway the tier is compared with.
-	singleOTLP, singleAPI := loopbackAddr(t), loopbackAddr(t)
+	singleOTLP, singleAPI := freeport.Addr(t), freeport.Addr(t)
 	tr.single = "http://" + singleAPI
 	single := start(t, "scale-single", []string{
 		"WORKERWATCH_SELF=" + singleOTLP, "WORKERWATCH_OTLP_GRPC=" + singleOTLP, "WORKERWATCH_API=" + singleAPI,
-		"WORKERWATCH_PROMETHEUS=" + loopbackAddr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freePort(t)), "WORKERWATCH_STATE_DIR=" + filepath.Join(tr.tmp, "single"),
+		"WORKERWATCH_PROMETHEUS=" + freeport.Addr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)), "WORKERWATCH_STATE_DIR=" + filepath.Join(tr.tmp, "single"),
 		"TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
 	}, tr.bin, "--config", deployConfig("gateway-static.yaml"),
 		"--config", e2eConfig("scale-gateway.overlay.yaml"), "--config", e2eConfig("scale-single.overlay.yaml"))
@@ -144,7 +145,7 @@ func TestScaleShards(t *testing.T) {
 
 	// Prometheus scrapes the shards (not the single gateway: the shipped
 	// rules would add it to the tier's figures) and loads the shipped rules.
-	promWeb := loopbackAddr(t)
+	promWeb := freeport.Addr(t)
 	tr.prom = "http://" + promWeb
 	var targets []string
 	for _, s := range tr.shards {
@@ -169,7 +170,7 @@ scrape_configs:
 	// sends to the first.
 	var agentHTTP []string
 	for i, digits := range []string{"13579", "02468"} {
-		grpcAddr, httpAddr, api, tel := loopbackAddr(t), loopbackAddr(t), loopbackAddr(t), freePort(t)
+		grpcAddr, httpAddr, api, tel := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
 		agentHTTP = append(agentHTTP, httpAddr)
 		name := fmt.Sprintf("scale-agent-%c", 'a'+i)
 		tr.agents = append(tr.agents, fmt.Sprintf("http://127.0.0.1:%d", tel))
@@ -734,7 +735,7 @@ func agentMetric(base, name string, match ...string) (float64, bool) {
 func freePortOn(t *testing.T, ips []string) int {
 	t.Helper()
 	for range 50 {
-		port := freePort(t)
+		port := freeport.Port(t)
 		ok := true
 		var ls []net.Listener
 		for _, ip := range ips {

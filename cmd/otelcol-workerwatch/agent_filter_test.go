@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 // shardSink is an OTLP/gRPC backend of all three signals that records, per
@@ -150,15 +151,15 @@ func (s *shardSink) count(signal, key string) int {
 func TestShippedAgentDropsBadWorkerIDs(t *testing.T) {
 	bin := binary(t)
 	shard := newShardSink(t)
-	grpcAddr := freeAddr(t)
-	tel := freeAddr(t)
+	grpcAddr := freeport.Addr(t)
+	tel := freeport.Addr(t)
 	overlay := filepath.Join(t.TempDir(), "overlay.yaml")
 	// The one shard is this test's sink; nothing else changes.
 	require.NoError(t, os.WriteFile(overlay, []byte(fmt.Sprintf("exporters:\n  load_balancing:\n    resolver:\n      static:\n        hostnames: [%q]\n", shard.addr)), 0o600))
 	var out lockedBuffer
 	cmd := exec.Command(bin, "--config", filepath.Join("..", "..", "deploy", "collector", "agent-sharded-static.yaml"), "--config", overlay)
-	cmd.Env = append(os.Environ(), "WORKERWATCH_OTLP_GRPC="+grpcAddr, "WORKERWATCH_OTLP_HTTP="+freeAddr(t),
-		"WORKERWATCH_API="+freeAddr(t), "WORKERWATCH_STATE_DIR="+t.TempDir(),
+	cmd.Env = append(os.Environ(), "WORKERWATCH_OTLP_GRPC="+grpcAddr, "WORKERWATCH_OTLP_HTTP="+freeport.Addr(t),
+		"WORKERWATCH_API="+freeport.Addr(t), "WORKERWATCH_STATE_DIR="+t.TempDir(),
 		"WORKERWATCH_TELEMETRY_HOST=127.0.0.1", "WORKERWATCH_TELEMETRY_PORT="+tel[strings.LastIndex(tel, ":")+1:])
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())

@@ -89,7 +89,7 @@ func (b *backend) snapshot() (map[string]int, int) {
 func TestSkewedComponentsAtRunTime(t *testing.T) {
 	bin := binary(t)
 	a, b := newBackend(t), newBackend(t)
-	otlpHTTP, telemetry := freeAddr(t), freeAddr(t)
+	otlpHTTP, telemetry := freeport.Addr(t), freeport.Addr(t)
 
 	cfg := fmt.Sprintf(`
 receivers:
@@ -234,10 +234,4 @@ service:
 		return strings.Contains(metrics, "otelcol_processor_filter_logs_filtered")
 	}, 30*time.Second, 200*time.Millisecond, "no filter counter in the collector's telemetry")
 	assert.Regexp(t, `(?m)^otelcol_processor_filter_logs_filtered(_total)?\{[^}]*\} 2$`, metrics)
-}
-
-// freeAddr is a free loopback host:port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
 }

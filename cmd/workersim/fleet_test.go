@@ -77,16 +77,9 @@ func TestFleet(t *testing.T) {
 
 	t.Run("run child exists while the run is active, gone after", func(t *testing.T) {
 		pid := f.workerPid(t, "worker-7")
-		var child int
-		var argv []string
 		// Runs go to whichever worker asks first; worker-7 asks every
 		// 100 ms. What it was given and gave back tells a failure apart.
-		if !assert.Eventually(t, func() bool {
-			child, argv = firstRunChild(pid)
-			return child != 0 && procfs.Alive(child)
-		}, 30*time.Second, 10*time.Millisecond) {
-			t.Fatalf("no run-child under worker-7 (pid %d); its events so far: %v", pid, sink.eventCounts("worker-7"))
-		}
+		child, argv := runChild(t, pid, 30*time.Second, func() any { return sink.eventCounts("worker-7") })
 		runID := flagValue(argv, "--run-id")
 		require.NotEmpty(t, runID)
 		// Children get an empty environment, like OpenFn's forked children.
@@ -110,7 +103,7 @@ func TestFleet(t *testing.T) {
 
 	t.Run("timeout: the run's child is killed", func(t *testing.T) {
 		pid := f.workerPid(t, "worker-2")
-		child, argv := runChild(t, pid, 10*time.Second)
+		child, argv := runChild(t, pid, 10*time.Second, nil)
 		seen := time.Now()
 		asked, err := time.ParseDuration(flagValue(argv, "--duration"))
 		require.NoError(t, err)
@@ -279,7 +272,7 @@ func TestFleet(t *testing.T) {
 		// by its own run finishing. Once the worker is gone the fleet (a
 		// subreaper) adopts the child, so it is watched by its own pid.
 		pid := f.workerPid(t, "worker-2")
-		child, _ := runChild(t, pid, 15*time.Second)
+		child, _ := runChild(t, pid, 15*time.Second, nil)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		f.waitLine(t, regexp.MustCompile(fmt.Sprintf(`^workersim: worker worker-2 pid=%d exited signal=killed, not restarted`, pid)), 10*time.Second)
 		// It dies with the worker (Pdeathsig) and is reaped, long before
@@ -341,7 +334,7 @@ func TestNoCollector(t *testing.T) {
 	f := startFleet(t, "--workers", "1", "--otlp-endpoint", "127.0.0.1:1", "--run-duration", "200ms",
 		"--run-rate", "10", "--export-interval", "200ms", "--poll-interval", "50ms")
 	pid := f.workerPid(t, "worker-1")
-	child, _ := runChild(t, pid, 10*time.Second)
+	child, _ := runChild(t, pid, 10*time.Second, nil)
 	require.Eventually(t, func() bool { return !alive(child) }, 30*time.Second, 20*time.Millisecond)
 	// A second run proves the worker goes on after failed exports.
 	require.Eventually(t, func() bool {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/config/configgrpc"
@@ -162,15 +163,22 @@ func (f *fleetProc) workerPid(t *testing.T, id string) int {
 	return pid
 }
 
-// runChild waits for a run-child of pid and returns its pid and argv.
-func runChild(t *testing.T, parent int, within time.Duration) (int, []string) {
+// runChild waits for a run-child of pid and returns its pid and argv. On
+// failure it adds explain's answer (nil: nothing), read then.
+func runChild(t *testing.T, parent int, within time.Duration, explain func() any) (int, []string) {
 	t.Helper()
 	var pid int
 	var argv []string
-	require.Eventuallyf(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		pid, argv = firstRunChild(parent)
 		return pid != 0 && procfs.Alive(pid)
-	}, within, 10*time.Millisecond, "no run-child under pid %d", parent)
+	}, within, 10*time.Millisecond) {
+		var why any
+		if explain != nil {
+			why = explain()
+		}
+		t.Fatalf("no run-child under pid %d %v", parent, why)
+	}
 	return pid, argv
 }
 

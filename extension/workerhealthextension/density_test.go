@@ -328,7 +328,7 @@ func densityChild(t *testing.T, spec string) {
 	if withExporter {
 		ef := prometheusexporter.NewFactory()
 		eCfg := ef.CreateDefaultConfig()
-		promAddr = freeLoopback(t)
+		promAddr = freeport.Addr(t)
 		eConf := gatewaySection(t, "exporters", "prometheus")
 		require.NoError(t, eConf.Merge(confmap.NewFromStringMap(map[string]any{"endpoint": promAddr})))
 		require.NoError(t, eConf.Unmarshal(eCfg))
@@ -410,11 +410,6 @@ func densityChild(t *testing.T, spec string) {
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	fmt.Printf("DENSITY %s\n", js)
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	return freeport.Addr(t)
 }
 
 // scrapeSize scrapes the exporter as Prometheus would (its shipped

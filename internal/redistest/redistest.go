@@ -32,13 +32,6 @@ func Bin(tb testing.TB) string {
 	return bin
 }
 
-// FreePort is a free loopback port outside the kernel's ephemeral range
-// (internal/freeport), free until redis-server binds it.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	return freeport.Port(tb)
-}
-
 // Exec starts redis-server with exactly args (a sentinel's configuration, a
 // TLS-only port...) and kills and reaps it when the test ends (on Linux it
 // also dies with the test binary: procAttr). The caller waits until it
@@ -79,7 +72,7 @@ func Start(tb testing.TB, args ...string) *Server {
 func StartOn(tb testing.TB, port int, args ...string) *Server {
 	tb.Helper()
 	if port == 0 {
-		port = FreePort(tb)
+		port = freeport.Port(tb)
 	}
 	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tb.TempDir()}, args...)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, cmd: Exec(tb, all...)}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
@@ -29,7 +30,7 @@ func startCluster(t *testing.T) []string {
 	for i := 1; i <= 3; i++ {
 		srv := redistest.Start(t, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)),
-			"--cluster-port", strconv.Itoa(redistest.FreePort(t)))
+			"--cluster-port", strconv.Itoa(freeport.Port(t)))
 		addrs = append(addrs, srv.Addr)
 	}
 	cli, err := exec.LookPath("redis-cli")

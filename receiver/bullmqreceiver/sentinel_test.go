@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestReceiverSentinel(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	port := redistest.FreePort(t)
+	port := freeport.Port(t)
 	conf := filepath.Join(t.TempDir(), "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor bullmaster 127.0.0.1 %d 1\n", port, srv.Port)), 0o600))
 	redistest.Exec(t, conf, "--sentinel")

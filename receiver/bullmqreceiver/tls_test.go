@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/redistest"
 )
 
@@ -31,7 +32,7 @@ import (
 func TestReceiverTLS(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCerts(t, dir)
-	port := redistest.FreePort(t)
+	port := freeport.Port(t)
 	redistest.Exec(t, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir)

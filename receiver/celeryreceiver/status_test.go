@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/internal/redistest"
 	"github.com/workerwatch/workerwatch/receiver/celeryreceiver/internal/metadatatest"
 )
@@ -35,7 +36,7 @@ func lastStatus(h *statusHost) (componentstatus.Status, string) {
 // A broker that is down at start, then up: a recoverable error, then OK;
 // the receiver starts either way and reads events once it is up.
 func TestBrokerDownThenUp(t *testing.T) {
-	port := redistest.FreePort(t)
+	port := freeport.Port(t)
 	s := startReceiver(t, testConfig(fmt.Sprintf("redis://127.0.0.1:%d/0", port)))
 	waitFor(t, 20*time.Second, "a recoverable error while the broker is down", func() bool {
 		st, msg := lastStatus(s.host)
