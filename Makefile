@@ -27,7 +27,7 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 	$(foreach d,$(dir $(METADATA)),$(d)internal/metadata $(d)internal/metadatatest \
 		$(d)generated_component_test.go $(d)generated_package_test.go $(d)documentation.md)
 
-.PHONY: slow-clients scale-figures all build run deps tools test lint vet cross cross-link fmt-check check-generate generate unit e2e check-configs bench fuzz soak flood overhead clean
+.PHONY: slow-clients scale-figures all build run deps tools test lint vet cross cross-link unit-build fmt-check check-generate generate unit e2e check-configs bench fuzz soak flood overhead clean
 
 all: build
 
@@ -40,20 +40,13 @@ build:
 run: build
 	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
 
-# The stages of `make test`, each timed (its seconds printed as
-# "make test: STAGE N s", the figures of docs/results/ci-runs.md). First the
-# installs and the tool builds side by side (apt, npm and module downloads
-# wait on the network and dpkg while the Go tools compile), then the
-# stages in order.
-TEST_STAGES := vet cross fmt-check lint check-generate unit check-configs e2e
+# The stages of `make test` (scripts/test.sh): deps and build side by side,
+# then e2e with the checks beside it at low CPU priority (tools, vet, cross,
+# fmt-check, lint, check-generate, unit-build), then unit and check-configs.
+# Each stage's time is printed as "make test: STAGE N s", the figures of
+# docs/results/ci-runs.md.
 test:
-	@began=$$(date +%s); t=$$began; \
-	$(MAKE) --no-print-directory -j 3 deps tools || exit 1; \
-	echo "make test: deps and tools $$(( $$(date +%s) - t )) s"; \
-	for s in $(TEST_STAGES); do t=$$(date +%s); \
-		$(MAKE) --no-print-directory $$s || { echo "make test: $$s FAILED after $$(( $$(date +%s) - t )) s"; exit 1; }; \
-		echo "make test: $$s $$(( $$(date +%s) - t )) s"; done; \
-	echo "make test: all stages passed in $$(( $$(date +%s) - began )) s"
+	@scripts/test.sh
 
 # The Go tools `make test` builds from source, each once per version.
 tools: $(GOLANGCI_LINT) $(MDATAGEN)
@@ -70,30 +63,30 @@ vet:
 # The distribution builds for macOS and Windows too: the Linux-only code (the
 # worker_process receiver's /proc reader and proc connector, the simulator)
 # sits behind build tags; elsewhere the receiver's Start reports the platform
-# as unsupported. For each OS, `make cross` compiles every package of the
-# module, its commands' main packages among them, without linking:
-# `go list -export` builds each package's export data, fails naming the file
-# and line as `go build` does, and is cached, where the links are not
-# (`go build ./...` per OS took 35 s with every package cached, nearly all
-# of it the binary's link; `go list -export`, 3 s: docs/results/ci-runs.md).
-# `make cross-link` links the commands for darwin and windows
+# as unsupported. For each OS, `make cross` type-checks every package of the
+# module and its tests, with every dependency, from source
+# (internal/tools/typecheck), naming each error's file and line as `go build`
+# does. It compiles nothing: compiling for another OS (`go build`, `go list
+# -export`) compiles the whole dependency graph once more, 305 s of a fresh
+# 2-core machine's run against N s for the type-check (docs/results/ci-runs.md,
+# fifth stop), and this module has no cgo or assembly whose build a
+# type-check would miss.
+# `make cross-link` compiles and links the commands for darwin and windows
 # (`go build ./...`), for a release or a change that touches linking (cgo,
 # //go:linkname).
 # Vet runs on Linux only (`make vet`): vetting per OS compiled every test
 # dependency again for each OS, 394 s of a 1,747 s cold windows stage on the
 # loaded 2-core machine (docs/results/ci-runs.md), to check the few per-OS
-# stub files the build already type-checks. The e2e suite, tag e2e, drives
-# Linux process trees and is built for Linux only.
-# `make test` compiles for windows only: every file of this module with a
-# build constraint is `linux`, `!linux`, `windows` or `!windows`, so windows
-# type-checks each non-Linux file there is, and darwin would add only its
-# dependencies' darwin files, at the cost of compiling the whole dependency
-# graph once more on a fresh machine (docs/results/ci-runs.md).
+# stub files the type-check covers. The e2e suite, tag e2e, drives Linux
+# process trees and is built for Linux only.
+# `make test` checks windows only: every file of this module with a build
+# constraint is `linux`, `!linux`, `windows` or `!windows`, so windows
+# type-checks each non-Linux file there is.
 # `make cross CROSS_GOOS="darwin windows"` checks both.
 CROSS_GOOS ?= windows
 cross:
-	@for os in $(CROSS_GOOS); do echo "cross: GOOS=$$os"; \
-		GOOS=$$os $(GO) list -export ./... >/dev/null || exit 1; done
+	@$(GO) build -o $(BIN)/typecheck ./internal/tools/typecheck
+	@for os in $(CROSS_GOOS); do GOOS=$$os $(BIN)/typecheck -test ./... || exit 1; done
 
 cross-link:
 	@for os in darwin windows; do echo "cross-link: GOOS=$$os"; \
@@ -114,17 +107,42 @@ $(GOLANGCI_LINT):
 		GOFLAGS=-mod=mod $(GO) get -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && \
 		$(GO) build -trimpath -ldflags="-s -w" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-# -vet=off: `make vet` (the stage before, in `make test`) ran every vet
+# The unit tests, in two passes. The first, with -race, is every package but
+# the distribution's command (it links every component) and leaves out the
+# test files built `!race`: the few that drive a peer component (the
+# loadbalancing exporter's ring, the Prometheus exporter, a whole collector,
+# the hostmetrics scraper). With them the -race build took in a Kubernetes
+# client, cloud SDKs and Prometheus, 1,591 packages compiled a second time
+# for no race in this module's code; without them, about 700 (`go list -deps`,
+# docs/results/ci-runs.md, fifth stop). The second pass, without -race, runs
+# the command's tests and every Test in a `!race` file, against the packages
+# the binary's build compiled.
+# -vet=off: `make vet` (a stage before, in `make test`) ran every vet
 # check on the same packages; go test's own subset would run them again.
 # The collector binary is built first (the e2e stage needs it too) and the
 # distribution's tests run it rather than link their own
 # (WORKERWATCH_COLLECTOR_BIN).
 # -ldflags=-w: no DWARF in the test binaries (a failing test's stack trace
-# needs none); each of the ~40 race-built test binaries is linked on every
-# run (links are not cached), and -w cut a link by a third (12.2 -> 6.9 s,
+# needs none); each of the ~40 test binaries is linked on every run (links
+# are not cached), and -w cut a race-built link by a third (12.2 -> 6.9 s,
 # 8.2 -> 5.4 s for the processor's, `go test -race -c` side by side).
+RACE_PKGS    = $(filter-out %/cmd/otelcol-workerwatch,$(shell $(GO) list ./...))
+NORACE_FILES = $(shell grep -l '^//go:build.*!race' $$(git ls-files '*_test.go'))
+NORACE_TESTS = $(shell grep -ho '^func Test[A-Za-z0-9_]*' $(NORACE_FILES) | cut -c6- | paste -sd'|')
+NORACE_PKGS  = ./cmd/otelcol-workerwatch/ $(sort $(foreach f,$(NORACE_FILES),$(if $(shell grep -l '^func Test' $(f)),./$(dir $(f)))))
+UNIT_FLAGS   = -count=1 -vet=off -ldflags=-w
 unit: build
-	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test -race -count=1 -vet=off -ldflags=-w ./...
+	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test -race $(UNIT_FLAGS) $(RACE_PKGS)
+	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test $(UNIT_FLAGS) ./cmd/otelcol-workerwatch/
+	WORKERWATCH_COLLECTOR_BIN=$(COLLECTOR) $(GO) test $(UNIT_FLAGS) -run '^($(NORACE_TESTS))$$' $(filter-out ./cmd/otelcol-workerwatch/,$(NORACE_PKGS))
+
+# The unit tests' packages compiled as `make unit` builds them, neither linked
+# nor run (`go list -export` compiles each package and caches it; links are
+# not cached): `make test` does this beside e2e at low priority, so that
+# `make unit` after it only links and runs.
+unit-build:
+	$(GO) list -race -test -export $(RACE_PKGS) >/dev/null
+	$(GO) list -test -export $(NORACE_PKGS) >/dev/null
 
 # End-to-end through the real binary with real Prometheus, Jaeger
 # and the Node.js example (`make deps` installs them).

@@ -1,3 +1,10 @@
+//go:build !race
+
+// Built without -race: these tests drive a whole collector (otelcol, its
+// telemetry's exporters), whose dependency graph `make unit` would otherwise
+// compile a second time, with -race, for no race in this module's code. `make
+// unit` runs them in its pass without -race (Makefile, "unit").
+
 package workerhealthprocessor
 
 import (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -106,10 +105,4 @@ func commandsSent(tb testing.TB, tt *componenttest.Telemetry) int64 {
 		n += dp.Value
 	}
 	return n
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

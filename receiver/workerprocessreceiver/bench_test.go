@@ -1,9 +1,12 @@
-//go:build linux
+//go:build linux && !race
 
 package workerprocessreceiver
 
 // Benchmarks of the cost per scrape against the contrib hostmetrics process
 // scraper and against the floor of reading stat + statm of the same processes.
+// Built without -race (a benchmark measures the code as shipped, and the
+// hostmetrics receiver's dependencies would be compiled again with -race by
+// `make unit` for nothing).
 //
 //	go test -run '^$' -bench 'BenchmarkScrape' -benchtime 30x ./receiver/workerprocessreceiver/
 //

@@ -1,3 +1,11 @@
+//go:build !race
+
+// Built without -race: these tests drive the loadbalancing exporter (a
+// Kubernetes client and the AWS SDK among its dependencies), whose dependency
+// graph `make unit` would otherwise compile a second time, with -race, for no
+// race in this module's code. `make unit` runs them in its pass without -race
+// (Makefile, "unit").
+
 package cluster
 
 import (
