@@ -212,10 +212,22 @@ func TestIncarnationExit(t *testing.T) {
 	e := env{health: "http://" + j.health, pidDir: pidDir}
 	killed, restarted, blocked := prefix+"1", prefix+"2", prefix+"3"
 	for _, id := range []string{killed, restarted, blocked} {
-		w := waitState(t, e, id, 90*time.Second, contract.Healthy)
-		if w.Incarnation == nil || w.Incarnation.PID != int64(pidOf(t, e, id)) {
-			t.Fatalf("%s: incarnation %+v, pid file %d", id, w.Incarnation, pidOf(t, e, id))
-		}
+		// Healthy may come first from the worker's own telemetry (its
+		// service.instance.id) and its tree at the receiver's next
+		// discovery: wait for both, one life (the pid file's process).
+		eventually(t, 90*time.Second, 250*time.Millisecond, id+" healthy, its incarnation the pid file's process", func() error {
+			w, err := worker(e, id)
+			if err != nil {
+				return err
+			}
+			if w.State != contract.Healthy {
+				return fmt.Errorf("state %s %v", w.State, reasonCodes(w))
+			}
+			if pid := pidOfOrZero(e, id); w.Incarnation == nil || w.Incarnation.PID != int64(pid) {
+				return fmt.Errorf("incarnation %+v, pid file %d", w.Incarnation, pid)
+			}
+			return nil
+		})
 	}
 
 	t.Run("SIGKILL", func(t *testing.T) {

@@ -34,7 +34,17 @@ const startSlack = int64(2 * time.Second)
 // instance): the same pid started at the same time (whichever source
 // stated it: the tree's root and the telemetry's process detector may name
 // one process), else the same id from the same source.
+//
+// An instance known only by its service.instance.id (in, no pid) and a
+// process (o) are one life when the process had started by the time the
+// instance was first seen: a worker's telemetry often reaches the
+// collector before the receiver's next discovery finds its tree, and that
+// tree is the process the telemetry came from, not a restart. A process
+// that started later is a new incarnation.
 func (in *Incarnation) Same(o *Incarnation) bool {
+	if in.PID == 0 && o.PID != 0 && in.Source == contract.IncarnationServiceInstance {
+		return o.Started == 0 || o.Started < in.FirstSeen+startSlack
+	}
 	if in.PID != 0 && o.PID != 0 {
 		if in.PID != o.PID {
 			return false

@@ -52,10 +52,11 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		in.Name()
 		w.inc = in
 	case w.inc.Same(&in):
-		if in.Source == contract.IncarnationTree && w.inc.Source != contract.IncarnationTree {
-			// The same process, now from its tree: the tree speaks for it.
+		if (in.Source == contract.IncarnationTree && w.inc.Source != contract.IncarnationTree) || (w.inc.PID == 0 && in.PID != 0) {
+			// The same process, now from its tree (the tree speaks for
+			// it) or now with its pid: its evidence and first sight stay.
 			in.Name()
-			w.inc.ID, w.inc.Source, w.inc.Started = in.ID, in.Source, in.Started
+			w.inc.ID, w.inc.Source, w.inc.PID, w.inc.Started = in.ID, in.Source, in.PID, in.Started
 			t.markDirty(w)
 		}
 		return

@@ -289,6 +289,43 @@ func TestTelemetryIncarnation(t *testing.T) {
 	assert.Equal(t, contract.IncarnationTree, h.snap("w1").Incarnation.Source)
 }
 
+// TestTelemetryBeforeTree: a worker's telemetry reaches the collector before
+// the receiver's discovery finds its tree (a loaded machine, a long
+// discovery_interval). The tree's root, started before the telemetry was
+// first seen, is the same life: its pid and start time are adopted, and its
+// first sight stays. A root that started after that is a new incarnation.
+func TestTelemetryBeforeTree(t *testing.T) {
+	send := func(h *harness, instance string) {
+		ld := wl("w1", "workerwatch.worker.heartbeat", "", nil)
+		ld.ResourceLogs().At(0).Resource().Attributes().PutStr(contract.AttrServiceInstanceID, instance)
+		h.logs(ld)
+	}
+	t.Run("the same process", func(t *testing.T) {
+		h := newHarness(t, testCfg())
+		started := t0.Add(-time.Second)
+		send(h, "w1-100")
+		first := h.snap("w1").Incarnation.FirstSeen
+		h.advance(10 * time.Second)
+		h.metrics(live(100, started, 500))
+		inc := h.snap("w1").Incarnation
+		require.NotNil(t, inc)
+		assert.Equal(t, contract.IncarnationTree, inc.Source)
+		assert.Equal(t, int64(100), inc.PID)
+		assert.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), inc.ID)
+		assert.Equal(t, first, inc.FirstSeen, "the same life keeps its first sight")
+	})
+	t.Run("a later process", func(t *testing.T) {
+		h := newHarness(t, testCfg())
+		send(h, "w1-100")
+		h.advance(10 * time.Second)
+		h.metrics(live(200, t0.Add(5*time.Second), 500))
+		inc := h.snap("w1").Incarnation
+		require.NotNil(t, inc)
+		assert.Equal(t, int64(200), inc.PID)
+		assert.Equal(t, h.clock.Now().UTC().Truncate(time.Millisecond), inc.FirstSeen.UTC().Truncate(time.Millisecond), "a new incarnation, first seen now")
+	})
+}
+
 // A scrape of the current incarnation costs what one without a pid does:
 // its ID is formatted only when the incarnation is new (state.Incarnation.Name),
 // not on every sample.
