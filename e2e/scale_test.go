@@ -27,6 +27,7 @@ package e2e
 // as the endpoints controller changes a headless Service. Needs root (CI is).
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -42,6 +43,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/freeport"
@@ -101,6 +104,9 @@ type scaleShard struct {
 	api  string // base URL
 	p    *proc
 	runs int
+	// sinks: the file each run of the shard writes its logs to, the
+	// state changes among them, read when a check fails.
+	sinks []string
 }
 
 func TestScaleShards(t *testing.T) {
@@ -390,6 +396,20 @@ scrape_configs:
 				t.Errorf("lost in Prometheus: %v", x.Metric)
 			}
 		}
+		if t.Failed() {
+			// When and why, from the shards' own state-change records, on
+			// the test's clock.
+			t.Logf("e2e: fleet started %s; shard killed +%.1fs, dropped from the name +%.1fs, restarted +%.1fs, listed again +%.1fs",
+				fleetStart.Format(time.TimeOnly), killedAt.Sub(fleetStart).Seconds(), droppedAt.Sub(fleetStart).Seconds(),
+				returnedAt.Sub(fleetStart).Seconds(), backAt.Sub(fleetStart).Seconds())
+			for _, sh := range tr.shards {
+				for _, f := range sh.sinks {
+					for _, c := range stateChanges(t, f, contract.Lost) {
+						t.Logf("e2e: %s (%s): +%.1fs %s", sh.name, filepath.Base(f), c.at.Sub(fleetStart).Seconds(), c.body)
+					}
+				}
+			}
+		}
 		// The shard that owns the empty id exports it; after a ring change
 		// the former owner's series expires with metric_expiration.
 		eventually(t, 30*time.Second, time.Second, "the scheduler's pending count exported by one shard", func() error {
@@ -422,7 +442,10 @@ func (tr *scaleTier) startShard(unshare string, i int) {
 	if s.runs > 1 {
 		name += fmt.Sprintf("-run%d", s.runs)
 	}
+	sink := filepath.Join(tr.tmp, name+"-logs.jsonl")
+	s.sinks = append(s.sinks, sink)
 	s.p = start(tr.t, name, []string{
+		"E2E_SINK=" + sink,
 		"WORKERWATCH_SELF=" + s.name, "WORKERWATCH_OTLP_GRPC=" + s.name,
 		fmt.Sprintf("WORKERWATCH_API=%s:%d", s.ip, tr.ports.api), fmt.Sprintf("WORKERWATCH_API_PORT=%d", tr.ports.api),
 		"WORKERWATCH_SHARDS=" + shardsName, fmt.Sprintf("WORKERWATCH_SHARDS_PORT=%d", tr.ports.otlp),
@@ -853,4 +876,49 @@ func (s *scheduler) stop() []answer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.answers
+}
+
+type stateChange struct {
+	at   time.Time
+	body string // "worker ID: FROM -> TO (codes)", then each reason's message
+}
+
+// stateChanges reads the state-change log records to the given state from a
+// file exporter's output (a partly written last line is skipped).
+func stateChanges(t *testing.T, file string, to contract.State) []stateChange {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Logf("e2e: %v", err)
+		return nil
+	}
+	var out []stateChange
+	var u plog.JSONUnmarshaler
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		ld, err := u.UnmarshalLogs(line)
+		if err != nil {
+			continue
+		}
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			sl := ld.ResourceLogs().At(i).ScopeLogs()
+			for j := 0; j < sl.Len(); j++ {
+				lrs := sl.At(j).LogRecords()
+				for k := 0; k < lrs.Len(); k++ {
+					lr := lrs.At(k)
+					if lr.EventName() != contract.EventStateChange {
+						continue
+					}
+					if v, ok := lr.Attributes().Get(contract.AttrStateTo); !ok || v.Str() != string(to) {
+						continue
+					}
+					body := lr.Body().Str()
+					if rs, ok := lr.Attributes().Get(contract.AttrReasons); ok {
+						body += " " + rs.AsString()
+					}
+					out = append(out, stateChange{at: lr.Timestamp().AsTime(), body: body})
+				}
+			}
+		}
+	}
+	return out
 }

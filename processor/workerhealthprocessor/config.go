@@ -110,7 +110,7 @@ func (c *Config) trackerConfig() *tracker.Config {
 	return &tracker.Config{
 		Capacity: c.Capacity, Identity: c.Identity, Memory: c.Memory, Kills: c.Kills, Recycle: c.Recycle, CPU: c.CPU,
 		Stalled: c.Stalled, Lost: c.Lost, Drift: c.Drift, Fleet: c.Fleet, Hysteresis: c.Hysteresis, Limits: c.Limits,
-		HistogramBuckets: c.HistogramBuckets, StageSpanNames: c.Mapping.StageSpanNames,
+		HistogramBuckets: c.HistogramBuckets, StageSpanNames: c.Mapping.StageSpanNames, EmitInterval: c.EmitInterval,
 		Schedulers: c.schedulers(), IDKeys: c.idKeys(),
 	}
 }

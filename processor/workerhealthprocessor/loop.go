@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -22,6 +23,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	p.mu.Lock()
 	handed := p.shard.handOver(p.tracker, now)
 	trs, unjoined := p.tracker.Evaluate(now)
+	paused := p.tracker.TakePause()
 	var mTo []consumer.Metrics
 	var lTo []consumer.Logs
 	var mGone, lGone []*atomic.Bool
@@ -54,6 +56,11 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	p.count(ctx, p.tel.ProcessorWorkerHealthRecordsMalformed, counts.Malformed)
 	p.judgeTelemetry(ctx, counts.Healed, counts.Unjoined, unjoined)
 
+	if paused > 0 {
+		p.logger.Warn("this evaluation ran long after the previous one: the collector was paused or starved of CPU; "+
+			"silence during the pause is not counted against the workers (lost.after and stalled.after count from now)",
+			zap.Duration("gap", time.Duration(paused)), zap.Duration("emit_interval", p.cfg.EmitInterval))
+	}
 	for _, tr := range trs {
 		p.logger.Debug("worker state changed", zap.String("worker", tr.Worker),
 			zap.String("from", string(tr.From)), zap.String("to", string(tr.To)))

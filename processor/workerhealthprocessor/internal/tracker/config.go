@@ -6,6 +6,8 @@
 package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
+	"time"
+
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
@@ -27,6 +29,10 @@ type Config struct {
 	Fleet      state.FleetRule
 	Hysteresis state.Hysteresis
 	Limits     state.LimitsConfig
+	// EmitInterval: how often the processor evaluates (emit_interval); a
+	// longer gap between two evaluations is a pause of the collector's own
+	// (judge.go, pauseAfter). 0 in tests that drive evaluations by hand.
+	EmitInterval time.Duration
 
 	// HistogramBuckets: the bounds of the duration histograms, in seconds.
 	HistogramBuckets []float64

@@ -20,13 +20,40 @@ type Transition struct {
 }
 
 // sinceAlive is when the worker last showed life. Silence the processor did
-// not witness (it was down) is no evidence: a restored worker's counts from
-// the restore.
-func (w *Worker) sinceAlive() int64 { return max(w.LastAlive, w.FirstMention, w.RestoredAt) }
+// not witness is no evidence: a restored worker's counts from the restore,
+// and every worker's from the end of a pause of the collector's own.
+func (t *Tracker) sinceAlive(w *Worker) int64 {
+	return max(w.LastAlive, w.FirstMention, w.RestoredAt, t.resumedAt)
+}
 
 // lost: no telemetry and no live process for lost.after.
 func (t *Tracker) lost(w *Worker, now int64) bool {
-	return now-w.sinceAlive() >= int64(t.cfg.Lost.After)
+	return now-t.sinceAlive(w) >= int64(t.cfg.Lost.After)
+}
+
+// pauseAfter: a gap between two evaluations this long means the collector
+// itself did not run (a VM paused or migrated, the process stopped or
+// starved of CPU): three evaluations missed, and at least half of
+// lost.after. During such a pause the workers' records wait in sockets and
+// in the senders' queues, and the evaluation that runs first on resuming
+// would find every worker silent: a false `lost` (and `stalled`) for the
+// whole fleet, each one a 503 to the schedulers. So silence counts again
+// from the resume, as it does from a restore.
+// Without an emit interval (tests that evaluate by hand) there is no rhythm
+// to miss, and no pause.
+func (t *Tracker) pauseAfter() int64 {
+	if t.cfg.EmitInterval <= 0 {
+		return 1<<63 - 1
+	}
+	return max(3*int64(t.cfg.EmitInterval), int64(t.cfg.Lost.After)/2)
+}
+
+// TakePause returns how long the collector was paused before the last
+// evaluations (0 = not) and forgets it, for the processor's log.
+func (t *Tracker) TakePause() int64 {
+	p := t.paused
+	t.paused = 0
+	return p
 }
 
 // update advances every rule of a worker to now, before it is judged: what
@@ -56,7 +83,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 		return contract.Lost, []contract.Reason{r}
 	}
 	if t.lost(w, now) {
-		lastAlive := w.sinceAlive()
+		lastAlive := t.sinceAlive(w)
 		return contract.Lost, []contract.Reason{{
 			Code:      state.CodeNoTelemetry,
 			Message:   fmt.Sprintf("no telemetry and no live process for %v", time.Duration(now-lastAlive).Round(time.Second)),
@@ -81,7 +108,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
 		pending := !t.cfg.Stalled.RequirePending || t.pendingNow(now) > 0
-		last := max(w.LastClaim, w.FirstMention)
+		last := max(w.LastClaim, w.FirstMention, t.resumedAt)
 		if free && pending && now-last >= after {
 			stalled = append(stalled, contract.Reason{
 				Code:    state.CodeNoClaim,
@@ -173,6 +200,10 @@ func (t *Tracker) pendingFresh(now int64) bool {
 func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
 	var out []Transition
 	t.evals++
+	if t.lastEval > 0 && now-t.lastEval >= t.pauseAfter() {
+		t.resumedAt, t.paused = now, now-t.lastEval
+	}
+	t.lastEval = max(t.lastEval, now)
 	t.expire(now)
 	for _, w := range t.workers {
 		t.prune(w, now)

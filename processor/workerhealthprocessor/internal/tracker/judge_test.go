@@ -103,6 +103,65 @@ func TestFleetIdleWhilePending(t *testing.T) {
 	assert.Equal(t, int64(3), snap.Fleet.Pending)
 }
 
+// A pause of the collector's own (a VM paused, the process starved): the
+// first evaluation after it finds every worker silent for the whole gap,
+// though the workers' records only wait in the senders' queues. Silence
+// counts from the resume, as from a restore; the same silence witnessed by
+// evaluations on time is `lost` (and a missing claim `stalled`) as always.
+func TestPauseIsNoSilence(t *testing.T) {
+	everySecond := func(c *testConfig) { c.EmitInterval = time.Second }
+	pending := func(h *harness) { h.metrics(pendingMetrics(5)) }
+	paused := func(want time.Duration) func(h *harness) {
+		return func(h *harness) {
+			h.p.mu.Lock()
+			defer h.p.mu.Unlock()
+			assert.Equal(h.t, int64(want), h.p.tracker.TakePause(), "the pause, for the processor's log")
+		}
+	}
+	runSteps(t, []stepCase{
+		{
+			name: "lost counts from the resume",
+			cfg:  everySecond,
+			steps: seq(
+				repeat(3, step{do: hb, advance: sec, want: healthy}),
+				// Evaluated 20 s after the last one: lost.after (5 s)
+				// passed while the collector was not running.
+				step{advance: 20 * sec, want: healthy, check: paused(20 * sec)},
+				repeat(4, step{advance: sec, want: healthy, check: paused(0)}),
+				step{advance: sec, want: lost, code: state.CodeNoTelemetry},
+			),
+		},
+		{
+			name: "the same silence, witnessed, is lost",
+			cfg:  everySecond,
+			steps: seq(
+				repeat(3, step{do: hb, advance: sec, want: healthy}), // silent for 1 s at the last
+				repeat(3, step{advance: sec, want: healthy}),
+				step{advance: sec, want: lost, code: state.CodeNoTelemetry, check: paused(0)},
+			),
+		},
+		{
+			name: "a gap shorter than three intervals and half of lost.after is no pause",
+			cfg:  everySecond,
+			steps: seq(
+				repeat(3, step{do: hb, advance: sec, want: healthy}),
+				step{advance: 2 * sec, want: healthy, check: paused(0)},
+				step{advance: 2 * sec, want: lost, check: paused(0)},
+			),
+		},
+		{
+			name: "stalled counts from the resume",
+			cfg:  everySecond,
+			steps: seq(
+				repeat(5, step{do: both(hb, pending), advance: sec, want: healthy}),
+				step{do: both(hb, pending), advance: 20 * sec, want: healthy, check: paused(20 * sec)},
+				repeat(9, step{do: both(hb, pending), advance: sec, want: healthy}),
+				step{do: both(hb, pending), advance: sec, want: stalled, code: state.CodeNoClaim},
+			),
+		},
+	})
+}
+
 func TestRules(t *testing.T) {
 	sec := time.Second
 	tests := []stepCase{

@@ -80,6 +80,11 @@ type Tracker struct {
 	idleIntervals    int
 	idleWhilePending bool
 
+	// lastEval: when the last evaluation ran; resumedAt: when the first
+	// evaluation after a pause of the collector's own ran (judge.go), and
+	// paused how long that pause was, until the processor takes it.
+	lastEval, resumedAt, paused int64
+
 	// admission and bounds (admission.go): the evaluations so far, the
 	// workers not confirmed by evidence level, the runs tracked, the last
 	// id refused (one refusal per resource), the workers promoted from seen
