@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -77,6 +78,20 @@ func startIncarnation(t *testing.T, name, prefix, stateDir string, j *judge) *ju
 	j.col = start(t, name+"-collector", j.env, collectorBinary(t), j.args...)
 	waitReady(t, j.col, j.health)
 	return j
+}
+
+// startIncarnationFleet starts a collector as startIncarnation does, with a
+// fresh state directory, and a simulated fleet of n workers (no faults) that
+// writes each worker's pid file, sends to it every 500 ms and claims from its
+// scheduler address; the env reads both.
+func startIncarnationFleet(t *testing.T, name, prefix string, n int) (*judge, env) {
+	t.Helper()
+	pidDir := t.TempDir()
+	j := startIncarnation(t, name, prefix, filepath.Join(t.TempDir(), "state"), nil)
+	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
+	start(t, name+"-fleet", nil, sim, "fleet", "--workers", strconv.Itoa(n), "--otlp-endpoint", j.otlp, "--id-prefix", prefix,
+		"--scheduler-addr", j.schedAdr, "--export-interval", "500ms", "--pid-dir", pidDir)
+	return j, env{health: "http://" + j.health, pidDir: pidDir}
 }
 
 // memoryReasons are a worker's memory reasons; each must be on the firing
@@ -204,12 +219,7 @@ func TestIncarnationFreshFleet(t *testing.T) {
 func TestIncarnationExit(t *testing.T) {
 	t.Parallel()
 	prefix := runPrefix + "exit-"
-	pidDir := t.TempDir()
-	j := startIncarnation(t, "inc-exit", prefix, filepath.Join(t.TempDir(), "state"), nil)
-	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
-	start(t, "inc-exit-fleet", nil, sim, "fleet", "--workers", "3", "--otlp-endpoint", j.otlp, "--id-prefix", prefix,
-		"--scheduler-addr", j.schedAdr, "--export-interval", "500ms", "--pid-dir", pidDir)
-	e := env{health: "http://" + j.health, pidDir: pidDir}
+	_, e := startIncarnationFleet(t, "inc-exit", prefix, 3)
 	killed, restarted, blocked := prefix+"1", prefix+"2", prefix+"3"
 	for _, id := range []string{killed, restarted, blocked} {
 		// Healthy may come first from the worker's own telemetry (its

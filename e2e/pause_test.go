@@ -15,7 +15,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,12 +26,7 @@ import (
 func TestCollectorPaused(t *testing.T) {
 	t.Parallel()
 	prefix := runPrefix + "pause-"
-	pidDir := t.TempDir()
-	j := startIncarnation(t, "pause", prefix, filepath.Join(t.TempDir(), "state"), nil)
-	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
-	start(t, "pause-fleet", nil, sim, "fleet", "--workers", "2", "--otlp-endpoint", j.otlp, "--id-prefix", prefix,
-		"--scheduler-addr", j.schedAdr, "--export-interval", "500ms", "--pid-dir", pidDir)
-	e := env{health: "http://" + j.health, pidDir: pidDir}
+	j, e := startIncarnationFleet(t, "pause", prefix, 2)
 	ids := []string{prefix + "1", prefix + "2"}
 	for _, id := range ids {
 		eventually(t, 90*time.Second, 250*time.Millisecond, id+" healthy", func() error {
