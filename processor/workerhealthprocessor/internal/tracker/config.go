@@ -31,7 +31,7 @@ type Config struct {
 	Limits     state.LimitsConfig
 	// EmitInterval: how often the processor evaluates (emit_interval); a
 	// longer gap between two evaluations is a pause of the collector's own
-	// (judge.go, pauseAfter). 0 in tests that drive evaluations by hand.
+	// (judge.go, paused). 0 in tests that drive evaluations by hand.
 	EmitInterval time.Duration
 
 	// HistogramBuckets: the bounds of the duration histograms, in seconds.

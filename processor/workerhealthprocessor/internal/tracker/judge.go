@@ -31,7 +31,7 @@ func (t *Tracker) lost(w *Worker, now int64) bool {
 	return now-t.sinceAlive(w) >= int64(t.cfg.Lost.After)
 }
 
-// pauseAfter: a gap between two evaluations this long means the collector
+// paused: a gap since the last evaluation this long means the collector
 // itself did not run (a VM paused or migrated, the process stopped or
 // starved of CPU): three evaluations missed, and at least half of
 // lost.after. During such a pause the workers' records wait in sockets and
@@ -41,18 +41,17 @@ func (t *Tracker) lost(w *Worker, now int64) bool {
 // from the resume, as it does from a restore.
 // Without an emit interval (tests that evaluate by hand) there is no rhythm
 // to miss, and no pause.
-func (t *Tracker) pauseAfter() int64 {
-	if t.cfg.EmitInterval <= 0 {
-		return 1<<63 - 1
-	}
-	return max(3*int64(t.cfg.EmitInterval), int64(t.cfg.Lost.After)/2)
+func (t *Tracker) paused(now int64) bool {
+	gap := now - t.lastEval
+	return t.cfg.EmitInterval > 0 && t.lastEval > 0 &&
+		gap >= max(3*int64(t.cfg.EmitInterval), int64(t.cfg.Lost.After)/2)
 }
 
 // TakePause returns how long the collector was paused before the last
 // evaluations (0 = not) and forgets it, for the processor's log.
 func (t *Tracker) TakePause() int64 {
-	p := t.paused
-	t.paused = 0
+	p := t.pause
+	t.pause = 0
 	return p
 }
 
@@ -200,10 +199,10 @@ func (t *Tracker) pendingFresh(now int64) bool {
 func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
 	var out []Transition
 	t.evals++
-	if t.lastEval > 0 && now-t.lastEval >= t.pauseAfter() {
-		t.resumedAt, t.paused = now, now-t.lastEval
+	if t.paused(now) {
+		t.resumedAt, t.pause = now, now-t.lastEval
 	}
-	t.lastEval = max(t.lastEval, now)
+	t.lastEval = now
 	t.expire(now)
 	for _, w := range t.workers {
 		t.prune(w, now)

@@ -82,8 +82,8 @@ type Tracker struct {
 
 	// lastEval: when the last evaluation ran; resumedAt: when the first
 	// evaluation after a pause of the collector's own ran (judge.go), and
-	// paused how long that pause was, until the processor takes it.
-	lastEval, resumedAt, paused int64
+	// pause how long that pause was, until the processor takes it.
+	lastEval, resumedAt, pause int64
 
 	// admission and bounds (admission.go): the evaluations so far, the
 	// workers not confirmed by evidence level, the runs tracked, the last
