@@ -19,6 +19,18 @@ type Config struct {
 	// evaluated at this resolution.
 	EmitInterval time.Duration `mapstructure:"emit_interval"`
 
+	// ResendInterval is how often a worker's series are sent again when
+	// none of their values changed; a change is sent at the evaluation that
+	// sees it. An exporter that keeps each series' last value (Prometheus's,
+	// until its metric_expiration) shows the same series either way, and
+	// takes a steady fleet's emission many times faster. Keep it at most
+	// half the downstream exporter's expiry (the Prometheus exporter's
+	// metric_expiration: 5m by default, 2m in the shipped configs).
+	// Default 1m; 0 (or any value up to emit_interval) sends every worker's
+	// series at every evaluation. The fleet figures and histograms are sent
+	// at every evaluation.
+	ResendInterval time.Duration `mapstructure:"resend_interval"`
+
 	// HealthExtension is the id of the worker_health extension (the health
 	// API) the state is published to after every evaluation. Default: none
 	// (nothing is published; the derived metrics and logs still flow). An id

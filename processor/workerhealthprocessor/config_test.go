@@ -26,6 +26,7 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{id: "worker_health/custom", check: func(t *testing.T, c *Config) {
 			assert.Equal(t, 2*time.Second, c.EmitInterval)
+			assert.Equal(t, time.Minute, c.ResendInterval, "the default")
 			assert.Equal(t, component.MustNewIDWithName("worker_health", "api"), *c.HealthExtension)
 			assert.Equal(t, component.MustNewIDWithName("file_storage", "health"), *c.StorageID)
 			assert.Equal(t, []string{"lightning"}, c.Scheduler.ServiceNames)
@@ -48,6 +49,10 @@ func TestLoadConfig(t *testing.T) {
 		}},
 		{id: "worker_health/bad_exit_grace", wantErr: "lost.exit_grace: must not be negative, got -1s"},
 		{id: "worker_health/bad_emit", wantErr: "emit_interval: must be at least 1s, got 0s"},
+		{id: "worker_health/bad_resend", wantErr: "resend_interval: must not be negative (0: every evaluation), got -1m0s"},
+		{id: "worker_health/resend_every_evaluation", check: func(t *testing.T, c *Config) {
+			assert.Zero(t, c.ResendInterval)
+		}},
 		{id: "worker_health/bad_ratio", wantErr: "memory.soft_limit_ratio"},
 		{id: "worker_health/bad_kill_reason", wantErr: `kills.effects: unknown kill reason "exploded"`},
 		{id: "worker_health/bad_kill_effect", wantErr: `kills.effects: "timeout": unknown effect "furious"`},

@@ -21,6 +21,9 @@ func (c *Config) Validate() error {
 	if c.EmitInterval < MinEmitInterval {
 		add("emit_interval", "must be at least %v, got %v", MinEmitInterval, c.EmitInterval)
 	}
+	if c.ResendInterval < 0 {
+		add("resend_interval", "must not be negative (0: every evaluation), got %v", c.ResendInterval)
+	}
 	if c.CheckpointEvery < 1 {
 		add("checkpoint_every", "must be at least 1, got %d", c.CheckpointEvery)
 	}

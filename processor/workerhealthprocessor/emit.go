@@ -2,6 +2,8 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 
 import (
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,9 +45,14 @@ const stateZerosFor = 5 * time.Minute
 // after (state.Drift.DriftAt): its 0s replace what an exporter held, then
 // they expire there (docs/telemetry.md).
 //
+// With rs, a worker whose series have not changed since they were last
+// delivered, less than rs.every ago, is left out (resend_interval; it
+// still counts in the fleet figures), and the workers sent are listed in
+// rs.sent for the processor to mark once delivered. rs nil: every worker.
+//
 // Called under the processor's lock; the result is consumed after the lock
 // is released.
-func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
+func buildMetrics(t *tracker.Tracker, start, now int64, rs *resend) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
 	ws := t.ByID()
@@ -94,24 +101,31 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 			// must not become a flood of series downstream.
 			continue
 		}
-		rm := rms.AppendEmpty()
-		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
-		scope(rm)
-		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		cur := slices.Index(contract.AllStates, w.State)
+		byState[cur]++
 		// The 0s of the other states only while the worker's state is
 		// recent (stateZerosFor): an exporter then holds 0 for the state it
 		// left until the series expires, and a steady worker is one series,
 		// not six (issue 24; docs/telemetry.md).
 		zeros := now-w.Since < int64(stateZerosFor)
-		for i, s := range contract.AllStates {
-			v := int64(0)
-			if s == w.State {
-				v = 1
-				byState[i]++
-			} else if !zeros {
+		drifted := w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor)
+		if rs != nil {
+			sum := seriesSum(w, cur, zeros, drifted)
+			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last) {
 				continue
 			}
-			point(states, v, false, contract.AttrState, string(s))
+			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
+		}
+		rm := rms.AppendEmpty()
+		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
+		scope(rm)
+		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		for i, s := range contract.AllStates {
+			if i == cur {
+				point(states, 1, false, contract.AttrState, string(s))
+			} else if zeros {
+				point(states, 0, false, contract.AttrState, string(s))
+			}
 		}
 		if trs := w.Transitions(); anyPositive(trs[:]) {
 			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
@@ -124,7 +138,7 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
 		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
 		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
-		if w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor) {
+		if drifted {
 			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
 			point(drift, int64(w.MissN), false, contract.AttrDriftKind, contract.DriftMissing)
 			point(drift, int64(w.OrphN), false, contract.AttrDriftKind, contract.DriftOrphaned)
@@ -195,6 +209,68 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 		hpoint(stg, t.Hists().StageHist(s), contract.AttrStage, s)
 	}
 	return md
+}
+
+// resend is what an evaluation needs to leave out the workers whose series
+// have not changed (resend_interval): an exporter such as Prometheus's
+// keeps each series' last value until its metric_expiration, so sending a
+// steady worker's series at every evaluation only costs the exporter
+// (issue 24: at 100,000 workers the Prometheus exporter took one
+// emission a minute). every is resend_interval in nanoseconds; sent
+// collects the workers the emission holds, marked delivered (Worker.MarkSent)
+// only once every pipeline took it: a superseded or refused emission's
+// workers are sent again by the next evaluation.
+type resend struct {
+	every int64
+	sent  []sentMark
+}
+
+// resendAfter is how long after it was sent a worker whose series sum to
+// sum is sent again: between half of every and every, at a point of the
+// worker's own (from its sum), so that workers sent together (all of them
+// after a start, or a wave of changes) are sent again spread over time
+// rather than all at one evaluation every resend_interval.
+func (rs *resend) resendAfter(sum uint64) int64 {
+	half := rs.every / 2
+	if half <= 0 {
+		return rs.every
+	}
+	return rs.every - int64(sum%uint64(half))
+}
+
+// sentMark is one worker sent and the sum of its series' values.
+type sentMark struct {
+	w   *tracker.Worker
+	sum uint64
+}
+
+// seriesValues are the values of a worker's series as buildMetrics sends
+// them: equal values, equal series.
+type seriesValues struct {
+	state          int
+	zeros, drifted bool
+	transitions    [6]int64 // as Verdict.Transitions
+	held           [2]int
+	drift          [3]int
+	claims         [2]int64
+	kills          [state.NKillReasons]int64
+}
+
+// sumSeed: the sums live in memory only, so a seed per process will do.
+var sumSeed = maphash.MakeSeed()
+
+// seriesSum is a 64-bit sum of the worker's series values (a collision, at
+// odds of 2^-64 per change, delays a change by at most resend_interval).
+func seriesSum(w *tracker.Worker, cur int, zeros, drifted bool) uint64 {
+	v := seriesValues{
+		state: cur, zeros: zeros, drifted: drifted,
+		transitions: *w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
+		claims: w.Claims, kills: *w.KillsByReason(),
+	}
+	if drifted {
+		v.drift = [3]int{w.MissN, w.OrphN, w.OverCap}
+	}
+	return maphash.Comparable(sumSeed, v)
 }
 
 // anyPositive: a counter with no point is left out rather than sent empty.

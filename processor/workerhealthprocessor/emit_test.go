@@ -1,12 +1,17 @@
 package workerhealthprocessor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -21,7 +26,7 @@ func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
 	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
 	assert.Empty(t, h.eval(), "no transition while seen once")
 	h.p.mu.Lock()
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
 	h.p.mu.Unlock()
 	assert.NotContains(t, metricsByWorker(md), "w1")
 	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
@@ -81,7 +86,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	assert.LessOrEqual(t, tr.RunCount(), cfg.Limits.MaxUnconfirmedWorkers*4, "4 runs at most per worker seen once (internal/tracker/admission.go)")
 	assert.Equal(t, int64(51), n[state.EvidenceConfirmed], "every real worker, the newcomer too")
 	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
-	md := buildMetrics(tr, t0.UnixNano(), h.clock.Now().UnixNano())
+	md := buildMetrics(tr, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
 	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
 	runtime.KeepAlive(h)
 }
@@ -125,7 +130,7 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 	emit := func() pmetric.Metrics {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
+		return buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
 	}
 	step := func(mem int64) {
 		h.metrics(treeMetrics("w1", mem, 0.1, 1))
@@ -169,7 +174,7 @@ func TestDriftGaugesSparse(t *testing.T) {
 	drift := func() (pmetric.Metric, bool) {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
+		m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil))["w1"][contract.MetricDrift]
 		return m, ok
 	}
 	alive := func() {
@@ -235,7 +240,7 @@ func TestDriftGaugeOfACount(t *testing.T) {
 	h.eval()
 	require.Equal(t, 2, h.snap("w1").Drift.MissingCount)
 	h.p.mu.Lock()
-	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
+	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil))["w1"][contract.MetricDrift]
 	h.p.mu.Unlock()
 	require.True(t, ok, "drift of a count: the gauge")
 	byKind := map[string]int64{}
@@ -245,4 +250,128 @@ func TestDriftGaugeOfACount(t *testing.T) {
 		byKind[k.Str()] = dp.IntValue()
 	}
 	assert.Equal(t, map[string]int64{contract.DriftMissing: 2, contract.DriftOrphaned: 0, contract.DriftOverCapacity: 0}, byKind)
+}
+
+// resend_interval: a worker's series are sent at the evaluation that sees a
+// change and again once resend_interval has passed, not at every
+// evaluation; the fleet figures at every one. A change in an emission that
+// was superseded or refused is sent by the next evaluation. With
+// resend_interval 0, every worker at every evaluation (as before it).
+func TestResendOnlyWhatChanged(t *testing.T) {
+	ctx := context.Background()
+	workers := []string{"w1", "w2"}
+	// steady starts w1 and w2 (seen in two intervals: past seen-once) and
+	// returns the harness a second after its first emission of both.
+	steady := func(t *testing.T, resend time.Duration) (*harness, *consumertest.MetricsSink) {
+		cfg := testCfg()
+		cfg.ResendInterval = resend
+		h := newHarness(t, cfg)
+		ms, _ := h.withSinks()
+		for range 5 {
+			for _, w := range workers {
+				h.metrics(treeMetrics(w, 10, -1, 1))
+			}
+			h.p.tick(ctx)
+			h.advance(sec)
+			if slices.Equal(sentWorkers(t, ms), workers) {
+				return h, ms
+			}
+		}
+		require.FailNow(t, "w1 and w2 were never exported")
+		return nil, nil
+	}
+	// next feeds both trees, runs one evaluation and emission, and returns
+	// the workers the emission held.
+	next := func(h *harness, ms *consumertest.MetricsSink) []string {
+		for _, w := range workers {
+			h.metrics(treeMetrics(w, 10, -1, 1))
+		}
+		h.p.tick(ctx)
+		h.advance(sec)
+		return sentWorkers(t, ms)
+	}
+	claim := func(h *harness, run string) {
+		h.logs(workerLogs("workersim-worker", rec{Worker: "w1", Event: contract.EventClaimed, Run: run}))
+	}
+
+	t.Run("changes and every resend_interval", func(t *testing.T) {
+		h, ms := steady(t, time.Minute) // both sent at T
+		assert.Empty(t, next(h, ms), "T+1 s, nothing changed: no worker's series")
+		claim(h, "r1")
+		assert.Equal(t, []string{"w1"}, next(h, ms), "T+2 s, w1 holds a run now: only w1")
+		assert.Empty(t, next(h, ms))
+		// Each is sent again between half a minute and a minute after it
+		// was sent, at a point of its own; then again as long after.
+		sentAt := map[string][]int{"w1": {2}, "w2": {0}}
+		for s := 4; s <= 130; s++ {
+			for _, w := range next(h, ms) {
+				sentAt[w] = append(sentAt[w], s)
+			}
+		}
+		for w, at := range sentAt {
+			require.GreaterOrEqual(t, len(at), 3, "%s sent at T+%v s", w, at)
+			for i := 1; i < len(at); i++ {
+				gap := at[i] - at[i-1]
+				assert.True(t, gap >= 30 && gap <= 60, "%s sent again %d s after it was sent (T+%v s)", w, gap, at)
+			}
+		}
+	})
+
+	t.Run("a superseded emission's change is sent by the next", func(t *testing.T) {
+		h, ms := steady(t, time.Minute)
+		claim(h, "r1")
+		em := h.p.evaluate(ctx) // replaced in the slot before the emitter took it
+		require.Equal(t, []string{"w1"}, workersOf(em.md))
+		h.advance(sec)
+		h.p.tick(ctx)
+		assert.Equal(t, []string{"w1"}, sentWorkers(t, ms), "w1's change, although the emission that first held it was never delivered")
+		h.advance(sec)
+		assert.Empty(t, next(h, ms))
+	})
+
+	t.Run("a refused emission's change is sent by the next", func(t *testing.T) {
+		h, ms := steady(t, time.Minute)
+		h.p.mu.Lock()
+		keep := h.p.targets
+		h.p.targets = []*pipeline{{metrics: consumertest.NewErr(errors.New("refused"))}}
+		h.p.mu.Unlock()
+		claim(h, "r1")
+		h.p.tick(ctx)
+		h.advance(sec)
+		h.p.mu.Lock()
+		h.p.targets = keep
+		h.p.mu.Unlock()
+		assert.Equal(t, []string{"w1"}, next(h, ms))
+		assert.Empty(t, next(h, ms))
+	})
+
+	t.Run("resend_interval 0: every worker at every evaluation", func(t *testing.T) {
+		h, ms := steady(t, 0)
+		for range 3 {
+			assert.Equal(t, workers, next(h, ms))
+		}
+	})
+}
+
+// sentWorkers are the workers in the sink's last emission, which must also
+// hold the fleet figures.
+func sentWorkers(t *testing.T, ms *consumertest.MetricsSink) []string {
+	t.Helper()
+	all := ms.AllMetrics()
+	require.NotEmpty(t, all)
+	md := all[len(all)-1]
+	require.Contains(t, metricsByWorker(md)[""], contract.MetricFleetWorkers, "the fleet figures are in every emission")
+	return workersOf(md)
+}
+
+// workersOf lists the workers with series in md, sorted.
+func workersOf(md pmetric.Metrics) []string {
+	var ids []string
+	for id := range metricsByWorker(md) {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }

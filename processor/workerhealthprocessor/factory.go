@@ -47,6 +47,7 @@ func createDefaultConfig() component.Config {
 	d := tracker.DefaultConfig()
 	return &Config{
 		EmitInterval:     10 * time.Second,
+		ResendInterval:   time.Minute,
 		CheckpointEvery:  1,
 		Scheduler:        mapping.DefaultSchedulerConfig(),
 		Mapping:          mapping.DefaultConfig(),

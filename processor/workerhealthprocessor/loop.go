@@ -36,8 +36,12 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 		}
 	}
 	var md pmetric.Metrics
+	var rs *resend
 	if len(mTo) > 0 {
-		md = buildMetrics(p.tracker, p.startTime, now)
+		if p.cfg.ResendInterval > 0 {
+			rs = &resend{every: int64(p.cfg.ResendInterval)}
+		}
+		md = buildMetrics(p.tracker, p.startTime, now, rs)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {
@@ -97,7 +101,11 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	if len(mTo) == 0 {
 		return nil
 	}
-	return &emission{md: md, to: mTo, gone: mGone}
+	em := &emission{md: md, to: mTo, gone: mGone, at: now}
+	if rs != nil {
+		em.sent = rs.sent
+	}
+	return em
 }
 
 // offer leaves em for the emitter, replacing an emission it has not taken
@@ -135,6 +143,7 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 		return
 	}
 	points := int64(em.md.DataPointCount())
+	delivered := true
 	for i, c := range em.to {
 		if ctx.Err() != nil || em.gone[i].Load() {
 			continue
@@ -147,8 +156,18 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 		if err := c.ConsumeMetrics(ctx, out); err != nil {
 			p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
 			p.logger.Debug("the next consumer refused the derived metrics", zap.Error(err))
+			delivered = false
 			continue
 		}
 		p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
+	}
+	if delivered && len(em.sent) > 0 {
+		// Only now are these workers' series downstream: a refused
+		// emission's are sent again by the next evaluation (resend_interval).
+		p.mu.Lock()
+		for _, s := range em.sent {
+			s.w.MarkSent(s.sum, em.at)
+		}
+		p.mu.Unlock()
 	}
 }

@@ -99,6 +99,10 @@ type emission struct {
 	md   pmetric.Metrics
 	to   []consumer.Metrics
 	gone []*atomic.Bool
+	// at is the evaluation's time; sent the workers whose series md holds
+	// (resend_interval: marked delivered once every pipeline took md).
+	at   int64
+	sent []sentMark
 }
 
 // pipeline is one processorhelper wrapper: the next consumer of its

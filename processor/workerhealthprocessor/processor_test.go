@@ -68,13 +68,18 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 	require.Eventually(t, func() bool { return len(lSink.AllLogs()) == 2 && len(mSink.AllMetrics()) == 4 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 2, lSink.LogRecordCount(), "w1's state announced once seen again")
 	assert.Equal(t, 2, tSink.SpanCount(), "nothing emitted into traces")
+	// Each worker's series in the emission after its first judgement: w2's
+	// in the first, w1's in the third; w2, unchanged since, is not sent
+	// again within resend_interval.
 	byWorker := metricsByWorker(mSink.AllMetrics()[3])
-	for _, w := range []string{"w1", "w2"} {
+	for i, w := range map[int]string{1: "w2", 3: "w1"} {
+		byWorker := metricsByWorker(mSink.AllMetrics()[i])
 		for _, n := range []string{contract.MetricState, contract.MetricStateTransitions, contract.MetricRunsHeld, contract.MetricClaims} {
 			assert.Contains(t, byWorker[w], n, "%s on the resource of %s", n, w)
 		}
 		assert.NotContains(t, byWorker[w], contract.MetricDrift, "%s never had drift: no drift gauge (docs/telemetry.md)", w)
 	}
+	assert.NotContains(t, byWorker, "w2", "unchanged since the first emission")
 	for _, n := range []string{contract.MetricFleetWorkers, contract.MetricFleetIdle} {
 		assert.Contains(t, byWorker[""], n, "%s on the fleet resource", n)
 	}
@@ -117,7 +122,7 @@ func TestDerivedMetricsShape(t *testing.T) {
 	h.traces(stageSpan("w1", "compile", 1e9, 3e9))
 	h.eval()
 	h.p.mu.Lock()
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
 	h.p.mu.Unlock()
 	byWorker := metricsByWorker(md)
 	byName := byWorker["w1"]

@@ -56,6 +56,14 @@ func (w *Worker) ID() string { return w.id }
 // KillsByReason are the worker's kills so far, by reason.
 func (w *Worker) KillsByReason() *[state.NKillReasons]int64 { return w.kills.ByReason() }
 
+// Sent is the sum of the worker's series values as last delivered
+// downstream and when (0: never).
+func (w *Worker) Sent() (sum uint64, at int64) { return w.sentSum, w.sentAt }
+
+// MarkSent records that the worker's series with this sum were delivered
+// at `at`.
+func (w *Worker) MarkSent(sum uint64, at int64) { w.sentSum, w.sentAt = sum, at }
+
 // ByID returns the workers sorted by id: the order of the metric points and
 // of the snapshot.
 func (t *Tracker) ByID() []*Worker { return t.byID() }

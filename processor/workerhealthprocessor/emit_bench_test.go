@@ -1,0 +1,106 @@
+//go:build !race
+
+// Built without -race: the benchmark drives contrib's Prometheus exporter,
+// whose dependency graph `make unit` would otherwise compile a second time
+// with -race (Makefile, "unit"). Benchmarks are not part of `make unit`.
+
+package workerhealthprocessor
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/workerwatch/workerwatch/internal/freeport"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
+)
+
+// BenchmarkSteadyEmission: one evaluation of a steady fleet of 10,000
+// workers (each sends its tree sample every emit_interval, nothing
+// changes) and its emission into contrib's Prometheus exporter, as a
+// gateway runs it, with every worker's series sent at every evaluation
+// (resend_interval 0, as before it) and with the default resend_interval
+// (1m), side by side. The feeding of the tree samples is not timed.
+// points/op is the data points the exporter took per evaluation.
+//
+//	go test -run '^$' -bench BenchmarkSteadyEmission -benchtime 30x ./processor/workerhealthprocessor/
+func BenchmarkSteadyEmission(b *testing.B) {
+	const workers = 10_000
+	trees := make([]pmetric.Metrics, workers)
+	for i := range trees {
+		trees[i] = treeMetrics(fmt.Sprintf("worker-%05d", i), 1<<28, 0.1, 1)
+	}
+	for _, resend := range []time.Duration{0, time.Minute} {
+		b.Run("resend_interval="+resend.String(), func(b *testing.B) {
+			ctx := context.Background()
+			cfg := createDefaultConfig().(*Config)
+			cfg.ResendInterval = resend
+			clock := clockwork.NewFakeClockAt(t0)
+			p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, withClock(clock))
+			require.NoError(b, err)
+			b.Cleanup(p.tel.Shutdown)
+			exp := newBenchPrometheus(b)
+			counted := &pointCounter{next: exp}
+			p.targets = []*pipeline{{metrics: counted}}
+			feed := func() {
+				for _, md := range trees {
+					_, err := p.processMetrics(ctx, md)
+					require.NoError(b, err)
+				}
+				clock.Advance(cfg.EmitInterval)
+			}
+			// Seen in two intervals (past seen-once), judged and sent once.
+			for range 3 {
+				feed()
+				p.tick(ctx)
+			}
+			counted.points.Store(0)
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				feed()
+				b.StartTimer()
+				p.tick(ctx)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(counted.points.Load())/float64(b.N), "points/op")
+		})
+	}
+}
+
+// newBenchPrometheus is contrib's Prometheus exporter with its default
+// config on a free loopback port.
+func newBenchPrometheus(b *testing.B) consumer.Metrics {
+	f := prometheusexporter.NewFactory()
+	cfg := f.CreateDefaultConfig().(*prometheusexporter.Config)
+	cfg.ServerConfig.NetAddr.Endpoint = freeport.Addr(b)
+	exp, err := f.CreateMetrics(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
+	require.NoError(b, err)
+	require.NoError(b, exp.Start(context.Background(), componenttest.NewNopHost()))
+	b.Cleanup(func() { require.NoError(b, exp.Shutdown(context.Background())) })
+	return exp
+}
+
+// pointCounter counts the data points it passes on.
+type pointCounter struct {
+	next   consumer.Metrics
+	points atomic.Int64
+}
+
+func (c *pointCounter) Capabilities() consumer.Capabilities { return c.next.Capabilities() }
+
+func (c *pointCounter) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	c.points.Add(int64(md.DataPointCount()))
+	return c.next.ConsumeMetrics(ctx, md)
+}
