@@ -11,6 +11,8 @@ go test -run '^$' -bench 'BenchmarkScrape' -benchtime 30x ./receiver/workerproce
 
 step "worker_health processor vs the spanmetrics connector, per span"
 go test -run '^$' -bench 'BenchmarkSpans' -benchmem -benchtime 3000x ./processor/workerhealthprocessor/
+step "worker_health processor: a steady fleet's evaluation and emission into the Prometheus exporter, resend_interval 0 vs 1m"
+go test -run '^$' -bench 'BenchmarkSteadyEmission' -benchtime 30x ./processor/workerhealthprocessor/
 step "worker_health processor state size with 100,000 workers"
 go test -count=1 -run 'TestStateSize' -v ./processor/workerhealthprocessor/ | grep -E 'B per|bytes|---|ok'
 
