@@ -41,7 +41,7 @@ run: build
 	@scripts/run.sh "$(COLLECTOR)" "$(SIM)"
 
 # The stages of `make test` (scripts/test.sh): deps and build side by side,
-# then e2e with the checks beside it at low CPU priority (tools, vet, cross,
+# then e2e with the checks beside it at low CPU priority (tools, cross,
 # fmt-check, lint, check-generate, unit-build), then unit and check-configs.
 # Each stage's time is printed as "make test: STAGE N s", the figures of
 # docs/results/ci-runs.md.

@@ -84,7 +84,7 @@ apt_install() {
 	return $rc
 }
 
-# go_tool NAME MODULE@VERSION PACKAGE: build a Go tool in its own scratch
+# go_tool NAME MODULE@VERSION PACKAGE [GCFLAGS]: build a Go tool in its own scratch
 # module (so it cannot move this repository's dependencies), once per
 # version: $CACHE/bin/NAME-VERSION, and $CACHE/bin/NAME a link to it (what
 # the tests run), so a new version here is built, never an old binary kept.
@@ -92,7 +92,7 @@ apt_install() {
 # waits for it (flock) instead of racing it; the binary appears complete or
 # not at all.
 go_tool() {
-	local name=$1 modver=$2 pkg=$3
+	local name=$1 modver=$2 pkg=$3 gcflags=${4:-}
 	local bin="$CACHE/bin/$name-${modver##*@}" dir="$CACHE/src/$name-${modver##*@}"
 	# A binary from before tools were cached by version is adopted when
 	# `go version -m` shows it was built from that module version.
@@ -111,7 +111,7 @@ go_tool() {
 			say "building $name ($modver), once; cached in $CACHE/bin"
 			cd "$dir" && { [ -f go.mod ] || go mod init "tool-$name" >/dev/null 2>&1; } &&
 				GOFLAGS=-mod=mod go get -tool "$modver" >/dev/null &&
-				go build -trimpath -ldflags='-s -w' -o "$bin.tmp" "$pkg" && mv "$bin.tmp" "$bin"
+				go build -trimpath ${gcflags:+-gcflags="$gcflags"} -ldflags='-s -w' -o "$bin.tmp" "$pkg" && mv "$bin.tmp" "$bin"
 		) 9>"$dir.lock" || return 1
 	fi
 	[ "$(readlink "$CACHE/bin/$name" 2>/dev/null)" = "${bin##*/}" ] || ln -sfn "${bin##*/}" "$CACHE/bin/$name"
@@ -179,7 +179,12 @@ bg() {
 	pids+=($!) names+=("$1")
 }
 bg "Debian and npm packages" packages
-bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger
+# Jaeger without the compiler's optimizations and inlining (-N -l): it only
+# stores the e2e suite's few traces in memory and answers a few queries, and
+# its build is the longest on a fresh machine: 439 CPU-seconds against 622
+# (229 s against 330 s of wall time alone on 2 cores, its modules already
+# downloaded; docs/results/ci-runs.md, seventh stop).
+bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger 'all=-N -l'
 bg telemetrygen go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
 failed=()
 for i in "${!pids[@]}"; do

@@ -10,7 +10,8 @@
 #      binaries the tests run), side by side;
 #   2. e2e, and beside it the checks at the lowest CPU priority (nice 19:
 #      whenever a scenario's processes want a core they get it first): the
-#      lint and mdatagen builds, vet, cross, fmt-check, lint, check-generate,
+#      lint and mdatagen builds, cross, fmt-check, lint (its govet runs
+#      every analyzer of `go vet`: `make vet` alone is not run), check-generate,
 #      then unit-build (the unit tests compiled with -race, not run);
 #   3. unit (linked and run at normal priority, alone) and check-configs.
 # A failed check stops the e2e run at once and prints the checks' log; a
@@ -41,7 +42,11 @@ timed() {
 
 checks() {
 	local s
-	for s in tools vet cross fmt-check lint check-generate unit-build; do
+	# No `vet`: lint's govet (.golangci.yml: enable-all) runs every analyzer
+	# `go vet` runs, on the same files and the e2e tag, and its compile of
+	# every test's dependencies cost about 200 s of a fresh machine's run
+	# (docs/results/ci-runs.md, seventh stop). `make vet` runs it alone.
+	for s in tools cross fmt-check lint check-generate unit-build; do
 		timed "$s" || return 1
 	done
 }
