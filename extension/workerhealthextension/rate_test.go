@@ -139,7 +139,7 @@ func TestAPIAtRate(t *testing.T) {
 	t.Logf("RESULT GET /health/workers/{id}, %d workers, asked at %s, open loop at %d/s for %s (%d requests, %.0f/s sent), %d evaluations published meanwhile: p50 %s, p99 %s, p99.9 %s, max %s",
 		n, where, rps, d, total, float64(total)/took.Seconds(), gens,
 		q(0.50).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), q(0.999).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
-	assert.Empty(t, wrong, "answers other than the asked worker's verdict (first of %d)", len(wrong))
+	assert.Empty(t, wrong[:min(len(wrong), 5)], "answers other than the asked worker's verdict (the first of %d)", len(wrong))
 }
 
 // askWorker asks for one worker's verdict and returns the id of the answer;

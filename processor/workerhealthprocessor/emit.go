@@ -3,7 +3,6 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"time"
 
@@ -101,7 +100,7 @@ func buildMetrics(t *tracker.Tracker, start, now int64, rs *resend) pmetric.Metr
 			// must not become a flood of series downstream.
 			continue
 		}
-		cur := slices.Index(contract.AllStates, w.State)
+		cur := w.StateIndex()
 		byState[cur]++
 		// The 0s of the other states only while the worker's state is
 		// recent (stateZerosFor): an exporter then holds 0 for the state it

@@ -146,6 +146,7 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 	delivered := true
 	for i, c := range em.to {
 		if ctx.Err() != nil || em.gone[i].Load() {
+			delivered = false
 			continue
 		}
 		out := em.md
@@ -162,8 +163,9 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 		p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
 	}
 	if delivered && len(em.sent) > 0 {
-		// Only now are these workers' series downstream: a refused
-		// emission's are sent again by the next evaluation (resend_interval).
+		// Only now are these workers' series downstream: those of an
+		// emission a pipeline refused or did not take are sent again by the
+		// next evaluation (resend_interval).
 		p.mu.Lock()
 		for _, s := range em.sent {
 			s.w.MarkSent(s.sum, em.at)

@@ -28,6 +28,9 @@ func (v *Verdict) NewIncarnation() { v.fresh = true }
 // NewVerdict is the verdict of a worker first seen at now: unknown.
 func NewVerdict(now int64) Verdict { return Verdict{State: contract.Unknown, Since: now} }
 
+// StateIndex is the current state's place in contract.AllStates.
+func (v *Verdict) StateIndex() int { return stateIndex(v.State) }
+
 // Transitions are the cumulative state transitions by the state entered
 // (contract.AllStates order).
 func (v *Verdict) Transitions() *[6]int64 { return &v.transitions }
