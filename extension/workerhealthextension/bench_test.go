@@ -183,7 +183,8 @@ func BenchmarkPublish10k(b *testing.B) {
 
 // BenchmarkPublishIndexed10k is Publish until the new view serves the
 // snapshot: the work the drain goroutine does off the processor's tick
-// (every worker's JSON, the indexes, the merged view).
+// (the indexes, the merged view, the history; the JSON is encoded when
+// first asked for, not here).
 func BenchmarkPublishIndexed10k(b *testing.B) {
 	wh := newTestExt(b)
 	s := realisticFleet(10_000, time.Now())

@@ -89,7 +89,7 @@ func (wh *workerHealth) handleHistory(w http.ResponseWriter, r *http.Request, es
 		ResolutionSeconds: wh.history.Resolution().Seconds(),
 		Samples:           jsonSamples(ws),
 		Transitions:       jsonTransitions(ws),
-		Worker:            e.JSON,
+		Worker:            e.JSON(),
 	}
 	if !utf8.ValidString(id) {
 		body.IDEscaped = url.PathEscape(id)

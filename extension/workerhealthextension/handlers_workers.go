@@ -17,7 +17,7 @@ import (
 
 // handleWorker answers the scheduler's question about one worker: 200 may
 // take work, 503 must not, 404 unknown. The body is the worker's JSON as
-// encoded when its snapshot was published.
+// encoded when a request first asked for it in this view (store.Entry).
 func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, escapedID string) int {
 	id, err := url.PathUnescape(escapedID)
 	if err != nil {
@@ -37,7 +37,7 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 	}
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(code)
-	_, _ = w.Write(e.JSON)
+	_, _ = w.Write(e.JSON())
 	return code
 }
 
@@ -165,11 +165,12 @@ func (wh *workerHealth) handleWorkers(w http.ResponseWriter, r *http.Request) in
 		}
 		trend, ok := trends[e]
 		if !ok {
-			_, _ = bw.Write(e.JSON)
+			_, _ = bw.Write(e.JSON())
 			continue
 		}
 		// The worker's object, reopened for its memory_trend.
-		_, _ = bw.Write(e.JSON[:len(e.JSON)-1])
+		js := e.JSON()
+		_, _ = bw.Write(js[:len(js)-1])
 		_, _ = bw.WriteString(`,"memory_trend":[`)
 		for i, b := range trend {
 			if i > 0 {

@@ -87,7 +87,7 @@ func FuzzRouter(f *testing.F) {
 		if rec.Code != http.StatusOK && rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("GET of published id %q: %d %s", id, rec.Code, rec.Body)
 		}
-		if !bytes.Equal(rec.Body.Bytes(), e.JSON) {
+		if !bytes.Equal(rec.Body.Bytes(), e.JSON()) {
 			t.Fatalf("GET of %q served another body: %s", id, rec.Body)
 		}
 	})
@@ -118,7 +118,7 @@ func checkAnswer(t *testing.T, v *store.View, req *http.Request, rec *httptest.R
 		if e == nil {
 			t.Fatalf("%q: verdict %d for unpublished id %q", p, rec.Code, id)
 		}
-		if !bytes.Equal(rec.Body.Bytes(), e.JSON) && req.Method == http.MethodGet {
+		if !bytes.Equal(rec.Body.Bytes(), e.JSON()) && req.Method == http.MethodGet {
 			t.Fatalf("%q: body is not worker %q's", p, id)
 		}
 		want := http.StatusServiceUnavailable

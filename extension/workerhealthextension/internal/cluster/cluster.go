@@ -390,7 +390,7 @@ func (c *Cluster) merge(st *RingState, local *store.View, localEntries []*store.
 			if json.Unmarshal(raw, wk) != nil || wk.ID == "" {
 				continue
 			}
-			se.entries = append(se.entries, &store.Entry{Worker: wk, JSON: raw, At: se.time})
+			se.entries = append(se.entries, store.EncodedEntry(wk, raw, se.time))
 		}
 		shards = append(shards, se)
 	}
@@ -455,11 +455,7 @@ func movingEntry(e *store.Entry, from, to string, st *RingState) *store.Entry {
 	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.Worker.State, from)
 	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.Changed.UTC()}}, e.Worker.Reasons...)
 	wk.State = contract.Unknown
-	b, err := json.Marshal(store.WithEmptyLists(&wk))
-	if err != nil {
-		b, _ = json.Marshal(store.WithEmptyLists(store.WithFiniteEvidence(&wk)))
-	}
-	return &store.Entry{Worker: &wk, JSON: b, At: e.At}
+	return store.NewEntry(&wk, e.At)
 }
 
 // shardSourceID names a shard in the list's sources:

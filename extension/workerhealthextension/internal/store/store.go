@@ -1,7 +1,7 @@
 // Package store is what the API serves: the latest snapshot of each
-// publishing processor, indexed once (every worker's JSON encoded when its
-// snapshot arrives) and merged into one immutable View that readers load
-// without a lock. It feeds the history and knows nothing of HTTP.
+// publishing processor, indexed once (each worker's JSON encoded when a
+// request first asks for it) and merged into one immutable View that readers
+// load without a lock. It feeds the history and knows nothing of HTTP.
 package store // import "github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 
 import (
@@ -24,15 +24,52 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
 
-// entry is one worker as served: the judgement plus its JSON, encoded once
-// when the snapshot arrives so a scheduler polling thousands of times a
-// second costs a map lookup and a write, not an encoding.
+// Entry is one worker as served: the judgement, and its JSON encoded the
+// first time a request asks for it in this view, then reused by every later
+// request until the next snapshot replaces the entry. Encoding at the first
+// request rather than when the snapshot arrives makes a publish cost the
+// same whatever the fleet's size: a shard of 100,000 workers publishing
+// every 10 s encoded 10,000 workers a second and let the garbage of each
+// publish's 100,000 buffers stall the requests meanwhile (p99 at 1,000
+// requests/s, docs/results/http-api.md), while schedulers ask for far fewer
+// distinct workers than that between two evaluations.
 type Entry struct {
 	Worker *contract.Worker
-	JSON   []byte
-	// at is the time of the snapshot the worker came in: on a tie between
+	// At is the time of the snapshot the worker came in: on a tie between
 	// two processors, the fresher one wins.
 	At time.Time
+	// json is the encoding, once made. Two requests racing for the first
+	// encoding both make it and one is kept: the same bytes either way.
+	json atomic.Pointer[[]byte]
+}
+
+// NewEntry is w as served from a snapshot of time at; its JSON is encoded
+// when first asked for.
+func NewEntry(w *contract.Worker, at time.Time) *Entry {
+	return &Entry{Worker: w, At: at}
+}
+
+// EncodedEntry is w with its JSON already at hand (raw, as another shard
+// sent it): served as it is.
+func EncodedEntry(w *contract.Worker, raw []byte, at time.Time) *Entry {
+	e := &Entry{Worker: w, At: at}
+	e.json.Store(&raw)
+	return e
+}
+
+// JSON is the worker's JSON object, encoded at the first call. Only a NaN or
+// Inf in the evidence can fail the encoding: the worker is then served with
+// that evidence zeroed rather than dropped from the API.
+func (e *Entry) JSON() []byte {
+	if b := e.json.Load(); b != nil {
+		return *b
+	}
+	b, err := marshalWorker(WithEmptyLists(e.Worker))
+	if err != nil {
+		b, _ = marshalWorker(WithEmptyLists(WithFiniteEvidence(e.Worker)))
+	}
+	e.json.Store(&b)
+	return b
 }
 
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
@@ -216,13 +253,7 @@ func indexSnapshot(snap *contract.Snapshot) *SourceIndex {
 	}
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
-		b, err := marshalWorker(WithEmptyLists(w))
-		if err != nil {
-			// Only a NaN or Inf in the evidence can fail; serve the worker
-			// with that evidence zeroed rather than drop it from the API.
-			b, _ = marshalWorker(WithEmptyLists(WithFiniteEvidence(w)))
-		}
-		e := &Entry{Worker: w, JSON: b, At: snap.Time}
+		e := NewEntry(w, snap.Time)
 		if prev, dup := idx.ByID[w.ID]; dup {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,7 +96,7 @@ func TestStoreNonFiniteEvidence(t *testing.T) {
 	}}
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, w))
 	var got contract.Worker
-	require.NoError(t, json.Unmarshal(s.Load().ByID["nan"].JSON, &got))
+	require.NoError(t, json.Unmarshal(s.Load().ByID["nan"].JSON(), &got))
 	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
 	assert.Zero(t, got.Reasons[0].Value)
 	require.NotNil(t, got.Reasons[0].Current)
@@ -105,6 +106,38 @@ func TestStoreNonFiniteEvidence(t *testing.T) {
 	assert.True(t, math.IsInf(cur, -1), "the published snapshot's current value is not modified")
 	// The published snapshot itself is not modified.
 	assert.True(t, math.IsNaN(w.Reasons[0].Value))
+}
+
+// TestEntryEncodedWhenFirstAsked: a publish encodes nobody (its cost must
+// not grow with the fleet); the first request for a worker encodes it, every
+// later one, also from other goroutines at once, gets the same bytes; the
+// next snapshot's entry is encoded afresh.
+func TestEntryEncodedWhenFirstAsked(t *testing.T) {
+	s := New(history.New(30*time.Minute, 10*time.Second))
+	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, fleettest.Worker("a", contract.Healthy), fleettest.Worker("b", contract.Stalled)))
+	v := s.Load()
+	for _, e := range v.ByIDOrder {
+		assert.Nil(t, e.json.Load(), "%s encoded at publish", e.Worker.ID)
+	}
+	a := v.ByID["a"]
+	var wg sync.WaitGroup
+	got := make([][]byte, 8)
+	for i := range got {
+		wg.Go(func() { got[i] = a.JSON() })
+	}
+	wg.Wait()
+	want, err := json.Marshal(WithEmptyLists(a.Worker))
+	require.NoError(t, err)
+	for _, b := range got {
+		assert.JSONEq(t, string(want), string(b))
+	}
+	first := a.JSON()
+	assert.Same(t, &first[0], &a.JSON()[0], "encoded once, then reused")
+	assert.Nil(t, v.ByID["b"].json.Load(), "a worker nobody asked for stays unencoded")
+
+	next := fleettest.Worker("a", contract.Degraded)
+	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(time.Second), next))
+	assert.Contains(t, string(s.Load().ByID["a"].JSON()), `"state":"degraded"`)
 }
 
 func entryIDs(es []*Entry) []string {
@@ -118,7 +151,7 @@ func entryIDs(es []*Entry) []string {
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	s := New(history.New(30*time.Minute, 10*time.Second))
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, contract.Worker{ID: "bare", State: contract.Unknown}))
-	body := string(s.Load().ByID["bare"].JSON)
+	body := string(s.Load().ByID["bare"].JSON())
 	assert.Contains(t, body, `"reasons":[]`)
 	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0,"recent":[],"kills":{}}`)
 	assert.Contains(t, body, `"roles":[]`)
