@@ -10,7 +10,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, spawnSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
 const { startSink } = require('../../node-worker/test/otlp-sink');
 
 const DIR = path.join(__dirname, '..');
@@ -25,12 +25,12 @@ function freePort() {
   });
 }
 
-async function until(what, cond, ms = 120000) {
+async function until(what, cond, ms = 120000, seen = () => '') {
   const end = Date.now() + ms;
   for (;;) {
     const v = await cond();
     if (v) return v;
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
+    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms\n${seen()}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -78,25 +78,36 @@ test('the worker runs sandboxed jobs and, with its SDK on, sends bullmq-otel spa
   t.after(() => { worker.kill('SIGKILL'); });
   await until('worker ready', () => worker.out.includes('ready (pid'));
 
-  const add = (data) => {
-    const r = spawnSync(process.execPath, [path.join(DIR, 'producer.js'), 'add', JSON.stringify(data)], { env: { ...process.env, ...env }, encoding: 'utf8' });
-    assert.strictEqual(r.status, 0, r.stderr);
-    return r.stdout.trim();
+  // The producer runs beside this process, not with spawnSync, so that the
+  // sink (in this process's event loop) keeps answering while it starts.
+  const add = async (data) => {
+    const p = spawn(process.execPath, [path.join(DIR, 'producer.js'), 'add', JSON.stringify(data)], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let errOut = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { errOut += d; });
+    const code = await new Promise((resolve) => p.on('close', resolve));
+    assert.strictEqual(code, 0, errOut);
+    return out.trim();
   };
-  const ok = add({ durationMs: 1500, memoryMb: 5 });
+  // What the worker said and the sink got, for a wait that times out (a CI
+  // run waited 2 min for the job's span and said nothing more).
+  const seen = () => `worker output:\n${worker.out.slice(-3000)}\nsink: spans ${JSON.stringify(sink.spans.map((s) => [s.name, s.attributes['bullmq.job.id']]))}, ` +
+    `logs ${JSON.stringify(sink.logs.map((l) => [l.eventName, l.attributes['bullmq.job.id']]))}, errors ${JSON.stringify(sink.errors)}`;
+  const ok = await add({ durationMs: 1500, memoryMb: 5 });
   // While it runs: a sandboxed child of the worker.
-  await until('a sandboxed child', () => childrenOf(worker.pid).some((c) => /bullmq\/dist\/cjs\/classes\/main\.js/.test(cmdline(c))));
-  const bad = add({ durationMs: 100, throw: 'boom' });
+  await until('a sandboxed child', () => childrenOf(worker.pid).some((c) => /bullmq\/dist\/cjs\/classes\/main\.js/.test(cmdline(c))), undefined, seen);
+  const bad = await add({ durationMs: 100, throw: 'boom' });
 
-  const span = await until('the job span', () => sink.spans.find((s) => s.name === 'process jobs' && s.attributes['bullmq.job.id'] === ok));
+  const span = await until('the job span', () => sink.spans.find((s) => s.name === 'process jobs' && s.attributes['bullmq.job.id'] === ok), undefined, seen);
   assert.strictEqual(span.attributes['bullmq.worker.name'], 'example-w1');
   assert.strictEqual(span.resource['service.name'], 'bullmq-worker');
-  const active = await until('the active record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.active' && l.attributes['bullmq.job.id'] === ok));
+  const active = await until('the active record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.active' && l.attributes['bullmq.job.id'] === ok), undefined, seen);
   assert.strictEqual(active.attributes['bullmq.worker.name'], 'example-w1');
-  const failed = await until('the failed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.failed' && l.attributes['bullmq.job.id'] === bad));
+  const failed = await until('the failed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.failed' && l.attributes['bullmq.job.id'] === bad), undefined, seen);
   assert.strictEqual(failed.attributes['bullmq.job.failed.reason'], 'boom');
   assert.strictEqual(failed.attributes['bullmq.job.state'], 'failed');
-  const completed = await until('the completed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.completed' && l.attributes['bullmq.job.id'] === ok));
+  const completed = await until('the completed record', () => sink.logs.find((l) => l.eventName === 'bullmq.job.completed' && l.attributes['bullmq.job.id'] === ok), undefined, seen);
   assert.strictEqual(completed.attributes['bullmq.job.state'], 'completed');
   assert.deepStrictEqual(sink.errors, []);
 
