@@ -9,6 +9,8 @@ package workerhealthprocessor
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,19 +35,27 @@ import (
 // (resend_interval 0, as before it) and with the default resend_interval
 // (1m), side by side. The feeding of the tree samples is not timed.
 // points/op is the data points the exporter took per evaluation.
+// WORKERWATCH_EMIT_WORKERS sets another fleet size (100000: issue 24
+// point 3, the exporter taking every evaluation's output in time).
 //
 //	go test -run '^$' -bench BenchmarkSteadyEmission -benchtime 30x ./processor/workerhealthprocessor/
 func BenchmarkSteadyEmission(b *testing.B) {
-	const workers = 10_000
+	workers := 10_000
+	if v := os.Getenv("WORKERWATCH_EMIT_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "WORKERWATCH_EMIT_WORKERS")
+		workers = n
+	}
 	trees := make([]pmetric.Metrics, workers)
 	for i := range trees {
-		trees[i] = treeMetrics(fmt.Sprintf("worker-%05d", i), 1<<28, 0.1, 1)
+		trees[i] = treeMetrics(fmt.Sprintf("worker-%06d", i), 1<<28, 0.1, 1)
 	}
 	for _, resend := range []time.Duration{0, time.Minute} {
 		b.Run("resend_interval="+resend.String(), func(b *testing.B) {
 			ctx := context.Background()
 			cfg := createDefaultConfig().(*Config)
 			cfg.ResendInterval = resend
+			cfg.Limits.MaxWorkers = max(cfg.Limits.MaxWorkers, workers)
 			clock := clockwork.NewFakeClockAt(t0)
 			p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, withClock(clock))
 			require.NoError(b, err)
