@@ -19,8 +19,9 @@ import (
 // every call out (consumer, subscriber, storage), so a loop released late by
 // a blocked consumer does nothing more.
 func (p *healthProcessor) evaluate(ctx context.Context) *emission {
-	now := p.clock.Now().UnixNano()
+	// The time is read under the lock, so evaluations run in time order.
 	p.mu.Lock()
+	now := p.clock.Now().UnixNano()
 	handed := p.shard.handOver(p.tracker, now)
 	trs, unjoined := p.tracker.Evaluate(now)
 	paused := p.tracker.TakePause()

@@ -196,7 +196,15 @@ func (t *Tracker) pendingFresh(now int64) bool {
 // and returns the transitions. Worse states apply at once (each rule has its
 // own persistence); better ones only after hysteresis.recover_evaluations
 // consecutive evaluations, so alternating input cannot flap the state.
+//
+// The tracker's time never goes back: an evaluation older than the last one
+// (two evaluations racing, one of which read the clock before it waited for
+// the lock) is an evaluation at the last one's time. Otherwise the next one
+// would measure a gap that never was, take it for a pause of the collector
+// and restart every worker's lost and stalled clocks
+// (TestStaleEvaluationIsNoPause).
 func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
+	now = max(now, t.lastEval)
 	var out []Transition
 	t.evals++
 	if t.paused(now) {

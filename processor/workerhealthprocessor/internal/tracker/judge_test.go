@@ -108,6 +108,35 @@ func TestFleetIdleWhilePending(t *testing.T) {
 // though the workers' records only wait in the senders' queues. Silence
 // counts from the resume, as from a restore; the same silence witnessed by
 // evaluations on time is `lost` (and a missing claim `stalled`) as always.
+// TestStaleEvaluationIsNoPause: an evaluation whose time is older than the
+// last one's (two evaluations racing, one of which read the clock before it
+// waited for the lock) must not move the last evaluation back, or the next
+// one measures a gap that never was and restarts the lost clock: found by a
+// fresh CI run, where TestRestoredSilenceCountsFromTheRestore's worker stayed
+// unknown.
+func TestStaleEvaluationIsNoPause(t *testing.T) {
+	c := testCfg()
+	c.EmitInterval = time.Second
+	h := newHarness(t, c)
+	h.metrics(treeMetrics("w1", 100, -1, 1))
+	h.eval()
+	stale := h.clock.Now().UnixNano()
+	for range 4 {
+		h.advance(sec)
+		h.eval()
+	}
+	h.p.mu.Lock()
+	_, _ = h.p.tracker.evaluate(stale) // 4 s late
+	h.p.mu.Unlock()
+	h.advance(2 * sec) // 6 s of silence, lost.after 5 s
+	h.eval()
+	h.p.mu.Lock()
+	pause := h.p.tracker.TakePause()
+	h.p.mu.Unlock()
+	assert.Zero(t, pause, "no pause: the evaluations were never more than 2 s apart")
+	assert.Equal(t, contract.Lost, h.state("w1"), "the silence counts")
+}
+
 func TestPauseIsNoSilence(t *testing.T) {
 	everySecond := func(c *testConfig) { c.EmitInterval = time.Second }
 	pending := func(h *harness) { h.metrics(pendingMetrics(5)) }
