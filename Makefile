@@ -2,7 +2,7 @@
 # `make run` needs only Go. `make test` (and `make e2e`, `make check-configs`)
 # first runs scripts/install-test-deps.sh (`make deps`), which installs what
 # the tests need beyond Go (prometheus, chromium, wrk, node, a Jaeger build,
-# telemetrygen, the examples' npm packages) and skips what is there.
+# the examples' npm packages) and skips what is there.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -31,9 +31,13 @@ GENERATED  := $(addprefix cmd/otelcol-workerwatch/,main.go main_others.go main_w
 
 all: build
 
+# telemetrygen (the e2e suite's trace load) is a tool of this module: built
+# in the same `go build` as the collector, it compiles 10 packages of its own
+# and shares the other 472 with the collector (built on its own, in a scratch
+# module at its own versions, it compiled all 482 again on a fresh machine).
 build:
-	$(GO) build -o $(COLLECTOR) ./cmd/otelcol-workerwatch
-	$(GO) build -o $(SIM) ./cmd/workersim
+	$(GO) build -o $(BIN)/ ./cmd/otelcol-workerwatch ./cmd/workersim \
+		github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
 
 # Collector with the built-in default config + a fleet of six simulated
 # workers (two healthy, one leak, one hang, one drop-claims, one timeout).
@@ -149,15 +153,16 @@ unit-build:
 # The whole log is kept in $(CACHE)/e2e.log; the summary is printed, line by
 # line (`make test` prints the checks' lines beside it).
 # Scenarios that bound latency or count events run first, alone; the others
-# (t.Parallel) then run side by side, up to E2E_PARALLEL at once. The presets'
-# scenarios mostly wait on their systems (Redis, Celery, the OpenFn engine,
-# Lightning), so more than GOMAXPROCS: 12 lets the OpenFn and BullMQ groups'
-# 18 scenarios start without queueing (docs/results/ci-runs.md, fourth stop:
-# the suite beside two busy loops, load average 29).
+# (parallel(t, ...)) then run side by side, up to E2E_PARALLEL at once, the
+# longest first (e2e/slots_test.go: the suite's own slots, so go test's
+# -parallel is set out of their way). The presets' scenarios mostly wait on
+# their systems (Redis, Celery, the OpenFn engine, Lightning), so more than
+# GOMAXPROCS (docs/results/ci-runs.md, fourth stop: the suite beside two busy
+# loops, load average 29).
 E2E_PARALLEL ?= 12
 e2e: deps build
 	@mkdir -p $(CACHE)
-	@$(GO) test -tags e2e -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
+	@E2E_PARALLEL=$(E2E_PARALLEL) $(GO) test -tags e2e -count=1 -timeout 45m -parallel 256 -v ./e2e/... 2>&1 | tee $(CACHE)/e2e.log | \
 		grep --line-buffered -E '^\s*(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:|_test.go:[0-9]+:' ; exit $${PIPESTATUS[0]}
 
 # (testdata/bad-*.yaml are refused with their exact errors by

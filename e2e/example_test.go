@@ -19,7 +19,7 @@ import (
 func TestBullMQExample(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	defer parallel(t, 30*time.Second)()
 	need(t, "redis-server", "/usr/bin/redis-server")
 	exampleNodeTests(t, "bullmq-worker", "bullmq")
 }

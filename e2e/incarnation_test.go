@@ -116,7 +116,7 @@ func memoryReasons(t *testing.T, w contract.Worker) []contract.Reason {
 
 // TestIncarnationFreshFleet: issue 21's first case, and its counterpart.
 func TestIncarnationFreshFleet(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 75*time.Second)()
 	prefix := runPrefix + "inc-"
 	id := prefix + "1"
 	state := filepath.Join(t.TempDir(), "state")
@@ -217,7 +217,7 @@ func TestIncarnationFreshFleet(t *testing.T) {
 // TestIncarnationExit: a root killed, a root restarted by its supervisor,
 // a main loop blocked.
 func TestIncarnationExit(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 65*time.Second)() // its longest subtest
 	prefix := runPrefix + "exit-"
 	_, e := startIncarnationFleet(t, "inc-exit", prefix, 3)
 	killed, restarted, blocked := prefix+"1", prefix+"2", prefix+"3"
@@ -241,7 +241,7 @@ func TestIncarnationExit(t *testing.T) {
 	}
 
 	t.Run("SIGKILL", func(t *testing.T) {
-		t.Parallel()
+		defer parallel(t, 2*time.Second)()
 		pid := pidOf(t, e, killed)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -277,7 +277,7 @@ func TestIncarnationExit(t *testing.T) {
 	})
 
 	t.Run("supervisor restart", func(t *testing.T) {
-		t.Parallel()
+		defer parallel(t, 30*time.Second)()
 		old := pidOf(t, e, restarted)
 		if err := syscall.Kill(old, syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
@@ -302,7 +302,7 @@ func TestIncarnationExit(t *testing.T) {
 	})
 
 	t.Run("main loop blocked", func(t *testing.T) {
-		t.Parallel()
+		defer parallel(t, 65*time.Second)()
 		pid := pidOf(t, e, blocked)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)

@@ -117,7 +117,7 @@ func hostCPUs() int {
 //   - wide: no quota, 16 CPUs, main at 1 core: saturated (before, 1/16 of
 //     the CPUs times the host's 2 read as 0.125 cores).
 func TestJudgeCgroupCPUMax(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 12*time.Second)()
 	root := t.TempDir()
 	type pod struct {
 		name  string

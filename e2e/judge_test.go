@@ -162,7 +162,7 @@ func openfnConfig(t *testing.T) string {
 // documented samples), and the drift is exactly the runs whose claim never
 // reached the worker.
 func TestJudgeOpenFn(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 50*time.Second)()
 	// Faster than the preset: the main-role limit low enough for a leak of
 	// 15 MiB per run to cross within seconds, no tree limit (OpenFn's
 	// mapping has none; judge.yaml's would apply otherwise).
@@ -324,17 +324,17 @@ func roleOf(w contract.Worker, role string) contract.RoleMemory {
 // sends snapshots (the next snapshot). A drop-claims worker
 // in the snapshots fleet shows that real drift is still seen.
 func TestJudgeLostEvents(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 110*time.Second)() // its longest subtest
 	for _, tc := range []struct {
-		view, prefix string
-		bound        time.Duration
+		view, prefix    string
+		bound, expected time.Duration // expected: parallel's
 	}{
-		{contract.ViewEvents, "le-", boundHealEvents},
-		{contract.ViewClaimsOnly, "lc-", boundHealEvents},
-		{contract.ViewSnapshots, "ls-", boundHealSnapshots},
+		{contract.ViewEvents, "le-", boundHealEvents, 105 * time.Second},
+		{contract.ViewClaimsOnly, "lc-", boundHealEvents, 110 * time.Second},
+		{contract.ViewSnapshots, "ls-", boundHealSnapshots, 55 * time.Second},
 	} {
 		t.Run(tc.view, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, tc.expected)()
 			j := startJudge(t, "judge-lost-"+tc.view, tc.prefix, tc.view)
 			healthy := []string{tc.prefix + "1", tc.prefix + "2", tc.prefix + "3", tc.prefix + "4"}
 			drop := tc.prefix + "5"

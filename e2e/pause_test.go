@@ -24,7 +24,7 @@ import (
 )
 
 func TestCollectorPaused(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 85*time.Second)()
 	prefix := runPrefix + "pause-"
 	j, e := startIncarnationFleet(t, "pause", prefix, 2)
 	ids := []string{prefix + "1", prefix + "2"}

@@ -72,7 +72,7 @@ const bullBoundStalled = 2*time.Minute + 2*time.Second + 20*time.Second
 const bullRecentRuns = 100
 
 func TestPresetBullMQ(t *testing.T) {
-	t.Parallel() // each scenario its own Redis, collector, workers and ports
+	defer parallel(t, 125*time.Second)() // each scenario its own Redis, collector, workers and ports
 	collectorBinary(t)
 	scenarios := map[string]func(*testing.T, *bullScenario){
 		"limits":   bullLimits,
@@ -84,6 +84,12 @@ func TestPresetBullMQ(t *testing.T) {
 		"stalled":  bullStalled,
 		"stallcap": bullStallLimit,
 		"rerun":    bullRerun,
+	}
+	// About how long each takes, for parallel's order.
+	expected := map[string]time.Duration{
+		"stalled": 125 * time.Second, "limits": 110 * time.Second, "hang": 95 * time.Second,
+		"badinput": 90 * time.Second, "rerun": 80 * time.Second, "nowork": 40 * time.Second,
+		"resume": 35 * time.Second, "leak": 30 * time.Second, "stallcap": 20 * time.Second,
 	}
 	names := make([]string, 0, len(scenarios))
 	for n := range scenarios {
@@ -101,7 +107,7 @@ func TestPresetBullMQ(t *testing.T) {
 	for i, n := range names {
 		s := all[i]
 		t.Run(n, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, expected[n])()
 			s.begin(t, prom)
 			scenarios[n](t, s)
 			s.noCollectorErrors()

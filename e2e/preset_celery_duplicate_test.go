@@ -116,7 +116,7 @@ func logged(p *proc, s string) int {
 }
 
 func TestPresetCeleryDuplicate(t *testing.T) {
-	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
+	defer parallel(t, 95*time.Second)() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	r.prefix += "dup"
 	const q = "q-dup"

@@ -87,7 +87,7 @@ func startRabbitMQ(t *testing.T) string {
 }
 
 func TestPresetCeleryRabbitMQ(t *testing.T) {
-	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
+	defer parallel(t, 100*time.Second)() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	amqpURL := startRabbitMQ(t)
 	r.broker = amqpURL

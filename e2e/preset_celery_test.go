@@ -197,7 +197,7 @@ func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {
 }
 
 func TestPresetCelery(t *testing.T) {
-	t.Parallel() // its own broker, collector, hostnames and logs (newCeleryRun)
+	defer parallel(t, 215*time.Second)() // its own broker, collector, hostnames and logs (newCeleryRun)
 	r := newCeleryRun(t)
 	const qMain, qLeak, qBlock, qKill, qRecycle = "q-main", "q-leak", "q-block", "q-kill", "q-recycle"
 	r.startCollector([]string{qMain, qLeak, qBlock, qKill, qRecycle}, map[string]any{

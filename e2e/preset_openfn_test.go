@@ -59,17 +59,18 @@ const (
 )
 
 func TestPresetOpenFn(t *testing.T) {
-	t.Parallel() // each group its own collector, Lightning, workers and ports
+	defer parallel(t, 260*time.Second)() // each group its own collector, Lightning, workers and ports
 	collectorBinary(t)
 	groups := []struct {
-		name string
-		set  map[string]any // more of the preset's keys changed
-		run  func(*testing.T, *ofWorld)
+		name     string
+		set      map[string]any // more of the preset's keys changed
+		run      func(*testing.T, *ofWorld)
+		expected time.Duration // about how long it takes, for parallel's order
 	}{
-		{"verdicts", nil, ofVerdicts},
-		{"hang", ofStalledAfter, ofHang},
-		{"sigkill", nil, ofSigkill},
-		{"outage", nil, ofOutage},
+		{"verdicts", nil, ofVerdicts, 165 * time.Second},
+		{"hang", ofStalledAfter, ofHang, 90 * time.Second},
+		{"sigkill", nil, ofSigkill, 135 * time.Second},
+		{"outage", nil, ofOutage, 260 * time.Second},
 		// lost.after 20 s (8 s elsewhere): the worker with no telemetry is
 		// alive by its tree samples alone, and on a loaded machine one
 		// collector went 8 s without one (that worker shown lost, then
@@ -77,7 +78,7 @@ func TestPresetOpenFn(t *testing.T) {
 		{"badinput", map[string]any{
 			"processors::worker_health::identity::join_within": "10s",
 			"processors::worker_health::lost::after":           "20s",
-		}, ofBadInput},
+		}, ofBadInput, 85 * time.Second},
 	}
 	prom, targets := startPrometheus(t, "openfn")
 	backend := otlpSink(t)
@@ -85,7 +86,7 @@ func TestPresetOpenFn(t *testing.T) {
 		w := newOFWorld(t, g.name, targets)
 		w.c.exportTo = backend
 		t.Run(g.name, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, g.expected)()
 			w.begin(t, prom, g.set)
 			g.run(t, w)
 			for _, line := range w.c.errorLines() {
@@ -104,19 +105,19 @@ func ofVerdicts(t *testing.T, w *ofWorld) {
 	}
 	t.Run("scenarios", func(t *testing.T) {
 		t.Run("normal runs: healthy, roles and memory match /proc", func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, 50*time.Second)()
 			ofNormal(t, w, ids["normal"])
 		})
 		t.Run("runs over their memory and time limits, a job that throws", func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, 15*time.Second)()
 			ofLimits(t, w, ids["limits"])
 		})
 		t.Run("a main-process leak", func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, 30*time.Second)()
 			ofLeak(t, w, ids["leak"])
 		})
 		t.Run("claims that never start", func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t, 135*time.Second)()
 			ofNeverStarted(t, w, ids["drop"])
 		})
 	})

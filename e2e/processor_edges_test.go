@@ -64,7 +64,7 @@ func startBlackhole(t *testing.T) *blackhole {
 }
 
 func TestProcessorEdges(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 2*time.Second)()
 	bin := collectorBinary(t)
 	hole := startBlackhole(t)
 	health, otlpHTTP := freeport.Addr(t), freeport.Addr(t)
@@ -129,7 +129,7 @@ func TestProcessorEdges(t *testing.T) {
 // (issue 11: the Prometheus exporter's resource_to_telemetry_conversion
 // logged one at every start). Its listeners are moved to free ports.
 func TestDefaultConfigWithoutDeprecatedSettings(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 3*time.Second)()
 	bin := collectorBinary(t)
 	health := freeport.Addr(t)
 	col := start(t, "default-config-collector", []string{"WORKERWATCH_STATE_DIR=" + t.TempDir()}, bin,
@@ -187,7 +187,7 @@ func postJSON(u, body string) error {
 // inside bbolt (exit 2), random bytes refused to start ("file size too small
 // 4096", no path), the empty file started silently.
 func TestCorruptStateFile(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 7*time.Second)()
 	bin := collectorBinary(t)
 	for _, tc := range []struct {
 		name    string
@@ -300,7 +300,7 @@ func schedulerClaimJSON(worker, run string) string {
 // names in the middle of it is tracked although the table is full, and a
 // restart on the same state brings back the real workers only.
 func TestProcessorFloodBounds(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 15*time.Second)()
 	bin := collectorBinary(t)
 	state := t.TempDir()
 	health, otlp, prom := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)

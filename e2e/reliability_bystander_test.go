@@ -249,12 +249,11 @@ func withBystanders(run func() int) int {
 func TestReliabilityInstallerLeavesOthersAlone(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	defer parallel(t, 4*time.Second)()
 	for _, tool := range []string{"prometheus", "promtool", "wrk", "chromium", "node", "npm"} {
 		need(t, tool)
 	}
 	need(t, "jaeger", filepath.Join(cacheDir, "bin", "jaeger"))
-	telemetrygenBinary(t)
 	for _, lock := range mustGlob(t, filepath.Join(repoRoot, "examples", "*", "package-lock.json")) {
 		if _, err := os.Stat(filepath.Join(filepath.Dir(lock), "node_modules")); err != nil {
 			t.Skipf("%s not installed yet: the installer would install it", filepath.Dir(lock))

@@ -41,7 +41,7 @@ func collectorBinary(t testing.TB) string {
 }
 
 func telemetrygenBinary(t testing.TB) string {
-	return need(t, "telemetrygen", filepath.Join(cacheDir, "bin", "telemetrygen"))
+	return need(t, "telemetrygen", filepath.Join(binDir, "telemetrygen")) // make build
 }
 
 // backend is a second otelcol-workerwatch (testdata/reliability-backend.yaml):

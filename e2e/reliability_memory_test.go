@@ -25,7 +25,7 @@ import (
 //
 //	make build && go test -tags e2e -count=1 -v -run TestReliabilityMemoryTiers ./e2e/
 func TestReliabilityMemoryTiers(t *testing.T) {
-	t.Parallel()
+	defer parallel(t, 40*time.Second)()
 	bin := collectorBinary(t)
 	code := mappedSize(t, bin)
 	var configs []string

@@ -25,7 +25,7 @@ import (
 func TestReliabilityOutageAndRestart(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	defer parallel(t, 20*time.Second)()
 	bin := collectorBinary(t)
 	tmp := t.TempDir()
 	backendAddr := freeport.Addr(t)

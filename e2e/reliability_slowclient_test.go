@@ -57,7 +57,7 @@ func TestReliabilitySlowClients(t *testing.T) {
 		// and the OpenFn example beside it). `make slow-clients` runs it alone.
 		t.Skip("set WORKERWATCH_SLOW_CLIENTS=1 (make slow-clients): thousands of connections, run alone")
 	}
-	t.Parallel()
+	defer parallel(t, 60*time.Second)()
 	bin := collectorBinary(t)
 	conns := 500
 	if v, err := strconv.Atoi(os.Getenv("WORKERWATCH_SLOW_CONNS")); err == nil && v > 0 {

@@ -45,7 +45,7 @@ import (
 func TestReliabilitySoak(t *testing.T) {
 	// Independent of the other scenarios (own ports, directories, processes):
 	// runs beside them (docs/e2e.md, "Time").
-	t.Parallel()
+	defer parallel(t, 130*time.Second)()
 	bin := collectorBinary(t)
 	sim := need(t, "workersim", filepath.Join(binDir, "workersim"))
 	total := envMinutes("WORKERWATCH_SOAK_MINUTES", 2)

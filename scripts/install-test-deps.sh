@@ -11,8 +11,9 @@
 #     5.2.6 for the Celery preset's e2e and receiver tests) and rabbitmq-server
 #     (the celery receiver's AMQP transport; no service is left running)
 #   - Go tools built in scratch modules OUTSIDE this repository's go.mod,
-#     cached by version in $CACHE/bin: Jaeger v2 (e2e trace backend),
-#     telemetrygen (load)
+#     cached by version in $CACHE/bin: Jaeger v2 (e2e trace backend).
+#     (telemetrygen, the e2e suite's load, is a tool of the module, built by
+#     `make build` into bin/.)
 #   - the npm packages of every examples/*/ with a package-lock.json, once
 #     per lock file in $CACHE/npm, each example's node_modules a hard-linked
 #     copy of it
@@ -184,8 +185,7 @@ bg "Debian and npm packages" packages
 # its build is the longest on a fresh machine: 439 CPU-seconds against 622
 # (229 s against 330 s of wall time alone on 2 cores, its modules already
 # downloaded; docs/results/ci-runs.md, seventh stop).
-bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 github.com/jaegertracing/jaeger/cmd/jaeger 'all=-N -l'
-bg telemetrygen go_tool telemetrygen github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@v0.161.0 github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen
+bg jaeger go_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger@v1.75.0 github.com/jaegertracing/jaeger/cmd/jaeger 'all=-N -l'
 failed=()
 for i in "${!pids[@]}"; do
 	wait "${pids[$i]}" || failed+=("${names[$i]}")
