@@ -6,10 +6,13 @@
 # stage and leaves much of the CPU idle, while a fresh machine's other stages
 # are compiles that keep both cores busy (docs/results/ci-runs.md, fifth
 # stop). So:
-#   1. deps (Debian and npm packages, the Jaeger build) and build (the two
+#   1. deps (Debian and npm packages, the Jaeger build) and build (the
 #      binaries the tests run), side by side;
-#   2. e2e, and beside it the checks at the lowest CPU priority (nice 19:
-#      whenever a scenario's processes want a core they get it first): the
+#   2. e2e, and beside it the checks at nice 19 (which holds them back
+#      behind e2e only where the kernel does not group processes by session:
+#      with autogroup scheduling, on here, each setsid session below is a
+#      group of its own and gets an equal share whatever its nice value;
+#      docs/results/ci-runs.md, ninth stop): the
 #      lint and mdatagen builds, cross, fmt-check, lint (its govet runs
 #      every analyzer of `go vet`: `make vet` alone is not run), check-generate,
 #      then unit-build (the unit tests compiled with -race, not run);
