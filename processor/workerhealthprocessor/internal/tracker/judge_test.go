@@ -103,11 +103,6 @@ func TestFleetIdleWhilePending(t *testing.T) {
 	assert.Equal(t, int64(3), snap.Fleet.Pending)
 }
 
-// A pause of the collector's own (a VM paused, the process starved): the
-// first evaluation after it finds every worker silent for the whole gap,
-// though the workers' records only wait in the senders' queues. Silence
-// counts from the resume, as from a restore; the same silence witnessed by
-// evaluations on time is `lost` (and a missing claim `stalled`) as always.
 // TestStaleEvaluationIsNoPause: an evaluation whose time is older than the
 // last one's (two evaluations racing, one of which read the clock before it
 // waited for the lock) must not move the last evaluation back, or the next
@@ -137,6 +132,11 @@ func TestStaleEvaluationIsNoPause(t *testing.T) {
 	assert.Equal(t, contract.Lost, h.state("w1"), "the silence counts")
 }
 
+// A pause of the collector's own (a VM paused, the process starved): the
+// first evaluation after it finds every worker silent for the whole gap,
+// though the workers' records only wait in the senders' queues. Silence
+// counts from the resume, as from a restore; the same silence witnessed by
+// evaluations on time is `lost` (and a missing claim `stalled`) as always.
 func TestPauseIsNoSilence(t *testing.T) {
 	everySecond := func(c *testConfig) { c.EmitInterval = time.Second }
 	pending := func(h *harness) { h.metrics(pendingMetrics(5)) }
