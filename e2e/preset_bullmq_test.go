@@ -88,7 +88,7 @@ func TestPresetBullMQ(t *testing.T) {
 	// About how long each takes, for parallel's order.
 	expected := map[string]time.Duration{
 		"stalled": 125 * time.Second, "limits": 110 * time.Second, "hang": 95 * time.Second,
-		"badinput": 90 * time.Second, "rerun": 80 * time.Second, "nowork": 40 * time.Second,
+		"badinput": 90 * time.Second, "rerun": 45 * time.Second, "nowork": 40 * time.Second,
 		"resume": 35 * time.Second, "leak": 30 * time.Second, "stallcap": 20 * time.Second,
 	}
 	names := make([]string, 0, len(scenarios))
@@ -613,6 +613,12 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 // block stalls the job; with a 5 s lock, attempt 2 too missed its renewals
 // once when the suite loaded both cores (BullMQ then failed the job:
 // "job stalled more than allowable limit").
+// Attempt 1's child ends (12 s) while the main loop is still blocked (from
+// 1 s to 21 s), so its refused result is handled before attempt 2 starts.
+// With a job longer than the block (22 s, before), attempt 2 could start
+// within the second before attempt 1's child ended; attempt 1's end then
+// took job 1 off the worker's lock renewals ("Lock mismatch"), attempt 2
+// stalled too, and so on: 6 attempts, none completed in 2 minutes (run 58).
 func bullRerun(t *testing.T, s *bullScenario) {
 	s.set = map[string]any{"processors::worker_health::limits::recent_runs": bullRecentRuns}
 	s.startCollector()
@@ -622,7 +628,7 @@ func bullRerun(t *testing.T, s *bullScenario) {
 	// by rr-a; the one that completes the job is the one checked.
 	a := s.startWorker("rr-a", true, "LOCK_DURATION_MS=10000", "STALLED_INTERVAL_MS=5000", "CONCURRENCY=2", "MAX_STALLED_COUNT=10")
 	waitState(t, s.e, "rr-a", 60*time.Second, contract.Healthy)
-	job := s.add(1, `{"durationMs":22000,"hangWorker":"rr-a","hangMainMs":20000}`)[0]
+	job := s.add(1, `{"durationMs":12000,"hangWorker":"rr-a","hangMainMs":20000}`)[0]
 	waitLog(t, a, "blocking the main event loop for 20000 ms (job "+job+")", 60*time.Second)
 	c := s.redis()
 	ctx := context.Background()
