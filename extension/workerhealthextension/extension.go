@@ -210,8 +210,14 @@ func (wh *workerHealth) Changed(source *componentstatus.InstanceID, event *compo
 	wh.status.record(source, event)
 }
 
-// Ready implements extensioncapabilities.PipelineWatcher.
+// Ready implements extensioncapabilities.PipelineWatcher. The collector
+// calls it once every pipeline has started, so the processors' restored
+// state has been published by then; Publish only hands a snapshot over, and
+// the view is built in the background. Wait for it before /readyz says yes:
+// a scheduler that sends work at the first 200 must find the workers the
+// checkpoint brought back, not an empty fleet (a restart's 404s).
 func (wh *workerHealth) Ready() error {
+	wh.store.Flush()
 	wh.status.setPipelinesReady(true)
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/pipeline"
+
+	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/fleettest"
 )
 
 func TestLivezReadyz(t *testing.T) {
@@ -135,4 +137,26 @@ func TestReadyzShutdownAndZeroRecovery(t *testing.T) {
 	code, body = get(t, base+"/livez")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, `"status":"ok"`)
+}
+
+// TestReadyzServesTheRestoredFleet: the processors publish what their
+// checkpoint restored during Start, before the collector calls Ready, and
+// the view is built in the background. /readyz says 200 only once that view
+// is served, so a scheduler asking at the first 200 finds every restored
+// worker (a restart under load once answered an empty fleet: e2e
+// TestProcessorFloodBounds). The fleet is large enough that its index takes
+// far longer than the calls after Ready.
+func TestReadyzServesTheRestoredFleet(t *testing.T) {
+	wh := newTestExt(t)
+	base := startTestExt(t, wh)
+	const n = 20000
+	snap := fleettest.RealisticFleet(n, time.Now())
+	last := snap.Workers[n-1].ID
+	wh.Publish(snap)
+	require.NoError(t, wh.Ready())
+	assert.Len(t, wh.store.Load().ByID, n, "every restored worker is in the view when Ready returns")
+	code, _ := get(t, base+"/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	code, body := get(t, workerURL(base, last))
+	assert.Equal(t, http.StatusOK, code, body)
 }
