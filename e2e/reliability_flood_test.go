@@ -445,13 +445,34 @@ func (m *floodMonitor) phase(name string) {
 	m.mu.Unlock()
 }
 
-func (m *floodMonitor) stats() *phaseStats {
-	s := m.phases[m.current]
+func (m *floodMonitor) stats() *phaseStats { return m.statsOf(m.current) }
+
+func (m *floodMonitor) statsOf(phase string) *phaseStats {
+	s := m.phases[phase]
 	if s == nil {
 		s = &phaseStats{}
-		m.phases[m.current] = s
+		m.phases[phase] = s
 	}
 	return s
+}
+
+// answerPhase is the phase a health API request's answer counts in: the one
+// it was sent in, and none when it was sent or answered while the collector
+// was stopping or starting again ("stopping" lasts until the restarted one
+// is ready: a request sent before that may meet a collector that has not
+// restored its workers yet, and is no figure of the restart). The caller
+// holds mu.
+func (m *floodMonitor) answerPhase(sent string) (*phaseStats, bool) {
+	if sent == "stopping" || m.current == "stopping" {
+		return nil, false
+	}
+	return m.statsOf(sent), true
+}
+
+func (m *floodMonitor) currentPhase() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.current
 }
 
 func (m *floodMonitor) phaseStats(name string) phaseStats {
@@ -566,7 +587,7 @@ func (m *floodMonitor) sampleHealth() {
 		if i == livezAt {
 			m.sampleLivez()
 		}
-		t0 := time.Now()
+		sent, t0 := m.currentPhase(), time.Now()
 		resp, err := floodClient.Get("http://" + m.health + "/health/workers/" + id)
 		d := time.Since(t0)
 		code, state := 0, "no answer"
@@ -580,8 +601,7 @@ func (m *floodMonitor) sampleHealth() {
 			code, state = resp.StatusCode, w.State
 		}
 		m.mu.Lock()
-		s := m.stats()
-		if m.current != "stopping" {
+		if s, ok := m.answerPhase(sent); ok {
 			s.latencies = append(s.latencies, d)
 			switch {
 			case code == http.StatusNotFound:
@@ -602,7 +622,7 @@ func (m *floodMonitor) sampleHealth() {
 }
 
 func (m *floodMonitor) sampleLivez() {
-	t0 := time.Now()
+	sent, t0 := m.currentPhase(), time.Now()
 	resp, err := floodClient.Get("http://" + m.health + "/livez")
 	d := time.Since(t0)
 	if err == nil {
@@ -610,7 +630,7 @@ func (m *floodMonitor) sampleLivez() {
 		resp.Body.Close()
 	}
 	m.mu.Lock()
-	if s := m.stats(); m.current != "stopping" {
+	if s, ok := m.answerPhase(sent); ok {
 		s.livez = append(s.livez, d)
 	}
 	m.mu.Unlock()
