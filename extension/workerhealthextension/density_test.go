@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,10 @@ import (
 //	sparse       exporter-nh as a worker steady for 5 minutes is exported:
 //	             the state set's current state only, no drift gauge at 0
 //
-// WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those.
+// WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;
+// WORKERWATCH_DENSITY_HEAPPROFILE=DIR has each child write the Go heap's
+// profile, taken when its live heap is read, to DIR/CONFIG-N.heap (`go tool
+// pprof -sample_index=inuse_space -top`: what holds the memory).
 //
 //	WORKERWATCH_DENSITY=10000,100000 go test -count=1 -timeout 30m \
 //	    -run '^TestDensity$' -v ./extension/workerhealthextension/
@@ -410,6 +414,9 @@ func densityChild(t *testing.T, spec string) {
 		res.HeapBytes = min(res.HeapBytes, liveHeap())
 	}
 	res.HeapBytes -= baseHeap
+	if dir := os.Getenv("WORKERWATCH_DENSITY_HEAPPROFILE"); dir != "" {
+		writeHeapProfile(t, filepath.Join(dir, fmt.Sprintf("%s-%d.heap", config, n)))
+	}
 	debug.FreeOSMemory()
 	res.RSSBytes = vmStatus("VmRSS") - baseRSS
 	res.PeakBytes = vmStatus("VmHWM") - baseRSS
@@ -418,6 +425,17 @@ func densityChild(t *testing.T, spec string) {
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	fmt.Printf("DENSITY %s\n", js)
+}
+
+// writeHeapProfile writes the heap's profile after a GC, so that its in-use
+// figures are the live heap's.
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	runtime.GC()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, pprof.WriteHeapProfile(f))
 }
 
 // scrapeSize scrapes the exporter as Prometheus would (its shipped
