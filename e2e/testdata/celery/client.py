@@ -21,6 +21,15 @@ from tasks import app
 if os.environ['BROKER'].startswith('amqp'):
     app.conf.broker_transport_options = {**(app.conf.broker_transport_options or {}), 'confirm_publish': True}
 
+# This sender is the test's, not the user's: give it time to connect. Kombu
+# gives a publish's connection broker_connection_timeout (Celery's default 4 s)
+# in all, retries included, and RabbitMQ on a loaded 2-core machine can take
+# longer than that to answer the AMQP handshake: a brand-new machine's CI run
+# (docs/results/ci-runs.md, eleventh stop; load average 45, RabbitMQ 68 s to
+# listen) failed its send with "TimeoutError: timed out" in amqp's
+# connect. The workers are left with Celery's defaults, as a user's are.
+app.conf.broker_connection_timeout = 60
+
 
 def main():
     cmd = sys.argv[1]
