@@ -379,20 +379,35 @@ func waitIdle(t *testing.T, w *ofWorld, queue string) {
 func ofHang(t *testing.T, w *ofWorld) {
 	id := w.name + "-worker"
 	p := w.startWorker(t, id, "HANG_SECONDS=45")
-	w.waitFinal(t, w.enqueue(t, id, "ok", 3, nil, nil))
+	first := w.enqueue(t, id, "ok", 3, nil, nil)
+	w.waitFinal(t, first)
 	waitState(t, w.e, id, ofBoundVerdict, contract.Healthy)
 	// Blocked with free capacity: the collector must have the worker's
 	// run:complete records first. Lightning's runs are final as soon as
 	// the worker's socket says so; its OTLP records follow up to 0.5 s
 	// later (the SDK's batch), and a loop blocked before they leave keeps
 	// them: the collector then sees both runs still held, capacity 2 full,
-	// and rightly no stall (seen when the machine was loaded).
-	eventually(t, ofBoundVerdict, 250*time.Millisecond, id+" holds no run in the collector's view", func() error {
+	// and rightly no stall (seen when the machine was loaded). Holding no
+	// run is not enough: a view evaluated before the runs' first records
+	// arrived holds none either (CI run 72: the runs were claimed and
+	// ended within a second of the worker's start, the check passed on
+	// such a view, and the claims that arrived next filled the capacity
+	// for the whole hang). So the view must have seen each run end: an
+	// ended run is remembered, and its late records do not bring it back.
+	eventually(t, ofBoundVerdict, 250*time.Millisecond, id+" holds no run in the collector's view, its runs ended", func() error {
 		wk, err := worker(w.e, id)
-		if err == nil && (len(wk.Runs.Worker) > 0 || len(wk.Runs.Scheduler) > 0) {
-			err = fmt.Errorf("holds %v, Lightning %v", wk.Runs.Worker, wk.Runs.Scheduler)
+		if err != nil {
+			return err
 		}
-		return err
+		if len(wk.Runs.Worker) > 0 || len(wk.Runs.Scheduler) > 0 {
+			return fmt.Errorf("holds %v, Lightning %v", wk.Runs.Worker, wk.Runs.Scheduler)
+		}
+		for _, r := range first {
+			if !slices.ContainsFunc(wk.Runs.Recent, func(e contract.RunRecord) bool { return e.ID == r }) {
+				return fmt.Errorf("%s not ended in the view (recent %v)", r, wk.Runs.Recent)
+			}
+		}
+		return nil
 	})
 
 	sendSignal(t, p, syscall.SIGUSR2)
