@@ -389,11 +389,10 @@ func ofHang(t *testing.T, w *ofWorld) {
 	// them: the collector then sees both runs still held, capacity 2 full,
 	// and rightly no stall (seen when the machine was loaded). Holding no
 	// run is not enough: a view evaluated before the runs' first records
-	// arrived holds none either (CI run 72: the runs were claimed and
-	// ended within a second of the worker's start, the check passed on
-	// such a view, and the claims that arrived next filled the capacity
-	// for the whole hang). So the view must have seen each run end: an
-	// ended run is remembered, and its late records do not bring it back.
+	// arrived holds none either (the likeliest cause of CI run 72's failure,
+	// where the runs were claimed and ended within a second of the worker's
+	// start). So the view must have seen each run end: an ended run is
+	// remembered, and its late records do not bring it back.
 	eventually(t, ofBoundVerdict, 250*time.Millisecond, id+" holds no run in the collector's view, its runs ended", func() error {
 		wk, err := worker(w.e, id)
 		if err != nil {
