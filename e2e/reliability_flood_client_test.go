@@ -56,7 +56,10 @@ type floodStats struct {
 // WW_FLOOD_PASSES (default 1: every worker id once; 2 sends them all again,
 // with new run ids, as a sender keeping its ids alive would), WW_FLOOD_OUT
 // (the stats file), WW_FLOOD_PASS_GAP (a pause between passes, e.g. 15s:
-// ids seen again two evaluations later count as seen more than once).
+// ids seen again two evaluations later count as seen more than once),
+// WW_FLOOD_MIN_SECONDS (default 0: once the passes are sent and this long has
+// not passed yet, it goes on with new worker ids until it has; a flood that
+// ends within a probe's interval says nothing about the requests beside it).
 func floodMain() int {
 	env := func(k string, def int64) int64 {
 		if v, err := strconv.ParseInt(os.Getenv(k), 10, 64); err == nil && v > 0 {
@@ -69,6 +72,7 @@ func floodMain() int {
 	batch, inflight := env("WW_FLOOD_BATCH", 100), env("WW_FLOOD_INFLIGHT", 4)
 	passes := env("WW_FLOOD_PASSES", 1)
 	gap, _ := time.ParseDuration(os.Getenv("WW_FLOOD_PASS_GAP"))
+	minDur := time.Duration(env("WW_FLOOD_MIN_SECONDS", 0)) * time.Second
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flood:", err)
@@ -144,13 +148,19 @@ func floodMain() int {
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
 	var runSeq int64
-	for i := int64(0); i < passes*workers; i += batch {
+	planned := passes * workers
+	for i := int64(0); i < planned || time.Since(began) < minDur; i += batch {
 		first := i % workers
-		if first == 0 && i > 0 && gap > 0 {
+		if i < planned && first == 0 && i > 0 && gap > 0 {
 			wg.Wait()
 			time.Sleep(gap)
 		}
 		n := min(batch, workers-first)
+		if i >= planned {
+			// Past the planned passes and still short of WW_FLOOD_MIN_SECONDS:
+			// new ids, never sent before.
+			first, n = workers+i-planned, batch
+		}
 		ids := make([]string, n)
 		for i := range ids {
 			ids[i] = "flood-" + strconv.FormatInt(first+int64(i), 10)
