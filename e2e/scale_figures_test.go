@@ -21,7 +21,9 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +87,20 @@ func TestScaleFigures(t *testing.T) {
 	// (kept as tombstones for drift.tombstone_ttl) must not count.
 	one = startFigTier(t, bin, tmp, "mem1", 1)
 	three = startFigTier(t, bin, tmp, "mem3", 3)
+	// One shard with its metrics pushed instead of scraped
+	// (deploy/collector/remote-write.overlay.yaml), to a remote-write
+	// receiver in this test that reads and drops every request.
+	var rwRequests, rwBytes atomic.Int64
+	rwSink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		rwRequests.Add(1)
+		rwBytes.Add(n)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rwSink.Close()
+	rw := startFigTier(t, bin, tmp, "mem1rw", 1, "--config", deployConfig("remote-write.overlay.yaml"),
+		"--set=exporters::prometheus_remote_write::endpoint="+rwSink.URL+"/api/v1/write")
+	rw.name = "1 shard, remote write"
 
 	// Memory at 100,000 workers, and the API through the one address.
 	const fleet = 100000
@@ -96,7 +112,7 @@ func TestScaleFigures(t *testing.T) {
 	writeFile(t, ids, idList.String())
 	table.Reset()
 	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s %10s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB", "KiB/worker", "points/emission", "emissions/60s")
-	for _, tr := range []*figTier{one, three} {
+	for _, tr := range []*figTier{one, three, rw} {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
 		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
@@ -137,10 +153,11 @@ func TestScaleFigures(t *testing.T) {
 		table.WriteString(strings.Join(rows, ""))
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
+	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from %s", rwRequests.Load(), float64(rwBytes.Load())/1e6, rw.name)
 
 	table.Reset()
 	for r := 1; r <= 2; r++ {
-		for _, tr := range []*figTier{one, three} {
+		for _, tr := range []*figTier{one, three, rw} {
 			out, err := exec.Command(wrk, "-t2", "-c16", "-d15s", "--latency", "-s",
 				filepath.Join(repoRoot, "extension", "workerhealthextension", "testdata", "wrk", "random_ids.lua"),
 				tr.apis[0], "--", ids).CombinedOutput()
@@ -153,6 +170,7 @@ func TestScaleFigures(t *testing.T) {
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d:\n%s", fleet, table.String())
 	one.stop(&stops)
 	three.stop(&stops)
+	rw.stop(&stops)
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
 }
 

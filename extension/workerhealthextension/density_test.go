@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang/snappy"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
+	"github.com/prometheus/prometheus/prompb"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
@@ -71,6 +75,10 @@ import (
 //	exporter-nh  the same with history off
 //	sparse       exporter-nh as a worker steady for 5 minutes is exported:
 //	             the state set's current state only, no drift gauge at 0
+//	rw           history on, sparse, with the remote-write exporter of
+//	             deploy/collector/remote-write.overlay.yaml in place of
+//	             the Prometheus exporter, sending to a receiver in the test
+//	rw-nh        the same with history off
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;
 // WORKERWATCH_DENSITY_HEAPPROFILE=DIR has each child write the Go heap's
@@ -129,6 +137,11 @@ func TestDensity(t *testing.T) {
 		if _, ok := res["tracker"]; ok && len(res) >= len(densityConfigs) {
 			t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
 		}
+		if a, b, c := res["sparse"], res["rw-nh"], res["rw"]; a.Workers > 0 && b.Workers > 0 && c.Workers > 0 {
+			t.Logf("RESULT remote write at %d workers: live heap %.2f -> %.2f KiB per worker history off (%.2fx), %.2f history on; RSS %.2f -> %.2f KiB off, %.2f on; %.1f series per worker received",
+				n, a.HeapBytes/float64(n)/1024, b.HeapBytes/float64(n)/1024, a.HeapBytes/b.HeapBytes, c.HeapBytes/float64(n)/1024,
+				a.RSSBytes/float64(n)/1024, b.RSSBytes/float64(n)/1024, c.RSSBytes/float64(n)/1024, float64(b.PageSeries)/float64(n))
+		}
 		if a, b := res["exporter-nh"], res["sparse"]; a.Workers > 0 && b.Workers > 0 {
 			t.Logf("RESULT export shape at %d workers, history off: live heap %.2f -> %.2f KiB per worker (%.2fx), page %.1f -> %.1f MB, %.1f -> %.1f series per worker",
 				n, a.HeapBytes/float64(n)/1024, b.HeapBytes/float64(n)/1024, a.HeapBytes/b.HeapBytes,
@@ -137,7 +150,7 @@ func TestDensity(t *testing.T) {
 	}
 }
 
-var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh", "sparse"}
+var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh", "sparse", "rw", "rw-nh"}
 
 // densityResult is what a child reports: live heap after GC and RSS above
 // the child's own base, and what the exporter's page holds.
@@ -192,11 +205,23 @@ func densityTable(n int, r map[string]densityResult) string {
 	row("pass-through + exporter series", h, s)
 	row("total, history on", r["exporter"].HeapBytes, r["exporter"].RSSBytes)
 	row("total, history off", r["exporter-nh"].HeapBytes, r["exporter-nh"].RSSBytes)
+	if _, ok := r["rw"]; ok {
+		h, s = d("rw", "history")
+		row("pass-through + remote write", h, s)
+		row("total, remote write, history on", r["rw"].HeapBytes, r["rw"].RSSBytes)
+		row("total, remote write, history off", r["rw-nh"].HeapBytes, r["rw-nh"].RSSBytes)
+	}
 	fmt.Fprintf(&b, "  peak RSS above base, history on: %.1f MiB (%.2f KiB per worker); off: %.1f MiB\n",
 		r["exporter"].PeakBytes/(1<<20), r["exporter"].PeakBytes/float64(n)/1024, r["exporter-nh"].PeakBytes/(1<<20))
 	ex := r["exporter"]
 	fmt.Fprintf(&b, "  exporter page: %.1f MB, %d series (%.1f per worker)\n",
 		float64(ex.PageBytes)/1e6, ex.PageSeries, float64(ex.PageSeries)/float64(n))
+	if rw, ok := r["rw"]; ok {
+		fmt.Fprintf(&b, "  peak RSS above base, remote write, history on: %.1f MiB; off: %.1f MiB\n",
+			rw.PeakBytes/(1<<20), r["rw-nh"].PeakBytes/(1<<20))
+		fmt.Fprintf(&b, "  remote write, the largest evaluation: %.1f MB compressed, %d series (%.1f per worker; the agent's tree metrics are sent apart)\n",
+			float64(rw.PageBytes)/1e6, rw.PageSeries, float64(rw.PageSeries)/float64(n))
+	}
 	return b.String()
 }
 
@@ -321,7 +346,8 @@ func densityChild(t *testing.T, spec string) {
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
-	fullHistory := config == "history" || config == "exporter"
+	remoteWrite := strings.HasPrefix(config, "rw")
+	fullHistory := config == "history" || config == "exporter" || config == "rw"
 
 	exts := map[component.ID]component.Component{}
 	sub := &densitySub{}
@@ -366,6 +392,23 @@ func densityChild(t *testing.T, spec string) {
 		if config == "sparse" {
 			metricsNext = sparseStates{next: exp}
 		}
+	}
+	var rw *remoteWriteSink
+	if remoteWrite {
+		rw = newRemoteWriteSink(t, n)
+		ef := prometheusremotewriteexporter.NewFactory()
+		eCfg := ef.CreateDefaultConfig()
+		eConf, err := confmaptest.LoadConf(filepath.Join("..", "..", "deploy", "collector", "remote-write.overlay.yaml"))
+		require.NoError(t, err)
+		eConf, err = eConf.Sub("exporters::prometheus_remote_write")
+		require.NoError(t, err)
+		require.NoError(t, eConf.Merge(confmap.NewFromStringMap(map[string]any{"endpoint": rw.srv.URL})))
+		require.NoError(t, eConf.Unmarshal(eCfg))
+		exp, err := ef.CreateMetrics(ctx, exportertest.NewNopSettings(ef.Type()), eCfg)
+		require.NoError(t, err)
+		require.NoError(t, exp.Start(ctx, host))
+		defer func() { require.NoError(t, exp.Shutdown(ctx)) }()
+		metricsNext = sparseStates{next: exp}
 	}
 
 	pf := workerhealthprocessor.NewFactory()
@@ -421,6 +464,14 @@ func densityChild(t *testing.T, spec string) {
 		// Wait for an emission after the last round, then scrape as Prometheus does.
 		time.Sleep(2 * pCfg.EmitInterval)
 		res.PageBytes, res.PageSeries = scrapeSize(t, "http://"+promAddr+"/metrics")
+	}
+	if rw != nil {
+		// Every worker's state series received (all were sent at the
+		// evaluation that first judged them); the page figures are the
+		// largest evaluation's requests.
+		require.Eventually(t, rw.allWorkers, 2*time.Minute, 50*time.Millisecond, "remote write: a state series of every worker received")
+		time.Sleep(2 * pCfg.EmitInterval)
+		res.PageBytes, res.PageSeries = rw.largest()
 	}
 	// The least of a few readings: an evaluation, its emission or its
 	// checkpoint in flight holds buffers that are not per-worker state.
@@ -557,4 +608,90 @@ func densityTree(md pmetric.Metrics, id string, now pcommon.Timestamp, i int) {
 	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
 	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
 	gauge(contract.MetricPresent, "1").SetIntValue(1)
+}
+
+// remoteWriteSink is the remote-write receiver of the rw configurations:
+// it decodes each request (snappy, then the WriteRequest) and marks the
+// workers whose state series arrived (a bitmap: nothing per series is kept,
+// so the child's heap is the collector's). largest is the bytes and series
+// of the largest evaluation sent (requests grouped by their samples' newest
+// timestamp; the first evaluations send every worker, later ones only what
+// changed or is due again).
+type remoteWriteSink struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	seen []bool
+	left int
+	// bytes and series by the requests' newest sample time (ms)
+	bytes, series map[int64]int
+}
+
+func newRemoteWriteSink(t *testing.T, n int) *remoteWriteSink {
+	t.Helper()
+	s := &remoteWriteSink{seen: make([]bool, n), left: n, bytes: map[int64]int{}, series: map[int64]int{}}
+	stateName := "workerwatch_worker_state_ratio"
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body, err := snappy.Decode(nil, raw)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req prompb.WriteRequest
+		if err := req.Unmarshal(body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var ts int64
+		for _, series := range req.Timeseries {
+			var name, id string
+			for _, l := range series.Labels {
+				switch l.Name {
+				case "__name__":
+					name = l.Value
+				case "cicd_worker_id":
+					id = l.Value
+				}
+			}
+			if len(series.Samples) > 0 {
+				ts = max(ts, series.Samples[0].Timestamp)
+			}
+			if name != stateName {
+				continue
+			}
+			if i, err := strconv.Atoi(strings.TrimPrefix(id, "density-worker-")); err == nil && i < len(s.seen) && !s.seen[i] {
+				s.seen[i] = true
+				s.left--
+			}
+		}
+		s.bytes[ts] += len(raw)
+		s.series[ts] += len(req.Timeseries)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *remoteWriteSink) allWorkers() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.left == 0
+}
+
+func (s *remoteWriteSink) largest() (int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b, n int
+	for ts, k := range s.series {
+		if k > n {
+			b, n = s.bytes[ts], k
+		}
+	}
+	return b, n
 }

@@ -1,0 +1,214 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/freeport"
+)
+
+// TestGatewayRemoteWrite (issue 24): a gateway shard as shipped
+// (gateway-static.yaml, one member) with deploy/collector/remote-write.overlay.yaml,
+// pushing its metrics to a real Prometheus started with
+// --web.enable-remote-write-receiver and loading the shipped alert rules;
+// an agent as shipped (agent-sharded-static.yaml) watching a simulated
+// fleet's real process trees in front of it. With the processor's timings
+// of the scale test (scale-gateway.overlay.yaml: emit every second).
+//
+//   - every worker's state in Prometheus, asked as the shipped alert rules
+//     ask it, is the health API's, and the agent's tree metrics arrive on the
+//     worker (`workerwatch_worker_present_ratio`);
+//   - the leak worker turns unhealthy and the shipped WorkerUnhealthy alert
+//     is pending or firing for it;
+//   - restarted, it is healthy again and Prometheus says so at once: the
+//     state it left reads 0, not a 1 left standing until Prometheus's
+//     lookback ends (remote write has no scrape that drops a series);
+//   - the shard's own telemetry is scraped (`up` for CollectorDown);
+//   - the gateway logs no error (Prometheus refusing a sample, out of order
+//     or otherwise, is one).
+func TestGatewayRemoteWrite(t *testing.T) {
+	defer parallel(t, 10*time.Second)()
+	bin := collectorBinary(t)
+	simBin := need(t, "workersim", filepath.Join(binDir, "workersim"))
+	promBin := need(t, "prometheus", "/usr/bin/prometheus")
+	tmp := t.TempDir()
+	prefix := runPrefix + "rw-"
+	e := env{pidDir: filepath.Join(tmp, "pids")}
+
+	// Prometheus: remote write in, the shipped rules, and a scrape of the
+	// shard's own telemetry only.
+	promWeb, gwOTLP, gwAPI, gwTel := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
+	e.prom, e.health = "http://"+promWeb, "http://"+gwAPI
+	promCfg := filepath.Join(tmp, "prometheus.yml")
+	writeFile(t, promCfg, fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: workerwatch-gateway
+    static_configs:
+      - targets: ["127.0.0.1:%d"]
+`, filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml"), gwTel))
+	prom := start(t, "rw-prometheus", nil, promBin, "--config.file="+promCfg, "--web.enable-remote-write-receiver",
+		"--storage.tsdb.path="+filepath.Join(tmp, "prom"), "--web.listen-address="+promWeb)
+	waitListening(t, prom, promWeb)
+
+	gw := start(t, "rw-gateway", []string{
+		"WORKERWATCH_SELF=" + gwOTLP, "WORKERWATCH_OTLP_GRPC=" + gwOTLP, "WORKERWATCH_API=" + gwAPI,
+		"WORKERWATCH_REMOTE_WRITE=" + e.prom + "/api/v1/write",
+		"WORKERWATCH_TELEMETRY_HOST=127.0.0.1", "WORKERWATCH_TELEMETRY_PORT=" + strconv.Itoa(gwTel),
+		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "gw"), "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
+	}, bin, "--config", deployConfig("gateway-static.yaml"), "--config", deployConfig("remote-write.overlay.yaml"),
+		"--config", e2eConfig("scale-gateway.overlay.yaml"), "--config", e2eConfig("scale-single.overlay.yaml"))
+	waitReady(t, gw, gwAPI)
+
+	// The agent: this run's workers' trees every second, everything to the shard.
+	agentOverlay := filepath.Join(tmp, "agent.yaml")
+	writeFile(t, agentOverlay, fmt.Sprintf(`receivers:
+  worker_process:
+    collection_interval: 1s
+    discovery_interval: 2s
+    workers:
+      - selector:
+          cmdline: 'workersim worker --id (?P<id>%s\S*)( |$)'
+        name: "{env:WORKER_NAME}"
+        roles:
+          - name: run
+            cmdline: 'workersim run-child'
+processors:
+  batch:
+    timeout: 500ms
+exporters:
+  load_balancing:
+    resolver:
+      static:
+        hostnames: [%q]
+`, regexp.QuoteMeta(prefix), gwOTLP))
+	agentHTTP, agentAPI := freeport.Addr(t), freeport.Addr(t)
+	agent := start(t, "rw-agent", []string{
+		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + agentHTTP, "WORKERWATCH_API=" + agentAPI,
+		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "agent"), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)), "K8S_NODE_NAME=rw-agent",
+	}, bin, "--config", deployConfig("agent-sharded-static.yaml"), "--config", agentOverlay)
+	waitReady(t, agent, agentAPI)
+
+	leak, ids := prefix+"1", []string{prefix + "1", prefix + "2", prefix + "3"}
+	started := time.Now()
+	fleet := start(t, "rw-fleet", nil, simBin, "fleet", "--workers", "3", "--faults", "leak,none,none", "--id-prefix", prefix,
+		"--seed", "24", "--otlp-endpoint", agentHTTP, "--pid-dir", e.pidDir,
+		"--run-rate", "3", "--leak-bytes", "40MiB", "--run-timeout", "60s",
+		"--export-interval", "1s", "--heartbeat-interval", "1s", "--poll-interval", "500ms")
+	defer fleet.stop(t)
+
+	// stateIs: the worker's state as the shipped rules ask it (== 1), and
+	// no other state at 1.
+	stateIs := func(id string, want contract.State) error {
+		res, err := promQuery(e.prom, fmt.Sprintf(`max by (workerwatch_worker_state) (workerwatch_worker_state_ratio{cicd_worker_id=%q}) == 1`, id))
+		if err != nil {
+			return err
+		}
+		var at1 []string
+		for _, s := range res {
+			at1 = append(at1, s.Metric["workerwatch_worker_state"])
+		}
+		if len(at1) != 1 || at1[0] != string(want) {
+			return fmt.Errorf("%s: states at 1 in Prometheus %v, the health API says %s", id, at1, want)
+		}
+		return nil
+	}
+
+	t.Run("every worker's state in Prometheus is the health API's, and its tree arrives", func(t *testing.T) {
+		eventually(t, 90*time.Second, time.Second, "the fleet's states in Prometheus", func() error {
+			for _, id := range ids {
+				w, err := worker(e, id)
+				if err != nil {
+					return err
+				}
+				if err := stateIs(id, w.State); err != nil {
+					return err
+				}
+				if v, ok, err := promValue(e.prom, fmt.Sprintf(`workerwatch_worker_present_ratio{cicd_worker_id=%q}`, id)); err != nil || !ok || v != 1 {
+					return fmt.Errorf("%s: workerwatch_worker_present_ratio %g %v %v", id, v, ok, err)
+				}
+			}
+			return nil
+		})
+		t.Logf("e2e: the fleet's states and trees in Prometheus %.1fs after the fleet started", time.Since(started).Seconds())
+	})
+
+	t.Run("the leak worker turns unhealthy and the shipped alert fires for it", func(t *testing.T) {
+		waitState(t, e, leak, 120*time.Second-time.Since(started), contract.Unhealthy)
+		eventually(t, 30*time.Second, time.Second, "unhealthy in Prometheus", func() error { return stateIs(leak, contract.Unhealthy) })
+		eventually(t, 30*time.Second, time.Second, "WorkerUnhealthy for "+leak, func() error {
+			return alertActive(e.prom, "WorkerUnhealthy", leak)
+		})
+	})
+
+	t.Run("restarted, it is healthy in Prometheus at once: the state it left reads 0", func(t *testing.T) {
+		old := pidOf(t, e, leak)
+		if err := syscall.Kill(old, syscall.SIGUSR1); err != nil { // exits 75, the fleet starts it again
+			t.Fatal(err)
+		}
+		restarted := time.Now()
+		waitState(t, e, leak, 60*time.Second, contract.Healthy)
+		eventually(t, 30*time.Second, time.Second, leak+" healthy in Prometheus", func() error {
+			if err := stateIs(leak, contract.Healthy); err != nil {
+				return err
+			}
+			v, ok, err := promValue(e.prom, fmt.Sprintf(`workerwatch_worker_state_ratio{cicd_worker_id=%q,workerwatch_worker_state="unhealthy"}`, leak))
+			if err == nil && (!ok || v != 0) {
+				err = fmt.Errorf("unhealthy reads %g (present %v), want 0", v, ok)
+			}
+			return err
+		})
+		t.Logf("e2e: %s healthy in Prometheus %.1fs after its restart", leak, time.Since(restarted).Seconds())
+	})
+
+	t.Run("the shard's own telemetry is scraped", func(t *testing.T) {
+		promEqualsWithin(t, e.prom, `up{job="workerwatch-gateway"}`, 1, 30*time.Second)
+	})
+
+	t.Run("the gateway logged no error", func(t *testing.T) {
+		for _, line := range errorLines(gw.log) {
+			t.Errorf("gateway logged an error: %.400s", line)
+		}
+		// Prometheus logs (logfmt) a remote-write request it refused.
+		b, _ := os.ReadFile(prom.log)
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if strings.Contains(l, "level=error") && (strings.Contains(l, "remote") || strings.Contains(l, "out of order")) {
+				t.Errorf("Prometheus: %.400s", l)
+			}
+		}
+	})
+}
+
+// alertActive reports whether the alert is pending or firing for the worker.
+func alertActive(prom, name, id string) error {
+	var out struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if _, err := getJSON(prom+"/api/v1/alerts", &out); err != nil {
+		return err
+	}
+	for _, a := range out.Data.Alerts {
+		if a.Labels["alertname"] == name && a.Labels["cicd_worker_id"] == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not pending or firing for %s among %d alerts", name, id, len(out.Data.Alerts))
+}
