@@ -60,8 +60,8 @@ func TestScaleFigures(t *testing.T) {
 	bin := collectorBinary(t)
 	wrk := need(t, "wrk", "/usr/bin/wrk")
 	tmp := t.TempDir()
-	one := startFigTier(t, bin, tmp, "fig1", 1)
-	three := startFigTier(t, bin, tmp, "fig3", 3)
+	one := startFigTier(t, bin, tmp, "fig1", 1, nil)
+	three := startFigTier(t, bin, tmp, "fig3", 3, nil)
 	var stops strings.Builder
 
 	// Throughput: rounds alternate so that both see the same machine.
@@ -85,8 +85,8 @@ func TestScaleFigures(t *testing.T) {
 
 	// Fresh tiers for memory and the API: the throughput rounds' ended runs
 	// (kept as tombstones for drift.tombstone_ttl) must not count.
-	one = startFigTier(t, bin, tmp, "mem1", 1)
-	three = startFigTier(t, bin, tmp, "mem3", 3)
+	one = startFigTier(t, bin, tmp, "mem1", 1, nil)
+	three = startFigTier(t, bin, tmp, "mem3", 3, nil)
 	// One shard with its metrics pushed instead of scraped
 	// (deploy/collector/remote-write.overlay.yaml), to a remote-write
 	// receiver in this test that reads and drops every request.
@@ -98,9 +98,28 @@ func TestScaleFigures(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer rwSink.Close()
-	rw := startFigTier(t, bin, tmp, "mem1rw", 1, "--config", deployConfig("remote-write.overlay.yaml"),
-		"--set=exporters::prometheus_remote_write::endpoint="+rwSink.URL+"/api/v1/write")
-	rw.name = "1 shard, remote write"
+	// Sized as a 1 GiB pod would be (docs/deployment.md, "Memory each shape
+	// needs": the memory_limiter's limit, GOMEMLIMIT at 70 % of it).
+	rwEnv := []string{"GOMEMLIMIT=716MiB"}
+	rwArgs := []string{"--config", deployConfig("remote-write.overlay.yaml"),
+		"--set=exporters::prometheus_remote_write::endpoint=" + rwSink.URL + "/api/v1/write",
+		"--set=processors::memory_limiter::limit_mib=1024", "--set=processors::memory_limiter::spike_limit_mib=256"}
+	// WORKERWATCH_SCALE_RW_RESEND=0s: every worker's series sent at every
+	// evaluation (resend_interval), the largest emission there is.
+	// WORKERWATCH_SCALE_RW_BASE=<a collector binary>: the same shard from
+	// that binary too, side by side (a change measured against the
+	// revision before it).
+	if v := os.Getenv("WORKERWATCH_SCALE_RW_RESEND"); v != "" {
+		rwArgs = append(rwArgs, "--set=processors::worker_health::resend_interval="+v)
+	}
+	rw := startFigTier(t, bin, tmp, "mem1rw", 1, rwEnv, rwArgs...)
+	rw.name = "1 shard, remote write, 1 GiB"
+	tiers := []*figTier{one, three, rw}
+	if base := os.Getenv("WORKERWATCH_SCALE_RW_BASE"); base != "" {
+		b := startFigTier(t, base, tmp, "mem1rwbase", 1, rwEnv, rwArgs...)
+		b.name = "the same, base binary"
+		tiers = append(tiers, b)
+	}
 
 	// Memory at 100,000 workers, and the API through the one address.
 	const fleet = 100000
@@ -111,13 +130,14 @@ func TestScaleFigures(t *testing.T) {
 	}
 	writeFile(t, ids, idList.String())
 	table.Reset()
-	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %10s %10s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "heap MiB", "KiB/worker", "points/emission", "emissions/60s")
-	for _, tr := range []*figTier{one, three, rw} {
+	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %12s %10s %10s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points/emission", "emissions/60s")
+	for _, tr := range tiers {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
 		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
 		// is live: heap_alloc includes garbage until the next GC), the
-		// RSS's highest, and the processor's emitted points, which step
+		// RSS's highest and its last (the runtime returns what the load
+		// left freed gradually), and the processor's emitted points, which step
 		// by one emission each time the next consumer (Prometheus's
 		// exporter) has taken it: how many emissions of emit_interval
 		// (10 s) it keeps up with.
@@ -127,11 +147,11 @@ func TestScaleFigures(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var n, heap, rss, last, size float64
+				var n, heap, rss, rssEnd, last, size float64
 				steps := 0
 				for range 60 {
 					u, _ := readProcUsage(p.cmd.Process.Pid)
-					rss = max(rss, float64(u.rss))
+					rss, rssEnd = max(rss, float64(u.rss)), float64(u.rss)
 					if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
 						n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
 						if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
@@ -146,18 +166,18 @@ func TestScaleFigures(t *testing.T) {
 					}
 					time.Sleep(time.Second)
 				}
-				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
+				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
 			}()
 		}
 		wg.Wait()
 		table.WriteString(strings.Join(rows, ""))
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
-	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from %s", rwRequests.Load(), float64(rwBytes.Load())/1e6, rw.name)
+	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the remote-write shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
 
 	table.Reset()
 	for r := 1; r <= 2; r++ {
-		for _, tr := range []*figTier{one, three, rw} {
+		for _, tr := range tiers {
 			out, err := exec.Command(wrk, "-t2", "-c16", "-d15s", "--latency", "-s",
 				filepath.Join(repoRoot, "extension", "workerhealthextension", "testdata", "wrk", "random_ids.lua"),
 				tr.apis[0], "--", ids).CombinedOutput()
@@ -168,9 +188,9 @@ func TestScaleFigures(t *testing.T) {
 		}
 	}
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d:\n%s", fleet, table.String())
-	one.stop(&stops)
-	three.stop(&stops)
-	rw.stop(&stops)
+	for _, tr := range tiers {
+		tr.stop(&stops)
+	}
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
 }
 
@@ -192,8 +212,9 @@ func (tr *figTier) stop(out *strings.Builder) {
 }
 
 // startFigTier starts an agent and n shards on loopback, static members;
-// extra are more arguments for the shards (another --config).
-func startFigTier(t *testing.T, bin, tmp, name string, n int, extra ...string) *figTier {
+// env is more environment for the shards, extra more arguments (another
+// --config).
+func startFigTier(t *testing.T, bin, tmp, name string, n int, env []string, extra ...string) *figTier {
 	tr := &figTier{name: fmt.Sprintf("%d shard", n)}
 	if n > 1 {
 		tr.name += "s"
@@ -237,11 +258,11 @@ service:
 `, strings.Join(members, ", ")))
 	for i, m := range ms {
 		pname := fmt.Sprintf("%s-shard-%d", name, i+1)
-		p := start(t, pname, []string{
+		p := start(t, pname, append([]string{
 			"WORKERWATCH_SELF=" + m.otlp, "WORKERWATCH_OTLP_GRPC=" + m.otlp, "WORKERWATCH_API=" + m.api,
 			"WORKERWATCH_PROMETHEUS=" + freeport.Addr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
 			"WORKERWATCH_TELEMETRY_PORT=" + m.tel, "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
-		}, bin, append([]string{"--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay}, extra...)...)
+		}, env...), bin, append([]string{"--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay}, extra...)...)
 		tr.shards = append(tr.shards, p)
 		tr.apis = append(tr.apis, "http://"+m.api)
 		tr.tels = append(tr.tels, "http://127.0.0.1:"+m.tel)

@@ -33,7 +33,7 @@ func TestScaleShardShutdown(t *testing.T) {
 		writeFile(t, f, "service:\n  pipelines:\n    metrics:\n      processors: [memory_limiter, worker_health, batch]\n")
 		extra = []string{"--config", f}
 	}
-	tr := startFigTier(t, bin, tmp, "shutdown", 1, extra...)
+	tr := startFigTier(t, bin, tmp, "shutdown", 1, nil, extra...)
 	tr.load(t, n)
 	time.Sleep(25 * time.Second) // two evaluations with every worker
 	tr.agent.stop(t)

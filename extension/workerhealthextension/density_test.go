@@ -159,6 +159,7 @@ type densityResult struct {
 	Workers    int     `json:"workers"`
 	HeapBytes  float64 `json:"heap_bytes"`
 	RSSBytes   float64 `json:"rss_bytes"`
+	AnonBytes  float64 `json:"anon_bytes"` // of RSSBytes, anonymous memory (the rest: file pages, the checkpoint's mapped file among them)
 	PeakBytes  float64 `json:"peak_bytes"`
 	PageBytes  int     `json:"page_bytes"`
 	PageSeries int     `json:"page_series"`
@@ -189,27 +190,23 @@ func runDensityChild(t *testing.T, config string, n int) densityResult {
 func densityTable(n int, r map[string]densityResult) string {
 	per := func(v float64) string { return fmt.Sprintf("%8.2f", v/float64(n)/1024) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %-34s %12s %12s\n", "KiB per worker", "live heap", "RSS")
-	row := func(name string, heap, rss float64) {
-		fmt.Fprintf(&b, "  %-34s %12s %12s\n", name, per(heap), per(rss))
+	fmt.Fprintf(&b, "  %-34s %12s %12s %12s\n", "KiB per worker", "live heap", "RSS", "anon. RSS")
+	row := func(name string, c densityResult) {
+		fmt.Fprintf(&b, "  %-34s %12s %12s %12s\n", name, per(c.HeapBytes), per(c.RSSBytes), per(c.AnonBytes))
 	}
-	d := func(a, c string) (float64, float64) {
-		return r[a].HeapBytes - r[c].HeapBytes, r[a].RSSBytes - r[c].RSSBytes
+	d := func(a, c string) densityResult {
+		return densityResult{HeapBytes: r[a].HeapBytes - r[c].HeapBytes, RSSBytes: r[a].RSSBytes - r[c].RSSBytes, AnonBytes: r[a].AnonBytes - r[c].AnonBytes}
 	}
-	row("tracker (processor, checkpoint)", r["tracker"].HeapBytes, r["tracker"].RSSBytes)
-	h, s := d("view", "tracker")
-	row("extension view", h, s)
-	h, s = d("history", "view")
-	row("history (30 min at 10 s, full)", h, s)
-	h, s = d("exporter", "history")
-	row("pass-through + exporter series", h, s)
-	row("total, history on", r["exporter"].HeapBytes, r["exporter"].RSSBytes)
-	row("total, history off", r["exporter-nh"].HeapBytes, r["exporter-nh"].RSSBytes)
+	row("tracker (processor, checkpoint)", r["tracker"])
+	row("extension view", d("view", "tracker"))
+	row("history (30 min at 10 s, full)", d("history", "view"))
+	row("pass-through + exporter series", d("exporter", "history"))
+	row("total, history on", r["exporter"])
+	row("total, history off", r["exporter-nh"])
 	if _, ok := r["rw"]; ok {
-		h, s = d("rw", "history")
-		row("pass-through + remote write", h, s)
-		row("total, remote write, history on", r["rw"].HeapBytes, r["rw"].RSSBytes)
-		row("total, remote write, history off", r["rw-nh"].HeapBytes, r["rw-nh"].RSSBytes)
+		row("pass-through + remote write", d("rw", "history"))
+		row("total, remote write, history on", r["rw"])
+		row("total, remote write, history off", r["rw-nh"])
 	}
 	fmt.Fprintf(&b, "  peak RSS above base, history on: %.1f MiB (%.2f KiB per worker); off: %.1f MiB\n",
 		r["exporter"].PeakBytes/(1<<20), r["exporter"].PeakBytes/float64(n)/1024, r["exporter-nh"].PeakBytes/(1<<20))
@@ -342,7 +339,7 @@ func densityChild(t *testing.T, spec string) {
 	ctx := context.Background()
 	began := time.Now()
 	debug.FreeOSMemory()
-	baseHeap, baseRSS := liveHeap(), vmStatus("VmRSS")
+	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
@@ -486,6 +483,7 @@ func densityChild(t *testing.T, spec string) {
 	}
 	debug.FreeOSMemory()
 	res.RSSBytes = vmStatus("VmRSS") - baseRSS
+	res.AnonBytes = vmStatus("RssAnon") - baseAnon
 	res.PeakBytes = vmStatus("VmHWM") - baseRSS
 	res.Seconds = time.Since(began).Seconds()
 	js, err := json.Marshal(res)

@@ -375,3 +375,35 @@ func workersOf(md pmetric.Metrics) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// An emission goes downstream in pieces of at most emitChunk workers, in
+// order, every resource once.
+func TestEmissionInPieces(t *testing.T) {
+	md := pmetric.NewMetrics()
+	const n = 2*emitChunk + 1
+	for i := range n {
+		rm := md.ResourceMetrics().AppendEmpty()
+		rm.Resource().Attributes().PutInt("i", int64(i))
+		rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(int64(i))
+	}
+	pieces := splitResources(md, emitChunk)
+	require.Len(t, pieces, 3)
+	next := 0
+	for k, piece := range pieces {
+		want := emitChunk
+		if k == 2 {
+			want = 1
+		}
+		require.Equal(t, want, piece.ResourceMetrics().Len(), "piece %d", k)
+		for i := 0; i < piece.ResourceMetrics().Len(); i++ {
+			v, _ := piece.ResourceMetrics().At(i).Resource().Attributes().Get("i")
+			require.Equal(t, int64(next), v.Int())
+			next++
+		}
+	}
+	require.Equal(t, n, next)
+
+	small := pmetric.NewMetrics()
+	small.ResourceMetrics().AppendEmpty()
+	require.Len(t, splitResources(small, emitChunk), 1)
+}
