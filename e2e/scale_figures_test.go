@@ -101,9 +101,11 @@ func TestScaleFigures(t *testing.T) {
 	// Sized as a 1 GiB pod would be (docs/deployment.md, "Memory each shape
 	// needs": the memory_limiter's limit, GOMEMLIMIT at 70 % of it).
 	rwEnv := []string{"GOMEMLIMIT=716MiB"}
-	rwArgs := []string{"--config", deployConfig("remote-write.overlay.yaml"),
+	rwArgs := []string{
+		"--config", deployConfig("remote-write.overlay.yaml"),
 		"--set=exporters::prometheus_remote_write::endpoint=" + rwSink.URL + "/api/v1/write",
-		"--set=processors::memory_limiter::limit_mib=1024", "--set=processors::memory_limiter::spike_limit_mib=256"}
+		"--set=processors::memory_limiter::limit_mib=1024", "--set=processors::memory_limiter::spike_limit_mib=256",
+	}
 	// WORKERWATCH_SCALE_RW_RESEND=0s: every worker's series sent at every
 	// evaluation (resend_interval), the largest emission there is.
 	// WORKERWATCH_SCALE_RW_BASE=<a collector binary>: the same shard from
