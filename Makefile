@@ -209,7 +209,8 @@ bench:
 # The figures of docs/scaling.md: how the ring spreads 1,000,000 ids; memory
 # per worker by component (DENSITY_WORKERS, docs/results/density.md); 1 shard
 # vs 3 shards side by side (events/s and CPU, memory at 100,000 workers,
-# health API latency through one address).
+# health API latency through one address), and beside them for memory and
+# the API, one shard pushing with remote write (remote-write.overlay.yaml).
 DENSITY_WORKERS ?= 10000
 scale-figures: build
 	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/internal/cluster/ | grep -E 'RESULT|^(ok|FAIL)'
