@@ -50,9 +50,15 @@ func TestGatewayRemoteWrite(t *testing.T) {
 	promWeb, gwOTLP, gwAPI, gwTel := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
 	e.prom, e.health = "http://"+promWeb, "http://"+gwAPI
 	promCfg := filepath.Join(tmp, "prometheus.yml")
+	// out_of_order_time_window as docs/deployment.md asks of a Prometheus
+	// that takes remote write from gateways: the agents' queues export
+	// side by side, so two samples of one series can arrive out of order.
 	writeFile(t, promCfg, fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
+storage:
+  tsdb:
+    out_of_order_time_window: 10m
 rule_files: [%q]
 scrape_configs:
   - job_name: workerwatch-gateway
