@@ -255,23 +255,7 @@ scrape_configs:
 
 	t.Run("the shipped alert rules fire on the real data", func(t *testing.T) {
 		eventually(t, 60*time.Second, time.Second, "WorkerUnhealthy alert for "+wLeak, func() error {
-			var out struct {
-				Data struct {
-					Alerts []struct {
-						Labels map[string]string `json:"labels"`
-						State  string            `json:"state"`
-					} `json:"alerts"`
-				} `json:"data"`
-			}
-			if _, err := getJSON(e.prom+"/api/v1/alerts", &out); err != nil {
-				return err
-			}
-			for _, a := range out.Data.Alerts {
-				if a.Labels["alertname"] == "WorkerUnhealthy" && a.Labels["cicd_worker_id"] == wLeak {
-					return nil
-				}
-			}
-			return fmt.Errorf("not pending or firing among %d alerts", len(out.Data.Alerts))
+			return alertActive(e.prom, "WorkerUnhealthy", wLeak)
 		})
 	})
 

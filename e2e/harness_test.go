@@ -330,3 +330,24 @@ func promQuery(base, q string) ([]promSample, error) {
 	}
 	return out.Data.Result, nil
 }
+
+// alertActive reports whether the alert is pending or firing for the worker.
+func alertActive(prom, name, id string) error {
+	var out struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if _, err := getJSON(prom+"/api/v1/alerts", &out); err != nil {
+		return err
+	}
+	for _, a := range out.Data.Alerts {
+		if a.Labels["alertname"] == name && a.Labels["cicd_worker_id"] == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not pending or firing for %s among %d alerts", name, id, len(out.Data.Alerts))
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,17 +79,8 @@ scrape_configs:
 
 	// The agent: this run's workers' trees every second, everything to the shard.
 	agentOverlay := filepath.Join(tmp, "agent.yaml")
-	writeFile(t, agentOverlay, fmt.Sprintf(`receivers:
-  worker_process:
-    collection_interval: 1s
+	writeFile(t, agentOverlay, ownFleetSelector(prefix)+fmt.Sprintf(`    collection_interval: 1s
     discovery_interval: 2s
-    workers:
-      - selector:
-          cmdline: 'workersim worker --id (?P<id>%s\S*)( |$)'
-        name: "{env:WORKER_NAME}"
-        roles:
-          - name: run
-            cmdline: 'workersim run-child'
 processors:
   batch:
     timeout: 500ms
@@ -99,7 +89,7 @@ exporters:
     resolver:
       static:
         hostnames: [%q]
-`, regexp.QuoteMeta(prefix), gwOTLP))
+`, gwOTLP))
 	agentHTTP, agentAPI := freeport.Addr(t), freeport.Addr(t)
 	agent := start(t, "rw-agent", []string{
 		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + agentHTTP, "WORKERWATCH_API=" + agentAPI,
@@ -196,25 +186,4 @@ exporters:
 			}
 		}
 	})
-}
-
-// alertActive reports whether the alert is pending or firing for the worker.
-func alertActive(prom, name, id string) error {
-	var out struct {
-		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
-		} `json:"data"`
-	}
-	if _, err := getJSON(prom+"/api/v1/alerts", &out); err != nil {
-		return err
-	}
-	for _, a := range out.Data.Alerts {
-		if a.Labels["alertname"] == name && a.Labels["cicd_worker_id"] == id {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s not pending or firing for %s among %d alerts", name, id, len(out.Data.Alerts))
 }

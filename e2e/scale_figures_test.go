@@ -132,26 +132,26 @@ func TestScaleFigures(t *testing.T) {
 	}
 	writeFile(t, ids, idList.String())
 	table.Reset()
-	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %12s %10s %10s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points/emission", "emissions/60s")
+	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s")
 	for _, tr := range tiers {
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
 		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
 		// is live: heap_alloc includes garbage until the next GC), the
 		// RSS's highest and its last (the runtime returns what the load
-		// left freed gradually), and the processor's emitted points, which step
-		// by one emission each time the next consumer (Prometheus's
-		// exporter) has taken it: how many emissions of emit_interval
-		// (10 s) it keeps up with.
+		// left freed gradually), and what the processor's counters say of
+		// the minute: the points the exporter took, and the points of
+		// evaluations replaced before it took them (0: it kept up with
+		// every emit_interval).
 		rows := make([]string, len(tr.shards))
 		var wg sync.WaitGroup
 		for i, p := range tr.shards {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var n, heap, rss, rssEnd, last, size float64
-				steps := 0
-				for range 60 {
+				var n, heap, rss, rssEnd float64
+				var sent, superseded [2]float64 // the minute's first and last reading
+				for k := range 60 {
 					u, _ := readProcUsage(p.cmd.Process.Pid)
 					rss, rssEnd = max(rss, float64(u.rss)), float64(u.rss)
 					if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
@@ -160,15 +160,15 @@ func TestScaleFigures(t *testing.T) {
 							heap = h
 						}
 						e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
-						if last > 0 && e > last {
-							steps++
-							size = e - last
+						sp, _ := metricSum(text, "otelcol_processor_worker_health_superseded_metric_points")
+						if k == 0 {
+							sent[0], superseded[0] = e, sp
 						}
-						last = e
+						sent[1], superseded[1] = e, sp
 					}
 					time.Sleep(time.Second)
 				}
-				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %12d\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, size, steps)
+				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0])
 			}()
 		}
 		wg.Wait()

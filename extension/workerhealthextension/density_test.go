@@ -138,9 +138,9 @@ func TestDensity(t *testing.T) {
 			t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
 		}
 		if a, b, c := res["sparse"], res["rw-nh"], res["rw"]; a.Workers > 0 && b.Workers > 0 && c.Workers > 0 {
-			t.Logf("RESULT remote write at %d workers: live heap %.2f -> %.2f KiB per worker history off (%.2fx), %.2f history on; RSS %.2f -> %.2f KiB off, %.2f on; %.1f series per worker received",
+			t.Logf("RESULT remote write at %d workers: live heap %.2f -> %.2f KiB per worker history off (%.2fx), %.2f history on; RSS %.2f -> %.2f KiB off, %.2f on",
 				n, a.HeapBytes/float64(n)/1024, b.HeapBytes/float64(n)/1024, a.HeapBytes/b.HeapBytes, c.HeapBytes/float64(n)/1024,
-				a.RSSBytes/float64(n)/1024, b.RSSBytes/float64(n)/1024, c.RSSBytes/float64(n)/1024, float64(b.PageSeries)/float64(n))
+				a.RSSBytes/float64(n)/1024, b.RSSBytes/float64(n)/1024, c.RSSBytes/float64(n)/1024)
 		}
 		if a, b := res["exporter-nh"], res["sparse"]; a.Workers > 0 && b.Workers > 0 {
 			t.Logf("RESULT export shape at %d workers, history off: live heap %.2f -> %.2f KiB per worker (%.2fx), page %.1f -> %.1f MB, %.1f -> %.1f series per worker",
@@ -203,22 +203,16 @@ func densityTable(n int, r map[string]densityResult) string {
 	row("pass-through + exporter series", d("exporter", "history"))
 	row("total, history on", r["exporter"])
 	row("total, history off", r["exporter-nh"])
-	if _, ok := r["rw"]; ok {
-		row("pass-through + remote write", d("rw", "history"))
-		row("total, remote write, history on", r["rw"])
-		row("total, remote write, history off", r["rw-nh"])
-	}
+	row("pass-through + remote write", d("rw", "history"))
+	row("total, remote write, history on", r["rw"])
+	row("total, remote write, history off", r["rw-nh"])
 	fmt.Fprintf(&b, "  peak RSS above base, history on: %.1f MiB (%.2f KiB per worker); off: %.1f MiB\n",
 		r["exporter"].PeakBytes/(1<<20), r["exporter"].PeakBytes/float64(n)/1024, r["exporter-nh"].PeakBytes/(1<<20))
 	ex := r["exporter"]
 	fmt.Fprintf(&b, "  exporter page: %.1f MB, %d series (%.1f per worker)\n",
 		float64(ex.PageBytes)/1e6, ex.PageSeries, float64(ex.PageSeries)/float64(n))
-	if rw, ok := r["rw"]; ok {
-		fmt.Fprintf(&b, "  peak RSS above base, remote write, history on: %.1f MiB; off: %.1f MiB\n",
-			rw.PeakBytes/(1<<20), r["rw-nh"].PeakBytes/(1<<20))
-		fmt.Fprintf(&b, "  remote write, the largest evaluation: %.1f MB compressed, %d series (%.1f per worker; the agent's tree metrics are sent apart)\n",
-			float64(rw.PageBytes)/1e6, rw.PageSeries, float64(rw.PageSeries)/float64(n))
-	}
+	fmt.Fprintf(&b, "  peak RSS above base, remote write, history on: %.1f MiB; off: %.1f MiB\n",
+		r["rw"].PeakBytes/(1<<20), r["rw-nh"].PeakBytes/(1<<20))
 	return b.String()
 }
 
@@ -464,11 +458,8 @@ func densityChild(t *testing.T, spec string) {
 	}
 	if rw != nil {
 		// Every worker's state series received (all were sent at the
-		// evaluation that first judged them); the page figures are the
-		// largest evaluation's requests.
+		// evaluation that first judged them).
 		require.Eventually(t, rw.allWorkers, 2*time.Minute, 50*time.Millisecond, "remote write: a state series of every worker received")
-		time.Sleep(2 * pCfg.EmitInterval)
-		res.PageBytes, res.PageSeries = rw.largest()
 	}
 	// The least of a few readings: an evaluation, its emission or its
 	// checkpoint in flight holds buffers that are not per-worker state.
@@ -611,23 +602,17 @@ func densityTree(md pmetric.Metrics, id string, now pcommon.Timestamp, i int) {
 // remoteWriteSink is the remote-write receiver of the rw configurations:
 // it decodes each request (snappy, then the WriteRequest) and marks the
 // workers whose state series arrived (a bitmap: nothing per series is kept,
-// so the child's heap is the collector's). largest is the bytes and series
-// of the largest evaluation sent (requests grouped by their samples' newest
-// timestamp; the first evaluations send every worker, later ones only what
-// changed or is due again).
+// so the child's heap is the collector's).
 type remoteWriteSink struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	seen []bool
 	left int
-	// bytes and series by the requests' newest sample time (ms)
-	bytes, series map[int64]int
 }
 
 func newRemoteWriteSink(t *testing.T, n int) *remoteWriteSink {
 	t.Helper()
-	s := &remoteWriteSink{seen: make([]bool, n), left: n, bytes: map[int64]int{}, series: map[int64]int{}}
-	stateName := "workerwatch_worker_state_ratio"
+	s := &remoteWriteSink{seen: make([]bool, n), left: n}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -646,7 +631,6 @@ func newRemoteWriteSink(t *testing.T, n int) *remoteWriteSink {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		var ts int64
 		for _, series := range req.Timeseries {
 			var name, id string
 			for _, l := range series.Labels {
@@ -657,10 +641,7 @@ func newRemoteWriteSink(t *testing.T, n int) *remoteWriteSink {
 					id = l.Value
 				}
 			}
-			if len(series.Samples) > 0 {
-				ts = max(ts, series.Samples[0].Timestamp)
-			}
-			if name != stateName {
+			if name != "workerwatch_worker_state_ratio" {
 				continue
 			}
 			if i, err := strconv.Atoi(strings.TrimPrefix(id, "density-worker-")); err == nil && i < len(s.seen) && !s.seen[i] {
@@ -668,8 +649,6 @@ func newRemoteWriteSink(t *testing.T, n int) *remoteWriteSink {
 				s.left--
 			}
 		}
-		s.bytes[ts] += len(raw)
-		s.series[ts] += len(req.Timeseries)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(s.srv.Close)
@@ -680,16 +659,4 @@ func (s *remoteWriteSink) allWorkers() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.left == 0
-}
-
-func (s *remoteWriteSink) largest() (int, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var b, n int
-	for ts, k := range s.series {
-		if k > n {
-			b, n = s.bytes[ts], k
-		}
-	}
-	return b, n
 }

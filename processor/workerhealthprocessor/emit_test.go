@@ -376,34 +376,38 @@ func workersOf(md pmetric.Metrics) []string {
 	return ids
 }
 
-// An emission goes downstream in pieces of at most emitChunk workers, in
-// order, every resource once.
+// An emission goes downstream in pieces of at most emitChunk workers, one
+// ConsumeMetrics each, in order: every worker once, the fleet figures last.
 func TestEmissionInPieces(t *testing.T) {
-	md := pmetric.NewMetrics()
+	ctx := context.Background()
 	const n = 2*emitChunk + 1
-	for i := range n {
-		rm := md.ResourceMetrics().AppendEmpty()
-		rm.Resource().Attributes().PutInt("i", int64(i))
-		rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(int64(i))
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = n
+	cfg.ResendInterval = 0 // every worker at every evaluation
+	h := newHarness(t, cfg)
+	ms, _ := h.withSinks()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%05d", i)
 	}
-	pieces := splitResources(md, emitChunk)
-	require.Len(t, pieces, 3)
-	next := 0
-	for k, piece := range pieces {
-		want := emitChunk
-		if k == 2 {
-			want = 1
+	var calls []pmetric.Metrics
+	for range 5 { // a worker is exported once seen in two intervals
+		for _, id := range ids {
+			h.metrics(treeMetrics(id, 10, -1, 1))
 		}
-		require.Equal(t, want, piece.ResourceMetrics().Len(), "piece %d", k)
-		for i := 0; i < piece.ResourceMetrics().Len(); i++ {
-			v, _ := piece.ResourceMetrics().At(i).Resource().Attributes().Get("i")
-			require.Equal(t, int64(next), v.Int())
-			next++
+		before := len(ms.AllMetrics())
+		h.p.tick(ctx)
+		h.advance(sec)
+		if calls = ms.AllMetrics()[before:]; len(calls) > 0 && calls[0].ResourceMetrics().Len() == emitChunk {
+			break
 		}
 	}
-	require.Equal(t, n, next)
-
-	small := pmetric.NewMetrics()
-	small.ResourceMetrics().AppendEmpty()
-	require.Len(t, splitResources(small, emitChunk), 1)
+	require.Len(t, calls, 3, "%d workers and the fleet resource in pieces of %d", n, emitChunk)
+	var got []string
+	for k, md := range calls {
+		require.LessOrEqual(t, md.ResourceMetrics().Len(), emitChunk, "piece %d", k)
+		got = append(got, workersOf(md)...)
+	}
+	require.Equal(t, ids, got, "every worker once, in order")
+	require.Contains(t, metricsByWorker(calls[2])[""], contract.MetricFleetWorkers, "the fleet figures in the last piece")
 }

@@ -164,6 +164,10 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 			em.md.CopyTo(out)
 		}
 		for _, piece := range splitResources(out, emitChunk) {
+			if ctx.Err() != nil { // shutting down: the rest is not sent
+				delivered = false
+				break
+			}
 			points := int64(piece.DataPointCount())
 			if err := c.ConsumeMetrics(ctx, piece); err != nil {
 				p.tel.ProcessorWorkerHealthRefusedMetricPoints.Add(context.Background(), points)
@@ -187,7 +191,10 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 }
 
 // splitResources moves md's resources, in order, into pieces of at most n
-// (md itself when it has no more than n).
+// (md itself when it has no more than n). The collector's own splitting
+// (the batch processor's, exporterhelper's batcher) is internal to those
+// components and counts data points, which would cut a worker's series
+// across two requests.
 func splitResources(md pmetric.Metrics, n int) []pmetric.Metrics {
 	rms := md.ResourceMetrics()
 	if rms.Len() <= n {
