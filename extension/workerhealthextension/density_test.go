@@ -164,6 +164,9 @@ type densityResult struct {
 	PageBytes  int     `json:"page_bytes"`
 	PageSeries int     `json:"page_series"`
 	Seconds    float64 `json:"seconds"`
+	// CheckpointBytes: the size of the checkpoint's file (file_storage's
+	// directory) when the memory is read.
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
 }
 
 func runDensityChild(t *testing.T, config string, n int) densityResult {
@@ -213,6 +216,8 @@ func densityTable(n int, r map[string]densityResult) string {
 		float64(ex.PageBytes)/1e6, ex.PageSeries, float64(ex.PageSeries)/float64(n))
 	fmt.Fprintf(&b, "  peak RSS above base, remote write, history on: %.1f MiB; off: %.1f MiB\n",
 		r["rw"].PeakBytes/(1<<20), r["rw-nh"].PeakBytes/(1<<20))
+	fmt.Fprintf(&b, "  checkpoint file (tracker): %.1f MiB (%.2f KiB per worker)\n",
+		float64(r["tracker"].CheckpointBytes)/(1<<20), float64(r["tracker"].CheckpointBytes)/float64(n)/1024)
 	return b.String()
 }
 
@@ -356,7 +361,8 @@ func densityChild(t *testing.T, spec string) {
 	fsf := filestorage.NewFactory()
 	fsCfg := fsf.CreateDefaultConfig()
 	fsConf := gatewaySection(t, "extensions", "file_storage")
-	require.NoError(t, fsConf.Merge(confmap.NewFromStringMap(map[string]any{"directory": t.TempDir()})))
+	stateDir := t.TempDir()
+	require.NoError(t, fsConf.Merge(confmap.NewFromStringMap(map[string]any{"directory": stateDir})))
 	require.NoError(t, fsConf.Unmarshal(fsCfg))
 	fsID := component.MustNewID("file_storage")
 	fs, err := fsf.Create(ctx, extensiontest.NewNopSettings(fsf.Type()), fsCfg)
@@ -477,9 +483,24 @@ func densityChild(t *testing.T, spec string) {
 	res.AnonBytes = vmStatus("RssAnon") - baseAnon
 	res.PeakBytes = vmStatus("VmHWM") - baseRSS
 	res.Seconds = time.Since(began).Seconds()
+	res.CheckpointBytes = dirSize(t, stateDir)
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	fmt.Printf("DENSITY %s\n", js)
+}
+
+// dirSize is the bytes of the files in dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var n int64
+	for _, e := range entries {
+		info, err := e.Info()
+		require.NoError(t, err)
+		n += info.Size()
+	}
+	return n
 }
 
 // writeHeapProfile writes the heap's profile after a GC, so that its in-use

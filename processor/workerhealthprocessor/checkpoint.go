@@ -17,8 +17,8 @@ import (
 )
 
 // The checkpoint lives in the storage client under these keys: one record
-// per worker, in a numbered slot, and a meta record saying how many slots to
-// read. Version the prefix: a format change must not restore garbage.
+// per worker, in a numbered slot (compressed: checkpoint_codec.go), and a
+// meta record saying how many slots to read. Version the prefix: a format change must not restore garbage.
 //
 // Only what changed is written: a worker is rewritten after a record about it
 // (or a change of its runs) since the last checkpoint, and its slot deleted
@@ -132,7 +132,8 @@ func (p *healthProcessor) restore(ctx context.Context) {
 			if op.Value == nil {
 				continue
 			}
-			if len(op.Value) > cpMaxRecord || json.Unmarshal(op.Value, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
+			js, err := decodeRecord(op.Value)
+			if err != nil || len(js) > cpMaxRecord || json.Unmarshal(js, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
 				bad++
 				continue
 			}
@@ -191,7 +192,7 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 		if b, err = p.marshal(&writes[i].Rec); err != nil {
 			break
 		}
-		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].Slot), b))
+		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].Slot), p.cpEnc.encode(b)))
 	}
 	if err == nil && meta != p.lastMeta {
 		var b []byte

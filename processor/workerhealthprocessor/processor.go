@@ -67,6 +67,7 @@ type healthProcessor struct {
 	cpMu     sync.Mutex
 	storage  storage.Client
 	marshal  func(any) ([]byte, error) // a checkpoint record's marshaler
+	cpEnc    recordEncoder             // compresses the records (checkpoint_codec.go)
 	lastMeta tracker.Meta              // the meta record last written or read
 	// cpFailing: the last checkpoint write failed (status reported).
 	cpFailing bool
