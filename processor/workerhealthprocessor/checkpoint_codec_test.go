@@ -152,6 +152,12 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 		}
 		b.ReportMetric(float64(n), "stored-bytes")
 	})
+	b.Run("s2", func(b *testing.B) {
+		var e recordEncoder
+		for b.Loop() {
+			e.encode(js)
+		}
+	})
 	b.Run("restore", func(b *testing.B) {
 		var e recordEncoder
 		stored := e.encode(js)
