@@ -285,7 +285,7 @@ func TestCumulativeAcrossRestart(t *testing.T) {
 	))
 	h2.eval()
 	h2.p.mu.Lock()
-	md := buildMetrics(h2.p.tracker, h2.p.startTime, h2.clock.Now().UnixNano(), nil)
+	md := buildMetrics(h2.p.tracker, h2.p.startTime, h2.clock.Now().UnixNano())
 	h2.p.mu.Unlock()
 	byWorker := metricsByWorker(md)
 

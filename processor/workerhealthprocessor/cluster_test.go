@@ -88,7 +88,7 @@ func TestHandOverForgetsWorkersOwnedElsewhere(t *testing.T) {
 	snap := h.p.tracker.Snapshot(h.clock.Now().UnixNano())
 	require.Len(t, snap.Workers, 1)
 	assert.Equal(t, "w1", snap.Workers[0].ID)
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.NotContains(t, metricWorkers(md, contract.MetricState), "w2")
 
 	// Far past lost.after: never lost here.
@@ -154,7 +154,7 @@ func TestStallUsesTheClusterPending(t *testing.T) {
 	assert.True(t, h.p.tracker.Fleet(h.clock.Now().UnixNano()).IdleWhilePending, "w2's capacity idle while work is pending elsewhere")
 	snap := h.p.tracker.Snapshot(h.clock.Now().UnixNano())
 	assert.Equal(t, int64(-1), snap.Fleet.Pending, "not this shard's figure to publish")
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.False(t, hasMetric(md, contract.MetricFleetPending), "nor to emit")
 
 	// A shard that no longer owns the empty id (where the exporter routes

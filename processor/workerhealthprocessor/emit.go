@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,55 +45,40 @@ const stateZerosFor = 5 * time.Minute
 // after (state.Drift.DriftAt): its 0s replace what an exporter held, then
 // they expire there (docs/telemetry.md).
 //
+// Called under the processor's lock. The processor itself does not call it:
+// an evaluation keeps rows (collectRows) and the emitter renders them a
+// piece at a time (renderRows); buildMetrics is both at once, every worker,
+// for tests.
+func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
+	rows, fleet := collectRows(t, start, now, nil)
+	md := pmetric.NewMetrics()
+	renderRows(md, rows, start, now)
+	fleet.ResourceMetrics().MoveAndAppendTo(md.ResourceMetrics())
+	return md
+}
+
+// workerRow is one worker's series as an evaluation found them, copied under
+// the processor's lock. An emission holds rows, about 220 bytes a worker, and
+// the emitter renders them into pdata a piece at a time as it sends them
+// (renderRows): as pdata an emission of 100,000 workers' series is about 120
+// MB, and a shard held two (the one being sent, and the next evaluation's
+// waiting for it), 0.5 GB of a remote-write shard's 1 GiB in the heap
+// profiles of docs/results/scaling.md, "run 9".
+type workerRow struct {
+	id string
+	seriesValues
+}
+
+// collectRows copies the workers' series values and renders the fleet-wide
+// resource. Under the processor's lock.
+//
 // With rs, a worker whose series have not changed since they were last
 // delivered, less than rs.every ago, is left out (resend_interval; it
 // still counts in the fleet figures), and the workers sent are listed in
 // rs.sent for the processor to mark once delivered. rs nil: every worker.
-//
-// Called under the processor's lock; the result is consumed after the lock
-// is released.
-func buildMetrics(t *tracker.Tracker, start, now int64, rs *resend) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	st, nt := pcommon.Timestamp(start), pcommon.Timestamp(now)
+func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow, pmetric.Metrics) {
 	ws := t.ByID()
-	rms := md.ResourceMetrics()
-	rms.EnsureCapacity(len(ws) + 1)
-
-	var sm pmetric.ScopeMetrics
-	newMetric := func(name, unit, desc string) pmetric.Metric {
-		m := sm.Metrics().AppendEmpty()
-		m.SetName(name)
-		m.SetUnit(unit)
-		m.SetDescription(desc)
-		return m
-	}
-	gauge := func(name, unit, desc string) pmetric.NumberDataPointSlice {
-		return newMetric(name, unit, desc).SetEmptyGauge().DataPoints()
-	}
-	counter := func(name, unit, desc string) pmetric.NumberDataPointSlice {
-		s := newMetric(name, unit, desc).SetEmptySum()
-		s.SetIsMonotonic(true)
-		s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
-		return s.DataPoints()
-	}
-	point := func(dps pmetric.NumberDataPointSlice, v int64, cumulative bool, kv ...string) {
-		dp := dps.AppendEmpty()
-		dp.SetIntValue(v)
-		dp.SetTimestamp(nt)
-		if cumulative {
-			dp.SetStartTimestamp(st)
-		}
-		a := dp.Attributes()
-		a.EnsureCapacity(len(kv) / 2)
-		for i := 0; i+1 < len(kv); i += 2 {
-			a.PutStr(kv[i], kv[i+1])
-		}
-	}
-	scope := func(rm pmetric.ResourceMetrics) {
-		sm = rm.ScopeMetrics().AppendEmpty()
-		sm.Scope().SetName(scopeName)
-	}
-
+	rows := make([]workerRow, 0, len(ws))
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
@@ -108,90 +94,191 @@ func buildMetrics(t *tracker.Tracker, start, now int64, rs *resend) pmetric.Metr
 		// not six (issue 24; docs/telemetry.md).
 		zeros := now-w.Since < int64(stateZerosFor)
 		drifted := w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor)
+		v := valuesOf(w, cur, zeros, drifted)
 		if rs != nil {
-			sum := seriesSum(w, cur, zeros, drifted)
+			sum := maphash.Comparable(sumSeed, v)
 			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last) {
 				continue
 			}
 			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
 		}
+		rows = append(rows, workerRow{id: w.ID(), seriesValues: v})
+	}
+	if len(rows) < cap(rows)/2 {
+		rows = slices.Clip(slices.Clone(rows)) // most left out (resend_interval): keep only those sent
+	}
+	return rows, buildFleet(t, start, now, byState)
+}
+
+// valuesOf copies the values of a worker's series.
+func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
+	v := seriesValues{
+		state: cur, zeros: zeros, drifted: drifted,
+		transitions: *w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
+		claims: w.Claims, kills: *w.KillsByReason(),
+	}
+	if drifted {
+		v.drift = [3]int{w.MissN, w.OrphN, w.OverCap}
+	}
+	return v
+}
+
+// metricHelpers makes metrics and points in the scope that scope last
+// appended (the closures buildMetrics always had, shared by the workers'
+// rows and the fleet's resource).
+type metricHelpers struct {
+	sm     pmetric.ScopeMetrics
+	st, nt pcommon.Timestamp
+}
+
+func (h *metricHelpers) scope(rm pmetric.ResourceMetrics) {
+	h.sm = rm.ScopeMetrics().AppendEmpty()
+	h.sm.Scope().SetName(scopeName)
+}
+
+func (h *metricHelpers) metric(name, unit, desc string) pmetric.Metric {
+	m := h.sm.Metrics().AppendEmpty()
+	m.SetName(name)
+	m.SetUnit(unit)
+	m.SetDescription(desc)
+	return m
+}
+
+func (h *metricHelpers) gauge(name, unit, desc string) pmetric.NumberDataPointSlice {
+	return h.metric(name, unit, desc).SetEmptyGauge().DataPoints()
+}
+
+func (h *metricHelpers) counter(name, unit, desc string) pmetric.NumberDataPointSlice {
+	s := h.metric(name, unit, desc).SetEmptySum()
+	s.SetIsMonotonic(true)
+	s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	return s.DataPoints()
+}
+
+func (h *metricHelpers) point(dps pmetric.NumberDataPointSlice, v int64, cumulative bool, kv ...string) {
+	dp := dps.AppendEmpty()
+	dp.SetIntValue(v)
+	dp.SetTimestamp(h.nt)
+	if cumulative {
+		dp.SetStartTimestamp(h.st)
+	}
+	a := dp.Attributes()
+	a.EnsureCapacity(len(kv) / 2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		a.PutStr(kv[i], kv[i+1])
+	}
+}
+
+// renderRows appends one resource per row to md, the workers' series as
+// buildMetrics says.
+func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
+	h := &metricHelpers{st: pcommon.Timestamp(start), nt: pcommon.Timestamp(now)}
+	rms := md.ResourceMetrics()
+	rms.EnsureCapacity(rms.Len() + len(rows))
+	for i := range rows {
+		r := &rows[i]
 		rm := rms.AppendEmpty()
-		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, w.ID())
-		scope(rm)
-		states := gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, r.id)
+		h.scope(rm)
+		states := h.gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 		for i, s := range contract.AllStates {
-			if i == cur {
-				point(states, 1, false, contract.AttrState, string(s))
-			} else if zeros {
-				point(states, 0, false, contract.AttrState, string(s))
+			if i == r.state {
+				h.point(states, 1, false, contract.AttrState, string(s))
+			} else if r.zeros {
+				h.point(states, 0, false, contract.AttrState, string(s))
 			}
 		}
-		if trs := w.Transitions(); anyPositive(trs[:]) {
-			trans := counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
-			for i, n := range trs {
+		if anyPositive(r.transitions[:]) {
+			trans := h.counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
+			for i, n := range r.transitions {
 				if n > 0 {
-					point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
+					h.point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
 				}
 			}
 		}
-		active := gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
-		point(active, int64(w.HeldW), false, contract.AttrSource, contract.SourceWorker)
-		point(active, int64(w.HeldS), false, contract.AttrSource, contract.SourceScheduler)
-		if drifted {
-			drift := gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
-			point(drift, int64(w.MissN), false, contract.AttrDriftKind, contract.DriftMissing)
-			point(drift, int64(w.OrphN), false, contract.AttrDriftKind, contract.DriftOrphaned)
-			point(drift, int64(w.OverCap), false, contract.AttrDriftKind, contract.DriftOverCapacity)
+		active := h.gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
+		h.point(active, int64(r.held[0]), false, contract.AttrSource, contract.SourceWorker)
+		h.point(active, int64(r.held[1]), false, contract.AttrSource, contract.SourceScheduler)
+		if r.drifted {
+			drift := h.gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
+			h.point(drift, int64(r.drift[0]), false, contract.AttrDriftKind, contract.DriftMissing)
+			h.point(drift, int64(r.drift[1]), false, contract.AttrDriftKind, contract.DriftOrphaned)
+			h.point(drift, int64(r.drift[2]), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		}
-		claims := counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-		point(claims, w.Claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
-		point(claims, w.Claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
-		if byReason := w.KillsByReason(); anyPositive(byReason[:]) {
-			kills := counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
-			for i, n := range byReason {
+		claims := h.counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
+		h.point(claims, r.claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
+		h.point(claims, r.claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		if anyPositive(r.kills[:]) {
+			kills := h.counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
+			for i, n := range r.kills {
 				if n > 0 {
-					point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
+					h.point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
 		}
 	}
+}
 
-	scope(rms.AppendEmpty())
-	fw := gauge(contract.MetricFleetWorkers, "{worker}", "Workers by health state.")
+// points is how many data points renderRows makes of the row
+// (TestRowPoints).
+func (v *seriesValues) points() int {
+	n := 1 + 2 + 2 // the current state, runs held, claims
+	if v.zeros {
+		n += len(contract.AllStates) - 1
+	}
+	if v.drifted {
+		n += 3
+	}
+	for _, c := range v.transitions {
+		if c > 0 {
+			n++
+		}
+	}
+	for _, c := range v.kills {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// buildFleet renders the fleet-wide resource.
+func buildFleet(t *tracker.Tracker, start, now int64, byState []int64) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	h := &metricHelpers{st: pcommon.Timestamp(start), nt: pcommon.Timestamp(now)}
+	h.scope(md.ResourceMetrics().AppendEmpty())
+	fw := h.gauge(contract.MetricFleetWorkers, "{worker}", "Workers by health state.")
 	for i, s := range contract.AllStates {
-		point(fw, byState[i], false, contract.AttrState, string(s))
+		h.point(fw, byState[i], false, contract.AttrState, string(s))
 	}
 	fleet := t.Fleet(now)
-	point(gauge(contract.MetricFleetIdle, "{run}", "Free capacity on workers that may take work."), fleet.Idle, false)
+	h.point(h.gauge(contract.MetricFleetIdle, "{run}", "Free capacity on workers that may take work."), fleet.Idle, false)
 	if fleet.Pending >= 0 {
-		point(gauge(contract.MetricFleetPending, "{run}", "Runs pending at the scheduler (last report)."), fleet.Pending, false)
+		h.point(h.gauge(contract.MetricFleetPending, "{run}", "Runs pending at the scheduler (last report)."), fleet.Pending, false)
 	}
 	iwp := int64(0)
 	if fleet.IdleWhilePending {
 		iwp = 1
 	}
-	point(gauge(contract.MetricFleetIdlePending, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
+	h.point(h.gauge(contract.MetricFleetIdlePending, "1", "1 while work was pending and healthy capacity idle for fleet.idle_intervals evaluations."), iwp, false)
 
 	histo := func(name, desc string) pmetric.HistogramDataPointSlice {
-		m := sm.Metrics().AppendEmpty()
-		m.SetName(name)
-		m.SetUnit("s")
-		m.SetDescription(desc)
-		h := m.SetEmptyHistogram()
-		h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
-		return h.DataPoints()
+		m := h.metric(name, "s", desc)
+		hs := m.SetEmptyHistogram()
+		hs.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		return hs.DataPoints()
 	}
-	hpoint := func(dps pmetric.HistogramDataPointSlice, h *state.Hist, k, v string) {
-		if h.Count() == 0 {
+	hpoint := func(dps pmetric.HistogramDataPointSlice, x *state.Hist, k, v string) {
+		if x.Count() == 0 {
 			return
 		}
 		dp := dps.AppendEmpty()
-		dp.SetStartTimestamp(st)
-		dp.SetTimestamp(nt)
-		dp.SetCount(h.Count())
-		dp.SetSum(h.Sum())
+		dp.SetStartTimestamp(h.st)
+		dp.SetTimestamp(h.nt)
+		dp.SetCount(x.Count())
+		dp.SetSum(x.Sum())
 		dp.ExplicitBounds().FromRaw(t.Hists().Bounds())
-		dp.BucketCounts().FromRaw(h.Counts())
+		dp.BucketCounts().FromRaw(x.Counts())
 		if k != "" {
 			dp.Attributes().PutStr(k, v)
 		}
@@ -244,7 +331,9 @@ type sentMark struct {
 }
 
 // seriesValues are the values of a worker's series as buildMetrics sends
-// them: equal values, equal series.
+// them: equal values, equal series. Their hash is the worker's sum for
+// resend_interval (a collision, at odds of 2^-64 per change, delays a
+// change by at most resend_interval).
 type seriesValues struct {
 	state          int
 	zeros, drifted bool
@@ -257,20 +346,6 @@ type seriesValues struct {
 
 // sumSeed: the sums live in memory only, so a seed per process will do.
 var sumSeed = maphash.MakeSeed()
-
-// seriesSum is a 64-bit sum of the worker's series values (a collision, at
-// odds of 2^-64 per change, delays a change by at most resend_interval).
-func seriesSum(w *tracker.Worker, cur int, zeros, drifted bool) uint64 {
-	v := seriesValues{
-		state: cur, zeros: zeros, drifted: drifted,
-		transitions: *w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
-		claims: w.Claims, kills: *w.KillsByReason(),
-	}
-	if drifted {
-		v.drift = [3]int{w.MissN, w.OrphN, w.OverCap}
-	}
-	return maphash.Comparable(sumSeed, v)
-}
 
 // anyPositive: a counter with no point is left out rather than sent empty.
 func anyPositive(counts []int64) bool {

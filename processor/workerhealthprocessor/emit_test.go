@@ -26,7 +26,7 @@ func TestSeenOnceIsAnnouncedWhenSeenAgain(t *testing.T) {
 	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
 	assert.Empty(t, h.eval(), "no transition while seen once")
 	h.p.mu.Lock()
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	h.p.mu.Unlock()
 	assert.NotContains(t, metricsByWorker(md), "w1")
 	assert.Equal(t, healthy, h.state("w1"), "judged all the same (the API shows it)")
@@ -86,7 +86,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	assert.LessOrEqual(t, tr.RunCount(), cfg.Limits.MaxUnconfirmedWorkers*4, "4 runs at most per worker seen once (internal/tracker/admission.go)")
 	assert.Equal(t, int64(51), n[state.EvidenceConfirmed], "every real worker, the newcomer too")
 	assert.Less(t, grown, int64(20<<20), "bounded: about a thousand workers seen once with 4 runs each")
-	md := buildMetrics(tr, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+	md := buildMetrics(tr, t0.UnixNano(), h.clock.Now().UnixNano())
 	assert.Len(t, metricsByWorker(md), 52, "the real workers and the fleet resource: no flood id is exported")
 	runtime.KeepAlive(h)
 }
@@ -130,7 +130,7 @@ func TestStateSetSparseWhenSteady(t *testing.T) {
 	emit := func() pmetric.Metrics {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		return buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+		return buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	}
 	step := func(mem int64) {
 		h.metrics(treeMetrics("w1", mem, 0.1, 1))
@@ -174,7 +174,7 @@ func TestDriftGaugesSparse(t *testing.T) {
 	drift := func() (pmetric.Metric, bool) {
 		h.p.mu.Lock()
 		defer h.p.mu.Unlock()
-		m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil))["w1"][contract.MetricDrift]
+		m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
 		return m, ok
 	}
 	alive := func() {
@@ -240,7 +240,7 @@ func TestDriftGaugeOfACount(t *testing.T) {
 	h.eval()
 	require.Equal(t, 2, h.snap("w1").Drift.MissingCount)
 	h.p.mu.Lock()
-	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil))["w1"][contract.MetricDrift]
+	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
 	h.p.mu.Unlock()
 	require.True(t, ok, "drift of a count: the gauge")
 	byKind := map[string]int64{}
@@ -321,7 +321,9 @@ func TestResendOnlyWhatChanged(t *testing.T) {
 		h, ms := steady(t, time.Minute)
 		claim(h, "r1")
 		em := h.p.evaluate(ctx) // replaced in the slot before the emitter took it
-		require.Equal(t, []string{"w1"}, workersOf(em.md))
+		md := pmetric.NewMetrics()
+		renderRows(md, em.rows, em.start, em.at)
+		require.Equal(t, []string{"w1"}, workersOf(md))
 		h.advance(sec)
 		h.p.tick(ctx)
 		assert.Equal(t, []string{"w1"}, sentWorkers(t, ms), "w1's change, although the emission that first held it was never delivered")
@@ -378,6 +380,8 @@ func workersOf(md pmetric.Metrics) []string {
 
 // An emission goes downstream in pieces of at most emitChunk workers, one
 // ConsumeMetrics each, in order: every worker once, the fleet figures last.
+// So do the state-change records of a wave over the whole fleet (every
+// worker judged at the same evaluation), one ConsumeLogs each.
 func TestEmissionInPieces(t *testing.T) {
 	ctx := context.Background()
 	const n = 2*emitChunk + 1
@@ -385,7 +389,7 @@ func TestEmissionInPieces(t *testing.T) {
 	cfg.Limits.MaxWorkers = n
 	cfg.ResendInterval = 0 // every worker at every evaluation
 	h := newHarness(t, cfg)
-	ms, _ := h.withSinks()
+	ms, ls := h.withSinks()
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("w%05d", i)
@@ -410,4 +414,42 @@ func TestEmissionInPieces(t *testing.T) {
 	}
 	require.Equal(t, ids, got, "every worker once, in order")
 	require.Contains(t, metricsByWorker(calls[2])[""], contract.MetricFleetWorkers, "the fleet figures in the last piece")
+
+	// The wave: each worker's first verdict (unknown -> healthy) came at
+	// the same evaluation.
+	seen := map[string]int{}
+	var order []string
+	for k, ld := range ls.AllLogs() {
+		require.LessOrEqual(t, ld.ResourceLogs().Len(), emitChunk, "state-change piece %d", k)
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			id, _ := ld.ResourceLogs().At(i).Resource().Attributes().Get(contract.AttrWorkerID)
+			if seen[id.Str()]++; seen[id.Str()] == 1 {
+				order = append(order, id.Str())
+			}
+		}
+	}
+	require.Equal(t, ids, order, "a state change of every worker, in order")
+	require.GreaterOrEqual(t, len(ls.AllLogs()), 3, "%d workers' state changes in pieces of %d", n, emitChunk)
+}
+
+// An emission's points (the superseded counter counts them without
+// rendering) are those renderRows makes, for every shape a row takes.
+func TestRowPoints(t *testing.T) {
+	for _, zeros := range []bool{false, true} {
+		for _, drifted := range []bool{false, true} {
+			for k := range 4 {
+				v := seriesValues{state: k % len(contract.AllStates), zeros: zeros, drifted: drifted, held: [2]int{1, k}, claims: [2]int64{3, 2}}
+				for i := range k {
+					v.transitions[i] = int64(i + 1)
+					v.kills[i] = int64(k)
+				}
+				if drifted {
+					v.drift = [3]int{k, 0, 1}
+				}
+				md := pmetric.NewMetrics()
+				renderRows(md, []workerRow{{id: "w", seriesValues: v}}, 1, 2)
+				assert.Equal(t, md.DataPointCount(), v.points(), "%+v", v)
+			}
+		}
+	}
 }

@@ -36,13 +36,14 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 			lTo, lGone = append(lTo, pl.logs), append(lGone, &pl.gone)
 		}
 	}
-	var md pmetric.Metrics
+	var rows []workerRow
+	var fleet pmetric.Metrics
 	var rs *resend
 	if len(mTo) > 0 {
 		if p.cfg.ResendInterval > 0 {
 			rs = &resend{every: int64(p.cfg.ResendInterval)}
 		}
-		md = buildMetrics(p.tracker, p.startTime, now, rs)
+		rows, fleet = collectRows(p.tracker, p.startTime, now, rs)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {
@@ -74,7 +75,6 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	// this evaluation now.
 	p.publish(ctx, snap)
 	if len(lTo) > 0 {
-		records := int64(ld.LogRecordCount())
 		for i, c := range lTo {
 			if ctx.Err() != nil || lGone[i].Load() {
 				continue
@@ -84,12 +84,21 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 				out = plog.NewLogs()
 				ld.CopyTo(out)
 			}
-			if err := c.ConsumeLogs(ctx, out); err != nil {
-				p.tel.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), records)
-				p.logger.Debug("the next consumer refused the state-change records", zap.Error(err))
-				continue
+			// In pieces, as the metrics: a wave of state changes over the
+			// whole fleet (every worker judged after a start) is one record
+			// per worker, and an exporter converts what it is handed at once.
+			for _, piece := range splitLogs(out, emitChunk) {
+				if ctx.Err() != nil {
+					break
+				}
+				records := int64(piece.LogRecordCount())
+				if err := c.ConsumeLogs(ctx, piece); err != nil {
+					p.tel.ProcessorWorkerHealthRefusedLogRecords.Add(context.Background(), records)
+					p.logger.Debug("the next consumer refused the state-change records", zap.Error(err))
+					continue
+				}
+				p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
 			}
-			p.tel.ProcessorWorkerHealthEmittedLogRecords.Add(context.Background(), records)
 		}
 	}
 	if doCheckpoint {
@@ -102,7 +111,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	if len(mTo) == 0 {
 		return nil
 	}
-	em := &emission{md: md, to: mTo, gone: mGone, at: now}
+	em := &emission{rows: rows, fleet: fleet, to: mTo, gone: mGone, start: p.startTime, at: now}
 	if rs != nil {
 		em.sent = rs.sent
 	}
@@ -120,7 +129,7 @@ func (p *healthProcessor) offer(ctx context.Context, em *emission) {
 	p.latest.pending = em
 	p.latest.mu.Unlock()
 	if old != nil {
-		p.count(ctx, p.tel.ProcessorWorkerHealthSupersededMetricPoints, int64(old.md.DataPointCount())*int64(len(old.to)))
+		p.count(ctx, p.tel.ProcessorWorkerHealthSupersededMetricPoints, old.points()*int64(len(old.to)))
 	}
 	select {
 	case p.latest.wake <- struct{}{}:
@@ -142,12 +151,14 @@ func (p *healthProcessor) take() *emission {
 // an emission of every series of 100,000 workers in one call (742,509
 // points) took a remote-write shard's RSS from 772 MiB to 1.3 GiB while it
 // was converted (`make scale-figures`, docs/results/scaling.md); in pieces,
-// what an exporter holds at a time is one piece's.
+// what an exporter holds at a time is one piece's. The pieces are rendered
+// as they are sent (renderRows), so the emission itself holds no pdata.
 const emitChunk = 5000
 
 // sendMetrics hands one emission to each metrics pipeline still running,
-// in pieces of at most emitChunk workers.
-// Each pipeline gets its own copy: a downstream processor may mutate it.
+// in pieces of at most emitChunk workers, the fleet-wide resource in the
+// last. Each pipeline gets its own pieces: a downstream processor may
+// mutate them.
 func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 	if em == nil {
 		return
@@ -158,15 +169,16 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 			delivered = false
 			continue
 		}
-		out := em.md
-		if i < len(em.to)-1 {
-			out = pmetric.NewMetrics()
-			em.md.CopyTo(out)
-		}
-		for _, piece := range splitResources(out, emitChunk) {
+		for from := 0; from == 0 || from < len(em.rows); from += emitChunk {
 			if ctx.Err() != nil { // shutting down: the rest is not sent
 				delivered = false
 				break
+			}
+			piece := pmetric.NewMetrics()
+			to := min(from+emitChunk, len(em.rows))
+			renderRows(piece, em.rows[from:to], em.start, em.at)
+			if to == len(em.rows) {
+				em.fleet.ResourceMetrics().At(0).CopyTo(piece.ResourceMetrics().AppendEmpty())
 			}
 			points := int64(piece.DataPointCount())
 			if err := c.ConsumeMetrics(ctx, piece); err != nil {
@@ -190,23 +202,20 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 	}
 }
 
-// splitResources moves md's resources, in order, into pieces of at most n
-// (md itself when it has no more than n). The collector's own splitting
-// (the batch processor's, exporterhelper's batcher) is internal to those
-// components and counts data points, which would cut a worker's series
-// across two requests.
-func splitResources(md pmetric.Metrics, n int) []pmetric.Metrics {
-	rms := md.ResourceMetrics()
-	if rms.Len() <= n {
-		return []pmetric.Metrics{md}
+// splitLogs moves ld's resources (one per worker), in order, into pieces of
+// at most n (ld itself when it has no more than n).
+func splitLogs(ld plog.Logs, n int) []plog.Logs {
+	rls := ld.ResourceLogs()
+	if rls.Len() <= n {
+		return []plog.Logs{ld}
 	}
-	pieces := make([]pmetric.Metrics, 0, (rms.Len()+n-1)/n)
-	for from := 0; from < rms.Len(); from += n {
-		piece := pmetric.NewMetrics()
-		dst := piece.ResourceMetrics()
-		dst.EnsureCapacity(min(n, rms.Len()-from))
-		for i := from; i < min(from+n, rms.Len()); i++ {
-			rms.At(i).MoveTo(dst.AppendEmpty())
+	pieces := make([]plog.Logs, 0, (rls.Len()+n-1)/n)
+	for from := 0; from < rls.Len(); from += n {
+		piece := plog.NewLogs()
+		dst := piece.ResourceLogs()
+		dst.EnsureCapacity(min(n, rls.Len()-from))
+		for i := from; i < min(from+n, rls.Len()); i++ {
+			rls.At(i).MoveTo(dst.AppendEmpty())
 		}
 		pieces = append(pieces, piece)
 	}

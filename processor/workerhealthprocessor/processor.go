@@ -97,13 +97,26 @@ type latestMetrics struct {
 
 // emission is one evaluation's derived metrics and where they go.
 type emission struct {
-	md   pmetric.Metrics
-	to   []consumer.Metrics
-	gone []*atomic.Bool
-	// at is the evaluation's time; sent the workers whose series md holds
-	// (resend_interval: marked delivered once every pipeline took md).
-	at   int64
-	sent []sentMark
+	// rows are the workers' series, rendered a piece at a time as they are
+	// sent (emit.go), and fleet the fleet-wide resource, sent in the last.
+	rows  []workerRow
+	fleet pmetric.Metrics
+	to    []consumer.Metrics
+	gone  []*atomic.Bool
+	// start is when the cumulative series began and at the evaluation's
+	// time; sent the workers whose series rows hold (resend_interval:
+	// marked delivered once every pipeline took them).
+	start, at int64
+	sent      []sentMark
+}
+
+// points is how many data points the emission sends to one pipeline.
+func (em *emission) points() int64 {
+	n := int64(em.fleet.DataPointCount())
+	for i := range em.rows {
+		n += int64(em.rows[i].points())
+	}
+	return n
 }
 
 // pipeline is one processorhelper wrapper: the next consumer of its

@@ -122,7 +122,7 @@ func TestDerivedMetricsShape(t *testing.T) {
 	h.traces(stageSpan("w1", "compile", 1e9, 3e9))
 	h.eval()
 	h.p.mu.Lock()
-	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano(), nil)
+	md := buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano())
 	h.p.mu.Unlock()
 	byWorker := metricsByWorker(md)
 	byName := byWorker["w1"]
