@@ -116,6 +116,15 @@ func TestScaleFigures(t *testing.T) {
 	if v := os.Getenv("WORKERWATCH_SCALE_RW_RESEND"); v != "" {
 		rwArgs = append(rwArgs, "--set=processors::worker_health::resend_interval="+v)
 	}
+	// WORKERWATCH_SCALE_RW_PPROF=<dir>: the pprof extension on the
+	// remote-write shard, and its heap profile written to dir each time its
+	// heap_alloc reaches a new high during its load and minute (what holds
+	// its memory at its peak: docs/results/scaling.md, runs 9 and 10).
+	profDir := os.Getenv("WORKERWATCH_SCALE_RW_PPROF")
+	pprofAddr := freeport.Addr(t)
+	if profDir != "" {
+		rwArgs = append(rwArgs, "--set=extensions::pprof::endpoint="+pprofAddr, "--set=service::extensions=[worker_health,pprof]")
+	}
 	rw := startFigTier(t, bin, tmp, "mem1rw", 1, rwEnv, rwArgs...)
 	rw.name = "1 shard, remote write, 1 GiB"
 	tiers := []*figTier{one, three, rw}
@@ -136,6 +145,10 @@ func TestScaleFigures(t *testing.T) {
 	table.Reset()
 	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s")
 	for _, tr := range tiers {
+		stopProf := func() {}
+		if tr == rw && profDir != "" {
+			stopProf = profileHeapHighs(t, tr.tels[0], pprofAddr, profDir)
+		}
 		tr.load(t, fleet)
 		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
 		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
@@ -174,6 +187,7 @@ func TestScaleFigures(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		stopProf()
 		table.WriteString(strings.Join(rows, ""))
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
@@ -515,4 +529,39 @@ func openLoop(base string, ids []string, rps int, d time.Duration) ([]time.Durat
 	}
 	wg.Wait()
 	return lat, unexpected.Load()
+}
+
+// profileHeapHighs polls a collector's heap_alloc every 500 ms and writes
+// its heap profile (pprof extension at pprofAddr) to dir each time the
+// figure reaches a new high, until the returned stop is called.
+func profileHeapHighs(t *testing.T, tel, pprofAddr, dir string) (stop func()) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		high := 0.0
+		for k := 0; ; k++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			text, err := httpGet(tel + "/metrics")
+			if err != nil {
+				continue
+			}
+			if h, _ := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); h > high {
+				high = h
+				if prof, err := httpGet("http://" + pprofAddr + "/debug/pprof/heap"); err == nil {
+					_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%03d-%dMiB.pb.gz", k, int(h/(1<<20)))), []byte(prof), 0o644)
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }

@@ -18,7 +18,8 @@ import (
 
 // The checkpoint lives in the storage client under these keys: one record
 // per worker, in a numbered slot (compressed: checkpoint_codec.go), and a
-// meta record saying how many slots to read. Version the prefix: a format change must not restore garbage.
+// meta record saying how many slots to read. Version the prefix: a format
+// change must not restore garbage.
 //
 // Only what changed is written: a worker is rewritten after a record about it
 // (or a change of its runs) since the last checkpoint, and its slot deleted
@@ -133,7 +134,7 @@ func (p *healthProcessor) restore(ctx context.Context) {
 				continue
 			}
 			js, err := decodeRecord(op.Value)
-			if err != nil || len(js) > cpMaxRecord || json.Unmarshal(js, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
+			if err != nil || json.Unmarshal(js, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
 				bad++
 				continue
 			}

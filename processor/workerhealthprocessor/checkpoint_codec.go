@@ -14,12 +14,13 @@ import (
 // Why: file_storage keeps the records in a bbolt file that it maps into
 // memory, and every checkpoint rewrites each worker that reported, so every
 // page of the tree is read through the mapping and counts in the collector's
-// RSS. A worker with three runs is about 1,100 bytes of JSON, two records to
-// a 4 KiB page: at 100,000 workers the mapped pages were 3.5 KiB a worker,
-// more than the tracker's heap. Compressed, the same record is about 320
-// bytes (docs/results/density.md, "The checkpoint compressed"). S2 rather
-// than zstd: zstd with the same dictionary is about 20 % smaller but about 15
-// times slower, and the write encodes every worker that changed.
+// RSS. A worker with three runs is 1,131 bytes of JSON, two records to a 4
+// KiB page: at 100,000 workers the mapped pages were 3.5 KiB a worker, more
+// than the tracker's heap. Compressed, the same record is 346 bytes
+// (TestCheckpointCodec; docs/results/density.md, "the checkpoint
+// compressed"). S2 rather than zstd: zstd with the same dictionary stores it
+// smaller but takes many times longer (BenchmarkCheckpointRecord), and the
+// write encodes every worker that changed.
 //
 // Records written before (plain JSON, first byte '{') are read as they are,
 // so no version change: the next checkpoint rewrites them compressed.
@@ -63,14 +64,17 @@ func (e *recordEncoder) encode(js []byte) []byte {
 var errRecordFormat = errors.New("unknown record format")
 
 // decodeRecord returns a stored record's JSON: compressed records
-// decompressed (refusing one that would be over cpMaxRecord before
-// allocating it), JSON records as they are.
+// decompressed, JSON records as they are; either refused when its JSON is
+// over cpMaxRecord (a compressed one before it is allocated).
 func decodeRecord(v []byte) ([]byte, error) {
 	if len(v) == 0 {
 		return nil, errRecordFormat
 	}
 	switch v[0] {
 	case '{':
+		if len(v) > cpMaxRecord {
+			return nil, fmt.Errorf("record of %d bytes, over %d", len(v), cpMaxRecord)
+		}
 		return v, nil
 	case cpFormatS2Dict1:
 		n, err := s2.DecodedLen(v[1:])

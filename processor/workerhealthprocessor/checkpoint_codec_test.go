@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
@@ -60,6 +60,8 @@ func TestCheckpointCodec(t *testing.T) {
 	huge := binary.AppendUvarint([]byte{cpFormatS2Dict1}, cpMaxRecord+1)
 	_, err = decodeRecord(append(huge, 0, 0, 0, 0))
 	require.ErrorContains(t, err, "over 4194304", "refused before it is allocated")
+	_, err = decodeRecord(append([]byte("{"), make([]byte, cpMaxRecord)...))
+	require.ErrorContains(t, err, "over 4194304", "a JSON record as large")
 }
 
 // A checkpoint written as plain JSON (by a build before the records were
@@ -77,15 +79,7 @@ func TestRestoreReadsPlainJSONRecords(t *testing.T) {
 	hst := host{ext: map[component.ID]component.Component{storageID: store}}
 	pl1 := &pipeline{}
 	require.NoError(t, h1.p.start(ctx, hst, pl1))
-	hb(h1)
-	h1.logs(sl("w1", contract.EventClaimed, "r1"))
-	for range 3 {
-		h1.metrics(treeMetrics("w2", 5000, -1, 1))
-	}
-	h1.advance(5 * time.Second)
-	h1.p.tick(ctx)
-	require.Equal(t, degraded, h1.state("w1"))
-	require.Equal(t, unhealthy, h1.state("w2"))
+	twoCheckpointedWorkers(t, h1)
 	require.NoError(t, h1.p.shutdown(ctx, pl1))
 
 	slots := store.keys(cpPrefix + "w/")
@@ -157,6 +151,17 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 		for b.Loop() {
 			e.encode(js)
 		}
+	})
+	// The alternative not taken: zstd against the same dictionary.
+	b.Run("zstd", func(b *testing.B) {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderDictRaw(1, []byte(cpDict1)), zstd.WithEncoderConcurrency(1))
+		require.NoError(b, err)
+		defer enc.Close()
+		var out []byte
+		for b.Loop() {
+			out = enc.EncodeAll(js, out[:0])
+		}
+		b.ReportMetric(float64(len(out)), "stored-bytes")
 	})
 	b.Run("restore", func(b *testing.B) {
 		var e recordEncoder

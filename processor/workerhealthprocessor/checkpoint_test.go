@@ -369,16 +369,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 	hst := host{ext: map[component.ID]component.Component{storageID: store, healthID: sub}}
 	pl1 := &pipeline{}
 	require.NoError(t, h1.p.start(ctx, hst, pl1))
-	// w1: scheduler holds a run the worker does not (missing); w2: memory latch.
-	hb(h1)
-	h1.logs(sl("w1", "workerwatch.run.claimed", "r1"))
-	for i := 0; i < 3; i++ {
-		h1.metrics(treeMetrics("w2", 5000, -1, 1))
-	}
-	h1.advance(5 * time.Second)
-	h1.p.tick(ctx)
-	require.Equal(t, degraded, h1.state("w1"))
-	require.Equal(t, unhealthy, h1.state("w2"))
+	twoCheckpointedWorkers(t, h1)
 	require.NoError(t, h1.p.shutdown(ctx, pl1))
 
 	h2 := newHarness(t, cfg)
@@ -413,4 +404,21 @@ func TestRestoreAfterRestart(t *testing.T) {
 	assert.Equal(t, degraded, h2.state("w1"), "drift survived the restart")
 	assert.Contains(t, h2.codes("w1"), state.CodeMissing)
 	require.NoError(t, h2.p.shutdown(ctx, pl2))
+}
+
+// twoCheckpointedWorkers gives h's processor w1, whose scheduler holds a run
+// the worker does not (missing), and w2, over its memory limit (latched),
+// both judged: what a restart must bring back (TestRestoreAfterRestart,
+// TestRestoreReadsPlainJSONRecords).
+func twoCheckpointedWorkers(t *testing.T, h *harness) {
+	t.Helper()
+	hb(h)
+	h.logs(sl("w1", contract.EventClaimed, "r1"))
+	for range 3 {
+		h.metrics(treeMetrics("w2", 5000, -1, 1))
+	}
+	h.advance(5 * time.Second)
+	h.p.tick(context.Background())
+	require.Equal(t, degraded, h.state("w1"))
+	require.Equal(t, unhealthy, h.state("w2"))
 }

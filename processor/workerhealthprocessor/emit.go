@@ -3,7 +3,6 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"time"
 
@@ -58,12 +57,12 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 }
 
 // workerRow is one worker's series as an evaluation found them, copied under
-// the processor's lock. An emission holds rows, about 220 bytes a worker, and
+// the processor's lock. An emission holds rows, about 250 bytes a worker, and
 // the emitter renders them into pdata a piece at a time as it sends them
-// (renderRows): as pdata an emission of 100,000 workers' series is about 120
-// MB, and a shard held two (the one being sent, and the next evaluation's
-// waiting for it), 0.5 GB of a remote-write shard's 1 GiB in the heap
-// profiles of docs/results/scaling.md, "run 9".
+// (renderRows): as pdata an emission of a fleet just judged is about 2.5 KiB a
+// worker (BenchmarkEmissionHeld), and a shard held two (the one being sent,
+// and the next evaluation's waiting for it), 0.5 GB of a remote-write
+// shard's 1 GiB in the heap profiles of docs/results/scaling.md, "run 9".
 type workerRow struct {
 	id string
 	seriesValues
@@ -78,7 +77,7 @@ type workerRow struct {
 // rs.sent for the processor to mark once delivered. rs nil: every worker.
 func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow, pmetric.Metrics) {
 	ws := t.ByID()
-	rows := make([]workerRow, 0, len(ws))
+	var rows []workerRow                              // grown as workers are sent: with resend_interval most are not
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
@@ -103,9 +102,6 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
 		}
 		rows = append(rows, workerRow{id: w.ID(), seriesValues: v})
-	}
-	if len(rows) < cap(rows)/2 {
-		rows = slices.Clip(slices.Clone(rows)) // most left out (resend_interval): keep only those sent
 	}
 	return rows, buildFleet(t, start, now, byState)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -113,4 +114,65 @@ func (c *pointCounter) Capabilities() consumer.Capabilities { return c.next.Capa
 func (c *pointCounter) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	c.points.Add(int64(md.DataPointCount()))
 	return c.next.ConsumeMetrics(ctx, md)
+}
+
+// BenchmarkEmissionHeld: what an evaluation's metrics hold while they wait
+// for the emitter, per worker, every series of a fleet just judged (10,000
+// workers; WORKERWATCH_EMIT_WORKERS sets another size): the rows the
+// processor keeps (collectRows) against the same emission as pdata, as it
+// kept it before the emitter rendered pieces as it sent them
+// (buildMetrics). A memory figure, not a time: held-B/worker is the live
+// heap the one emission adds, read after a GC.
+//
+//	go test -run '^$' -bench BenchmarkEmissionHeld -benchtime 3x ./processor/workerhealthprocessor/
+func BenchmarkEmissionHeld(b *testing.B) {
+	workers := 10_000
+	if v := os.Getenv("WORKERWATCH_EMIT_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "WORKERWATCH_EMIT_WORKERS")
+		workers = n
+	}
+	ctx := context.Background()
+	cfg := createDefaultConfig().(*Config)
+	cfg.Limits.MaxWorkers = max(cfg.Limits.MaxWorkers, workers)
+	clock := clockwork.NewFakeClockAt(t0)
+	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, withClock(clock))
+	require.NoError(b, err)
+	b.Cleanup(p.tel.Shutdown)
+	for range 2 { // seen in two intervals: past seen-once
+		for i := range workers {
+			_, err := p.processMetrics(ctx, treeMetrics(fmt.Sprintf("worker-%06d", i), 1<<28, 0.1, 1))
+			require.NoError(b, err)
+		}
+		clock.Advance(cfg.EmitInterval)
+	}
+	liveHeap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	held := func(b *testing.B, build func() any) {
+		var most uint64
+		for b.Loop() {
+			p.mu.Lock()
+			before := liveHeap()
+			kept := build()
+			after := liveHeap()
+			p.mu.Unlock()
+			runtime.KeepAlive(kept)
+			most = max(most, after-min(after, before))
+		}
+		b.ReportMetric(float64(most)/float64(workers), "held-B/worker")
+	}
+	now := clock.Now().UnixNano()
+	b.Run("rows", func(b *testing.B) {
+		held(b, func() any {
+			rows, fleet := collectRows(p.tracker, p.startTime, now, nil)
+			return []any{rows, fleet}
+		})
+	})
+	b.Run("pdata", func(b *testing.B) {
+		held(b, func() any { return buildMetrics(p.tracker, p.startTime, now) })
+	})
 }
