@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -167,6 +168,11 @@ type densityResult struct {
 	// CheckpointBytes: the size of the checkpoint's file (file_storage's
 	// directory) when the memory is read.
 	CheckpointBytes int64 `json:"checkpoint_bytes"`
+	// Runtime: the Go runtime's memory classes (runtime/metrics) after the
+	// RSS is read, by name less "/memory/classes/" and ":bytes", above the
+	// child's base: what of the anonymous RSS is not live objects (free
+	// slots in spans that hold live ones, stacks, the runtime's metadata).
+	Runtime map[string]float64 `json:"runtime"`
 }
 
 func runDensityChild(t *testing.T, config string, n int) densityResult {
@@ -339,6 +345,28 @@ func vmStatus(key string) float64 {
 	return 0
 }
 
+// memoryClasses are the runtime's /memory/classes/ metrics that hold
+// resident memory (those released to the OS left out), keyed by the part
+// of the name between "/memory/classes/" and ":bytes".
+func memoryClasses() map[string]float64 {
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		name, ok := strings.CutPrefix(d.Name, "/memory/classes/")
+		if !ok || name == "total:bytes" || strings.Contains(name, "released") {
+			continue
+		}
+		samples = append(samples, metrics.Sample{Name: d.Name})
+	}
+	metrics.Read(samples)
+	out := make(map[string]float64, len(samples))
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			out[strings.TrimSuffix(strings.TrimPrefix(s.Name, "/memory/classes/"), ":bytes")] = float64(s.Value.Uint64())
+		}
+	}
+	return out
+}
+
 func liveHeap() float64 {
 	var m runtime.MemStats
 	runtime.GC()
@@ -355,6 +383,7 @@ func densityChild(t *testing.T, spec string) {
 	began := time.Now()
 	debug.FreeOSMemory()
 	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
+	baseClasses := memoryClasses()
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
@@ -498,6 +527,10 @@ func densityChild(t *testing.T, spec string) {
 	res.RSSBytes = vmStatus("VmRSS") - baseRSS
 	res.AnonBytes = vmStatus("RssAnon") - baseAnon
 	res.PeakBytes = vmStatus("VmHWM") - baseRSS
+	res.Runtime = memoryClasses()
+	for k, v := range baseClasses {
+		res.Runtime[k] -= v
+	}
 	res.Seconds = time.Since(began).Seconds()
 	res.CheckpointBytes = dirSize(t, stateDir)
 	js, err := json.Marshal(res)

@@ -16,34 +16,42 @@ import (
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
-// The checkpoint lives in the storage client under these keys: one record
-// per worker, in a numbered slot (compressed: checkpoint_codec.go), and a
-// meta record saying how many slots to read. Version the prefix: a format
+// The checkpoint lives in the storage client under these keys: the workers'
+// records in groups of numbered slots, one value per group (each record
+// compressed: checkpoint_codec.go), a meta record saying how many slots to
+// read, and the fleet-wide histograms. Version the meta record: a format
 // change must not restore garbage.
 //
-// Only what changed is written: a worker is rewritten after a record about it
-// (or a change of its runs) since the last checkpoint, and its slot deleted
-// when it is forgotten. Records are copied under the processor's lock and
-// marshaled and written outside it. Restore reads the slots in chunks and
-// admits what the limits allow, so a checkpoint never brings back more than
+// Only what changed is written: a group is rewritten after a record about
+// one of its workers (or a change of its runs) since the last checkpoint,
+// or when one of its workers is forgotten, and deleted when it is left
+// empty. Records are copied under the processor's lock and marshaled and
+// written outside it. Restore reads the groups in chunks and admits what
+// the limits allow, so a checkpoint never brings back more than
 // limits.max_workers workers and limits.max_runs runs.
 //
-// The records and what to write are the tracker's (internal/tracker/checkpoint.go,
-// which says how to add a field).
+// The records, the groups and what to write are the tracker's
+// (internal/tracker/checkpoint.go, which says why groups and how to add a
+// field).
 const (
 	cpPrefix  = "worker_health.v2/"
 	cpMetaKey = cpPrefix + "meta"
 	// cpLegacyKey held the whole state in one value (version 1), rewritten
 	// at every checkpoint; it is deleted, unread (it could be hundreds of MB).
 	cpLegacyKey = "worker_health.v1"
-	// cpReadChunk slots are read per storage batch at restore.
-	cpReadChunk = 256
+	// cpReadChunk slots are read per storage batch at restore (a whole
+	// number of groups).
+	cpReadChunk = 4 * tracker.GroupSlots
 	// cpMaxRecord: a worker record larger than this is malformed (the
 	// largest a worker can have is max_runs_per_worker runs with ids of
 	// max_attribute_length bytes: 256 x ~500 B).
 	cpMaxRecord = 4 << 20
 )
 
+// cpGroupKey holds a group of slots (version 3).
+func cpGroupKey(group int32) string { return cpPrefix + "g/" + strconv.Itoa(int(group)) }
+
+// cpSlotKey held one slot (version 2): read at restore, then deleted.
 func cpSlotKey(slot int32) string { return cpPrefix + "w/" + strconv.Itoa(int(slot)) }
 
 // cpHistsKey holds the fleet-wide histograms (written when they changed).
@@ -99,7 +107,7 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		return
 	}
 	var meta tracker.Meta
-	if err := json.Unmarshal(raw, &meta); err != nil || meta.Version != tracker.CheckpointVersion || meta.Slots < 0 {
+	if err := json.Unmarshal(raw, &meta); err != nil || (meta.Version != tracker.CheckpointVersion && meta.Version != 2) || meta.Slots < 0 {
 		fail("the checkpoint's meta record is unreadable", fmt.Errorf("version %d, %d slots: %w", meta.Version, meta.Slots, err))
 		return
 	}
@@ -115,11 +123,8 @@ func (p *healthProcessor) restore(ctx context.Context) {
 	p.lastMeta = meta
 	var bad int
 	for start := int32(0); start < meta.Slots; start += cpReadChunk {
-		ops := make([]*storage.Operation, 0, cpReadChunk)
-		for s := start; s < min(start+cpReadChunk, meta.Slots); s++ {
-			ops = append(ops, storage.GetOperation(cpSlotKey(s)))
-		}
-		if err := p.storage.Batch(ctx, ops...); err != nil {
+		stored, broken, err := p.readSlots(ctx, meta.Version, start, min(start+cpReadChunk, meta.Slots))
+		if err != nil {
 			fail("reading the checkpoint failed", err)
 			p.mu.Lock()
 			p.tracker = tracker.New(p.cfg.trackerConfig())
@@ -127,23 +132,15 @@ func (p *healthProcessor) restore(ctx context.Context) {
 			p.mu.Unlock()
 			return
 		}
-		recs := make([]tracker.Record, len(ops))
-		ok := make([]bool, len(ops))
-		for i, op := range ops {
-			if op.Value == nil {
-				continue
-			}
-			js, err := decodeRecord(op.Value)
-			if err != nil || json.Unmarshal(js, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
-				bad++
-				continue
-			}
-			ok[i] = true
-		}
+		bad += broken + p.restoreSlots(start, stored, now)
+	}
+	if meta.Version == 2 {
+		// Written again as groups at the next checkpoint, which deletes
+		// the slots' values.
+		p.legacySlots = meta.Slots
+		p.lastMeta = tracker.Meta{}
 		p.mu.Lock()
-		for i := range ops {
-			p.tracker.RestoreSlot(start+int32(i), &recs[i], ok[i], now)
-		}
+		p.tracker.RewriteAll()
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
@@ -158,6 +155,76 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		zap.Int("runs", runs), zap.Int("unreadable_records", bad), zap.Int64("over_max_workers", refused))
 }
 
+// readSlots reads the stored records of slots from to to-1 (nil: empty)
+// from a checkpoint of the given version: version 3 in groups, version 2 a
+// value per slot. A group whose framing is broken counts as one unreadable
+// record (in bad), its slots after the break empty.
+func (p *healthProcessor) readSlots(ctx context.Context, version int, from, to int32) (stored [][]byte, bad int, err error) {
+	stored = make([][]byte, to-from)
+	if version == 2 {
+		ops := make([]*storage.Operation, 0, len(stored))
+		for s := from; s < to; s++ {
+			ops = append(ops, storage.GetOperation(cpSlotKey(s)))
+		}
+		if err := p.storage.Batch(ctx, ops...); err != nil {
+			return nil, 0, err
+		}
+		for i, op := range ops {
+			stored[i] = op.Value
+		}
+		return stored, 0, nil
+	}
+	first := tracker.GroupOf(from)
+	var ops []*storage.Operation
+	for g := first; g <= tracker.GroupOf(to-1); g++ {
+		ops = append(ops, storage.GetOperation(cpGroupKey(g)))
+	}
+	if err := p.storage.Batch(ctx, ops...); err != nil {
+		return nil, 0, err
+	}
+	for j, op := range ops {
+		if op.Value == nil {
+			continue
+		}
+		base := (first+int32(j))*tracker.GroupSlots - from
+		err := decodeGroup(op.Value, func(i int, rec []byte) {
+			if at := base + int32(i); at >= 0 && at < int32(len(stored)) {
+				stored[at] = rec
+			}
+		})
+		if err != nil {
+			bad++
+			p.logger.Warn("a group of the checkpoint's records is unreadable; its workers after the break start over",
+				zap.String("key", op.Key), zap.Error(err))
+		}
+	}
+	return stored, bad, nil
+}
+
+// restoreSlots decodes the stored records of the slots from start on and
+// admits their workers; it returns how many could not be read.
+func (p *healthProcessor) restoreSlots(start int32, stored [][]byte, now int64) (bad int) {
+	recs := make([]tracker.Record, len(stored))
+	ok := make([]bool, len(stored))
+	for i, v := range stored {
+		if len(v) == 0 {
+			continue
+		}
+		js, err := decodeRecord(v)
+		if err != nil || json.Unmarshal(js, &recs[i]) != nil || !validRecord(&recs[i], p.cfg) {
+			bad++
+			continue
+		}
+		ok[i] = true
+	}
+	p.mu.Lock()
+	for i := range stored {
+		p.tracker.RestoreSlot(start+int32(i), &recs[i], ok[i], now)
+	}
+	p.mu.Unlock()
+	return bad
+}
+
 // validRecord: a record whose id the mapping would have taken.
 func validRecord(cw *tracker.Record, cfg *Config) bool {
 	return cw.ID != "" && len(cw.ID) <= cfg.Limits.MaxAttributeLength && utf8.ValidString(cw.ID) &&
@@ -165,35 +232,39 @@ func validRecord(cw *tracker.Record, cfg *Config) bool {
 }
 
 // unchanged: nothing to write (the meta record as last written).
-func (p *healthProcessor) unchanged(writes []tracker.Write, deletes []int32, meta tracker.Meta) bool {
-	return len(writes) == 0 && len(deletes) == 0 && meta == p.lastMeta
+func (p *healthProcessor) unchanged(groups []tracker.Group, meta tracker.Meta) bool {
+	return len(groups) == 0 && meta == p.lastMeta && p.legacySlots == 0
 }
 
 // writeCheckpoint writes what changed; the caller holds cpMu. On failure
-// the workers stay queued for the next one.
+// the groups stay queued for the next one.
 func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if p.storage == nil {
 		return
 	}
 	p.mu.Lock()
-	writes, deletes, meta := p.tracker.CollectCheckpoint()
+	groups, meta := p.tracker.CollectCheckpoint()
 	hists := p.tracker.Hists().Collect()
 	p.mu.Unlock()
-	if p.unchanged(writes, deletes, meta) && hists == nil {
+	if p.unchanged(groups, meta) && hists == nil {
 		return
 	}
 
-	ops := make([]*storage.Operation, 0, len(deletes)+len(writes)+1)
-	for _, s := range deletes {
-		ops = append(ops, storage.DeleteOperation(cpSlotKey(s)))
-	}
+	ops := make([]*storage.Operation, 0, len(groups)+int(p.legacySlots)+2)
 	var err error
-	for i := range writes {
-		var b []byte
-		if b, err = p.marshal(&writes[i].Rec); err != nil {
+	for i := range groups {
+		if len(groups[i].Writes) == 0 {
+			ops = append(ops, storage.DeleteOperation(cpGroupKey(groups[i].Index)))
+			continue
+		}
+		var v []byte
+		if v, err = p.cpEnc.encodeGroup(&groups[i], p.marshal); err != nil {
 			break
 		}
-		ops = append(ops, storage.SetOperation(cpSlotKey(writes[i].Slot), p.cpEnc.encode(b)))
+		ops = append(ops, storage.SetOperation(cpGroupKey(groups[i].Index), v))
+	}
+	for s := range p.legacySlots {
+		ops = append(ops, storage.DeleteOperation(cpSlotKey(s)))
 	}
 	if err == nil && meta != p.lastMeta {
 		var b []byte
@@ -213,10 +284,11 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	p.checkpointStatus(err)
 	if err == nil {
 		p.lastMeta = meta
+		p.legacySlots = 0
 	} else {
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
 		p.mu.Lock()
-		p.tracker.CheckpointFailed(writes, deletes, hists != nil)
+		p.tracker.CheckpointFailed(groups, hists != nil)
 		p.mu.Unlock()
 	}
 }

@@ -1,10 +1,14 @@
 package workerhealthprocessor // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/klauspost/compress/s2"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // A worker's checkpoint record is stored as its JSON compressed with S2
@@ -45,21 +49,75 @@ const cpDict1 = `{"id":"","ev":1,"name":"","first":,"mention":,"alive":,"sources
 // (TestCheckpointCodec).
 var cpDict = s2.MakeDict([]byte(cpDict1), []byte(`{"id":"`))
 
-// recordEncoder compresses records' JSON; its scratch buffer is reused, and
-// each record gets a copy of its exact size (the batch holds every record
-// until it is written). Under cpMu.
-type recordEncoder struct{ scratch []byte }
+// recordEncoder compresses records' JSON and builds groups' values; its
+// scratch buffers are reused, and each value gets a copy of its exact size
+// (the batch holds every value until it is written). Under cpMu.
+type recordEncoder struct{ scratch, rec, group []byte }
 
-func (e *recordEncoder) encode(js []byte) []byte {
+// encode is the stored form of a record's JSON.
+func (e *recordEncoder) encode(js []byte) []byte { return e.appendRecord(nil, js) }
+
+// appendRecord appends the stored form of a record's JSON to dst.
+func (e *recordEncoder) appendRecord(dst, js []byte) []byte {
 	if n := s2.MaxEncodedLen(len(js)); cap(e.scratch) < n {
 		e.scratch = make([]byte, n)
 	}
 	enc := cpDict.Encode(e.scratch[:cap(e.scratch)], js)
-	out := make([]byte, 1+len(enc))
-	out[0] = cpFormatS2Dict1
-	copy(out[1:], enc)
-	return out
+	dst = append(dst, cpFormatS2Dict1)
+	return append(dst, enc...)
 }
+
+// A group of slots (tracker.GroupSlots of them, tracker/checkpoint.go says
+// why) is stored as one value: a format byte, then each slot of the group in
+// order, up to the last one in use, as the length of its stored record
+// (a uvarint; 0: an empty slot) and the record.
+const cpGroupFormat1 byte = 0x01
+
+// encodeGroup is a group's value, each record marshaled (with marshal) and
+// compressed at its slot's place.
+func (e *recordEncoder) encodeGroup(g *tracker.Group, marshal func(any) ([]byte, error)) ([]byte, error) {
+	e.group = append(e.group[:0], cpGroupFormat1)
+	next := g.Index * tracker.GroupSlots
+	for i := range g.Writes {
+		w := &g.Writes[i]
+		for ; next < w.Slot; next++ {
+			e.group = append(e.group, 0) // an empty slot
+		}
+		next++
+		js, err := marshal(&w.Rec)
+		if err != nil {
+			return nil, err
+		}
+		e.rec = e.appendRecord(e.rec[:0], js)
+		e.group = binary.AppendUvarint(e.group, uint64(len(e.rec)))
+		e.group = append(e.group, e.rec...)
+	}
+	return bytes.Clone(e.group), nil
+}
+
+// decodeGroup calls each with every slot of a group's value, by its place in
+// the group, and its stored record (empty: no worker); a value whose framing
+// is broken is an error, after the records before the break.
+func decodeGroup(v []byte, each func(i int, rec []byte)) error {
+	if len(v) == 0 || v[0] != cpGroupFormat1 {
+		return errGroupFormat
+	}
+	v = v[1:]
+	for i := 0; len(v) > 0; i++ {
+		if i == tracker.GroupSlots {
+			return fmt.Errorf("a group of more than %d slots", tracker.GroupSlots)
+		}
+		n, k := binary.Uvarint(v)
+		if k <= 0 || n > uint64(len(v)-k) {
+			return fmt.Errorf("slot %d of the group: its length is broken", i)
+		}
+		each(i, v[k:k+int(n)])
+		v = v[k+int(n):]
+	}
+	return nil
+}
+
+var errGroupFormat = errors.New("unknown group format")
 
 var errRecordFormat = errors.New("unknown record format")
 

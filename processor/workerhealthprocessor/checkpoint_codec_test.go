@@ -6,8 +6,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,10 +67,11 @@ func TestCheckpointCodec(t *testing.T) {
 	require.ErrorContains(t, err, "over 4194304", "a JSON record as large")
 }
 
-// A checkpoint written as plain JSON (by a build before the records were
-// compressed) restores the same workers, and the next checkpoint rewrites
-// each record compressed.
-func TestRestoreReadsPlainJSONRecords(t *testing.T) {
+// A checkpoint of version 2 (a value per slot, written by builds before the
+// groups: its records plain JSON before 422f1ec, compressed since) restores
+// the same workers, and the next checkpoint rewrites them as groups and
+// deletes the slots' values.
+func TestRestoreReadsVersion2Checkpoints(t *testing.T) {
 	store := &memStorage{}
 	storageID := component.MustNewID("file_storage")
 	cfg := testCfg()
@@ -82,14 +86,17 @@ func TestRestoreReadsPlainJSONRecords(t *testing.T) {
 	twoCheckpointedWorkers(t, h1)
 	require.NoError(t, h1.p.shutdown(ctx, pl1))
 
-	slots := store.keys(cpPrefix + "w/")
-	require.Len(t, slots, 2)
+	// The same checkpoint as version 2 wrote it: slot 0 as JSON, slot 1
+	// compressed.
+	stored := storedSlots(t, store)
+	require.Len(t, stored, 2)
+	js, err := decodeRecord(stored[0])
+	require.NoError(t, err)
 	store.mu.Lock()
-	for _, k := range slots {
-		require.Equal(t, cpFormatS2Dict1, store.data[k][0], "written compressed")
-		js, err := decodeRecord(store.data[k])
-		require.NoError(t, err)
-		store.data[k] = js
+	store.data = map[string][]byte{
+		cpMetaKey:    []byte(`{"version":2,"scheduler_seen":` + strconv.FormatInt(h1.clock.Now().UnixNano(), 10) + `,"slots":2}`),
+		cpSlotKey(0): js,
+		cpSlotKey(1): stored[1],
 	}
 	store.mu.Unlock()
 
@@ -100,18 +107,81 @@ func TestRestoreReadsPlainJSONRecords(t *testing.T) {
 	h2.advance(time.Second)
 	h2.eval()
 	assert.Equal(t, unknown, h2.state("w1"), "restored, no telemetry since")
-	assert.Equal(t, unhealthy, h2.state("w2"), "the memory latch read from the JSON record")
+	assert.Equal(t, unhealthy, h2.state("w2"), "the memory latch read from the version 2 record")
 	hb(h2)
 	h2.eval()
-	assert.Equal(t, degraded, h2.state("w1"), "the scheduler's run read from the JSON record")
+	assert.Equal(t, degraded, h2.state("w1"), "the scheduler's run read from the version 2 JSON record")
 	assert.Contains(t, h2.codes("w1"), state.CodeMissing)
 	h2.checkpoint()
-	store.mu.Lock()
-	for _, k := range slots {
-		assert.Equal(t, cpFormatS2Dict1, store.data[k][0], "%s rewritten compressed", k)
+	assert.Empty(t, store.keys(cpPrefix+"w/"), "the version 2 values deleted")
+	assert.ElementsMatch(t, []string{"w1", "w2"}, slices.Collect(maps.Values(storedIDs(t, store))), "both rewritten as a group")
+	for _, v := range storedSlots(t, store) {
+		assert.Equal(t, cpFormatS2Dict1, v[0], "rewritten compressed")
 	}
+	var meta tracker.Meta
+	store.mu.Lock()
+	require.NoError(t, json.Unmarshal(store.data[cpMetaKey], &meta))
 	store.mu.Unlock()
+	assert.Equal(t, tracker.CheckpointVersion, meta.Version)
 	require.NoError(t, h2.p.shutdown(ctx, pl2))
+}
+
+// A group's value: records at their slots' places, empty slots, and a value
+// whose framing is broken refused with an error that says where, the
+// records before the break kept; restore counts such a group as
+// unreadable and admits the rest.
+func TestCheckpointGroupCodec(t *testing.T) {
+	var e recordEncoder
+	g := tracker.Group{Index: 2, Writes: []tracker.Write{
+		{Slot: 2*tracker.GroupSlots + 1, Rec: tracker.Record{ID: "a"}},
+		{Slot: 2*tracker.GroupSlots + 5, Rec: tracker.Record{ID: "b"}},
+	}}
+	v, err := e.encodeGroup(&g, json.Marshal)
+	require.NoError(t, err)
+	got := map[int]string{}
+	require.NoError(t, decodeGroup(v, func(i int, rec []byte) {
+		if len(rec) == 0 {
+			got[i] = ""
+			return
+		}
+		js, err := decodeRecord(rec)
+		require.NoError(t, err)
+		var r tracker.Record
+		require.NoError(t, json.Unmarshal(js, &r))
+		got[i] = r.ID
+	}))
+	assert.Equal(t, map[int]string{0: "", 1: "a", 2: "", 3: "", 4: "", 5: "b"}, got, "slots 0 to the last in use")
+
+	var before int
+	err = decodeGroup(v[:len(v)-3], func(_ int, rec []byte) {
+		if len(rec) > 0 {
+			before++
+		}
+	})
+	require.ErrorContains(t, err, "slot 5 of the group: its length is broken")
+	assert.Equal(t, 1, before, "the record before the break")
+	require.ErrorIs(t, decodeGroup(nil, func(int, []byte) {}), errGroupFormat)
+	require.ErrorIs(t, decodeGroup([]byte{0x09, 0}, func(int, []byte) {}), errGroupFormat)
+	tooMany := append([]byte{cpGroupFormat1}, make([]byte, tracker.GroupSlots+1)...)
+	require.ErrorContains(t, decodeGroup(tooMany, func(int, []byte) {}), "more than 64 slots")
+}
+
+// FuzzCheckpointGroup: no stored value crashes the decoding of a group or
+// of its records.
+func FuzzCheckpointGroup(f *testing.F) {
+	var e recordEncoder
+	v, err := e.encodeGroup(&tracker.Group{Writes: []tracker.Write{{Slot: 1, Rec: tracker.Record{ID: "a"}}}}, json.Marshal)
+	require.NoError(f, err)
+	f.Add(v)
+	f.Add([]byte{cpGroupFormat1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(_ *testing.T, v []byte) {
+		_ = decodeGroup(v, func(_ int, rec []byte) {
+			if js, err := decodeRecord(rec); err == nil {
+				var r tracker.Record
+				_ = json.Unmarshal(js, &r)
+			}
+		})
+	})
 }
 
 // What compressing costs a checkpoint write, per record, side by side with

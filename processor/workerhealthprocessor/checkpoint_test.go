@@ -2,9 +2,14 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +25,7 @@ import (
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 )
 
 // started is a harness whose processor checkpoints to store.
@@ -40,35 +46,40 @@ func (h *harness) checkpoint() {
 	h.p.writeCheckpoint(context.Background())
 }
 
-// Issue 14.1: the checkpoint is written incrementally, one record per
-// worker, only those that changed; a forgotten worker's record is deleted;
+// Issue 14.1: the checkpoint is written incrementally, only the groups of
+// slots with a change; a group left empty by forgotten workers is deleted;
 // workers seen once are not written. (The whole state was rewritten as one
 // value at every evaluation: 227 MB every 5 s after a flood.)
 func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 	store := &memStorage{}
 	h := started(t, testCfg(), store)
-	for _, w := range []string{"a", "b", "c"} {
-		h.metrics(treeMetrics(w, 10, -1, 1))
+	n := tracker.GroupSlots + 2 // two groups
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%03d", i)
+		h.metrics(treeMetrics(ids[i], 10, -1, 1))
 	}
 	h.logs(wl("once", contract.EventHeartbeat, "", nil))
 	h.checkpoint()
-	assert.Equal(t, map[string]int{cpSlotKey(0): 1, cpSlotKey(1): 1, cpSlotKey(2): 1, cpMetaKey: 1}, store.written())
+	assert.Equal(t, map[string]int{cpGroupKey(0): 1, cpGroupKey(1): 1, cpMetaKey: 1}, store.written())
+	assert.ElementsMatch(t, ids, slices.Collect(maps.Values(storedIDs(t, store))), "every worker but the one seen once")
 
-	h.metrics(treeMetrics("b", 20, -1, 1))
+	last := ids[n-1]
+	h.metrics(treeMetrics(last, 20, -1, 1))
 	h.checkpoint()
-	w := store.written()
-	assert.Len(t, w, 1, "only b's record: %v", w)
+	assert.Equal(t, map[string]int{cpGroupKey(1): 1}, store.written(), "only the group of the worker that changed")
 	h.checkpoint()
 	assert.Empty(t, store.written(), "nothing changed, nothing written")
 
-	// a and c go quiet and are forgotten after worker_ttl; b reports.
+	// All but the last go quiet and are forgotten after worker_ttl.
 	for range 7 {
 		h.advance(10 * time.Second)
-		h.metrics(treeMetrics("b", 20, -1, 1))
+		h.metrics(treeMetrics(last, 20, -1, 1))
 		h.eval()
 	}
 	h.checkpoint()
-	assert.Len(t, store.keys(cpPrefix+"w/"), 1, "the forgotten workers' records are deleted")
+	assert.Equal(t, []string{cpGroupKey(1)}, store.keys(cpPrefix+"g/"), "the group left empty is deleted")
+	assert.Equal(t, map[int32]string{int32(n - 1): last}, storedIDs(t, store), "the forgotten workers' records are gone")
 }
 
 // checkpoint_every: the timer's evaluations write a checkpoint every N of
@@ -124,7 +135,7 @@ func TestCheckpointDoesNotHoldTheLock(t *testing.T) {
 	}
 	close(release)
 	<-done
-	assert.Contains(t, store.written(), cpSlotKey(0))
+	assert.Contains(t, store.written(), cpGroupKey(0))
 }
 
 // A failed write keeps the changed workers queued for the next one.
@@ -137,7 +148,7 @@ func TestCheckpointRetriesAfterAFailedWrite(t *testing.T) {
 	store.fail = nil
 	store.mu.Unlock()
 	h.checkpoint()
-	assert.Contains(t, store.written(), cpSlotKey(0))
+	assert.Equal(t, map[int32]string{0: "a"}, storedIDs(t, store))
 }
 
 // Issue 14.1: after a restart the state is bounded the same way: at most
@@ -156,8 +167,8 @@ func TestRestoreIsBounded(t *testing.T) {
 		}
 	}
 	h.checkpoint()
+	setStored(t, store, 3, []byte("{not json"))
 	store.mu.Lock()
-	store.data[cpSlotKey(3)] = []byte("{not json")
 	store.data[cpLegacyKey] = make([]byte, 1<<20)
 	store.mu.Unlock()
 
@@ -177,7 +188,7 @@ func TestRestoreIsBounded(t *testing.T) {
 	}
 	// The slots not restored are deleted at the next write.
 	h2.checkpoint()
-	assert.Len(t, store.keys(cpPrefix+"w/"), 10)
+	assert.Len(t, storedIDs(t, store), 10)
 }
 
 // statusHost records the component status events reported to it, as the
@@ -237,7 +248,7 @@ func TestCheckpointFailureIsReportedAsStatus(t *testing.T) {
 	h.checkpoint()
 	assert.Equal(t, []componentstatus.Status{componentstatus.StatusRecoverableError, componentstatus.StatusOK}, sh.statuses())
 	assert.Equal(t, 1, logs.FilterMessageSnippet("works again").Len())
-	assert.Contains(t, store.keys(cpPrefix), cpSlotKey(2), "the workers queued while failing were written")
+	assert.Len(t, storedIDs(t, store), 4, "the workers queued while failing were written")
 }
 
 // Counters and histograms are consistent across a restart with a
@@ -421,4 +432,79 @@ func twoCheckpointedWorkers(t *testing.T, h *harness) {
 	h.p.tick(context.Background())
 	require.Equal(t, degraded, h.state("w1"))
 	require.Equal(t, unhealthy, h.state("w2"))
+}
+
+// storedIDs is the id of the worker in each slot of the checkpoint in store.
+func storedIDs(t *testing.T, store *memStorage) map[int32]string {
+	t.Helper()
+	out := map[int32]string{}
+	for slot, v := range storedSlots(t, store) {
+		js, err := decodeRecord(v)
+		require.NoError(t, err, "slot %d", slot)
+		var rec tracker.Record
+		require.NoError(t, json.Unmarshal(js, &rec), "slot %d", slot)
+		out[slot] = rec.ID
+	}
+	return out
+}
+
+// storedSlots is the stored record of each slot of the checkpoint in store.
+func storedSlots(t *testing.T, store *memStorage) map[int32][]byte {
+	t.Helper()
+	out := map[int32][]byte{}
+	for _, k := range store.keys(cpPrefix + "g/") {
+		g, err := strconv.Atoi(strings.TrimPrefix(k, cpPrefix+"g/"))
+		require.NoError(t, err)
+		store.mu.Lock()
+		v := store.data[k]
+		store.mu.Unlock()
+		require.NoError(t, decodeGroup(v, func(i int, rec []byte) {
+			if len(rec) > 0 {
+				out[int32(g*tracker.GroupSlots+i)] = rec
+			}
+		}), k)
+	}
+	return out
+}
+
+// setStored replaces the stored record of one slot (nil: empties it) in
+// the checkpoint in store.
+func setStored(t *testing.T, store *memStorage, slot int32, stored []byte) {
+	t.Helper()
+	all := storedSlots(t, store)
+	all[slot] = stored
+	g := tracker.GroupOf(slot)
+	v := []byte{cpGroupFormat1}
+	for s := g * tracker.GroupSlots; s < (g+1)*tracker.GroupSlots; s++ {
+		v = binary.AppendUvarint(v, uint64(len(all[s])))
+		v = append(v, all[s]...)
+	}
+	store.mu.Lock()
+	store.data[cpGroupKey(g)] = v
+	store.mu.Unlock()
+}
+
+// A group whose value is broken (a torn write, a bad disk) loses only its
+// workers after the break: the other groups' workers come back, and the
+// group is rewritten at the next checkpoint.
+func TestRestoreSkipsABrokenGroup(t *testing.T) {
+	store := &memStorage{}
+	h := started(t, testCfg(), store)
+	n := tracker.GroupSlots + 4
+	for i := range n {
+		h.metrics(treeMetrics(fmt.Sprintf("w%03d", i), 10, -1, 1))
+	}
+	h.checkpoint()
+	store.mu.Lock()
+	v := store.data[cpGroupKey(1)]
+	store.data[cpGroupKey(1)] = v[:len(v)-10] // the last record torn
+	store.mu.Unlock()
+
+	h2 := started(t, testCfg(), store)
+	h2.p.mu.Lock()
+	restored := len(h2.p.tracker.ByID())
+	h2.p.mu.Unlock()
+	assert.Equal(t, n-1, restored, "all but the torn record")
+	h2.checkpoint()
+	assert.Len(t, storedIDs(t, store), n-1, "the broken group rewritten whole")
 }

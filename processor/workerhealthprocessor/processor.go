@@ -69,6 +69,9 @@ type healthProcessor struct {
 	marshal  func(any) ([]byte, error) // a checkpoint record's marshaler
 	cpEnc    recordEncoder             // compresses the records (checkpoint_codec.go)
 	lastMeta tracker.Meta              // the meta record last written or read
+	// legacySlots: the slots of a version 2 checkpoint read at restore,
+	// whose values the next write deletes (checkpoint.go).
+	legacySlots int32
 	// cpFailing: the last checkpoint write failed (status reported).
 	cpFailing bool
 

@@ -1,6 +1,9 @@
 package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 )
 
@@ -8,11 +11,18 @@ import (
 // processor (checkpoint.go at the top) encodes, writes, reads and decodes
 // them; the tracker says what to write and takes back what was read.
 //
-// Only what changed is written: a worker is rewritten after a record about it
-// (or a change of its runs) since the last checkpoint, and its slot deleted
-// when it is forgotten. Restore admits what the limits allow, so a checkpoint
-// never brings back more than limits.max_workers workers and limits.max_runs
-// runs.
+// Only what changed is written: the slots are kept in groups of GroupSlots,
+// stored as one value each, and a group is rewritten (every worker in it)
+// after a record about one of its workers (or a change of its runs) since
+// the last checkpoint, or when one of its workers is forgotten; a group left
+// empty is deleted. Why groups and not a value per worker: the storage
+// (file_storage's bbolt) copies every value that shares a page with one it
+// rewrites, reading it through the file's memory mapping, and those pages
+// then count in the collector's RSS; a group's value spans its own pages,
+// and rewriting it reads none of the old one (docs/results/density.md, "the
+// checkpoint in groups"). Restore admits what the limits allow, so a
+// checkpoint never brings back more than limits.max_workers workers and
+// limits.max_runs runs.
 //
 // To add a field: add it to the rule's checkpoint record (state.MemoryRecord
 // in internal/state/memory.go, state.KillsRecord in internal/state/kills.go,
@@ -23,8 +33,17 @@ import (
 // (TestCheckpointRecordKeys). Unknown fields are ignored and missing ones are
 // zero, so no version change is needed unless a field changes meaning.
 
-// CheckpointVersion is the format of the records (Meta.Version).
-const CheckpointVersion = 2
+// CheckpointVersion is the format of the checkpoint (Meta.Version): 3,
+// records in groups of slots; 2, a value per slot (still read, see the
+// processor's restore).
+const CheckpointVersion = 3
+
+// GroupSlots is the number of slots stored together as one value: about 22
+// KB for workers with three runs each, several pages of bbolt's 4 KiB.
+const GroupSlots = 64
+
+// GroupOf is the group a slot is stored in.
+func GroupOf(slot int32) int32 { return slot / GroupSlots }
 
 // Meta is the checkpoint's meta record.
 type Meta struct {
@@ -43,8 +62,11 @@ type cpSlots struct {
 	enabled bool    // a storage is configured
 	hw      int32   // slots handed out so far: 0..hw-1
 	free    []int32 // slots of forgotten workers, to hand out again
-	deleted []int32 // slots to delete at the next write
+	rewrite []int32 // slots whose groups are rewritten at the next write (a worker forgotten, a failed write)
 	dirty   []*Worker
+	// bySlot is the worker in each slot (nil: free), to rewrite a group
+	// whole.
+	bySlot []*Worker
 }
 
 // Write is one worker record to write.
@@ -52,6 +74,13 @@ type Write struct {
 	Slot int32
 	ID   string
 	Rec  Record
+}
+
+// Group is one group of slots to write: the record of every worker in it, in
+// slot order; none means the group is empty and its value deleted.
+type Group struct {
+	Index  int32
+	Writes []Write
 }
 
 // Record is a worker's checkpoint record: the evidence, not the verdict.
@@ -120,8 +149,19 @@ func (t *Tracker) fromCheckpoint(cw *Record, now int64) *Worker {
 func (t *Tracker) RestoreMeta(m *Meta) {
 	t.schedulerSeen = m.SchedulerSeen
 	t.cp.hw = m.Slots
+	t.cp.bySlot = make([]*Worker, m.Slots)
 	if m.Start > 0 {
 		t.start = m.Start
+	}
+}
+
+// RewriteAll queues every worker to be written at the next checkpoint (after
+// a restore from an earlier format, which the next write replaces).
+func (t *Tracker) RewriteAll() {
+	for _, w := range t.cp.bySlot {
+		if w != nil {
+			t.markDirty(w)
+		}
 	}
 }
 
@@ -131,7 +171,7 @@ func (t *Tracker) RestoreMeta(m *Meta) {
 func (t *Tracker) RestoreSlot(slot int32, cw *Record, ok bool, now int64) {
 	if ok && t.workers[cw.ID] == nil && len(t.workers) < t.cfg.Limits.MaxWorkers {
 		w := t.fromCheckpoint(cw, now)
-		w.slot = slot
+		t.setSlot(w, slot)
 		if w.Evidence != state.EvidenceConfirmed {
 			t.low[w.Evidence].pushBack(w)
 		}
@@ -142,7 +182,7 @@ func (t *Tracker) RestoreSlot(slot int32, cw *Record, ok bool, now int64) {
 		t.counts.WorkersRefused[refusedMaxWorkers]++
 	}
 	t.cp.free = append(t.cp.free, slot)
-	t.cp.deleted = append(t.cp.deleted, slot)
+	t.cp.rewrite = append(t.cp.rewrite, slot)
 }
 
 // markDirty queues a worker to be written at the next checkpoint (when
@@ -158,15 +198,27 @@ func (t *Tracker) markDirty(w *Worker) {
 func (t *Tracker) freeSlot(w *Worker) {
 	if w.slot >= 0 {
 		t.cp.free = append(t.cp.free, w.slot)
-		t.cp.deleted = append(t.cp.deleted, w.slot)
+		t.cp.rewrite = append(t.cp.rewrite, w.slot)
+		t.cp.bySlot[w.slot] = nil
 		w.slot = -1
 	}
 }
 
+// setSlot puts w in slot.
+func (t *Tracker) setSlot(w *Worker, slot int32) {
+	if n := int(slot) + 1; len(t.cp.bySlot) < n {
+		t.cp.bySlot = append(t.cp.bySlot, make([]*Worker, n-len(t.cp.bySlot))...)
+	}
+	w.slot = slot
+	t.cp.bySlot[slot] = w
+}
+
 // CollectCheckpoint copies what changed since the last checkpoint: the
-// records of the workers to write (slots handed out as needed), the slots to
-// delete, the meta record. Under the processor's lock; no marshaling.
-func (t *Tracker) CollectCheckpoint() (writes []Write, deletes []int32, meta Meta) {
+// groups to write, each with the record of every worker in it (slots handed
+// out as needed), and the meta record. Under the processor's lock; no
+// marshaling.
+func (t *Tracker) CollectCheckpoint() (groups []Group, meta Meta) {
+	changed := map[int32]bool{}
 	for _, w := range t.cp.dirty {
 		w.dirty = false
 		if t.workers[w.id] != w || w.Evidence == state.EvidenceOnce {
@@ -174,30 +226,48 @@ func (t *Tracker) CollectCheckpoint() (writes []Write, deletes []int32, meta Met
 		}
 		if w.slot < 0 {
 			if n := len(t.cp.free); n > 0 {
-				w.slot, t.cp.free = t.cp.free[n-1], t.cp.free[:n-1]
+				t.setSlot(w, t.cp.free[n-1])
+				t.cp.free = t.cp.free[:n-1]
 			} else {
-				w.slot = t.cp.hw
+				t.setSlot(w, t.cp.hw)
 				t.cp.hw++
 			}
 		}
-		writes = append(writes, Write{Slot: w.slot, ID: w.id, Rec: t.toCheckpoint(w)})
+		changed[GroupOf(w.slot)] = true
 	}
 	clear(t.cp.dirty)
 	t.cp.dirty = t.cp.dirty[:0]
-	deletes, t.cp.deleted = t.cp.deleted, nil
-	return writes, deletes, Meta{Version: CheckpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
+	for _, s := range t.cp.rewrite {
+		changed[GroupOf(s)] = true
+	}
+	t.cp.rewrite = nil
+	groups = make([]Group, 0, len(changed))
+	for g := range changed {
+		groups = append(groups, t.collectGroup(g))
+	}
+	slices.SortFunc(groups, func(a, b Group) int { return cmp.Compare(a.Index, b.Index) })
+	return groups, Meta{Version: CheckpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
 }
 
-// CheckpointFailed queues again what a failed write held: the workers still
-// in their slots, the slots to delete, and the histograms when they were in
-// it.
-func (t *Tracker) CheckpointFailed(writes []Write, deletes []int32, hists bool) {
-	for _, wr := range writes {
-		if w := t.workers[wr.ID]; w != nil && w.slot == wr.Slot {
-			t.markDirty(w)
+// collectGroup copies the records of the workers in group g.
+func (t *Tracker) collectGroup(g int32) Group {
+	out := Group{Index: g}
+	for s := g * GroupSlots; s < min((g+1)*GroupSlots, int32(len(t.cp.bySlot))); s++ {
+		w := t.cp.bySlot[s]
+		if w == nil || w.Evidence == state.EvidenceOnce {
+			continue
 		}
+		out.Writes = append(out.Writes, Write{Slot: s, ID: w.id, Rec: t.toCheckpoint(w)})
 	}
-	t.cp.deleted = append(t.cp.deleted, deletes...)
+	return out
+}
+
+// CheckpointFailed queues again what a failed write held: its groups are
+// rewritten at the next one, and the histograms when they were in it.
+func (t *Tracker) CheckpointFailed(groups []Group, hists bool) {
+	for _, g := range groups {
+		t.cp.rewrite = append(t.cp.rewrite, g.Index*GroupSlots)
+	}
 	if hists {
 		t.hists.Unsaved()
 	}
