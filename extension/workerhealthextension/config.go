@@ -52,7 +52,10 @@ type Config struct {
 // steady worker, 64 unpacked) and the last 16
 // state transitions, fed from the snapshots the processor publishes.
 type HistoryConfig struct {
-	// Window is how far back the history goes. Default 30m.
+	// Window is how far back the history goes. Default 30m. 0 turns the
+	// history off: nothing is kept per worker for it, and the worker
+	// pages and /health/workers/{id}/history show none (a gateway that
+	// only answers schedulers and probes saves its memory).
 	Window time.Duration `mapstructure:"window"`
 	// Resolution is the time between two samples of a worker: a processor
 	// that evaluates more often updates the step's sample instead of adding
@@ -99,8 +102,12 @@ func (cfg *Config) Validate() error {
 	switch {
 	case h.Resolution < time.Second:
 		errs = append(errs, fmt.Errorf("history::resolution: must be at least 1s, got %s", h.Resolution))
+	case h.Window == 0 && h.StorageID != nil:
+		errs = append(errs, fmt.Errorf("history::storage_id: the history is off (history::window: 0), there is nothing to keep; remove storage_id or set a window"))
+	case h.Window == 0:
+		// Off.
 	case h.Window < h.Resolution:
-		errs = append(errs, fmt.Errorf("history::window: must be at least history::resolution (%s), got %s", h.Resolution, h.Window))
+		errs = append(errs, fmt.Errorf("history::window: must be at least history::resolution (%s), or 0 to turn the history off, got %s", h.Resolution, h.Window))
 	case history.Size(h.Window, h.Resolution) > maxHistorySamples:
 		errs = append(errs, fmt.Errorf("history::window: %s at a resolution of %s is %d samples per worker, more than %d; raise history::resolution or shorten the window",
 			h.Window, h.Resolution, history.Size(h.Window, h.Resolution), maxHistorySamples))

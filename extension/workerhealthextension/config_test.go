@@ -62,8 +62,15 @@ func TestLoadConfig(t *testing.T) {
 				assert.Equal(t, component.MustNewID("file_storage"), *cfg.History.StorageID)
 			},
 		},
+		{
+			id: component.NewIDWithName(metadata.Type, "history_off"),
+			check: func(t *testing.T, cfg *Config) {
+				assert.Equal(t, time.Duration(0), cfg.History.Window)
+			},
+		},
+		{id: component.NewIDWithName(metadata.Type, "history_off_storage"), wantErr: "history::storage_id: the history is off (history::window: 0)"},
 		{id: component.NewIDWithName(metadata.Type, "bad_resolution"), wantErr: "history::resolution: must be at least 1s, got 500ms"},
-		{id: component.NewIDWithName(metadata.Type, "bad_window"), wantErr: "history::window: must be at least history::resolution (10s), got 5s"},
+		{id: component.NewIDWithName(metadata.Type, "bad_window"), wantErr: "history::window: must be at least history::resolution (10s), or 0 to turn the history off, got 5s"},
 		{id: component.NewIDWithName(metadata.Type, "too_many_samples"), wantErr: "history::window: 24h0m0s at a resolution of 10s is 8640 samples per worker, more than 720"},
 		{id: component.NewIDWithName(metadata.Type, "bad_refresh"), wantErr: "page_refresh: must be at least 1s"},
 		{id: component.NewIDWithName(metadata.Type, "bad_recovery"), wantErr: "recovery_duration: must not be negative"},

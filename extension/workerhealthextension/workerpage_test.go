@@ -88,6 +88,37 @@ func TestHistoryJSON(t *testing.T) {
 	assert.JSONEq(t, `{"error":"unknown worker","id":"nope"}`, body)
 }
 
+// history::window: 0 turns the history off: nothing is kept per worker,
+// /health/workers/{id}/history answers with no samples and a window of 0,
+// and the worker page says the history is off.
+func TestHistoryOff(t *testing.T) {
+	now := time.Now().Truncate(10 * time.Second)
+	wh := newTestExt(t, func(c *Config) { c.History.Window = 0 })
+	wh.now = func() time.Time { return now }
+	l := leak{id: "openfn-worker-7", start: now.Add(-35 * time.Minute), overAt: now.Add(-9*time.Minute + 3*time.Second), soft: 900 << 20, mainSoft: 400 << 20}
+	publishHistory(wh, l.start, now, func(at time.Time) []contract.Worker {
+		return []contract.Worker{l.at(at)}
+	})
+	base := startTestExt(t, wh)
+	assert.Empty(t, wh.history.Series(l.id, now.Add(-time.Hour)).Transitions, "no transition kept")
+
+	code, body := get(t, base+"/health/workers/"+l.id+"/history")
+	require.Equal(t, http.StatusOK, code, body)
+	var h historyBody
+	require.NoError(t, json.Unmarshal([]byte(body), &h))
+	assert.Empty(t, h.Samples)
+	assert.Empty(t, h.Transitions)
+	assert.Zero(t, h.WindowSeconds)
+	var cur contract.Worker
+	require.NoError(t, json.Unmarshal(h.Worker, &cur))
+	assert.Equal(t, contract.Unhealthy, cur.State, "the verdict is there")
+
+	code, body = get(t, base+"/workers/"+l.id)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "The history is off on this collector")
+	assert.NotContains(t, body, "No samples yet")
+}
+
 func roleRSS(s historySample, role string) int64 {
 	for _, r := range s.Memory.Roles {
 		if r.Role == role {

@@ -138,10 +138,17 @@ func New(window, resolution time.Duration) *Store {
 	}
 }
 
-// Size is how many samples a worker's ring holds.
+// Size is how many samples a worker's ring holds: 0 when the window is 0
+// (the history is off).
 func Size(window, resolution time.Duration) int {
+	if window <= 0 {
+		return 0
+	}
 	return max(1, int((window+resolution-1)/resolution))
 }
+
+// Off is true when the history keeps nothing (history::window: 0).
+func (hs *Store) Off() bool { return hs.size == 0 }
 
 // Window is how far back the history goes (history.window).
 func (hs *Store) Window() time.Duration { return hs.window }
@@ -155,6 +162,9 @@ func (hs *Store) Resolution() time.Duration { return hs.resolution }
 // caller passes only the copy of a worker the API serves, so with two
 // processors listing one worker the history follows the API's answer.
 func (hs *Store) Update(fresh iter.Seq2[int64, *contract.Worker], served func(id string) bool) {
+	if hs.Off() {
+		return
+	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	for at, w := range fresh {

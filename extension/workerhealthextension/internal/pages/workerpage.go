@@ -52,6 +52,7 @@ type workerPageData struct {
 	Kills        string
 	Sources      []pageSource
 	HistoryEmpty bool
+	HistoryOff   bool // history::window: 0
 }
 
 type pageTransition struct {
@@ -88,6 +89,7 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		Window:         dur(window),
 		Kills:          killsText(w.Runs.Kills),
 		HistoryEmpty:   len(ws.Samples) == 0,
+		HistoryOff:     window == 0,
 	}
 	d.ID, d.NotUTF8 = shownID(w.ID)
 	for _, r := range w.Reasons {
