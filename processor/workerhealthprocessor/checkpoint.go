@@ -232,12 +232,23 @@ func validRecord(cw *tracker.Record, cfg *Config) bool {
 }
 
 // unchanged: nothing to write (the meta record as last written).
-func (p *healthProcessor) unchanged(groups []tracker.Group, meta tracker.Meta) bool {
+func (p *healthProcessor) unchanged(groups []int32, meta tracker.Meta) bool {
 	return len(groups) == 0 && meta == p.lastMeta && p.legacySlots == 0
 }
 
+// cpWriteGroups groups (4,096 slots, about 1.4 MB for workers with three
+// runs) are copied, encoded and written per storage batch: what a checkpoint
+// holds at once, and what bbolt builds in memory for one transaction, stays
+// that size instead of growing with the fleet (every group at 100,000
+// workers held the records of all of them, hundreds of MB at each
+// checkpoint). Each group is whole in one batch; the meta record and the
+// histograms go with the last, so a collector that stops between two
+// batches restores each worker from one of the two checkpoints (and
+// misses the workers of new slots, who are unknown until they report).
+const cpWriteGroups = 64
+
 // writeCheckpoint writes what changed; the caller holds cpMu. On failure
-// the groups stay queued for the next one.
+// the groups not written stay queued for the next one.
 func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if p.storage == nil {
 		return
@@ -249,48 +260,67 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	if p.unchanged(groups, meta) && hists == nil {
 		return
 	}
-
-	ops := make([]*storage.Operation, 0, len(groups)+int(p.legacySlots)+2)
 	var err error
-	for i := range groups {
-		if len(groups[i].Writes) == 0 {
-			ops = append(ops, storage.DeleteOperation(cpGroupKey(groups[i].Index)))
-			continue
-		}
-		var v []byte
-		if v, err = p.cpEnc.encodeGroup(&groups[i], p.marshal); err != nil {
+	start := 0
+	for ; ; start += cpWriteGroups {
+		last := start+cpWriteGroups >= len(groups)
+		if err = p.writeGroups(ctx, groups[start:min(len(groups), start+cpWriteGroups)], last, meta, hists); err != nil || last {
 			break
 		}
-		ops = append(ops, storage.SetOperation(cpGroupKey(groups[i].Index), v))
-	}
-	for s := range p.legacySlots {
-		ops = append(ops, storage.DeleteOperation(cpSlotKey(s)))
-	}
-	if err == nil && meta != p.lastMeta {
-		var b []byte
-		if b, err = json.Marshal(&meta); err == nil {
-			ops = append(ops, storage.SetOperation(cpMetaKey, b))
-		}
-	}
-	if err == nil && hists != nil {
-		var b []byte
-		if b, err = json.Marshal(hists); err == nil {
-			ops = append(ops, storage.SetOperation(cpHistsKey, b))
-		}
-	}
-	if err == nil {
-		err = p.storage.Batch(ctx, ops...)
 	}
 	p.checkpointStatus(err)
 	if err == nil {
 		p.lastMeta = meta
 		p.legacySlots = 0
 	} else {
+		// The groups of the batch that failed and after it; the histograms
+		// go with the last batch, so they were not written either.
 		p.tel.ProcessorWorkerHealthCheckpointErrors.Add(ctx, 1)
 		p.mu.Lock()
-		p.tracker.CheckpointFailed(groups, hists != nil)
+		p.tracker.CheckpointFailed(groups[start:], hists != nil)
 		p.mu.Unlock()
 	}
+}
+
+// writeGroups copies the groups' records (under the lock), encodes them
+// and writes them in one storage batch; with last, the version 2 values to
+// delete, the meta record and the histograms too.
+func (p *healthProcessor) writeGroups(ctx context.Context, part []int32, last bool, meta tracker.Meta, hists *state.HistsRecord) error {
+	p.mu.Lock()
+	gs := p.tracker.CopyGroups(part)
+	p.mu.Unlock()
+	ops := make([]*storage.Operation, 0, len(gs)+2)
+	for i := range gs {
+		if len(gs[i].Writes) == 0 {
+			ops = append(ops, storage.DeleteOperation(cpGroupKey(gs[i].Index)))
+			continue
+		}
+		v, err := p.cpEnc.encodeGroup(&gs[i], p.marshal)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, storage.SetOperation(cpGroupKey(gs[i].Index), v))
+	}
+	if last {
+		for s := range p.legacySlots {
+			ops = append(ops, storage.DeleteOperation(cpSlotKey(s)))
+		}
+		if meta != p.lastMeta {
+			b, err := json.Marshal(&meta)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, storage.SetOperation(cpMetaKey, b))
+		}
+		if hists != nil {
+			b, err := json.Marshal(hists)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, storage.SetOperation(cpHistsKey, b))
+		}
+	}
+	return p.storage.Batch(ctx, ops...)
 }
 
 // checkpointStatus reports the checkpoint's health as the component's status,

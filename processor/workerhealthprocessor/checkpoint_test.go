@@ -508,3 +508,40 @@ func TestRestoreSkipsABrokenGroup(t *testing.T) {
 	h2.checkpoint()
 	assert.Len(t, storedIDs(t, store), n-1, "the broken group rewritten whole")
 }
+
+// A checkpoint of many groups is written cpWriteGroups groups per storage
+// batch (what it and bbolt hold at once stays that size), each group whole,
+// the meta record with the last; a batch that fails leaves it and the
+// groups after it queued, and the next checkpoint writes those.
+func TestCheckpointInBatches(t *testing.T) {
+	store := &memStorage{}
+	h := started(t, testCfg(), store)
+	n := cpWriteGroups*tracker.GroupSlots + 1 // one group more than a batch
+	ids := make([]string, n)
+	report := func() {
+		for i := range ids {
+			ids[i] = fmt.Sprintf("w%05d", i)
+			h.metrics(treeMetrics(ids[i], 10, -1, 1))
+		}
+	}
+	report()
+	store.mu.Lock()
+	store.sets = 0
+	store.mu.Unlock()
+	h.checkpoint()
+	w := store.written()
+	assert.Len(t, w, cpWriteGroups+2, "every group and the meta record")
+	store.mu.Lock()
+	assert.Equal(t, 2, store.sets, "in two batches")
+	store.sets, store.failSet = 0, 2
+	store.mu.Unlock()
+	assert.Len(t, storedIDs(t, store), n)
+
+	report() // every worker changed; the second batch fails
+	h.checkpoint()
+	w = store.written()
+	assert.Len(t, w, cpWriteGroups, "the first batch written")
+	assert.NotContains(t, w, cpGroupKey(cpWriteGroups))
+	h.checkpoint()
+	assert.Equal(t, map[string]int{cpGroupKey(cpWriteGroups): 1}, store.written(), "the group of the failed batch, at the next checkpoint")
+}

@@ -2,6 +2,8 @@ package workerhealthprocessor
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,6 +23,10 @@ type memStorage struct {
 	writes map[string]int
 	block  chan struct{}
 	fail   error
+	// sets counts the batches that set a value; failSet, when positive,
+	// fails the batch that would be that one (a disk that fills up
+	// during a checkpoint).
+	sets, failSet int
 }
 
 type memClient struct{ s *memStorage }
@@ -90,6 +96,13 @@ func (c *memClient) Batch(_ context.Context, ops ...*storage.Operation) error {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	if slices.ContainsFunc(ops, func(op *storage.Operation) bool { return op.Type == storage.Set }) {
+		if c.s.sets+1 == c.s.failSet {
+			c.s.failSet = 0
+			return errors.New("disk full")
+		}
+		c.s.sets++
+	}
 	if c.s.data == nil {
 		c.s.data, c.s.writes = map[string][]byte{}, map[string]int{}
 	}

@@ -1,7 +1,7 @@
 package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
-	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -213,11 +213,11 @@ func (t *Tracker) setSlot(w *Worker, slot int32) {
 	t.cp.bySlot[slot] = w
 }
 
-// CollectCheckpoint copies what changed since the last checkpoint: the
-// groups to write, each with the record of every worker in it (slots handed
-// out as needed), and the meta record. Under the processor's lock; no
-// marshaling.
-func (t *Tracker) CollectCheckpoint() (groups []Group, meta Meta) {
+// CollectCheckpoint says what changed since the last checkpoint: the groups
+// to write, in order (slots handed out as needed), and the meta record. The
+// records are copied by CopyGroups, a part at a time. Under the processor's
+// lock; no marshaling.
+func (t *Tracker) CollectCheckpoint() (groups []int32, meta Meta) {
 	changed := map[int32]bool{}
 	for _, w := range t.cp.dirty {
 		w.dirty = false
@@ -241,32 +241,32 @@ func (t *Tracker) CollectCheckpoint() (groups []Group, meta Meta) {
 		changed[GroupOf(s)] = true
 	}
 	t.cp.rewrite = nil
-	groups = make([]Group, 0, len(changed))
-	for g := range changed {
-		groups = append(groups, t.collectGroup(g))
-	}
-	slices.SortFunc(groups, func(a, b Group) int { return cmp.Compare(a.Index, b.Index) })
+	groups = slices.Sorted(maps.Keys(changed))
 	return groups, Meta{Version: CheckpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
 }
 
-// collectGroup copies the records of the workers in group g.
-func (t *Tracker) collectGroup(g int32) Group {
-	out := Group{Index: g}
-	for s := g * GroupSlots; s < min((g+1)*GroupSlots, int32(len(t.cp.bySlot))); s++ {
-		w := t.cp.bySlot[s]
-		if w == nil || w.Evidence == state.EvidenceOnce {
-			continue
+// CopyGroups copies the records of the workers in the groups (a group with
+// none: to delete). Under the processor's lock; no marshaling.
+func (t *Tracker) CopyGroups(groups []int32) []Group {
+	out := make([]Group, len(groups))
+	for i, g := range groups {
+		out[i].Index = g
+		for s := g * GroupSlots; s < min((g+1)*GroupSlots, int32(len(t.cp.bySlot))); s++ {
+			w := t.cp.bySlot[s]
+			if w == nil || w.Evidence == state.EvidenceOnce {
+				continue
+			}
+			out[i].Writes = append(out[i].Writes, Write{Slot: s, ID: w.id, Rec: t.toCheckpoint(w)})
 		}
-		out.Writes = append(out.Writes, Write{Slot: s, ID: w.id, Rec: t.toCheckpoint(w)})
 	}
 	return out
 }
 
 // CheckpointFailed queues again what a failed write held: its groups are
 // rewritten at the next one, and the histograms when they were in it.
-func (t *Tracker) CheckpointFailed(groups []Group, hists bool) {
+func (t *Tracker) CheckpointFailed(groups []int32, hists bool) {
 	for _, g := range groups {
-		t.cp.rewrite = append(t.cp.rewrite, g.Index*GroupSlots)
+		t.cp.rewrite = append(t.cp.rewrite, g*GroupSlots)
 	}
 	if hists {
 		t.hists.Unsaved()
