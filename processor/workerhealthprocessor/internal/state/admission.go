@@ -15,8 +15,8 @@ const (
 // still to be announced. (Its place in the tracker's admission lists is the
 // processor's.)
 type Admission struct {
-	Evidence    Evidence
 	Admitted    int
+	Evidence    Evidence
 	Unannounced bool
 }
 

@@ -25,13 +25,14 @@ import (
 type CPU struct {
 	cores float64
 	limit float64
-	over  int
-	under int
-	sat   bool
-	since int64
+	// over and under: samples in a row over and under the limit (int32:
+	// one word for both, the struct is kept per worker).
+	over, under int32
+	since       int64
 	// firedCores and firedAt are the evidence the episode latched on.
 	firedCores float64
 	firedAt    int64
+	sat        bool
 }
 
 // NewCPU is the episode of a worker never sampled.
@@ -61,13 +62,13 @@ func (c *CPU) Sample(utilization float64, now int64, r *CPURule) {
 		}
 		c.over++
 		c.under = 0
-		if c.over >= r.Samples && !c.sat {
+		if int(c.over) >= r.Samples && !c.sat {
 			c.sat, c.firedCores, c.firedAt = true, cores, now
 		}
 	case cores < r.RecoveryCores*scale:
 		c.over = 0
 		c.under++
-		if c.under >= r.RecoverySamples {
+		if int(c.under) >= r.RecoverySamples {
 			c.sat = false
 		}
 	default:
@@ -91,7 +92,7 @@ func (c *CPU) Reason(r *CPURule) (contract.Reason, bool) {
 		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores; recovers after %d samples under %.2f cores",
 			c.firedCores, c.limit, r.Samples, thr, r.RecoverySamples, r.RecoveryCores*cpuScale(c.limit)),
 		Value: c.firedCores, Threshold: thr, Since: Time(c.since), Samples: r.Samples, FiredAt: Time(c.firedAt),
-		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: c.under, Needed: r.RecoverySamples, Ratio: ratio},
+		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: int(c.under), Needed: r.RecoverySamples, Ratio: ratio},
 	}, true
 }
 

@@ -27,11 +27,12 @@ type Drift struct {
 
 	OverCapSince int64
 	// drift of the last evaluation, for metrics and the snapshot: the runs
-	// named (Missing, Orphaned) and how many (MissN, OrphN: more than
-	// named when a count-only scheduler's count shows it).
-	Missing, Orphaned []string
-	OverCap           int
-	HeldW, HeldS      int
+	// named (Missing(), Orphaned(); nil when none, as for most workers: a
+	// pointer keeps the worker 40 bytes smaller) and how many (MissN,
+	// OrphN: more than named when a count-only scheduler's count shows it).
+	named        *driftNamed
+	OverCap      int
+	HeldW, HeldS int
 	// DriftAt is the last evaluation that found drift of any kind (unix
 	// ns, 0 = none): the emitted drift gauges' 0s are sent for a while
 	// after it (the processor's emit.go).
@@ -75,3 +76,46 @@ const (
 	SnapList        // records listing the runs
 	SnapCount       // a count only
 )
+
+// driftNamed are the runs in drift by id, sorted.
+type driftNamed struct{ missing, orphaned []string }
+
+// Missing are the runs the scheduler holds for the worker that it does
+// not hold, by id, sorted (the last evaluation's).
+func (d *Drift) Missing() []string {
+	if d.named == nil {
+		return nil
+	}
+	return d.named.missing
+}
+
+// Orphaned are the runs the worker executes that the scheduler does not
+// list, by id, sorted (the last evaluation's).
+func (d *Drift) Orphaned() []string {
+	if d.named == nil {
+		return nil
+	}
+	return d.named.orphaned
+}
+
+// NamedScratch are the lists of the last evaluation emptied, to fill again
+// (their memory reused) and give to SetNamed.
+func (d *Drift) NamedScratch() (missing, orphaned []string) {
+	if d.named == nil {
+		return nil, nil
+	}
+	return d.named.missing[:0], d.named.orphaned[:0]
+}
+
+// SetNamed keeps the runs in drift by id (sorted); nothing when there are
+// none.
+func (d *Drift) SetNamed(missing, orphaned []string) {
+	if len(missing) == 0 && len(orphaned) == 0 {
+		d.named = nil
+		return
+	}
+	if d.named == nil {
+		d.named = &driftNamed{}
+	}
+	d.named.missing, d.named.orphaned = missing, orphaned
+}

@@ -29,7 +29,8 @@ func TestDriftCheckpoint(t *testing.T) {
 
 	assert.Equal(t, DriftRecord{}, (&Drift{Active: -1}).Checkpoint(name), "never named: empty record")
 
-	d := Drift{Active: 3, SchedKnown: true, Sched: 1, Missing: []string{"r"}}
+	d := Drift{Active: 3, SchedKnown: true, Sched: 1}
+	d.SetNamed([]string{"r"}, nil)
 	rec := d.Checkpoint(name)
 	assert.Equal(t, DriftRecord{SchedKnown: true, Sched: "celery"}, rec)
 
@@ -37,11 +38,30 @@ func TestDriftCheckpoint(t *testing.T) {
 	back.Restore(&rec, index)
 	assert.True(t, back.SchedKnown)
 	assert.Equal(t, uint8(1), back.Sched)
-	assert.Nil(t, back.Missing, "the drift of the last evaluation is not kept")
+	assert.Nil(t, back.Missing(), "the drift of the last evaluation is not kept")
 
 	names = []string{"bullmq"}
 	var gone Drift
 	gone.Restore(&rec, index)
 	assert.True(t, gone.SchedKnown)
 	assert.Zero(t, gone.Sched, "scheduler no longer configured: Sched left as it was")
+}
+
+// The runs in drift by id are kept only while there are some: a worker
+// without drift keeps no lists.
+func TestDriftNamed(t *testing.T) {
+	var d Drift
+	m, o := d.NamedScratch()
+	assert.Nil(t, m)
+	assert.Nil(t, o)
+	d.SetNamed(append(m, "a"), o)
+	assert.Equal(t, []string{"a"}, d.Missing())
+	assert.Nil(t, d.Orphaned())
+	m, o = d.NamedScratch()
+	assert.Empty(t, m)
+	d.SetNamed(m, append(o, "b"))
+	assert.Empty(t, d.Missing())
+	assert.Equal(t, []string{"b"}, d.Orphaned())
+	d.SetNamed(nil, nil)
+	assert.Nil(t, d.named, "nothing kept without drift")
 }

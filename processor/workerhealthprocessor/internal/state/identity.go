@@ -36,40 +36,37 @@ type Identity struct {
 	// with a live process (drives "lost"); Fresh: own telemetry or tree since
 	// start.
 	FirstMention, LastMention, LastAlive int64
-	Fresh                                bool
 	// RestoredAt: when it was restored from the checkpoint (0 = not).
 	RestoredAt int64
-	// origins: which sources named it, when and by which id attributes.
-	origins          [NOrigins]originSeen
+	// which sources named it: lastBy, when each last did (0 = never);
+	// keysBy, by which id attributes (bit i: the i-th). Two arrays rather
+	// than one of structs, and the bools after them: the worker is kept
+	// per worker, and padding was 24 of its bytes (docs/processor.md).
+	lastBy           [NOrigins]int64
+	keysBy           [NOrigins]uint8
+	Fresh            bool
 	unjoinedReported bool
 }
 
 // NewIdentity is the identity of a worker first named now.
 func NewIdentity(now int64) Identity { return Identity{FirstMention: now, LastMention: now} }
 
-// originSeen is one source's view of a worker's identity.
-type originSeen struct {
-	last int64 // last record (0 = never)
-	keys uint8 // bit i: named by the i-th id attribute
-}
-
 // Seen records a record of a source about the worker, naming it by the
 // key-th id attribute (mapping.NoKey: none).
 func (x *Identity) Seen(o Origin, key uint8, now int64) {
-	s := &x.origins[o]
-	s.last = now
+	x.lastBy[o] = now
 	if key != mapping.NoKey {
-		s.keys |= 1 << key
+		x.keysBy[o] |= 1 << key
 	}
 }
 
 // NamedBy: the source has named the worker.
-func (x *Identity) NamedBy(o Origin) bool { return x.origins[o].last > 0 }
+func (x *Identity) NamedBy(o Origin) bool { return x.lastBy[o] > 0 }
 
 // Sources is the number of sources that named the worker, and the last one.
 func (x *Identity) Sources() (n int, last Origin) {
 	for o := range NOrigins {
-		if x.origins[o].last > 0 {
+		if x.lastBy[o] > 0 {
 			n++
 			last = o
 		}
@@ -87,7 +84,7 @@ func (x *Identity) ReportUnjoined() { x.unjoinedReported = true }
 func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
 	var ids []string
 	for i, k := range idKeys {
-		if x.origins[o].keys&(1<<i) != 0 {
+		if x.keysBy[o]&(1<<i) != 0 {
 			ids = append(ids, k+"="+id)
 		}
 	}
@@ -98,13 +95,24 @@ func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
 }
 
 // Snapshot is the health API's view of the sources that named the worker.
+// Sources that named it by the same attributes share one list (read-only,
+// as all of a snapshot): most name a worker alike, and the snapshot the
+// extension serves keeps them for every worker.
 func (x *Identity) Snapshot(id string, idKeys []string) contract.Sources {
+	var lists [NOrigins][]string
 	one := func(o Origin) contract.Source {
-		s := x.origins[o]
-		if s.last == 0 {
+		last := x.lastBy[o]
+		if last == 0 {
 			return contract.Source{IDs: []string{}}
 		}
-		return contract.Source{Seen: true, LastSeen: Time(s.last), IDs: x.IDs(o, id, idKeys)}
+		for p := range o {
+			if x.lastBy[p] != 0 && x.keysBy[p] == x.keysBy[o] {
+				lists[o] = lists[p]
+				return contract.Source{Seen: true, LastSeen: Time(last), IDs: lists[o]}
+			}
+		}
+		lists[o] = x.IDs(o, id, idKeys)
+		return contract.Source{Seen: true, LastSeen: Time(last), IDs: lists[o]}
 	}
 	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
 }
@@ -129,16 +137,16 @@ type cpOrigin struct {
 // attributes in the processor's order.
 func (x *Identity) Checkpoint(idKeys []string) IdentityRecord {
 	c := IdentityRecord{Name: x.Name, FirstMention: x.FirstMention, LastMention: x.LastMention, LastAlive: x.LastAlive}
-	for o, seen := range x.origins {
-		if seen.last == 0 {
+	for o, last := range x.lastBy {
+		if last == 0 {
 			continue
 		}
 		if c.Sources == nil {
 			c.Sources = map[string]cpOrigin{}
 		}
-		co := cpOrigin{Last: seen.last}
+		co := cpOrigin{Last: last}
 		for i, k := range idKeys {
-			if seen.keys&(1<<i) != 0 {
+			if x.keysBy[o]&(1<<i) != 0 {
 				co.Keys = append(co.Keys, k)
 			}
 		}
@@ -155,10 +163,10 @@ func (x *Identity) Restore(c *IdentityRecord, idKeys []string, now int64) {
 		if !ok {
 			continue
 		}
-		x.origins[o].last = co.Last
+		x.lastBy[o] = co.Last
 		for _, k := range co.Keys {
 			if i := slices.Index(idKeys, k); i >= 0 {
-				x.origins[o].keys |= 1 << i
+				x.keysBy[o] |= 1 << i
 			}
 		}
 	}

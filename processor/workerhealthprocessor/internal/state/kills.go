@@ -84,7 +84,21 @@ type Kills struct {
 	exitPend                             []exitRec
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
-	kills                                [NKillReasons]int64
+	// kills: the cumulative kills by reason, nil until the first (most
+	// workers have none, and the worker is kept small: 72 bytes each).
+	kills *[NKillReasons]int64
+}
+
+// noKills is what ByReason reads for a worker without kills (never
+// written).
+var noKills [NKillReasons]int64
+
+// count adds n kills of reason idx.
+func (k *Kills) count(idx int, n int64) {
+	if k.kills == nil {
+		k.kills = new([NKillReasons]int64)
+	}
+	k.kills[idx] += n
 }
 
 // killRec is one counted kill: when it arrived and its reason's index.
@@ -125,7 +139,7 @@ func NewKillRules(cfg *KillsRule) *KillRules {
 // Kill counts one kill of reason idx (KillIndex); a reason with an effect
 // is remembered for the rule.
 func (k *Kills) Kill(idx int, now int64, r *KillRules) {
-	k.kills[idx]++
+	k.count(idx, 1)
 	if r.cfg.Count <= 0 || r.effects[idx] == EffectNone {
 		return
 	}
@@ -135,8 +149,14 @@ func (k *Kills) Kill(idx int, now int64, r *KillRules) {
 	k.killLog = append(k.killLog, killRec{at: now, reason: uint8(idx)})
 }
 
-// ByReason are the cumulative kills by reason index (KillReasonNames).
-func (k *Kills) ByReason() *[NKillReasons]int64 { return &k.kills }
+// ByReason are the cumulative kills by reason index (KillReasonNames),
+// read-only.
+func (k *Kills) ByReason() *[NKillReasons]int64 {
+	if k.kills == nil {
+		return &noKills
+	}
+	return k.kills
+}
 
 // Window advances the kills rule to now: the kills that slid out of
 // kills.window are forgotten, and since when the episode runs (the oldest
@@ -378,11 +398,16 @@ func (k *Kills) dropSpentEnds(now, grace int64) {
 	}
 }
 
-// Snapshot is the kills by reason, reasons with none left out.
+// Snapshot is the kills by reason, reasons with none left out; nil when
+// there are none (most workers: a map each would be kept in every
+// snapshot; the extension answers {} for it).
 func (k *Kills) Snapshot() map[string]int64 {
-	m := map[string]int64{}
-	for i, n := range k.kills {
+	var m map[string]int64
+	for i, n := range k.ByReason() {
 		if n > 0 {
+			if m == nil {
+				m = map[string]int64{}
+			}
 			m[KillReasonNames[i]] = n
 		}
 	}
@@ -422,6 +447,8 @@ func (k *Kills) Restore(c *KillsRecord, rules *KillRules) {
 	}
 	k.killSince = c.KillSince
 	for r, n := range c.Kills {
-		k.kills[KillIndex(r)] += n
+		if n != 0 {
+			k.count(KillIndex(r), n)
+		}
 	}
 }

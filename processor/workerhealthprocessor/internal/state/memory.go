@@ -53,13 +53,10 @@ func (m *Memory) SetCgroupMax(v int64) { m.cgroupMax = v }
 // memory.recovery_ratio of the limit end the episode, so it cannot flap at
 // the edge.
 type memEpisode struct {
-	over         bool
 	overSamples  int
 	underSamples int
 	overSince    int64
-	persist      bool
 	persistSince int64
-	atStart      bool
 	atStartSince int64
 	// The evidence each latch fired on: the memory then, the samples over
 	// the limit (persist), and when it latched.
@@ -67,6 +64,9 @@ type memEpisode struct {
 	persistSamples int
 	persistAt      int64
 	atStartValue   int64
+	// The bools together: one word, not three of padding (it is kept
+	// per worker and per role).
+	over, persist, atStart bool
 }
 
 // sample advances the episode with one sample against the limit lim.
@@ -375,8 +375,9 @@ func (e *memEpisode) cp() cpEpisode {
 
 func (c cpEpisode) episode() memEpisode {
 	return memEpisode{
-		c.Over, c.OverSamples, c.UnderSamples, c.OverSince, c.Persist, c.PersistSince, c.AtStart, c.AtStartSince,
-		c.PersistValue, c.PersistSamples, c.PersistAt, c.AtStartValue,
+		over: c.Over, overSamples: c.OverSamples, underSamples: c.UnderSamples, overSince: c.OverSince,
+		persist: c.Persist, persistSince: c.PersistSince, atStart: c.AtStart, atStartSince: c.AtStartSince,
+		persistValue: c.PersistValue, persistSamples: c.PersistSamples, persistAt: c.PersistAt, atStartValue: c.AtStartValue,
 	}
 }
 

@@ -64,37 +64,52 @@ func (c *RecycleRule) Validate() error {
 const maxRecycleLog = 4096
 
 // Recycle is a worker's recycled pool children and ended runs within
-// recycle.window, and since when the loop has been seen.
-type Recycle struct {
+// recycle.window, and since when the loop has been seen: a pointer to them,
+// nil while there are none (the rule is off by default, and a worker's
+// state is kept small: the lists were 80 bytes of every worker).
+type Recycle struct{ l *recycleLog }
+
+type recycleLog struct {
 	exits  []int64 // each excused child exit's time, in order
 	ends   []int64 // each run end not a kill, in order
 	killed []int64 // each killed run's end, in order
 	since  int64
 }
 
+func (r *Recycle) log() *recycleLog {
+	if r.l == nil {
+		r.l = &recycleLog{}
+	}
+	return r.l
+}
+
 // RunEnded counts a run end of a worker whose tree reports child exits
-// (the same runs Kills.RunEnded keeps for matching); killed: the run was
-// killed (its child's exit is no recycle).
-func (r *Recycle) RunEnded(k *Kills, now int64, killed bool) {
-	if k.exitChildBase < 0 {
+// (the same runs Kills.RunEnded keeps for matching), when the rule is on;
+// killed: the run was killed (its child's exit is no recycle).
+func (r *Recycle) RunEnded(k *Kills, now int64, killed bool, c *RecycleRule) {
+	if k.exitChildBase < 0 || c.Window <= 0 {
 		return
 	}
 	if killed {
-		r.killed = appendBounded(r.killed, now)
+		r.log().killed = appendBounded(r.log().killed, now)
 		return
 	}
-	r.ends = appendBounded(r.ends, now)
+	r.log().ends = appendBounded(r.log().ends, now)
 }
 
 // MatchExits is Kills.MatchExits, counting as recycles the child exits it
 // settles that a run end explained (those it does not count as child_exit
-// kills).
-func (r *Recycle) MatchExits(k *Kills, now int64, kr *KillRules) {
+// kills), when the rule is on.
+func (r *Recycle) MatchExits(k *Kills, now int64, kr *KillRules, c *RecycleRule) {
+	if c.Window <= 0 {
+		k.MatchExits(now, kr, func(int64) {})
+		return
+	}
 	k.MatchExits(now, kr, r.explained)
 }
 
 // explained logs one child exit a run end explained, at its time.
-func (r *Recycle) explained(at int64) { r.exits = appendBounded(r.exits, at) }
+func (r *Recycle) explained(at int64) { r.log().exits = appendBounded(r.log().exits, at) }
 
 func appendBounded(s []int64, v int64) []int64 {
 	if len(s) >= maxRecycleLog {
@@ -107,10 +122,11 @@ func appendBounded(s []int64, v int64) []int64 {
 // loop has been seen (the oldest recycle in the window when the rule began
 // to fire, fixed until it stops firing).
 func (r *Recycle) Window(now int64, c *RecycleRule) {
-	if c.Window <= 0 {
-		r.exits, r.ends, r.killed, r.since = nil, nil, nil, 0
+	if c.Window <= 0 || r.l == nil {
+		r.l = nil
 		return
 	}
+	l := r.l
 	win := int64(c.Window)
 	drop := func(s []int64) []int64 {
 		i := 0
@@ -122,20 +138,29 @@ func (r *Recycle) Window(now int64, c *RecycleRule) {
 		}
 		return s[i:]
 	}
-	r.exits, r.ends, r.killed = drop(r.exits), drop(r.ends), drop(r.killed)
-	if !r.firing(c) {
-		r.since = 0
-	} else if r.since == 0 {
-		r.since = r.exits[0]
+	l.exits, l.ends, l.killed = drop(l.exits), drop(l.ends), drop(l.killed)
+	switch {
+	case !r.firing(c):
+		l.since = 0
+	case l.since == 0:
+		l.since = l.exits[0]
+	}
+	if l.exits == nil && l.ends == nil && l.killed == nil {
+		r.l = nil // the window forgot everything
 	}
 }
 
 // recycles are the excused exits within the window less the killed runs'.
-func (r *Recycle) recycles() int { return max(len(r.exits)-len(r.killed), 0) }
+func (r *Recycle) recycles() int {
+	if r.l == nil {
+		return 0
+	}
+	return max(len(r.l.exits)-len(r.l.killed), 0)
+}
 
 func (r *Recycle) firing(c *RecycleRule) bool {
 	n := r.recycles()
-	return c.Window > 0 && n >= c.MinExits && float64(n) >= c.PerRunRatio*float64(len(r.ends))
+	return c.Window > 0 && n > 0 && n >= c.MinExits && float64(n) >= c.PerRunRatio*float64(len(r.l.ends))
 }
 
 // Reason is the rule's degraded reason, when it fires.
@@ -143,11 +168,11 @@ func (r *Recycle) Reason(c *RecycleRule) (contract.Reason, bool) {
 	if !r.firing(c) {
 		return contract.Reason{}, false
 	}
-	n, ends := r.recycles(), len(r.ends)
+	n, ends := r.recycles(), len(r.l.ends)
 	return contract.Reason{
 		Code: CodeRecycleLoop,
 		Message: fmt.Sprintf("%d pool children replaced after their run within %v, for %d runs ended (a new child per run: max_memory_per_child or max_tasks_per_child too low?)",
 			n, c.Window, ends),
-		Value: float64(n), Threshold: float64(c.MinExits), Since: Time(r.since),
+		Value: float64(n), Threshold: float64(c.MinExits), Since: Time(r.l.since),
 	}, true
 }

@@ -126,7 +126,7 @@ func (t *Tracker) drift(w *Worker, now int64) {
 	// whose own telemetry never named it (its tree only, or the scheduler
 	// only) has no view to disagree with.
 	workerView := w.NamedBy(state.OriginTelemetry)
-	w.Missing, w.Orphaned = w.Missing[:0], w.Orphaned[:0]
+	missing, orphaned := w.NamedScratch()
 	w.MissSince, w.OrphSince = 0, 0
 	w.HeldW, w.HeldS = 0, 0
 	for r := range w.Table.All() {
@@ -140,19 +140,20 @@ func (t *Tracker) drift(w *Worker, now int64) {
 		switch {
 		case sh && !wh && workerView:
 			if began := max(r.SAt, r.WEnd); now-began >= grace {
-				w.Missing = append(w.Missing, state.RunID(r.ID))
+				missing = append(missing, state.RunID(r.ID))
 				w.MissSince = minSince(w.MissSince, began)
 			}
 		case wh && !sh && schedulerLive && w.SchedKnown && !counted:
 			if began := max(r.WAt, r.SEnd); now-began >= grace {
-				w.Orphaned = append(w.Orphaned, state.RunID(r.ID))
+				orphaned = append(orphaned, state.RunID(r.ID))
 				w.OrphSince = minSince(w.OrphSince, began)
 			}
 		}
 	}
-	slices.Sort(w.Missing)
-	slices.Sort(w.Orphaned)
-	w.MissN, w.OrphN = len(w.Missing), len(w.Orphaned)
+	slices.Sort(missing)
+	slices.Sort(orphaned)
+	w.SetNamed(missing, orphaned)
+	w.MissN, w.OrphN = len(missing), len(orphaned)
 	if counted {
 		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {

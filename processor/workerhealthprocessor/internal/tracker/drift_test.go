@@ -20,7 +20,7 @@ type driftWant struct {
 
 func (h *harness) drift(id string) driftWant {
 	w := h.worker(id)
-	return driftWant{missing: append([]string{}, w.Missing...), orphaned: append([]string{}, w.Orphaned...)}
+	return driftWant{missing: append([]string{}, w.Missing()...), orphaned: append([]string{}, w.Orphaned()...)}
 }
 
 func TestDrift(t *testing.T) {

@@ -65,7 +65,7 @@ func (t *Tracker) update(w *Worker, now int64) {
 		return
 	}
 	w.memory.Tick(now, t.mem)
-	w.recycle.MatchExits(&w.kills, now, t.kills) // kills.MatchExits, counting recycles
+	w.recycle.MatchExits(&w.kills, now, t.kills, &t.cfg.Recycle) // kills.MatchExits, counting recycles
 	w.recycle.Window(now, &t.cfg.Recycle)
 	w.kills.Window(now, t.kills)
 	t.drift(w, now)

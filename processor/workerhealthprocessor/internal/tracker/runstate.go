@@ -139,7 +139,7 @@ func (t *Tracker) workerEnd(w *Worker, r *state.Run, e *mapping.Event, now int64
 		// A run killed before it started still had its child killed
 		// (OpenFn's engine starts the time limit at the hand-over).
 		w.kills.RunEnded(now)
-		w.recycle.RunEnded(&w.kills, now, e.Kind == mapping.KindKilled)
+		w.recycle.RunEnded(&w.kills, now, e.Kind == mapping.KindKilled, &t.cfg.Recycle)
 	}
 	if r.StartTS > 0 && e.TS >= r.StartTS {
 		t.hists.Duration(e.Result, e.TS-r.StartTS)

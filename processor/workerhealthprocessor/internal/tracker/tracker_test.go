@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,4 +34,14 @@ func TestApply(t *testing.T) {
 	assert.True(t, w2.SchedKnown)
 	assert.False(t, w2.Fresh, "a scheduler's record is not the worker's own")
 	assert.Equal(t, int64(1), w2.Claims[mapping.SideScheduler])
+}
+
+// The worker is kept per worker (100,000 on a shard): it stays within the
+// allocator's 896-byte size class (it was 1,136 bytes, in the 1,152 class,
+// before its rarely used parts went behind pointers: docs/processor.md,
+// "Bounds"). A field that grows it past that costs 128 bytes a worker: move
+// what most workers never use behind a pointer, as Recycle, Kills' counts
+// and Drift's named runs are.
+func TestWorkerSize(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Worker{}), uintptr(896))
 }
