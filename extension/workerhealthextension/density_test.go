@@ -168,6 +168,10 @@ type densityResult struct {
 	// CheckpointBytes: the size of the checkpoint's file (file_storage's
 	// directory) when the memory is read.
 	CheckpointBytes int64 `json:"checkpoint_bytes"`
+	// CheckpointMapped: of RSSBytes, the checkpoint file's pages mapped
+	// into the process (file_storage maps its bbolt file), from
+	// /proc/self/smaps; the rest of the file pages are the binary's own.
+	CheckpointMapped int64 `json:"checkpoint_mapped_bytes"`
 	// Runtime: the Go runtime's memory classes (runtime/metrics) at the
 	// reading of the RSS, by name less "/memory/classes/" and ":bytes", above the
 	// child's base: what of the anonymous RSS is not live objects (free
@@ -238,8 +242,10 @@ func densityTable(n int, r map[string]densityResult) string {
 		fmt.Fprintf(&b, "  peak RSS above base, remote write, history on: %.1f MiB; off: %.1f MiB\n",
 			r["rw"].PeakBytes/(1<<20), r["rw-nh"].PeakBytes/(1<<20))
 	}
-	fmt.Fprintf(&b, "  checkpoint file (tracker): %.1f MiB (%.2f KiB per worker)\n",
-		float64(r["tracker"].CheckpointBytes)/(1<<20), float64(r["tracker"].CheckpointBytes)/float64(n)/1024)
+	tr := r["tracker"]
+	fmt.Fprintf(&b, "  checkpoint file (tracker): %.1f MiB (%.2f KiB per worker), of its pages in the RSS %.1f MiB (%.2f KiB per worker)\n",
+		float64(tr.CheckpointBytes)/(1<<20), float64(tr.CheckpointBytes)/float64(n)/1024,
+		float64(tr.CheckpointMapped)/(1<<20), float64(tr.CheckpointMapped)/float64(n)/1024)
 	return b.String()
 }
 
@@ -532,6 +538,7 @@ func densityChild(t *testing.T, spec string) {
 		if rss := vmStatus("VmRSS") - baseRSS; res.RSSBytes < 0 || rss < res.RSSBytes {
 			res.RSSBytes, res.AnonBytes = rss, vmStatus("RssAnon")-baseAnon
 			res.Runtime = memoryClasses()
+			res.CheckpointMapped = mappedRSS(t, stateDir)
 		}
 		time.Sleep(170 * time.Millisecond)
 	}
@@ -544,6 +551,28 @@ func densityChild(t *testing.T, spec string) {
 	js, err := json.Marshal(res)
 	require.NoError(t, err)
 	fmt.Printf("DENSITY %s\n", js)
+}
+
+// mappedRSS is the resident bytes of the mappings of files under dir
+// (/proc/self/smaps).
+func mappedRSS(t *testing.T, dir string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	var sum int64
+	in := false
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-"): // a mapping's first line
+			in = len(f) >= 6 && strings.HasPrefix(f[5], dir)
+		case in && len(f) == 3 && f[0] == "Rss:":
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			sum += kb << 10
+		}
+	}
+	return sum
 }
 
 // dirSize is the bytes of the files in dir.
