@@ -40,8 +40,8 @@ type Identity struct {
 	RestoredAt int64
 	// which sources named it: lastBy, when each last did (0 = never);
 	// keysBy, by which id attributes (bit i: the i-th). Two arrays rather
-	// than one of structs, and the bools after them: the worker is kept
-	// per worker, and padding was 24 of its bytes (docs/processor.md).
+	// than one of structs, and the bools after them: this is kept for
+	// every worker, and padding was 24 of its bytes (TestWorkerSize).
 	lastBy           [NOrigins]int64
 	keysBy           [NOrigins]uint8
 	Fresh            bool
