@@ -23,6 +23,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,8 +87,12 @@ import (
 // profile, taken when its live heap is read, to DIR/CONFIG-N.heap (`go tool
 // pprof -sample_index=inuse_space -top`: what holds the memory).
 //
-//	WORKERWATCH_DENSITY=10000,100000 go test -count=1 -timeout 30m \
-//	    -run '^TestDensity$' -v ./extension/workerhealthextension/
+//	WORKERWATCH_DENSITY=10000,100000 WORKERWATCH_DENSITY_CONFIGS=tracker,view,history,rw,rw-nh \
+//	    go test -count=1 -timeout 40m -run '^TestDensity$' -v ./extension/workerhealthextension/
+//
+// (the exporter configurations need about 17 GiB at 100,000 workers). Given
+// two sizes or more, it also splits each configuration's RSS into a fixed
+// part and a cost per worker (marginalTable).
 //
 // Without WORKERWATCH_DENSITY it runs every configuration at 200 workers
 // and checks only that each holds every worker (no figure is gated).
@@ -111,6 +116,7 @@ func TestDensity(t *testing.T) {
 	if only := os.Getenv("WORKERWATCH_DENSITY_CONFIGS"); only != "" {
 		configs = strings.Split(only, ",")
 	}
+	bySize := map[int]map[string]densityResult{}
 	for _, n := range sizes {
 		got := make([]densityResult, len(configs))
 		// Each child is its own process and reports its own heap and RSS, so
@@ -135,6 +141,7 @@ func TestDensity(t *testing.T) {
 		for i, c := range configs {
 			res[c] = got[i]
 		}
+		bySize[n] = res
 		if _, ok := res["tracker"]; ok {
 			t.Logf("RESULT density at %d workers:\n%s", n, densityTable(n, res))
 		}
@@ -149,6 +156,29 @@ func TestDensity(t *testing.T) {
 				float64(a.PageBytes)/1e6, float64(b.PageBytes)/1e6, float64(a.PageSeries)/float64(n), float64(b.PageSeries)/float64(n))
 		}
 	}
+	if measuring && len(sizes) > 1 {
+		t.Logf("RESULT fixed and per-worker cost, from %d and %d workers:\n%s", slices.Min(sizes), slices.Max(sizes),
+			marginalTable(configs, slices.Min(sizes), slices.Max(sizes), bySize))
+	}
+}
+
+// marginalTable splits each configuration's RSS into what the process
+// holds whatever the fleet and what each worker adds, from the smallest
+// and the largest size: a worker costs (RSS(b) - RSS(a)) / (b - a), and the
+// rest of RSS(a) is fixed. At 10,000 workers the fixed part is a large
+// share of the RSS per worker; the slope is what sizing multiplies.
+func marginalTable(configs []string, a, b int, bySize map[int]map[string]densityResult) string {
+	var out strings.Builder
+	fmt.Fprintf(&out, "  %-12s %14s %18s\n", "config", "fixed MiB", "KiB per worker")
+	for _, c := range configs {
+		ra, rb := bySize[a][c], bySize[b][c]
+		if ra.Workers == 0 || rb.Workers == 0 {
+			continue
+		}
+		per := (rb.RSSBytes - ra.RSSBytes) / float64(b-a)
+		fmt.Fprintf(&out, "  %-12s %14.1f %18.2f\n", c, (ra.RSSBytes-per*float64(a))/(1<<20), per/1024)
+	}
+	return out.String()
 }
 
 var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporter-nh", "sparse", "rw", "rw-nh"}
