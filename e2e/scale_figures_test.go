@@ -87,8 +87,6 @@ func TestScaleFigures(t *testing.T) {
 
 	// Fresh tiers for memory and the API: the throughput rounds' ended runs
 	// (kept as tombstones for drift.tombstone_ttl) must not count.
-	one = startFigTier(t, bin, tmp, "mem1", 1, nil)
-	three = startFigTier(t, bin, tmp, "mem3", 3, nil)
 	// One shard with its metrics pushed instead of scraped
 	// (deploy/collector/remote-write.overlay.yaml), to a remote-write
 	// receiver in this test that reads and drops every request.
@@ -125,16 +123,31 @@ func TestScaleFigures(t *testing.T) {
 	if profDir != "" {
 		rwArgs = append(rwArgs, "--set=extensions::pprof::endpoint="+pprofAddr, "--set=service::extensions=[worker_health,pprof]")
 	}
-	rw := startFigTier(t, bin, tmp, "mem1rw", 1, rwEnv, rwArgs...)
-	rw.name = "1 shard, remote write, 1 GiB"
-	tiers := []*figTier{one, three, rw}
+	const rwName = "1 shard, remote write, 1 GiB"
+	starts := []func() *figTier{
+		func() *figTier { return startFigTier(t, bin, tmp, "mem1", 1, nil) },
+		func() *figTier { return startFigTier(t, bin, tmp, "mem3", 3, nil) },
+		func() *figTier {
+			tr := startFigTier(t, bin, tmp, "mem1rw", 1, rwEnv, rwArgs...)
+			tr.name = rwName
+			return tr
+		},
+	}
 	if base := os.Getenv("WORKERWATCH_SCALE_RW_BASE"); base != "" {
-		b := startFigTier(t, base, tmp, "mem1rwbase", 1, rwEnv, rwArgs...)
-		b.name = "the same, base binary"
-		tiers = append(tiers, b)
+		starts = append(starts, func() *figTier {
+			b := startFigTier(t, base, tmp, "mem1rwbase", 1, rwEnv, rwArgs...)
+			b.name = "the same, base binary"
+			return b
+		})
 	}
 
 	// Memory at 100,000 workers, and the API through the one address.
+	// Every tier runs at once and each is measured while the others run
+	// (their evaluations share the machine), unless
+	// WORKERWATCH_SCALE_ALONE=1: then each tier is started, loaded,
+	// measured and stopped before the next starts, so that a tier has the
+	// machine to itself with its load generator and the client, as in the
+	// measurement issue 24 was filed from.
 	const fleet = 100000
 	ids := filepath.Join(tmp, "ids.txt")
 	var idList strings.Builder
@@ -142,93 +155,120 @@ func TestScaleFigures(t *testing.T) {
 		fmt.Fprintf(&idList, "fig-worker-%06d\n", i)
 	}
 	writeFile(t, ids, idList.String())
-	table.Reset()
-	fmt.Fprintf(&table, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s")
-	for _, tr := range tiers {
-		stopProf := func() {}
-		if tr == rw && profDir != "" {
-			stopProf = profileHeapHighs(t, tr.tels[0], pprofAddr, profDir)
-		}
-		tr.load(t, fleet)
-		time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
-		// 60 samples a second apart, every shard at once: the heap's lowest (nearest to what
-		// is live: heap_alloc includes garbage until the next GC), the
-		// RSS's highest and its last (the runtime returns what the load
-		// left freed gradually), and what the processor's counters say of
-		// the minute: the points the exporter took, and the points of
-		// evaluations replaced before it took them (0: it kept up with
-		// every emit_interval).
-		rows := make([]string, len(tr.shards))
-		var wg sync.WaitGroup
-		for i, p := range tr.shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var n, heap, rss, rssEnd float64
-				var sent, superseded [2]float64 // the minute's first and last reading
-				for k := range 60 {
-					u, _ := readProcUsage(p.cmd.Process.Pid)
-					rss, rssEnd = max(rss, float64(u.rss)), float64(u.rss)
-					if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
-						n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
-						if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
-							heap = h
-						}
-						e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
-						sp, _ := metricSum(text, "otelcol_processor_worker_health_superseded_metric_points")
-						if k == 0 {
-							sent[0], superseded[0] = e, sp
-						}
-						sent[1], superseded[1] = e, sp
-					}
-					time.Sleep(time.Second)
-				}
-				rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0])
-			}()
-		}
-		wg.Wait()
-		stopProf()
-		table.WriteString(strings.Join(rows, ""))
-	}
-	t.Logf("e2e: RESULT memory at %d workers in total:\n%s", fleet, table.String())
-	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the remote-write shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
-
-	table.Reset()
-	for r := 1; r <= 2; r++ {
-		for _, tr := range tiers {
-			out, err := exec.Command(wrk, "-t2", "-c16", "-d15s", "--latency", "-s",
-				filepath.Join(repoRoot, "extension", "workerhealthextension", "testdata", "wrk", "random_ids.lua"),
-				tr.apis[0], "--", ids).CombinedOutput()
-			if err != nil {
-				t.Fatalf("wrk: %v\n%s", err, out)
-			}
-			fmt.Fprintf(&table, "%s round %d, %s:\n%s\n", tr.name, r, tr.apis[0], wrkSummary(string(out)))
-		}
-	}
-	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d:\n%s", fleet, table.String())
-
-	// Issue 24's figure: the p99 at a fixed 1,000 requests/s, which wrk
-	// (closed loop: as fast as answered) does not give. Open loop: each
-	// request is due at its time and its latency counts from then, so a
-	// stall counts against every request it delayed. The other tiers run
-	// meanwhile, as for wrk: stopping them (SIGSTOP) made it worse, each
-	// tier catching up on its evaluations when let go, within the next
-	// tier's measurement (docs/results/scaling.md, run 14).
 	idSlice := strings.Fields(idList.String())
-	table.Reset()
-	for r := 1; r <= 2; r++ {
+	var memTable, wrkTable, rateTable strings.Builder
+	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s")
+	measure := func(tiers []*figTier) {
+		var beats []func()
 		for _, tr := range tiers {
-			lat, unexpected := openLoop(tr.apis[0], idSlice, 1000, 15*time.Second)
-			fmt.Fprintf(&table, "%-30s round %d: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, len(lat),
-				percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
-				percentile(lat, 1).Round(time.Millisecond/100), unexpected)
+			stopProf := func() {}
+			if tr.name == rwName && profDir != "" {
+				stopProf = profileHeapHighs(t, tr.tels[0], pprofAddr, profDir)
+			}
+			tr.load(t, fleet)
+			beats = append(beats, tr.heartbeat(fleet))
+			time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
+			memTable.WriteString(tr.memoryMinute())
+			stopProf()
+		}
+		// Issue 24's figure: the p99 at a fixed 1,000 requests/s, which wrk
+		// (closed loop: as fast as answered) does not give. Open loop: each
+		// request is due at its time and its latency counts from then, so a
+		// stall counts against every request it delayed. (Stopping the other
+		// tiers with SIGSTOP made it worse, each catching up on its
+		// evaluations when let go, within the next tier's measurement:
+		// docs/results/scaling.md, run 14; WORKERWATCH_SCALE_ALONE runs
+		// none of them instead.) Before wrk: its closed loop at tens of
+		// thousands of requests a second leaves each answer's JSON cached
+		// and its garbage to collect, and the first open-loop round after it
+		// measured that (docs/results/scaling.md, runs 17 and 18).
+		for r := 1; r <= 2; r++ {
+			for _, tr := range tiers {
+				lat, unexpected := openLoop(tr.apis[0], idSlice, 1000, 15*time.Second)
+				fmt.Fprintf(&rateTable, "%-30s round %d: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, len(lat),
+					percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
+					percentile(lat, 1).Round(time.Millisecond/100), unexpected)
+			}
+		}
+		for r := 1; r <= 2; r++ {
+			for _, tr := range tiers {
+				out, err := exec.Command(wrk, "-t2", "-c16", "-d15s", "--latency", "-s",
+					filepath.Join(repoRoot, "extension", "workerhealthextension", "testdata", "wrk", "random_ids.lua"),
+					tr.apis[0], "--", ids).CombinedOutput()
+				if err != nil {
+					t.Fatalf("wrk: %v\n%s", err, out)
+				}
+				fmt.Fprintf(&wrkTable, "%s round %d, %s:\n%s\n", tr.name, r, tr.apis[0], wrkSummary(string(out)))
+			}
+		}
+		for _, stop := range beats {
+			stop()
+		}
+		for _, tr := range tiers {
+			tr.stop(&stops)
 		}
 	}
-	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address):\n%s", fleet, table.String())
-	for _, tr := range tiers {
-		tr.stop(&stops)
+	alone := os.Getenv("WORKERWATCH_SCALE_ALONE") != ""
+	if alone {
+		for _, start := range starts {
+			measure([]*figTier{start()})
+		}
+	} else {
+		var tiers []*figTier
+		for _, start := range starts {
+			tiers = append(tiers, start())
+		}
+		measure(tiers)
 	}
+	how := "every tier running"
+	if alone {
+		how = "each tier alone"
+	}
+	t.Logf("e2e: RESULT memory at %d workers in total (%s):\n%s", fleet, how, memTable.String())
+	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the remote-write shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
+	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d (%s):\n%s", fleet, how, wrkTable.String())
+	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
+}
+
+// memoryMinute samples every shard of the tier once a second for a minute,
+// all at once: the heap's lowest (nearest to what is live: heap_alloc
+// includes garbage until the next GC), the RSS's highest and its last (the
+// runtime returns what the load left freed gradually), and what the
+// processor's counters say of the minute: the points the exporter took,
+// and the points of evaluations replaced before it took them (0: it kept
+// up with every emit_interval). One row per shard.
+func (tr *figTier) memoryMinute() string {
+	rows := make([]string, len(tr.shards))
+	var wg sync.WaitGroup
+	for i, p := range tr.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var n, heap, rss, rssEnd float64
+			var sent, superseded [2]float64 // the minute's first and last reading
+			for k := range 60 {
+				u, _ := readProcUsage(p.cmd.Process.Pid)
+				rss, rssEnd = max(rss, float64(u.rss)), float64(u.rss)
+				if text, err := httpGet(tr.tels[i] + "/metrics"); err == nil {
+					n, _ = metricSum(text, "otelcol_processor_worker_health_workers_tracked")
+					if h, ok := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); ok && (heap == 0 || h < heap) {
+						heap = h
+					}
+					e, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
+					sp, _ := metricSum(text, "otelcol_processor_worker_health_superseded_metric_points")
+					if k == 0 {
+						sent[0], superseded[0] = e, sp
+					}
+					sent[1], superseded[1] = e, sp
+				}
+				time.Sleep(time.Second)
+			}
+			rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0])
+		}()
+	}
+	wg.Wait()
+	return strings.Join(rows, "")
 }
 
 // stop ends the tier, the agent first, each process with SIGTERM, and
@@ -429,6 +469,48 @@ func (tr *figTier) load(t *testing.T, n int) {
 		}
 		return nil
 	})
+}
+
+// heartbeat has each of the n workers send a heartbeat every 10 s, as a
+// live fleet does, 500 to a request, until the returned function is
+// called: the tier's workers stay alive (without it they all go lost
+// lost.after after load, a state change of the whole fleet in one
+// evaluation, which the API phases then measured), and the shard ingests
+// as it would.
+func (tr *figTier) heartbeat(n int) (stop func()) {
+	const per = 500
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			for from := 0; from < n; from += per {
+				ld := plog.NewLogs()
+				for i := from; i < min(n, from+per); i++ {
+					lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
+				}
+				body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+				_ = postLogs(tr.http, body) // a refused batch is the next round's
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // runBatch is one request: `runs` runs on workers drawn from a pool, each
