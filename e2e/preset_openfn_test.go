@@ -311,13 +311,22 @@ func ofLeak(t *testing.T, w *ofWorld, id string) {
 	if reason == nil {
 		t.Fatalf("unhealthy without a memory reason: %v", reasonCodes(flip))
 	}
-	if reason.Threshold != ofMainLimit || reason.Value <= reason.Threshold || main.RSSBytes <= ofMainLimit {
-		t.Errorf("evidence: reason %+v, main %+v, want over %d", *reason, main, ofMainLimit)
+	if reason.Threshold != ofMainLimit || reason.Value <= reason.Threshold {
+		t.Errorf("evidence: reason %+v, want its value over %d", *reason, ofMainLimit)
 	}
-	// Within the documented samples: unhealthy_samples (3) over the limit, or
-	// one at a run's start; seen here within a sample or two of the flip.
-	if main.OverSamples < 1 || main.OverSamples > 3+2 {
-		t.Errorf("main role over the limit for %d samples when unhealthy, want 1..5", main.OverSamples)
+	// Within the documented samples: unhealthy_samples (3) over the limit,
+	// seen here within a sample or two of the flip, the main role still
+	// over. Latched at a run's start instead, the reason's value is the
+	// memory then: the engine may have freed some since (its GC after the
+	// job that took it over, CI run 87: 325 MB at the start, 246 MiB at the
+	// next sample), so the role's figures now are not the evidence.
+	if reason.Code != contract.CodeMemoryAtStart {
+		if main.RSSBytes <= ofMainLimit {
+			t.Errorf("evidence: main %+v, want over %d", main, ofMainLimit)
+		}
+		if main.OverSamples < 1 || main.OverSamples > 3+2 {
+			t.Errorf("main role over the limit for %d samples when unhealthy, want 1..5", main.OverSamples)
+		}
 	}
 	t.Logf("e2e: %s unhealthy: main %.0f MiB over %d MiB for %d samples, tree %.0f MiB (%s)", id,
 		float64(main.RSSBytes)/(1<<20), ofMainLimit>>20, main.OverSamples, float64(flip.Memory.RSSBytes)/(1<<20), reason.Code)
