@@ -143,7 +143,6 @@ func (p *healthProcessor) restore(ctx context.Context) {
 		// Written again as groups at the next checkpoint, which deletes
 		// the slots' values.
 		p.legacySlots = meta.Slots
-		p.lastMeta = tracker.Meta{}
 		p.mu.Lock()
 		p.tracker.RewriteAll()
 		p.mu.Unlock()

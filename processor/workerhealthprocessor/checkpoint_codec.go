@@ -54,9 +54,6 @@ var cpDict = s2.MakeDict([]byte(cpDict1), []byte(`{"id":"`))
 // (the batch holds every value until it is written). Under cpMu.
 type recordEncoder struct{ scratch, rec, group []byte }
 
-// encode is the stored form of a record's JSON.
-func (e *recordEncoder) encode(js []byte) []byte { return e.appendRecord(nil, js) }
-
 // appendRecord appends the stored form of a record's JSON to dst.
 func (e *recordEncoder) appendRecord(dst, js []byte) []byte {
 	if n := s2.MaxEncodedLen(len(js)); cap(e.scratch) < n {

@@ -30,7 +30,7 @@ func TestCheckpointCodec(t *testing.T) {
 	js, err := os.ReadFile(filepath.Join("testdata", "checkpoint", "record.json"))
 	require.NoError(t, err)
 	var e recordEncoder
-	enc := e.encode(js)
+	enc := e.appendRecord(nil, js)
 	require.Equal(t, cpFormatS2Dict1, enc[0])
 	t.Logf("a record of %d bytes of JSON stored in %d (%.2fx)", len(js), len(enc), float64(len(js))/float64(len(enc)))
 	assert.Less(t, 3*len(enc), len(js), "compressed at least 3x")
@@ -212,14 +212,14 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n = len(e.encode(out))
+			n = len(e.appendRecord(nil, out))
 		}
 		b.ReportMetric(float64(n), "stored-bytes")
 	})
 	b.Run("s2", func(b *testing.B) {
 		var e recordEncoder
 		for b.Loop() {
-			e.encode(js)
+			e.appendRecord(nil, js)
 		}
 	})
 	// The alternative not taken: zstd against the same dictionary.
@@ -235,7 +235,7 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 	})
 	b.Run("restore", func(b *testing.B) {
 		var e recordEncoder
-		stored := e.encode(js)
+		stored := e.appendRecord(nil, js)
 		for b.Loop() {
 			out, err := decodeRecord(stored)
 			if err != nil {

@@ -487,10 +487,8 @@ func setStored(t *testing.T, store *memStorage, slot int32, stored []byte) {
 // The group keys sort as the groups do (bbolt keeps them in key order, and
 // a batch of consecutive groups then rewrites whole nodes).
 func TestCheckpointGroupKeysSort(t *testing.T) {
-	keys := []string{cpGroupKey(100), cpGroupKey(2), cpGroupKey(10), cpGroupKey(1<<25 - 1)}
 	assert.True(t, slices.IsSorted([]string{cpGroupKey(2), cpGroupKey(10), cpGroupKey(100), cpGroupKey(1<<25 - 1)}))
-	slices.Sort(keys)
-	assert.Equal(t, cpPrefix+"g/00000002", keys[0])
+	assert.Equal(t, cpPrefix+"g/00000002", cpGroupKey(2))
 }
 
 // A group whose value is broken (a torn write, a bad disk) loses only its

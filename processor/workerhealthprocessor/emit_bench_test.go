@@ -41,12 +41,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkSteadyEmission -benchtime 30x ./processor/workerhealthprocessor/
 func BenchmarkSteadyEmission(b *testing.B) {
-	workers := 10_000
-	if v := os.Getenv("WORKERWATCH_EMIT_WORKERS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "WORKERWATCH_EMIT_WORKERS")
-		workers = n
-	}
+	workers := emitWorkers(b)
 	trees := make([]pmetric.Metrics, workers)
 	for i := range trees {
 		trees[i] = treeMetrics(fmt.Sprintf("worker-%06d", i), 1<<28, 0.1, 1)
@@ -126,12 +121,7 @@ func (c *pointCounter) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) e
 //
 //	go test -run '^$' -bench BenchmarkEmissionHeld -benchtime 3x ./processor/workerhealthprocessor/
 func BenchmarkEmissionHeld(b *testing.B) {
-	workers := 10_000
-	if v := os.Getenv("WORKERWATCH_EMIT_WORKERS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(b, err, "WORKERWATCH_EMIT_WORKERS")
-		workers = n
-	}
+	workers := emitWorkers(b)
 	ctx := context.Background()
 	cfg := createDefaultConfig().(*Config)
 	cfg.Limits.MaxWorkers = max(cfg.Limits.MaxWorkers, workers)
@@ -175,4 +165,16 @@ func BenchmarkEmissionHeld(b *testing.B) {
 	b.Run("pdata", func(b *testing.B) {
 		held(b, func() any { return buildMetrics(p.tracker, p.startTime, now) })
 	})
+}
+
+// emitWorkers is the fleet size of the emission benchmarks: 10,000, or
+// WORKERWATCH_EMIT_WORKERS.
+func emitWorkers(b *testing.B) int {
+	v := os.Getenv("WORKERWATCH_EMIT_WORKERS")
+	if v == "" {
+		return 10_000
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(b, err, "WORKERWATCH_EMIT_WORKERS")
+	return n
 }

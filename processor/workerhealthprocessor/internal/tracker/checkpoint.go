@@ -62,7 +62,7 @@ type cpSlots struct {
 	enabled bool    // a storage is configured
 	hw      int32   // slots handed out so far: 0..hw-1
 	free    []int32 // slots of forgotten workers, to hand out again
-	rewrite []int32 // slots whose groups are rewritten at the next write (a worker forgotten, a failed write)
+	rewrite []int32 // groups rewritten at the next write (a worker forgotten, a failed write)
 	dirty   []*Worker
 	// bySlot is the worker in each slot (nil: free), to rewrite a group
 	// whole.
@@ -72,7 +72,6 @@ type cpSlots struct {
 // Write is one worker record to write.
 type Write struct {
 	Slot int32
-	ID   string
 	Rec  Record
 }
 
@@ -182,7 +181,7 @@ func (t *Tracker) RestoreSlot(slot int32, cw *Record, ok bool, now int64) {
 		t.counts.WorkersRefused[refusedMaxWorkers]++
 	}
 	t.cp.free = append(t.cp.free, slot)
-	t.cp.rewrite = append(t.cp.rewrite, slot)
+	t.cp.rewrite = append(t.cp.rewrite, GroupOf(slot))
 }
 
 // markDirty queues a worker to be written at the next checkpoint (when
@@ -198,7 +197,7 @@ func (t *Tracker) markDirty(w *Worker) {
 func (t *Tracker) freeSlot(w *Worker) {
 	if w.slot >= 0 {
 		t.cp.free = append(t.cp.free, w.slot)
-		t.cp.rewrite = append(t.cp.rewrite, w.slot)
+		t.cp.rewrite = append(t.cp.rewrite, GroupOf(w.slot))
 		t.cp.bySlot[w.slot] = nil
 		w.slot = -1
 	}
@@ -237,8 +236,8 @@ func (t *Tracker) CollectCheckpoint() (groups []int32, meta Meta) {
 	}
 	clear(t.cp.dirty)
 	t.cp.dirty = t.cp.dirty[:0]
-	for _, s := range t.cp.rewrite {
-		changed[GroupOf(s)] = true
+	for _, g := range t.cp.rewrite {
+		changed[g] = true
 	}
 	t.cp.rewrite = nil
 	groups = slices.Sorted(maps.Keys(changed))
@@ -256,7 +255,7 @@ func (t *Tracker) CopyGroups(groups []int32) []Group {
 			if w == nil || w.Evidence == state.EvidenceOnce {
 				continue
 			}
-			out[i].Writes = append(out[i].Writes, Write{Slot: s, ID: w.id, Rec: t.toCheckpoint(w)})
+			out[i].Writes = append(out[i].Writes, Write{Slot: s, Rec: t.toCheckpoint(w)})
 		}
 	}
 	return out
@@ -265,9 +264,7 @@ func (t *Tracker) CopyGroups(groups []int32) []Group {
 // CheckpointFailed queues again what a failed write held: its groups are
 // rewritten at the next one, and the histograms when they were in it.
 func (t *Tracker) CheckpointFailed(groups []int32, hists bool) {
-	for _, g := range groups {
-		t.cp.rewrite = append(t.cp.rewrite, g*GroupSlots)
-	}
+	t.cp.rewrite = append(t.cp.rewrite, groups...)
 	if hists {
 		t.hists.Unsaved()
 	}

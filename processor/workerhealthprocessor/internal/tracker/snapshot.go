@@ -27,13 +27,13 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 	for _, st := range contract.AllStates {
 		s.Fleet.ByState[st] = 0
 	}
-	var ended []endedRun
+	var ended []*state.Run
 	for _, w := range t.byID() {
 		s.Fleet.ByState[w.State]++
 		var wr, sr []string
 		ended = ended[:0]
 		for r := range w.Table.All() {
-			// One string per run, shared by the lists it is in (the
+			// One string per held run, shared by both sides' lists (the
 			// served snapshot keeps them for every worker).
 			var id string
 			if r.Has(state.RunWorkerHeld | state.RunSchedHeld) {
@@ -46,7 +46,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 				sr = append(sr, id)
 			}
 			if r.Has(state.RunWorkerEnded) && !r.Has(state.RunReleased|state.RunLetGo) && r.WEnd > 0 {
-				ended = append(ended, endedRun{r, id})
+				ended = append(ended, r)
 			}
 		}
 		sort.Strings(wr)
@@ -74,32 +74,20 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 	return s
 }
 
-// endedRun is an ended run attempt and its id as a string when the
-// snapshot already made it ("" otherwise).
-type endedRun struct {
-	*state.Run
-	id string
-}
-
 // recentRuns are the newest limits.recent_runs of the ended run attempts,
 // newest activity first (activity, then the later attempt, then id): each attempt of a run is an
 // entry of its own (docs/health-rules.md, "Attempts").
-func (t *Tracker) recentRuns(ended []endedRun) []contract.RunRecord {
-	slices.SortFunc(ended, func(a, b endedRun) int {
-		return cmp.Or(cmp.Compare(activity(b.Run), activity(a.Run)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
+func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
+	slices.SortFunc(ended, func(a, b *state.Run) int {
+		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
 	})
 	n := min(len(ended), t.cfg.Limits.RecentRuns)
 	if n == 0 {
 		return nil
 	}
 	out := make([]contract.RunRecord, 0, n)
-	for _, e := range ended[:n] {
-		r := e.Run
-		id := e.id
-		if id == "" {
-			id = state.RunID(r.ID)
-		}
-		rec := contract.RunRecord{ID: id, Attempt: int(r.Attempt), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
+	for _, r := range ended[:n] {
+		rec := contract.RunRecord{ID: state.RunID(r.ID), Attempt: int(r.Attempt), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
 		if r.Result > 0 {
 			rec.Result = state.ResultNames[r.Result-1]
 		}
