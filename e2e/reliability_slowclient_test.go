@@ -411,6 +411,8 @@ func runShippedConfig(t *testing.T, bin, path string) ([]slowListener, []string,
 				c["endpoint"] = freeport.Addr(t) // nothing listens: never someone else's
 			case "exporters::otlphttp", "exporters::otlp_http":
 				c["endpoint"] = "http://" + freeport.Addr(t)
+			case "exporters::prometheus_remote_write":
+				c["endpoint"] = "http://" + freeport.Addr(t) + "/api/v1/write" // nothing listens
 			case "exporters::load_balancing":
 				// The shards: one that nobody listens at.
 				c["resolver"] = map[string]any{"static": map[string]any{"hostnames": []any{freeport.Addr(t)}}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,24 +17,28 @@ import (
 	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
-// TestGatewayRemoteWrite (issue 24): a gateway shard as shipped
-// (gateway-static.yaml, one member) with deploy/collector/remote-write.overlay.yaml,
-// pushing its metrics to a real Prometheus started with
-// --web.enable-remote-write-receiver and loading the shipped alert rules;
-// an agent as shipped (agent-sharded-static.yaml) watching a simulated
-// fleet's real process trees in front of it. With the processor's timings
-// of the scale test (scale-gateway.overlay.yaml: emit every second).
+// TestGatewayRemoteWrite (issue 24): a tier of two gateway shards as
+// shipped (gateway-static.yaml: metrics pushed with remote write), pushing
+// to a real Prometheus started with --web.enable-remote-write-receiver and
+// loading the shipped alert rules; an agent as shipped
+// (agent-sharded-static.yaml) watching a simulated fleet's real process
+// trees in front of them. With the processor's timings of the scale test
+// (scale-gateway.overlay.yaml: emit every second).
 //
 //   - every worker's state in Prometheus, asked as the shipped alert rules
 //     ask it, is the health API's, and the agent's tree metrics arrive on the
 //     worker (`workerwatch_worker_present_ratio`);
+//   - the shards' fleet figures add up to the fleet: each shard's series
+//     carry its workerwatch_shard label (without it both shards push
+//     workerwatch_fleet_workers with the same labels, and Prometheus takes
+//     them for one series);
 //   - the leak worker turns unhealthy and the shipped WorkerUnhealthy alert
 //     is pending or firing for it;
 //   - restarted, it is healthy again and Prometheus says so at once: the
 //     state it left reads 0, not a 1 left standing until Prometheus's
 //     lookback ends (remote write has no scrape that drops a series);
-//   - the shard's own telemetry is scraped (`up` for CollectorDown);
-//   - the gateway logs no error (Prometheus refusing a sample, out of order
+//   - the shards' own telemetry is scraped (`up` for CollectorDown);
+//   - the gateways log no error (Prometheus refusing a sample, out of order
 //     or otherwise, is one).
 func TestGatewayRemoteWrite(t *testing.T) {
 	defer parallel(t, 10*time.Second)()
@@ -46,8 +51,14 @@ func TestGatewayRemoteWrite(t *testing.T) {
 
 	// Prometheus: remote write in, the shipped rules, and a scrape of the
 	// shard's own telemetry only.
-	promWeb, gwOTLP, gwAPI, gwTel := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Port(t)
-	e.prom, e.health = "http://"+promWeb, "http://"+gwAPI
+	promWeb := freeport.Addr(t)
+	type shard struct {
+		otlp, api string
+		tel       int
+		p         *proc
+	}
+	gws := []*shard{{otlp: freeport.Addr(t), api: freeport.Addr(t), tel: freeport.Port(t)}, {otlp: freeport.Addr(t), api: freeport.Addr(t), tel: freeport.Port(t)}}
+	e.prom, e.health = "http://"+promWeb, "http://"+gws[0].api
 	promCfg := filepath.Join(tmp, "prometheus.yml")
 	// out_of_order_time_window as docs/deployment.md asks of a Prometheus
 	// that takes remote write from gateways: the agents' queues export
@@ -62,20 +73,32 @@ rule_files: [%q]
 scrape_configs:
   - job_name: workerwatch-gateway
     static_configs:
-      - targets: ["127.0.0.1:%d"]
-`, filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml"), gwTel))
+      - targets: ["127.0.0.1:%d", "127.0.0.1:%d"]
+`, filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml"), gws[0].tel, gws[1].tel))
 	prom := start(t, "rw-prometheus", nil, promBin, "--config.file="+promCfg, "--web.enable-remote-write-receiver",
 		"--storage.tsdb.path="+filepath.Join(tmp, "prom"), "--web.listen-address="+promWeb)
 	waitListening(t, prom, promWeb)
 
-	gw := start(t, "rw-gateway", []string{
-		"WORKERWATCH_SELF=" + gwOTLP, "WORKERWATCH_OTLP_GRPC=" + gwOTLP, "WORKERWATCH_API=" + gwAPI,
-		"WORKERWATCH_REMOTE_WRITE=" + e.prom + "/api/v1/write",
-		"WORKERWATCH_TELEMETRY_HOST=127.0.0.1", "WORKERWATCH_TELEMETRY_PORT=" + strconv.Itoa(gwTel),
-		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, "gw"), "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
-	}, bin, "--config", deployConfig("gateway-static.yaml"), "--config", deployConfig("remote-write.overlay.yaml"),
-		"--config", e2eConfig("scale-gateway.overlay.yaml"), "--config", e2eConfig("scale-single.overlay.yaml"))
-	waitReady(t, gw, gwAPI)
+	members := filepath.Join(tmp, "members.yaml")
+	writeFile(t, members, fmt.Sprintf(`extensions:
+  worker_health:
+    cluster:
+      static:
+        members:
+          - {endpoint: %q, api: %q}
+          - {endpoint: %q, api: %q}
+`, gws[0].otlp, gws[0].api, gws[1].otlp, gws[1].api))
+	for i, g := range gws {
+		g.p = start(t, fmt.Sprintf("rw-gateway-%d", i+1), []string{
+			"WORKERWATCH_SELF=" + g.otlp, "WORKERWATCH_OTLP_GRPC=" + g.otlp, "WORKERWATCH_API=" + g.api,
+			"WORKERWATCH_REMOTE_WRITE=" + e.prom + "/api/v1/write",
+			"WORKERWATCH_TELEMETRY_HOST=127.0.0.1", "WORKERWATCH_TELEMETRY_PORT=" + strconv.Itoa(g.tel),
+			"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, fmt.Sprintf("gw%d", i+1)), "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
+		}, bin, "--config", deployConfig("gateway-static.yaml"), "--config", e2eConfig("scale-gateway.overlay.yaml"), "--config", members)
+	}
+	for _, g := range gws {
+		waitReady(t, g.p, g.api)
+	}
 
 	// The agent: this run's workers' trees every second, everything to the shard.
 	agentOverlay := filepath.Join(tmp, "agent.yaml")
@@ -88,8 +111,8 @@ exporters:
   load_balancing:
     resolver:
       static:
-        hostnames: [%q]
-`, gwOTLP))
+        hostnames: [%q, %q]
+`, gws[0].otlp, gws[1].otlp))
 	agentHTTP, agentAPI := freeport.Addr(t), freeport.Addr(t)
 	agent := start(t, "rw-agent", []string{
 		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + agentHTTP, "WORKERWATCH_API=" + agentAPI,
@@ -142,6 +165,30 @@ exporters:
 		t.Logf("e2e: the fleet's states and trees in Prometheus %.1fs after the fleet started", time.Since(started).Seconds())
 	})
 
+	t.Run("the shards' fleet figures add up to the fleet, each shard's labelled", func(t *testing.T) {
+		eventually(t, 60*time.Second, time.Second, "the fleet summed over the shards", func() error {
+			v, ok, err := promValue(e.prom, `sum(workerwatch_fleet_workers)`)
+			if err != nil || !ok || v != float64(len(ids)) {
+				return fmt.Errorf("sum(workerwatch_fleet_workers) = %g (present %v, %v), want %d", v, ok, err, len(ids))
+			}
+			res, err := promQuery(e.prom, `count by (workerwatch_shard) (workerwatch_fleet_workers)`)
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, x := range res {
+				got = append(got, x.Metric["workerwatch_shard"])
+			}
+			slices.Sort(got)
+			want := []string{gws[0].otlp, gws[1].otlp}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("fleet series from shards %q, want %q", got, want)
+			}
+			return nil
+		})
+	})
+
 	t.Run("the leak worker turns unhealthy and the shipped alert fires for it", func(t *testing.T) {
 		waitState(t, e, leak, 120*time.Second-time.Since(started), contract.Unhealthy)
 		eventually(t, 30*time.Second, time.Second, "unhealthy in Prometheus", func() error { return stateIs(leak, contract.Unhealthy) })
@@ -171,12 +218,14 @@ exporters:
 	})
 
 	t.Run("the shard's own telemetry is scraped", func(t *testing.T) {
-		promEqualsWithin(t, e.prom, `up{job="workerwatch-gateway"}`, 1, 30*time.Second)
+		promEqualsWithin(t, e.prom, `sum(up{job="workerwatch-gateway"})`, 2, 30*time.Second)
 	})
 
 	t.Run("the gateway logged no error", func(t *testing.T) {
-		for _, line := range errorLines(gw.log) {
-			t.Errorf("gateway logged an error: %.400s", line)
+		for _, g := range gws {
+			for _, line := range errorLines(g.p.log) {
+				t.Errorf("%s logged an error: %.400s", g.p.name, line)
+			}
 		}
 		// Prometheus logs (logfmt) a remote-write request it refused.
 		b, _ := os.ReadFile(prom.log)

@@ -5,9 +5,11 @@ package e2e
 // The figures of docs/scaling.md, measured side by side in one run: a tier
 // of ONE shard and a tier of THREE shards, each behind its own agent
 // (agent-sharded-static.yaml, gateway-static.yaml as shipped, with the
-// checkpoint off as on a Kubernetes shard), both running all along and
-// driven in alternating rounds by the same synthetic load: lifecycle events
-// of the workers and of the scheduler over OTLP/HTTP to the agent.
+// checkpoint off as on a Kubernetes shard, pushing its metrics to a
+// remote-write receiver in this test that reads and drops every request),
+// both running all along and driven in alternating rounds by the same
+// synthetic load: lifecycle events of the workers and of the scheduler over
+// OTLP/HTTP to the agent.
 //
 //   - throughput: lifecycle events/s the shards accepted, and the CPU the
 //     shards (and the agent) spent on them, per round;
@@ -87,25 +89,13 @@ func TestScaleFigures(t *testing.T) {
 
 	// Fresh tiers for memory and the API: the throughput rounds' ended runs
 	// (kept as tombstones for drift.tombstone_ttl) must not count.
-	// One shard with its metrics pushed instead of scraped
-	// (deploy/collector/remote-write.overlay.yaml), to a remote-write
-	// receiver in this test that reads and drops every request.
-	var rwRequests, rwBytes atomic.Int64
-	rwSink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		rwRequests.Add(1)
-		rwBytes.Add(n)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer rwSink.Close()
-	// Sized as a 1 GiB pod would be (docs/deployment.md, "Memory each shape
-	// needs": the memory_limiter's limit, GOMEMLIMIT at 70 % of it).
-	rwEnv := []string{"GOMEMLIMIT=716MiB"}
-	rwArgs := []string{
-		"--config", deployConfig("remote-write.overlay.yaml"),
-		"--set=exporters::prometheus_remote_write::endpoint=" + rwSink.URL + "/api/v1/write",
-		"--set=processors::memory_limiter::limit_mib=1024", "--set=processors::memory_limiter::spike_limit_mib=256",
-	}
+	// The shipped shard sized for a 1 GiB pod with the knobs its file
+	// documents (the memory_limiter's limit, GOMEMLIMIT at 70 % of it), and
+	// beside it, as the gateway shipped before issue 24, a shard scraped
+	// instead (prometheus-exporter.overlay.yaml) with its limits raised to
+	// hold the same 100,000 workers.
+	rwEnv := []string{"GOMEMLIMIT=716MiB", "WORKERWATCH_MEMORY_LIMIT_MIB=1024", "WORKERWATCH_MEMORY_SPIKE_MIB=256"}
+	var rwArgs []string
 	// WORKERWATCH_SCALE_RW_RESEND=0s: every worker's series sent at every
 	// evaluation (resend_interval), the largest emission there is.
 	// WORKERWATCH_SCALE_RW_BASE=<a collector binary>: the same shard from
@@ -115,7 +105,7 @@ func TestScaleFigures(t *testing.T) {
 		rwArgs = append(rwArgs, "--set=processors::worker_health::resend_interval="+v)
 	}
 	// WORKERWATCH_SCALE_RW_PPROF=<dir>: the pprof extension on the
-	// remote-write shard, and its heap profile written to dir each time its
+	// one-shard tier, and its heap profile written to dir each time its
 	// heap_alloc reaches a new high during its load and minute (what holds
 	// its memory at its peak: docs/results/scaling.md, runs 9 and 10).
 	profDir := os.Getenv("WORKERWATCH_SCALE_RW_PPROF")
@@ -123,13 +113,29 @@ func TestScaleFigures(t *testing.T) {
 	if profDir != "" {
 		rwArgs = append(rwArgs, "--set=extensions::pprof::endpoint="+pprofAddr, "--set=service::extensions=[worker_health,pprof]")
 	}
-	const rwName = "1 shard, remote write, 1 GiB"
+	const rwName = "1 shard, 1 GiB"
+	scraped := filepath.Join(tmp, "scraped.yaml")
+	writeFile(t, scraped, `# the gateway as shipped before issue 24: scraped, its limits raised to
+# hold 100,000 workers (the overlay's 10,000 and 2 GiB would refuse 90 %).
+processors:
+  memory_limiter:
+    limit_mib: 16384
+    spike_limit_mib: 3072
+  worker_health:
+    limits:
+      max_workers: 200000
+`)
 	starts := []func() *figTier{
-		func() *figTier { return startFigTier(t, bin, tmp, "mem1", 1, nil) },
-		func() *figTier { return startFigTier(t, bin, tmp, "mem3", 3, nil) },
 		func() *figTier {
-			tr := startFigTier(t, bin, tmp, "mem1rw", 1, rwEnv, rwArgs...)
+			tr := startFigTier(t, bin, tmp, "mem1", 1, rwEnv, rwArgs...)
 			tr.name = rwName
+			return tr
+		},
+		func() *figTier { return startFigTier(t, bin, tmp, "mem3", 3, rwEnv) },
+		func() *figTier {
+			tr := startFigTier(t, bin, tmp, "mem1scraped", 1, nil,
+				"--config", deployConfig("prometheus-exporter.overlay.yaml"), "--config", scraped)
+			tr.name = "1 shard, scraped"
 			return tr
 		},
 	}
@@ -225,7 +231,7 @@ func TestScaleFigures(t *testing.T) {
 		how = "each tier alone"
 	}
 	t.Logf("e2e: RESULT memory at %d workers in total (%s):\n%s", fleet, how, memTable.String())
-	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the remote-write shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
+	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d (%s):\n%s", fleet, how, wrkTable.String())
 	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
@@ -288,6 +294,27 @@ func (tr *figTier) stop(out *strings.Builder) {
 	}
 }
 
+// The remote-write receiver of the figures' shards: it reads and drops
+// every request (what they cost to send, not a store's work), counted.
+var (
+	rwRequests, rwBytes atomic.Int64
+	rwSinkOnce          sync.Once
+	rwSinkURL           string
+)
+
+func rwSink() string {
+	rwSinkOnce.Do(func() {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			rwRequests.Add(1)
+			rwBytes.Add(n)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		rwSinkURL = srv.URL + "/api/v1/write" // open until the test binary exits
+	})
+	return rwSinkURL
+}
+
 // startFigTier starts an agent and n shards on loopback, static members;
 // env is more environment for the shards, extra more arguments (another
 // --config).
@@ -306,22 +333,15 @@ func startFigTier(t *testing.T, bin, tmp, name string, n int, env []string, extr
 	}
 	shardOverlay := filepath.Join(tmp, name+"-shard.yaml")
 	writeFile(t, shardOverlay, fmt.Sprintf(`# the figures' shards: gateway-static.yaml with these members, no checkpoint
-# (as on a Kubernetes shard), room for 100,000 workers (the memory limit
-# raised with max_workers: the shipped 2 GiB is sized for 10,000), traces and
-# logs dropped.
+# (as on a Kubernetes shard), traces and logs dropped.
 extensions:
   worker_health:
     cluster:
       static:
         members: [%s]
 processors:
-  memory_limiter:
-    limit_mib: 16384
-    spike_limit_mib: 3072
   worker_health:
     storage_id: null
-    limits:
-      max_workers: 200000
 exporters:
   file/sink:
     path: /dev/null
@@ -339,6 +359,7 @@ service:
 			"WORKERWATCH_SELF=" + m.otlp, "WORKERWATCH_OTLP_GRPC=" + m.otlp, "WORKERWATCH_API=" + m.api,
 			"WORKERWATCH_PROMETHEUS=" + freeport.Addr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
 			"WORKERWATCH_TELEMETRY_PORT=" + m.tel, "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
+			"WORKERWATCH_REMOTE_WRITE=" + rwSink(),
 		}, env...), bin, append([]string{"--config", deployConfig("gateway-static.yaml"), "--config", shardOverlay}, extra...)...)
 		tr.shards = append(tr.shards, p)
 		tr.apis = append(tr.apis, "http://"+m.api)

@@ -8,8 +8,14 @@ package e2e
 // (the scheduler's OTLP goes to the first) and route every record by
 // cicd.worker.id to three shards (deploy/collector/gateway.yaml) found by
 // the exporter's DNS resolver; a single gateway (gateway-static.yaml with
-// one member) receives the same records from the same agents. Everything is
-// asserted through the health API and Prometheus:
+// one member) receives the same records from the same agents. The gateways
+// are scraped (deploy/collector/prometheus-exporter.overlay.yaml over each):
+// what this test asserts of a dead or departed shard's series in Prometheus
+// (gone within the exporter's expiry, each worker counted once) is the
+// scraped shape's; a pushed series stays for Prometheus's lookback
+// (docs/scaling.md), and the pushed shape, the gateway files' own, is
+// TestGatewayRemoteWrite's. Everything is asserted through the health API
+// and Prometheus:
 //   - each worker is judged by exactly one shard, and the tier's verdicts and
 //     drift lists equal the single gateway's;
 //   - a shard SIGKILLed: its agents queue, then (once the name no longer
@@ -141,7 +147,7 @@ func TestScaleShards(t *testing.T) {
 		"WORKERWATCH_PROMETHEUS=" + freeport.Addr(t), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
 		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)), "WORKERWATCH_STATE_DIR=" + filepath.Join(tr.tmp, "single"),
 		"TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
-	}, tr.bin, "--config", deployConfig("gateway-static.yaml"),
+	}, tr.bin, "--config", deployConfig("gateway-static.yaml"), "--config", deployConfig("prometheus-exporter.overlay.yaml"),
 		"--config", e2eConfig("scale-gateway.overlay.yaml"), "--config", e2eConfig("scale-single.overlay.yaml"))
 	waitReady(t, single, singleAPI)
 
@@ -452,7 +458,7 @@ func (tr *scaleTier) startShard(unshare string, i int) {
 		fmt.Sprintf("WORKERWATCH_PROMETHEUS=%s:%d", s.ip, tr.ports.prom),
 		"WORKERWATCH_TELEMETRY_HOST=" + s.ip, fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", tr.ports.tel),
 		"WORKERWATCH_SYNC_INTERVAL=1s", "TRACES_ENDPOINT=127.0.0.1:1", "LOGS_ENDPOINT=http://127.0.0.1:1",
-	}, unshare, append(tr.namespaced(deployConfig("gateway.yaml"), e2eConfig("scale-gateway.overlay.yaml")),
+	}, unshare, append(tr.namespaced(deployConfig("gateway.yaml"), deployConfig("prometheus-exporter.overlay.yaml"), e2eConfig("scale-gateway.overlay.yaml")),
 		"--set=extensions::worker_health::cluster::client::timeout="+clusterHopTimeout.String())...)
 	waitReady(tr.t, s.p, strings.TrimPrefix(s.api, "http://"))
 }

@@ -72,14 +72,16 @@ import (
 //	tracker      the processor (its state, the checkpoint), snapshots dropped
 //	view         + the extension, history off (history::window: 0)
 //	history      + the shipped history (30 min at 10 s), every ring full
-//	exporter     + the Prometheus exporter as shipped (pass-through tree
-//	               metrics and the processor's series), history on
+//	exporter     + the Prometheus exporter of
+//	               deploy/collector/prometheus-exporter.overlay.yaml
+//	               (pass-through tree metrics and the processor's series),
+//	               history on
 //	exporter-nh  the same with history off
 //	sparse       exporter-nh as a worker steady for 5 minutes is exported:
 //	             the state set's current state only, no drift gauge at 0
 //	rw           history on, sparse, with the remote-write exporter of
-//	             deploy/collector/remote-write.overlay.yaml in place of
-//	             the Prometheus exporter, sending to a receiver in the test
+//	             deploy/collector/gateway-static.yaml (as shipped) in place
+//	             of the Prometheus exporter, sending to a receiver in the test
 //	rw-nh        the same with history off
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;
@@ -361,10 +363,16 @@ func (h densityHost) GetExtensions() map[component.ID]component.Component { retu
 // gateway-static.yaml.
 func gatewaySection(t *testing.T, kind, name string) *confmap.Conf {
 	t.Helper()
-	conf, err := confmaptest.LoadConf(filepath.Join("..", "..", "deploy", "collector", "gateway-static.yaml"))
+	return deploySection(t, "gateway-static.yaml", kind, name)
+}
+
+// deploySection is one component's section of a file of deploy/collector.
+func deploySection(t *testing.T, file, kind, name string) *confmap.Conf {
+	t.Helper()
+	conf, err := confmaptest.LoadConf(filepath.Join("..", "..", "deploy", "collector", file))
 	require.NoError(t, err)
 	key := kind + "::" + name
-	require.True(t, conf.IsSet(key), "gateway-static.yaml has no %s", key)
+	require.True(t, conf.IsSet(key), "%s has no %s", file, key)
 	sec, err := conf.Sub(key)
 	require.NoError(t, err)
 	return sec
@@ -459,7 +467,7 @@ func densityChild(t *testing.T, spec string) {
 		ef := prometheusexporter.NewFactory()
 		eCfg := ef.CreateDefaultConfig()
 		promAddr = freeport.Addr(t)
-		eConf := gatewaySection(t, "exporters", "prometheus")
+		eConf := deploySection(t, "prometheus-exporter.overlay.yaml", "exporters", "prometheus")
 		require.NoError(t, eConf.Merge(confmap.NewFromStringMap(map[string]any{"endpoint": promAddr})))
 		require.NoError(t, eConf.Unmarshal(eCfg))
 		exp, err := ef.CreateMetrics(ctx, exportertest.NewNopSettings(ef.Type()), eCfg)
@@ -476,10 +484,7 @@ func densityChild(t *testing.T, spec string) {
 		rw = newRemoteWriteSink(t, n)
 		ef := prometheusremotewriteexporter.NewFactory()
 		eCfg := ef.CreateDefaultConfig()
-		eConf, err := confmaptest.LoadConf(filepath.Join("..", "..", "deploy", "collector", "remote-write.overlay.yaml"))
-		require.NoError(t, err)
-		eConf, err = eConf.Sub("exporters::prometheus_remote_write")
-		require.NoError(t, err)
+		eConf := gatewaySection(t, "exporters", "prometheus_remote_write")
 		require.NoError(t, eConf.Merge(confmap.NewFromStringMap(map[string]any{"endpoint": rw.srv.URL})))
 		require.NoError(t, eConf.Unmarshal(eCfg))
 		exp, err := ef.CreateMetrics(ctx, exportertest.NewNopSettings(ef.Type()), eCfg)
