@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,10 @@ type figTier struct {
 	shards []*proc
 	apis   []string // base URLs
 	tels   []string // shards' telemetry base URLs
+
+	// What the memory and API phases measured, for the ratios.
+	rssMax, heapPerWorker, superseded float64 // the largest shard's; superseded summed
+	p99                               []time.Duration
 }
 
 func TestScaleFigures(t *testing.T) {
@@ -113,7 +118,6 @@ func TestScaleFigures(t *testing.T) {
 	if profDir != "" {
 		rwArgs = append(rwArgs, "--set=extensions::pprof::endpoint="+pprofAddr, "--set=service::extensions=[worker_health,pprof]")
 	}
-	const rwName = "1 shard, 1 GiB"
 	scraped := filepath.Join(tmp, "scraped.yaml")
 	writeFile(t, scraped, `# the gateway as shipped before issue 24: scraped, its limits raised to
 # hold 100,000 workers (the overlay's 10,000 and 2 GiB would refuse 90 %).
@@ -135,7 +139,7 @@ processors:
 		func() *figTier {
 			tr := startFigTier(t, bin, tmp, "mem1scraped", 1, nil,
 				"--config", deployConfig("prometheus-exporter.overlay.yaml"), "--config", scraped)
-			tr.name = "1 shard, scraped"
+			tr.name = scrapedName
 			return tr
 		},
 	}
@@ -191,6 +195,7 @@ processors:
 		for r := 1; r <= 2; r++ {
 			for _, tr := range tiers {
 				lat, unexpected := openLoop(tr.apis[0], idSlice, 1000, 15*time.Second)
+				tr.p99 = append(tr.p99, percentile(lat, 0.99))
 				fmt.Fprintf(&rateTable, "%-30s round %d: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, len(lat),
 					percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
 					percentile(lat, 1).Round(time.Millisecond/100), unexpected)
@@ -215,12 +220,14 @@ processors:
 		}
 	}
 	alone := os.Getenv("WORKERWATCH_SCALE_ALONE") != ""
+	var tiers []*figTier
 	if alone {
 		for _, start := range starts {
-			measure([]*figTier{start()})
+			tr := start()
+			tiers = append(tiers, tr)
+			measure([]*figTier{tr})
 		}
 	} else {
-		var tiers []*figTier
 		for _, start := range starts {
 			tiers = append(tiers, start())
 		}
@@ -235,6 +242,35 @@ processors:
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d (%s):\n%s", fleet, how, wrkTable.String())
 	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
+	t.Logf("e2e: RESULT %s", ratios(tiers))
+}
+
+// ratios sets the shipped one-shard tier beside the one scraped as the
+// gateway shipped before issue 24, as ratios (the machine is noisy: a
+// ratio within one run holds where absolute figures move).
+func ratios(tiers []*figTier) string {
+	var shipped, scraped *figTier
+	for _, tr := range tiers {
+		switch tr.name {
+		case rwName:
+			shipped = tr
+		case scrapedName:
+			scraped = tr
+		}
+	}
+	if shipped == nil || scraped == nil || len(shipped.p99) == 0 || len(scraped.p99) == 0 {
+		return "ratios: a tier is missing"
+	}
+	worst := func(ds []time.Duration) time.Duration { return slices.Max(ds) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "the shipped shard (%s) against the scraped one (%s), %d workers:\n", shipped.name, scraped.name, 100000)
+	fmt.Fprintf(&b, "  %-34s %12s %12s %8s\n", "", "shipped", "scraped", "ratio")
+	fmt.Fprintf(&b, "  %-34s %12.0f %12.0f %7.2fx\n", "highest RSS, MiB", shipped.rssMax/(1<<20), scraped.rssMax/(1<<20), scraped.rssMax/shipped.rssMax)
+	fmt.Fprintf(&b, "  %-34s %12.2f %12.2f %7.2fx\n", "live heap, KiB a worker", shipped.heapPerWorker, scraped.heapPerWorker, scraped.heapPerWorker/shipped.heapPerWorker)
+	fmt.Fprintf(&b, "  %-34s %12.0f %12.0f\n", "points superseded in the minute", shipped.superseded, scraped.superseded)
+	fmt.Fprintf(&b, "  %-34s %12v %12v %7.2fx\n", "API p99 at 1,000 req/s, worst round", worst(shipped.p99).Round(time.Millisecond/100), worst(scraped.p99).Round(time.Millisecond/100),
+		float64(worst(scraped.p99))/float64(worst(shipped.p99)))
+	return b.String()
 }
 
 // memoryMinute samples every shard of the tier once a second for a minute,
@@ -246,6 +282,7 @@ processors:
 // up with every emit_interval). One row per shard.
 func (tr *figTier) memoryMinute() string {
 	rows := make([]string, len(tr.shards))
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, p := range tr.shards {
 		wg.Add(1)
@@ -270,6 +307,11 @@ func (tr *figTier) memoryMinute() string {
 				}
 				time.Sleep(time.Second)
 			}
+			mu.Lock()
+			tr.rssMax = max(tr.rssMax, rss)
+			tr.heapPerWorker = max(tr.heapPerWorker, heap/max(n, 1)/1024)
+			tr.superseded += superseded[1] - superseded[0]
+			mu.Unlock()
 			rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0])
 		}()
 	}
@@ -314,6 +356,13 @@ func rwSink() string {
 	})
 	return rwSinkURL
 }
+
+// The one-shard tiers of the memory and API phases: the gateway file as
+// shipped, and as it shipped before issue 24 (scraped).
+const (
+	rwName      = "1 shard, 1 GiB"
+	scrapedName = "1 shard, scraped"
+)
 
 // startFigTier starts an agent and n shards on loopback, static members;
 // env is more environment for the shards, extra more arguments (another
