@@ -22,6 +22,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -59,6 +60,7 @@ type figTier struct {
 
 	// What the memory and API phases measured, for the ratios.
 	rssMax, heapPerWorker, superseded float64 // the largest shard's; superseded summed
+	verdictAge                        time.Duration // the oldest verdicts served
 	p99                               []time.Duration
 }
 
@@ -167,7 +169,7 @@ processors:
 	writeFile(t, ids, idList.String())
 	idSlice := strings.Fields(idList.String())
 	var memTable, wrkTable, rateTable strings.Builder
-	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s")
+	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s", "verdicts age s")
 	measure := func(tiers []*figTier) {
 		var beats []func()
 		for _, tr := range tiers {
@@ -268,6 +270,7 @@ func ratios(tiers []*figTier) string {
 	fmt.Fprintf(&b, "  %-34s %12.0f %12.0f %7.2fx\n", "highest RSS, MiB", shipped.rssMax/(1<<20), scraped.rssMax/(1<<20), scraped.rssMax/shipped.rssMax)
 	fmt.Fprintf(&b, "  %-34s %12.2f %12.2f %7.2fx\n", "live heap, KiB a worker", shipped.heapPerWorker, scraped.heapPerWorker, scraped.heapPerWorker/shipped.heapPerWorker)
 	fmt.Fprintf(&b, "  %-34s %12.0f %12.0f\n", "points superseded in the minute", shipped.superseded, scraped.superseded)
+	fmt.Fprintf(&b, "  %-34s %12.1f %12.1f\n", "oldest verdicts served, s", shipped.verdictAge.Seconds(), scraped.verdictAge.Seconds())
 	fmt.Fprintf(&b, "  %-34s %12v %12v %7.2fx\n", "API p99 at 1,000 req/s, worst round", worst(shipped.p99).Round(time.Millisecond/100), worst(scraped.p99).Round(time.Millisecond/100),
 		float64(worst(scraped.p99))/float64(worst(shipped.p99)))
 	return b.String()
@@ -290,6 +293,7 @@ func (tr *figTier) memoryMinute() string {
 			defer wg.Done()
 			var n, heap, rss, rssEnd float64
 			var sent, superseded [2]float64 // the minute's first and last reading
+			var oldest time.Duration
 			for k := range 60 {
 				u, _ := readProcUsage(p.cmd.Process.Pid)
 				rss, rssEnd = max(rss, float64(u.rss)), float64(u.rss)
@@ -305,18 +309,41 @@ func (tr *figTier) memoryMinute() string {
 					}
 					sent[1], superseded[1] = e, sp
 				}
+				// How old the verdicts this shard serves are: the time of its
+				// newest published evaluation, against now (within
+				// emit_interval, 10 s, when every evaluation is published).
+				if age, ok := verdictAge(tr.apis[i]); ok {
+					oldest = max(oldest, age)
+				}
 				time.Sleep(time.Second)
 			}
 			mu.Lock()
 			tr.rssMax = max(tr.rssMax, rss)
 			tr.heapPerWorker = max(tr.heapPerWorker, heap/max(n, 1)/1024)
 			tr.superseded += superseded[1] - superseded[0]
+			tr.verdictAge = max(tr.verdictAge, oldest)
 			mu.Unlock()
-			rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0])
+			rows[i] = fmt.Sprintf("%-8s %-22s %12.0f %12.0f %12.0f %10.0f %10.1f %14.0f %14.0f %12.1f\n", tr.name, p.name, n, rss/(1<<20), rssEnd/(1<<20), heap/(1<<20), heap/max(n, 1)/1024, sent[1]-sent[0], superseded[1]-superseded[0], oldest.Seconds())
 		}()
 	}
 	wg.Wait()
 	return strings.Join(rows, "")
+}
+
+// verdictAge is how long ago the evaluation whose verdicts the shard at
+// api serves ran (the `time` of its own list, `scope=local`).
+func verdictAge(api string) (time.Duration, bool) {
+	body, err := httpGet(api + "/health/workers?scope=local&limit=1")
+	if err != nil {
+		return 0, false
+	}
+	var list struct {
+		Time *time.Time `json:"time"`
+	}
+	if json.Unmarshal([]byte(body), &list) != nil || list.Time == nil {
+		return 0, false
+	}
+	return time.Since(*list.Time), true
 }
 
 // stop ends the tier, the agent first, each process with SIGTERM, and
