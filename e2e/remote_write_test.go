@@ -221,6 +221,31 @@ exporters:
 		promEqualsWithin(t, e.prom, `sum(up{job="workerwatch-gateway"})`, 2, 30*time.Second)
 	})
 
+	t.Run("a shard stopped ends its series in Prometheus at once, not after the lookback", func(t *testing.T) {
+		stopped := gws[1]
+		q := func(metric string) string {
+			return fmt.Sprintf(`count(%s{workerwatch_shard=%q})`, metric, stopped.otlp)
+		}
+		for _, m := range []string{"workerwatch_fleet_workers", "workerwatch_worker_state_ratio"} {
+			if v, ok, err := promValue(e.prom, q(m)); m == "workerwatch_fleet_workers" && (err != nil || !ok || v == 0) {
+				t.Fatalf("%s of the shard to stop: %g %v %v", q(m), v, ok, err)
+			}
+		}
+		began := time.Now()
+		stopped.p.stop(t)
+		// Prometheus's lookback is 5 minutes: a series that merely stopped
+		// would still be counted for that long.
+		eventually(t, 30*time.Second, time.Second, "the stopped shard's series ended", func() error {
+			for _, m := range []string{"workerwatch_fleet_workers", "workerwatch_worker_state_ratio"} {
+				if v, ok, err := promValue(e.prom, q(m)); err != nil || ok {
+					return fmt.Errorf("%s = %g (present %v, %v)", q(m), v, ok, err)
+				}
+			}
+			return nil
+		})
+		t.Logf("e2e: the stopped shard's series ended in Prometheus %.1fs after SIGTERM", time.Since(began).Seconds())
+	})
+
 	t.Run("the gateway logged no error", func(t *testing.T) {
 		for _, g := range gws {
 			for _, line := range errorLines(g.p.log) {

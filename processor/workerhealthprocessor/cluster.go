@@ -65,11 +65,15 @@ func (s *shard) owns(id string) bool {
 }
 
 // handOver forgets the workers this shard does not own and takes the
-// cluster's pending count; it returns how many workers were forgotten.
+// cluster's pending count; it returns how many workers were forgotten, and
+// the rows that end the series of those this shard exported (staleRow): the
+// new owner exports them now, and without the end this shard's last values
+// would stand beside the new owner's until they expire (a Prometheus
+// exporter's metric_expiration; a pushed series, Prometheus's lookback).
 // Called under the processor's lock, before evaluate.
-func (s *shard) handOver(t *tracker.Tracker, now int64) int64 {
+func (s *shard) handOver(t *tracker.Tracker, now int64) (int64, []workerRow) {
 	if s == nil {
-		return 0
+		return 0, nil
 	}
 	t.SetClusterPending(-1, 0)
 	for _, f := range s.fleets {
@@ -78,7 +82,7 @@ func (s *shard) handOver(t *tracker.Tracker, now int64) int64 {
 		}
 	}
 	if len(s.owners) == 0 {
-		return 0
+		return 0, nil
 	}
 	// The pending gauge names no worker: the exporter routes it with the
 	// empty id. A shard that no longer owns the empty id stops reporting its
@@ -86,11 +90,18 @@ func (s *shard) handOver(t *tracker.Tracker, now int64) int64 {
 	// is exported by one shard even across a ring change.
 	var n int64
 	var stuck string
-	t.Disown(s.owns, func(id string) {
+	var stale []workerRow
+	t.Disown(s.owns, func(w *tracker.Worker) {
 		n++
+		id := w.ID()
 		h, seen := s.handed[id]
 		if !seen {
 			h[0] = now
+			// Seen again, it is one whose records still came here after
+			// the move: made since the last evaluation, never exported.
+			if r, ok := staleRow(w, now); ok {
+				stale = append(stale, r)
+			}
 		}
 		h[1] = now
 		s.handed[id] = h
@@ -110,5 +121,5 @@ func (s *shard) handOver(t *tracker.Tracker, now int64) int64 {
 			"(cluster.self and the members must be written as the exporter writes them); these workers are not judged here",
 			zap.String("worker", stuck), zap.Int("workers", len(s.handed)))
 	}
-	return n
+	return n, stale
 }

@@ -1,6 +1,7 @@
 package workerhealthprocessor
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func (h *harness) tick() (handed int64, trs []tracker.Transition) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	now := h.clock.Now().UnixNano()
-	handed = h.p.shard.handOver(h.p.tracker, now)
+	handed, _ = h.p.shard.handOver(h.p.tracker, now)
 	trs, _ = h.p.tracker.Evaluate(now)
 	return handed, trs
 }
@@ -167,11 +168,72 @@ func TestStallUsesTheClusterPending(t *testing.T) {
 	assert.Equal(t, int64(-1), h.p.tracker.Snapshot(h.clock.Now().UnixNano()).Fleet.Pending, "the empty id moved away")
 }
 
+// A worker handed over to another shard: the emission of the evaluation
+// that forgets it ends its series here (every point flagged as having no
+// recorded value: a Prometheus exporter drops the series, remote write
+// sends Prometheus's staleness marker), so that this shard's last values
+// do not stand beside the new owner's. Records still in flight that make
+// it again here end nothing more: it was never exported since.
+func TestHandOverEndsItsSeries(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, testCfg())
+	fc, _ := clustered(h)
+	ms, _ := h.withSinks()
+	for range 3 { // seen in two intervals: exported
+		h.metrics(treeMetrics("w1", 100, -1, 1))
+		h.metrics(treeMetrics("w2", 100, -1, 1))
+		h.p.tick(ctx)
+		h.advance(h.p.cfg.EmitInterval)
+	}
+	exported := 0
+	for _, md := range ms.AllMetrics() {
+		points, ended := pointFlags(md)
+		exported += points["w2"]
+		require.Zero(t, ended["w2"])
+	}
+	require.Positive(t, exported, "w2 exported")
+
+	ms.Reset()
+	fc.move("w2")
+	h.metrics(treeMetrics("w1", 100, -1, 1))
+	h.p.tick(ctx)
+	require.Len(t, ms.AllMetrics(), 1)
+	points, ended := pointFlags(ms.AllMetrics()[0])
+	assert.Positive(t, points["w2"], "w2's series in the emission that forgets it")
+	assert.Equal(t, points["w2"], ended["w2"], "every one of them ended")
+	assert.Zero(t, ended["w1"], "w1 stays")
+	assert.Zero(t, ended[""], "the fleet's figures stay")
+
+	ms.Reset()
+	h.advance(time.Second)
+	h.metrics(treeMetrics("w2", 100, -1, 1)) // in flight
+	h.metrics(treeMetrics("w1", 100, -1, 1))
+	h.p.tick(ctx)
+	points, _ = pointFlags(ms.AllMetrics()[0])
+	assert.Zero(t, points["w2"], "made again by records in flight, never exported: nothing to end")
+}
+
+// An emission the exporter did not take in time is replaced by the next
+// (superseded), but the ends of series it carried go with the next one:
+// those workers are no longer in the tracker to be ended again.
+func TestSupersededEmissionKeepsItsEnds(t *testing.T) {
+	h := newHarness(t, testCfg())
+	ctx := context.Background()
+	ended := workerRow{id: "gone", stale: true, seriesValues: seriesValues{state: 0}}
+	h.p.offer(ctx, &emission{rows: []workerRow{{id: "w1"}, ended}, fleet: pmetric.NewMetrics()})
+	h.p.offer(ctx, &emission{rows: []workerRow{{id: "w1"}}, fleet: pmetric.NewMetrics()})
+	em := h.p.take()
+	require.NotNil(t, em)
+	assert.Equal(t, []workerRow{{id: "w1"}, ended}, em.rows)
+}
+
 func TestNoClusterNoHandOver(t *testing.T) {
 	assert.Nil(t, newShard(&subscriber{}, zap.NewNop()))
 	assert.Nil(t, newShard(nil, zap.NewNop()))
 	var s *shard
-	assert.Zero(t, s.handOver(tracker.New(testCfg().trackerConfig()), 1))
+	n, stale := s.handOver(tracker.New(testCfg().trackerConfig()), 1)
+	assert.Zero(t, n)
+	assert.Empty(t, stale)
 }
 
 func hasMetric(md pmetric.Metrics, name string) bool {

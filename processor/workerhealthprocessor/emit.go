@@ -64,7 +64,8 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 // and the next evaluation's waiting for it), 0.5 GB of a remote-write
 // shard's 1 GiB in the heap profiles of docs/results/scaling.md, "run 9".
 type workerRow struct {
-	id string
+	id    string
+	stale bool // its series end: staleRow
 	seriesValues
 }
 
@@ -85,15 +86,8 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 			// must not become a flood of series downstream.
 			continue
 		}
-		cur := w.StateIndex()
-		byState[cur]++
-		// The 0s of the other states only while the worker's state is
-		// recent (stateZerosFor): an exporter then holds 0 for the state it
-		// left until the series expires, and a steady worker is one series,
-		// not six (issue 24; docs/telemetry.md).
-		zeros := now-w.Since < int64(stateZerosFor)
-		drifted := w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor)
-		v := valuesOf(w, cur, zeros, drifted)
+		byState[w.StateIndex()]++
+		v := currentValues(w, now)
 		if rs != nil {
 			sum := maphash.Comparable(sumSeed, v)
 			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last) {
@@ -104,6 +98,64 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 		rows = append(rows, workerRow{id: w.ID(), seriesValues: v})
 	}
 	return rows, buildFleet(t, start, now, byState)
+}
+
+// currentValues are the values of the series an evaluation at now sends for
+// w. The 0s of the other states only while the worker's state is recent
+// (stateZerosFor): an exporter then holds 0 for the state it left until the
+// series expires, and a steady worker is one series, not six (issue 24;
+// docs/telemetry.md).
+func currentValues(w *tracker.Worker, now int64) seriesValues {
+	zeros := now-w.Since < int64(stateZerosFor)
+	drifted := w.DriftAt > 0 && now-w.DriftAt < int64(stateZerosFor)
+	return valuesOf(w, w.StateIndex(), zeros, drifted)
+}
+
+// staleRow is the row that ends w's series downstream, for a worker this
+// processor stops exporting (handed over to another shard, or the
+// collector shutting down): the series an evaluation would send for it now,
+// every point flagged as having no recorded value. A Prometheus exporter
+// drops such a series at once; remote write sends Prometheus's staleness
+// marker, which ends it at once instead of after the lookback (5 minutes).
+// ok is false for a worker never exported (seen once: collectRows).
+func staleRow(w *tracker.Worker, now int64) (workerRow, bool) {
+	if w.Evidence == state.EvidenceOnce {
+		return workerRow{}, false
+	}
+	return workerRow{id: w.ID(), stale: true, seriesValues: currentValues(w, now)}, true
+}
+
+// markNoRecordedValue flags every point of md as having no recorded value
+// (the fleet's figures when the processor stops: endSeries).
+func markNoRecordedValue(md pmetric.Metrics) {
+	noValue := pmetric.DefaultDataPointFlags.WithNoRecordedValue(true)
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		sms := rms.At(i).ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			ms := sms.At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				var numbers pmetric.NumberDataPointSlice
+				switch m := ms.At(k); m.Type() {
+				case pmetric.MetricTypeGauge:
+					numbers = m.Gauge().DataPoints()
+				case pmetric.MetricTypeSum:
+					numbers = m.Sum().DataPoints()
+				case pmetric.MetricTypeHistogram:
+					hs := m.Histogram().DataPoints()
+					for l := 0; l < hs.Len(); l++ {
+						hs.At(l).SetFlags(noValue)
+					}
+					continue
+				default:
+					continue
+				}
+				for l := 0; l < numbers.Len(); l++ {
+					numbers.At(l).SetFlags(noValue)
+				}
+			}
+		}
+	}
 }
 
 // valuesOf copies the values of a worker's series.
@@ -125,6 +177,7 @@ func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 type metricHelpers struct {
 	sm     pmetric.ScopeMetrics
 	st, nt pcommon.Timestamp
+	stale  bool // points flagged as having no recorded value (staleRow)
 }
 
 func (h *metricHelpers) scope(rm pmetric.ResourceMetrics) {
@@ -155,6 +208,9 @@ func (h *metricHelpers) point(dps pmetric.NumberDataPointSlice, v int64, cumulat
 	dp := dps.AppendEmpty()
 	dp.SetIntValue(v)
 	dp.SetTimestamp(h.nt)
+	if h.stale {
+		dp.SetFlags(pmetric.DefaultDataPointFlags.WithNoRecordedValue(true))
+	}
 	if cumulative {
 		dp.SetStartTimestamp(h.st)
 	}
@@ -173,6 +229,7 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 	rms.EnsureCapacity(rms.Len() + len(rows))
 	for i := range rows {
 		r := &rows[i]
+		h.stale = r.stale
 		rm := rms.AppendEmpty()
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, r.id)
 		h.scope(rm)

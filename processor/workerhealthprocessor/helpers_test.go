@@ -215,3 +215,34 @@ func (h *harness) reason(code string) contract.Reason {
 	h.t.Fatalf("w1 has no reason %s: %v", code, h.codes("w1"))
 	return contract.Reason{}
 }
+
+// pointFlags counts the points of md by worker (the fleet's resource: ""),
+// and of those the ones flagged as having no recorded value.
+func pointFlags(md pmetric.Metrics) (points, ended map[string]int) {
+	points, ended = map[string]int{}, map[string]int{}
+	count := func(id string, noValue bool) {
+		points[id]++
+		if noValue {
+			ended[id]++
+		}
+	}
+	for id, byName := range metricsByWorker(md) {
+		for _, m := range byName {
+			switch m.Type() {
+			case pmetric.MetricTypeGauge:
+				for i := 0; i < m.Gauge().DataPoints().Len(); i++ {
+					count(id, m.Gauge().DataPoints().At(i).Flags().NoRecordedValue())
+				}
+			case pmetric.MetricTypeSum:
+				for i := 0; i < m.Sum().DataPoints().Len(); i++ {
+					count(id, m.Sum().DataPoints().At(i).Flags().NoRecordedValue())
+				}
+			case pmetric.MetricTypeHistogram:
+				for i := 0; i < m.Histogram().DataPoints().Len(); i++ {
+					count(id, m.Histogram().DataPoints().At(i).Flags().NoRecordedValue())
+				}
+			}
+		}
+	}
+	return points, ended
+}

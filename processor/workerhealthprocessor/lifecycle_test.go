@@ -415,3 +415,51 @@ func (f fanout) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	}
 	return f.then.ConsumeMetrics(ctx, md)
 }
+
+// At shutdown the metrics pipeline gets the end of every series the
+// processor exported there, the workers' and the fleet's (every point
+// flagged as having no recorded value): the collector stops judging, and a
+// pushed series would otherwise stand downstream for Prometheus's lookback.
+func TestShutdownEndsTheSeries(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0)
+	cfg := testCfg()
+	ctx := context.Background()
+	sink := new(consumertest.MetricsSink)
+	f := newFactory(withClock(clock))
+	mp, err := f.CreateMetrics(ctx, processortest.NewNopSettings(metadata.Type), cfg, sink)
+	require.NoError(t, err)
+	require.NoError(t, mp.Start(ctx, componenttest.NewNopHost()))
+	exported := func() bool {
+		for _, md := range sink.AllMetrics() {
+			if points, _ := pointFlags(md); points["w1"] > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for range 5 { // seen in two intervals: exported
+		require.NoError(t, mp.ConsumeMetrics(ctx, treeMetrics("w1", 10, -1, 1)))
+		require.NoError(t, clock.BlockUntilContext(ctx, 1))
+		emitted := len(sink.AllMetrics())
+		clock.Advance(cfg.EmitInterval)
+		require.Eventually(t, func() bool { return len(sink.AllMetrics()) > emitted }, time.Minute, time.Millisecond)
+		if exported() {
+			break
+		}
+	}
+	require.True(t, exported(), "w1 exported")
+	for _, md := range sink.AllMetrics() {
+		_, ended := pointFlags(md)
+		require.Empty(t, ended, "nothing ended while running")
+	}
+
+	before := len(sink.AllMetrics())
+	shutdownAll(ctx, t, mp)
+	all := sink.AllMetrics()
+	require.Len(t, all, before+1, "one emission at shutdown")
+	points, ended := pointFlags(all[before])
+	assert.Positive(t, points["w1"])
+	assert.Equal(t, points["w1"], ended["w1"], "every point of w1 ended")
+	assert.Positive(t, points[""])
+	assert.Equal(t, points[""], ended[""], "every point of the fleet's figures ended")
+}

@@ -22,7 +22,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	// The time is read under the lock, so evaluations run in time order.
 	p.mu.Lock()
 	now := p.clock.Now().UnixNano()
-	handed := p.shard.handOver(p.tracker, now)
+	handed, stale := p.shard.handOver(p.tracker, now)
 	trs, unjoined := p.tracker.Evaluate(now)
 	paused := p.tracker.TakePause()
 	var mTo []consumer.Metrics
@@ -44,6 +44,7 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 			rs = &resend{every: int64(p.cfg.ResendInterval)}
 		}
 		rows, fleet = collectRows(p.tracker, p.startTime, now, rs)
+		rows = append(rows, stale...)
 	}
 	var ld plog.Logs
 	if len(lTo) > 0 {
@@ -126,6 +127,15 @@ func (p *healthProcessor) offer(ctx context.Context, em *emission) {
 	}
 	p.latest.mu.Lock()
 	old := p.latest.pending
+	if old != nil {
+		// The ends of series it carried are not in the newer one (those
+		// workers are gone from the tracker): they go with it.
+		for _, r := range old.rows {
+			if r.stale {
+				em.rows = append(em.rows, r)
+			}
+		}
+	}
 	p.latest.pending = em
 	p.latest.mu.Unlock()
 	if old != nil {

@@ -338,6 +338,9 @@ func (p *healthProcessor) shutdown(ctx context.Context, pl *pipeline) error {
 	p.targets = slices.DeleteFunc(p.targets, func(x *pipeline) bool { return x == pl })
 	p.mu.Unlock()
 	p.stopLoop(ctx)
+	if pl.metrics != nil {
+		p.endSeries(ctx, pl.metrics)
+	}
 	p.refs--
 	if p.refs > 0 {
 		return nil
@@ -377,6 +380,45 @@ func (p *healthProcessor) stopLoop(ctx context.Context) {
 	}
 	p.logger.Warn("the emission of derived telemetry is blocked in a downstream consumer that ignores cancellation; shutting down without waiting for it",
 		zap.Duration("waited", time.Since(began)))
+}
+
+// endSeries sends a metrics pipeline that shuts down the end of every
+// series the processor exports (staleRow; the fleet's figures too): the
+// collector stops judging, and the exporter is still running (the
+// collector stops a pipeline's processors before its exporters). Scraped,
+// a stopped collector's series end when Prometheus finds the target down;
+// pushed, without this they would stand for Prometheus's lookback (5
+// minutes), beside the new owner's after a shard left the ring (a rolling
+// restart, a scale-down; docs/deployment.md). Not sent when the timer loop
+// is still blocked in a consumer; bounded by shutdownWait.
+func (p *healthProcessor) endSeries(ctx context.Context, next consumer.Metrics) {
+	select {
+	case <-p.loopDone:
+	default:
+		return
+	}
+	p.mu.Lock()
+	now := p.clock.Now().UnixNano()
+	rows, fleet := collectRows(p.tracker, p.startTime, now, nil)
+	p.mu.Unlock()
+	for i := range rows {
+		rows[i].stale = true
+	}
+	markNoRecordedValue(fleet)
+	em := &emission{rows: rows, fleet: fleet, to: []consumer.Metrics{next}, gone: []*atomic.Bool{new(atomic.Bool)}, start: p.startTime, at: now}
+	ctx, cancel := context.WithTimeout(ctx, p.shutdownWait)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.sendMetrics(ctx, em)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.logger.Warn("the end of the derived series was not delivered in time at shutdown; "+
+			"pushed series stay visible downstream until they go stale there", zap.Int("workers", len(rows)))
+	}
 }
 
 func (p *healthProcessor) lastStop() {

@@ -113,9 +113,9 @@ func (t *Tracker) ClusterPendingAt() int64 { return t.clusterPendingAt }
 
 // Disown forgets the workers this shard does not own (owns is false for
 // their id), and the pending gauge when it does not own the empty id (the
-// exporter routes it with the empty id); it calls gone for each worker
-// forgotten.
-func (t *Tracker) Disown(owns func(id string) bool, gone func(id string)) {
+// exporter routes it with the empty id); it calls gone with each worker
+// about to be forgotten (its state still whole).
+func (t *Tracker) Disown(owns func(id string) bool, gone func(w *Worker)) {
 	if t.pending >= 0 && !owns("") {
 		t.pending = -1
 	}
@@ -123,8 +123,8 @@ func (t *Tracker) Disown(owns func(id string) bool, gone func(id string)) {
 		if owns(id) {
 			continue
 		}
+		gone(w)
 		t.forget(w)
-		gone(id)
 	}
 }
 

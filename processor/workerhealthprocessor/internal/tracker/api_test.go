@@ -20,7 +20,7 @@ func TestPendingNow(t *testing.T) {
 	assert.Equal(t, int64(5), h.p.tracker.pendingNow(now), "the other shard's figure counts")
 	h.metrics(pendingMetrics(9))
 	assert.Equal(t, int64(9), h.p.tracker.pendingNow(now), "this shard's own first")
-	h.p.tracker.Disown(func(id string) bool { return id != "" }, func(string) {})
+	h.p.tracker.Disown(func(id string) bool { return id != "" }, func(*Worker) {})
 	assert.Equal(t, int64(5), h.p.tracker.pendingNow(now), "the empty id moved away: the other shard's figure still counts")
 	later := now + int64(cfg.Lost.After) + int64(time.Second)
 	assert.Equal(t, int64(-1), h.p.tracker.pendingNow(later), "a stale report no longer counts")
