@@ -97,8 +97,9 @@ func (s *shard) handOver(t *tracker.Tracker, now int64) (int64, []workerRow) {
 		h, seen := s.handed[id]
 		if !seen {
 			h[0] = now
-			// Seen again, it is one whose records still came here after
-			// the move: made since the last evaluation, never exported.
+			// The first time only: disowned again, a worker was made by
+			// records that still came here after the move, since the last
+			// evaluation, and never exported.
 			if r, ok := staleRow(w, now); ok {
 				stale = append(stale, r)
 			}
