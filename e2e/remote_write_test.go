@@ -165,7 +165,7 @@ exporters:
 		t.Logf("e2e: the fleet's states and trees in Prometheus %.1fs after the fleet started", time.Since(started).Seconds())
 	})
 
-	t.Run("the shards' fleet figures add up to the fleet, each shard's labelled", func(t *testing.T) {
+	t.Run("the shards' fleet figures add up to the fleet, each shard's labeled", func(t *testing.T) {
 		eventually(t, 60*time.Second, time.Second, "the fleet summed over the shards", func() error {
 			v, ok, err := promValue(e.prom, `sum(workerwatch_fleet_workers)`)
 			if err != nil || !ok || v != float64(len(ids)) {

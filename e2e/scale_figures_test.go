@@ -59,7 +59,7 @@ type figTier struct {
 	tels   []string // shards' telemetry base URLs
 
 	// What the memory and API phases measured, for the ratios.
-	rssMax, heapPerWorker, superseded float64 // the largest shard's; superseded summed
+	rssMax, heapPerWorker, superseded float64       // the largest shard's; superseded summed
 	verdictAge                        time.Duration // the oldest verdicts served
 	p99                               []time.Duration
 }
@@ -263,7 +263,7 @@ func ratios(tiers []*figTier) string {
 	if shipped == nil || scraped == nil || len(shipped.p99) == 0 || len(scraped.p99) == 0 {
 		return "ratios: a tier is missing"
 	}
-	worst := func(ds []time.Duration) time.Duration { return slices.Max(ds) }
+	worst := slices.Max[[]time.Duration]
 	var b strings.Builder
 	fmt.Fprintf(&b, "the shipped shard (%s) against the scraped one (%s), %d workers:\n", shipped.name, scraped.name, 100000)
 	fmt.Fprintf(&b, "  %-34s %12s %12s %8s\n", "", "shipped", "scraped", "ratio")
