@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WW_FLOODER") != "" {
 		os.Exit(floodMain())
 	}
+	if os.Getenv("WORKERWATCH_OPENLOOP") != "" {
+		os.Exit(openLoopMain())
+	}
 	os.Exit(withBystanders(m.Run))
 }
 
