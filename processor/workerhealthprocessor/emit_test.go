@@ -453,3 +453,47 @@ func TestRowPoints(t *testing.T) {
 		}
 	}
 }
+
+// A worker that claimed and started a run once and then only sends
+// heartbeats keeps the run on both sides past lost.after, and its series
+// unchanged: sent again only at its resend_interval points, never as a
+// change (the load shape of make scale-figures; docs/results/scaling.md,
+// run 24).
+func TestHeartbeatsKeepTheRunPastLostAfter(t *testing.T) {
+	cfg := testCfg()
+	cfg.Lost.After = 2 * time.Minute
+	cfg.EmitInterval = 10 * time.Second
+	cfg.Drift.Grace = 30 * time.Second
+	cfg.Limits.WorkerTTL = time.Hour
+	h := newHarness(t, cfg)
+	ms, _ := h.withSinks()
+	ctx := context.Background()
+	beat := func() {
+		h.logs(workerLogs("workersim-worker", rec{Worker: "w1", Event: contract.EventHeartbeat, TS: h.clock.Now(), Attrs: map[string]any{contract.AttrCapacity: int64(2)}}))
+	}
+	beat()
+	h.logs(workerLogs("workersim-worker",
+		rec{Worker: "w1", Event: contract.EventClaimed, Run: "r1", TS: h.clock.Now()},
+		rec{Worker: "w1", Event: contract.EventStarted, Run: "r1", TS: h.clock.Now()}))
+	h.logs(workerLogs("workersim-scheduler", rec{Worker: "w1", Event: contract.EventClaimed, Run: "r1", TS: h.clock.Now()}))
+	var sentAt []int
+	for i := 1; i <= 21; i++ { // 210 s, past lost.after
+		h.advance(cfg.EmitInterval)
+		beat()
+		before := len(ms.AllMetrics())
+		h.p.tick(ctx)
+		require.Equal(t, contract.Healthy, h.state("w1"), "t+%ds", i*10)
+		w := h.worker("w1")
+		require.Equal(t, [2]int{1, 1}, [2]int{w.HeldW, w.HeldS}, "t+%ds: the run held on both sides", i*10)
+		if len(ms.AllMetrics()) > before {
+			if points, _ := pointFlags(ms.AllMetrics()[len(ms.AllMetrics())-1]); points["w1"] > 0 {
+				sentAt = append(sentAt, i*10)
+			}
+		}
+	}
+	require.NotEmpty(t, sentAt)
+	for k := 1; k < len(sentAt); k++ {
+		gap := time.Duration(sentAt[k]-sentAt[k-1]) * time.Second
+		assert.GreaterOrEqual(t, gap, cfg.ResendInterval/2, "sent at %v: only at resend points", sentAt)
+	}
+}
