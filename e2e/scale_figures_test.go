@@ -169,7 +169,7 @@ processors:
 	}
 	writeFile(t, ids, idList.String())
 	idSlice := strings.Fields(idList.String())
-	var memTable, wrkTable, rateTable strings.Builder
+	var memTable, wrkTable, rateTable, cpuTable strings.Builder
 	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s", "verdicts age s")
 	measure := func(tiers []*figTier) {
 		var beats []func()
@@ -199,6 +199,13 @@ processors:
 		// scheduler is (the figure), and in this test's process, beside the
 		// fleet's heartbeats it builds and sends (100,000 records every
 		// 10 s), whose work and garbage delay the client's own requests.
+		// WORKERWATCH_SCALE_CPU=1: the CPU each process of the tier (and
+		// this test's) spent in each second of the open-loop rounds, to see
+		// which one a slow window belongs to.
+		var stopCPU func() string
+		if os.Getenv("WORKERWATCH_SCALE_CPU") != "" {
+			stopCPU = cpuSeconds(tiers)
+		}
 		for r := 1; r <= 2; r++ {
 			for _, tr := range tiers {
 				for _, own := range []bool{true, false} {
@@ -217,6 +224,9 @@ processors:
 						percentile(lat, 1).Round(time.Millisecond/100), unexpected)
 				}
 			}
+		}
+		if stopCPU != nil {
+			cpuTable.WriteString(stopCPU())
 		}
 		for r := 1; r <= 2; r++ {
 			for _, tr := range tiers {
@@ -258,6 +268,9 @@ processors:
 	t.Logf("e2e: RESULT remote write: %d requests, %.1f MB (snappy) received from the shards", rwRequests.Load(), float64(rwBytes.Load())/1e6)
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d (%s):\n%s", fleet, how, wrkTable.String())
 	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
+	if cpuTable.Len() > 0 {
+		t.Logf("e2e: RESULT CPU per second during the open-loop rounds (%% of one core; the rounds run 15 s each, own-process client first):\n%s", cpuTable.String())
+	}
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
 	t.Logf("e2e: RESULT %s", ratios(tiers))
 }
@@ -690,6 +703,65 @@ var wrkLine = regexp.MustCompile(`(?m)^\s*(Requests/sec:.*|\s+50%.*|\s+99%.*|.*r
 
 func wrkSummary(out string) string {
 	return strings.Join(wrkLine.FindAllString(out, -1), "\n")
+}
+
+// cpuSeconds samples, every second until the returned function is called,
+// the CPU of each of the tiers' processes and of this test's process, and
+// that function returns one row per second (% of one core each).
+func cpuSeconds(tiers []*figTier) (stop func() string) {
+	type col struct {
+		name string
+		pid  int
+	}
+	cols := []col{{"test", os.Getpid()}}
+	for _, tr := range tiers {
+		cols = append(cols, col{tr.agent.name, tr.agent.cmd.Process.Pid})
+		for _, p := range tr.shards {
+			cols = append(cols, col{p.name, p.cmd.Process.Pid})
+		}
+	}
+	var b strings.Builder
+	b.WriteString("  second")
+	for _, c := range cols {
+		fmt.Fprintf(&b, " %16s", c.name)
+	}
+	b.WriteString("\n")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		read := func() []float64 {
+			now := make([]float64, len(cols))
+			for i, c := range cols {
+				u, _ := readProcUsage(c.pid)
+				now[i] = u.cpu
+			}
+			return now
+		}
+		last := read()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for s := 1; ; s++ {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := read()
+			fmt.Fprintf(&b, "  %6d", s)
+			for i := range cols {
+				fmt.Fprintf(&b, " %16.0f", 100*(now[i]-last[i]))
+			}
+			b.WriteString("\n")
+			last = now
+		}
+	}()
+	return func() string {
+		close(done)
+		wg.Wait()
+		return b.String()
+	}
 }
 
 // openLoopProcess runs openLoop in a process of its own (this test binary
