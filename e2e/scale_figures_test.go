@@ -720,12 +720,28 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 			cols = append(cols, col{p.name, p.cmd.Process.Pid})
 		}
 	}
+	var tels []string
+	for _, tr := range tiers {
+		tels = append(tels, tr.tels...)
+	}
+	// What the shards' processors sent in the second: metric points and
+	// state-change records (a wave of state changes shows in the second).
+	counters := func() (points, records float64) {
+		for _, u := range tels {
+			if text, err := httpGet(u + "/metrics"); err == nil {
+				p, _ := metricSum(text, "otelcol_processor_worker_health_emitted_metric_points")
+				r, _ := metricSum(text, "otelcol_processor_worker_health_emitted_log_records")
+				points, records = points+p, records+r
+			}
+		}
+		return points, records
+	}
 	var b strings.Builder
 	b.WriteString("  second")
 	for _, c := range cols {
 		fmt.Fprintf(&b, " %16s", c.name)
 	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, " %14s %14s\n", "points sent", "records sent")
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -740,6 +756,7 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 			return now
 		}
 		last := read()
+		lastP, lastR := counters()
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for s := 1; ; s++ {
@@ -753,8 +770,9 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 			for i := range cols {
 				fmt.Fprintf(&b, " %16.0f", 100*(now[i]-last[i]))
 			}
-			b.WriteString("\n")
-			last = now
+			p, r := counters()
+			fmt.Fprintf(&b, " %14.0f %14.0f\n", p-lastP, r-lastR)
+			last, lastP, lastR = now, p, r
 		}
 	}()
 	return func() string {
