@@ -90,7 +90,7 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 		v := currentValues(w, now)
 		if rs != nil {
 			sum := maphash.Comparable(sumSeed, v)
-			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last) {
+			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last, w.ID()) {
 				continue
 			}
 			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
@@ -366,15 +366,20 @@ type resend struct {
 
 // resendAfter is how long after it was sent a worker whose series sum to
 // sum is sent again: between half of every and every, at a point of the
-// worker's own (from its sum), so that workers sent together (all of them
-// after a start, or a wave of changes) are sent again spread over time
-// rather than all at one evaluation every resend_interval.
-func (rs *resend) resendAfter(sum uint64) int64 {
+// worker's own (from its id and its sum), so that workers sent together
+// (all of them after a start, or a wave of changes) are sent again spread
+// over time rather than all at one evaluation every resend_interval. From
+// the sum alone, a fleet of alike workers (healthy, a run held on both
+// sides: the same values) had one point: 100,000 workers' 1.1 million
+// points sent again in one evaluation every minute, 5 s of both cores on
+// the test machine and the health API's slow window
+// (docs/results/scaling.md, run 26).
+func (rs *resend) resendAfter(sum uint64, id string) int64 {
 	half := rs.every / 2
 	if half <= 0 {
 		return rs.every
 	}
-	return rs.every - int64(sum%uint64(half))
+	return rs.every - int64((sum^maphash.String(sumSeed, id))%uint64(half))
 }
 
 // sentMark is one worker sent and the sum of its series' values.

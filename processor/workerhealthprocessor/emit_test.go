@@ -497,3 +497,50 @@ func TestHeartbeatsKeepTheRunPastLostAfter(t *testing.T) {
 		assert.GreaterOrEqual(t, gap, cfg.ResendInterval/2, "sent at %v: only at resend points", sentAt)
 	}
 }
+
+// Workers alike (the same series values) and sent together are sent again
+// spread over the evaluations between half of resend_interval and all of
+// it, not all in one: each at a point of its own.
+func TestResendSpreadsAlikeWorkers(t *testing.T) {
+	cfg := testCfg()
+	cfg.ResendInterval = time.Minute
+	cfg.EmitInterval = 10 * time.Second
+	cfg.Lost.After = 10 * time.Minute
+	cfg.Limits.WorkerTTL = time.Hour
+	h := newHarness(t, cfg)
+	ms, _ := h.withSinks()
+	ctx := context.Background()
+	const n = 600
+	feed := func() {
+		for i := range n {
+			h.metrics(treeMetrics(fmt.Sprintf("w%03d", i), 100, -1, 1))
+		}
+	}
+	// Seen in two intervals, then sent together.
+	together := false
+	for range 5 {
+		ms.Reset()
+		feed()
+		h.p.tick(ctx)
+		h.advance(cfg.EmitInterval)
+		if len(workersOf(ms.AllMetrics()[0])) == n {
+			together = true
+			break
+		}
+	}
+	require.True(t, together, "all sent together")
+	var perEval []int
+	for range 6 { // the next minute
+		ms.Reset()
+		feed()
+		h.p.tick(ctx)
+		h.advance(cfg.EmitInterval)
+		perEval = append(perEval, len(workersOf(ms.AllMetrics()[0])))
+	}
+	total := 0
+	for _, k := range perEval {
+		total += k
+		assert.LessOrEqual(t, k, n/2, "workers sent again per evaluation %v: not all at one point", perEval)
+	}
+	assert.GreaterOrEqual(t, total, n, "every worker sent again within resend_interval: %v", perEval)
+}
