@@ -537,6 +537,7 @@ func TestResendSpreadsAlikeWorkers(t *testing.T) {
 		h.advance(cfg.EmitInterval)
 		perEval = append(perEval, len(workersOf(ms.AllMetrics()[0])))
 	}
+	t.Logf("workers sent again per evaluation over the next minute: %v", perEval)
 	total := 0
 	for _, k := range perEval {
 		total += k
