@@ -90,7 +90,7 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 		v := currentValues(w, now)
 		if rs != nil {
 			sum := maphash.Comparable(sumSeed, v)
-			if last, at := w.Sent(); sum == last && now-at < rs.resendAfter(last, w.ID()) {
+			if last, at := w.Sent(); sum == last && !rs.due(now, at, w.ID()) {
 				continue
 			}
 			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
@@ -364,22 +364,32 @@ type resend struct {
 	sent  []sentMark
 }
 
-// resendAfter is how long after it was sent a worker whose series sum to
-// sum is sent again: between half of every and every, at a point of the
-// worker's own (from its id and its sum), so that workers sent together
-// (all of them after a start, or a wave of changes) are sent again spread
-// over time rather than all at one evaluation every resend_interval. From
-// the sum alone, a fleet of alike workers (healthy, a run held on both
-// sides: the same values) had one point: 100,000 workers' 1.1 million
-// points sent again in one evaluation every minute, 5 s of both cores on
-// the test machine and the health API's slow window
-// (docs/results/scaling.md, run 26).
-func (rs *resend) resendAfter(sum uint64, id string) int64 {
-	half := rs.every / 2
-	if half <= 0 {
-		return rs.every
+// due says whether a worker whose series have not changed since they were
+// delivered at `at` is sent again at the evaluation at now: between half of
+// resend_interval and all of it after `at`, at the worker's own phase of
+// the interval (from its id) when that falls in this span, else at its
+// start. So a fleet's resends are spread evenly over the interval, alike
+// workers and workers sent together too: after a start or a wave of
+// changes each worker reaches its phase within two intervals, and each
+// evaluation then sends about emit_interval/resend_interval of the fleet.
+// Before, the point came from the sum of the worker's values alone, and a
+// fleet of alike workers (healthy, a run held on both sides: the same
+// values) had one: 100,000 workers' 1.1 million points sent again in one
+// evaluation every minute, 5 s of both cores on the test machine and the
+// health API's slow window (docs/results/scaling.md, runs 25-27).
+func (rs *resend) due(now, at int64, id string) bool {
+	since := now - at
+	if since >= rs.every {
+		return true
 	}
-	return rs.every - int64((sum^maphash.String(sumSeed, id))%uint64(half))
+	half := rs.every / 2
+	if since < half {
+		return false
+	}
+	phase := int64(maphash.String(sumSeed, id) % uint64(rs.every))
+	from := at + half
+	next := from + ((phase-from)%rs.every+rs.every)%rs.every // the phase's first point from `from`
+	return next > at+rs.every || now >= next
 }
 
 // sentMark is one worker sent and the sum of its series' values.

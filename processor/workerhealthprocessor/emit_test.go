@@ -499,8 +499,9 @@ func TestHeartbeatsKeepTheRunPastLostAfter(t *testing.T) {
 }
 
 // Workers alike (the same series values) and sent together are sent again
-// spread over the evaluations between half of resend_interval and all of
-// it, not all in one: each at a point of its own.
+// spread over time, not all at one evaluation: within a minute each settles
+// on a phase of its own, and then every evaluation sends about
+// emit_interval / resend_interval of them, each worker once a minute.
 func TestResendSpreadsAlikeWorkers(t *testing.T) {
 	cfg := testCfg()
 	cfg.ResendInterval = time.Minute
@@ -530,18 +531,31 @@ func TestResendSpreadsAlikeWorkers(t *testing.T) {
 	}
 	require.True(t, together, "all sent together")
 	var perEval []int
-	for range 6 { // the next minute
+	seen := map[string]int{}
+	for e := range 12 { // the next two minutes
 		ms.Reset()
 		feed()
 		h.p.tick(ctx)
 		h.advance(cfg.EmitInterval)
-		perEval = append(perEval, len(workersOf(ms.AllMetrics()[0])))
+		ids := workersOf(ms.AllMetrics()[0])
+		perEval = append(perEval, len(ids))
+		if e >= 6 {
+			for _, id := range ids {
+				seen[id]++
+			}
+		}
 	}
-	t.Logf("workers sent again per evaluation over the next minute: %v", perEval)
-	total := 0
+	t.Logf("workers sent again per evaluation over the next two minutes: %v", perEval)
 	for _, k := range perEval {
-		total += k
-		assert.LessOrEqual(t, k, n/2, "workers sent again per evaluation %v: not all at one point", perEval)
+		// About half at the first point (those whose phase is not within
+		// reach), never all.
+		assert.LessOrEqual(t, k, 2*n/3, "not all at one point: %v", perEval)
 	}
-	assert.GreaterOrEqual(t, total, n, "every worker sent again within resend_interval: %v", perEval)
+	for _, k := range perEval[6:] {
+		assert.LessOrEqual(t, k, n/4, "the second minute, settled: about a sixth each: %v", perEval)
+	}
+	assert.Len(t, seen, n, "every worker sent again in the second minute")
+	for id, k := range seen {
+		assert.Equal(t, 1, k, "%s sent once in the second minute", id)
+	}
 }
