@@ -168,7 +168,6 @@ processors:
 		fmt.Fprintf(&idList, "fig-worker-%06d\n", i)
 	}
 	writeFile(t, ids, idList.String())
-	idSlice := strings.Fields(idList.String())
 	var memTable, wrkTable, rateTable, cpuTable strings.Builder
 	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s", "verdicts age s")
 	measure := func(tiers []*figTier) {
@@ -195,10 +194,10 @@ processors:
 		// thousands of requests a second leaves each answer's JSON cached
 		// and its garbage to collect, and the first open-loop round after it
 		// measured that (docs/results/scaling.md, runs 17 and 18).
-		// Each round twice: the client in a process of its own, as a
-		// scheduler is (the figure), and in this test's process, beside the
-		// fleet's heartbeats it builds and sends (100,000 records every
-		// 10 s), whose work and garbage delay the client's own requests.
+		// The client runs in a process of its own, as a scheduler does: in
+		// this test's process, beside the fleet's heartbeats it builds and
+		// sends (100,000 records every 10 s), their work and garbage delayed
+		// its own requests (docs/results/scaling.md, run 24).
 		// WORKERWATCH_SCALE_CPU=1: the CPU each process of the tier (and
 		// this test's) spent in each second of the open-loop rounds, to see
 		// which one a slow window belongs to.
@@ -208,21 +207,11 @@ processors:
 		}
 		for r := 1; r <= 2; r++ {
 			for _, tr := range tiers {
-				for _, own := range []bool{true, false} {
-					var lat []time.Duration
-					var unexpected int64
-					where := "client in this test's process"
-					if own {
-						lat, unexpected = openLoopProcess(t, tr.apis[0], ids, 1000, 15*time.Second)
-						where = "client in its own process"
-						tr.p99 = append(tr.p99, percentile(lat, 0.99))
-					} else {
-						lat, unexpected = openLoop(tr.apis[0], idSlice, 1000, 15*time.Second)
-					}
-					fmt.Fprintf(&rateTable, "%-18s round %d, %-30s: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, where, len(lat),
-						percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
-						percentile(lat, 1).Round(time.Millisecond/100), unexpected)
-				}
+				lat, unexpected := openLoopProcess(t, tr.apis[0], ids, 1000, 15*time.Second)
+				tr.p99 = append(tr.p99, percentile(lat, 0.99))
+				fmt.Fprintf(&rateTable, "%-30s round %d: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, len(lat),
+					percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
+					percentile(lat, 1).Round(time.Millisecond/100), unexpected)
 			}
 		}
 		if stopCPU != nil {
@@ -269,16 +258,16 @@ processors:
 	t.Logf("e2e: RESULT health API, wrk -t2 -c16 -d15s --latency, random ids of %d (%s):\n%s", fleet, how, wrkTable.String())
 	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
 	if cpuTable.Len() > 0 {
-		t.Logf("e2e: RESULT CPU per second during the open-loop rounds (%% of one core; the rounds run 15 s each, own-process client first):\n%s", cpuTable.String())
+		t.Logf("e2e: RESULT CPU per second during the open-loop rounds (%% of one core; the rounds run 15 s each):\n%s", cpuTable.String())
 	}
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
-	t.Logf("e2e: RESULT %s", ratios(tiers))
+	t.Logf("e2e: RESULT %s", ratios(tiers, fleet))
 }
 
 // ratios sets the shipped one-shard tier beside the one scraped as the
 // gateway shipped before issue 24, as ratios (the machine is noisy: a
 // ratio within one run holds where absolute figures move).
-func ratios(tiers []*figTier) string {
+func ratios(tiers []*figTier, fleet int) string {
 	var shipped, scraped *figTier
 	for _, tr := range tiers {
 		switch tr.name {
@@ -293,7 +282,7 @@ func ratios(tiers []*figTier) string {
 	}
 	worst := slices.Max[[]time.Duration]
 	var b strings.Builder
-	fmt.Fprintf(&b, "the shipped shard (%s) against the scraped one (%s), %d workers:\n", shipped.name, scraped.name, 100000)
+	fmt.Fprintf(&b, "the shipped shard (%s) against the scraped one (%s), %d workers:\n", shipped.name, scraped.name, fleet)
 	fmt.Fprintf(&b, "  %-34s %12s %12s %8s\n", "", "shipped", "scraped", "ratio")
 	fmt.Fprintf(&b, "  %-34s %12.0f %12.0f %7.2fx\n", "highest RSS, MiB", shipped.rssMax/(1<<20), scraped.rssMax/(1<<20), scraped.rssMax/shipped.rssMax)
 	fmt.Fprintf(&b, "  %-34s %12.2f %12.2f %7.2fx\n", "live heap, KiB a worker", shipped.heapPerWorker, scraped.heapPerWorker, scraped.heapPerWorker/shipped.heapPerWorker)
@@ -604,38 +593,16 @@ func (tr *figTier) load(t *testing.T, n int) {
 // as it would.
 func (tr *figTier) heartbeat(n int) (stop func()) {
 	const per = 500
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			for from := 0; from < n; from += per {
-				ld := plog.NewLogs()
-				for i := from; i < min(n, from+per); i++ {
-					lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
-				}
-				body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-				_ = postLogs(tr.http, body) // a refused batch is the next round's
-				select {
-				case <-done:
-					return
-				default:
-				}
+	return repeat(10*time.Second, func(stopping func() bool) {
+		for from := 0; from < n && !stopping(); from += per {
+			ld := plog.NewLogs()
+			for i := from; i < min(n, from+per); i++ {
+				lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
 			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
+			body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+			_ = postLogs(tr.http, body) // a refused batch is the next round's
 		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	})
 }
 
 // runBatch is one request: `runs` runs on workers drawn from a pool, each
@@ -705,6 +672,40 @@ func wrkSummary(out string) string {
 	return strings.Join(wrkLine.FindAllString(out, -1), "\n")
 }
 
+// repeat calls f now and then every d, in a goroutine of its own, until the
+// returned stop is called; stop returns once f has. A long f asks stopping
+// between its steps.
+func repeat(d time.Duration, f func(stopping func() bool)) (stop func()) {
+	done := make(chan struct{})
+	stopping := func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			f(stopping)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // cpuSeconds samples, every second until the returned function is called,
 // the CPU of each of the tiers' processes and of this test's process, and
 // that function returns one row per second (% of one core each).
@@ -742,42 +743,32 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 		fmt.Fprintf(&b, " %16s", c.name)
 	}
 	fmt.Fprintf(&b, " %14s %14s\n", "points sent", "records sent")
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		read := func() []float64 {
-			now := make([]float64, len(cols))
-			for i, c := range cols {
-				u, _ := readProcUsage(c.pid)
-				now[i] = u.cpu
-			}
-			return now
+	read := func() []float64 {
+		now := make([]float64, len(cols))
+		for i, c := range cols {
+			u, _ := readProcUsage(c.pid)
+			now[i] = u.cpu
 		}
-		last := read()
-		lastP, lastR := counters()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for s := 1; ; s++ {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			now := read()
-			fmt.Fprintf(&b, "  %6d", s)
+		return now
+	}
+	var last []float64
+	var lastP, lastR float64
+	second := 0
+	stopSampling := repeat(time.Second, func(func() bool) {
+		now := read()
+		p, r := counters()
+		if second > 0 {
+			fmt.Fprintf(&b, "  %6d", second)
 			for i := range cols {
 				fmt.Fprintf(&b, " %16.0f", 100*(now[i]-last[i]))
 			}
-			p, r := counters()
 			fmt.Fprintf(&b, " %14.0f %14.0f\n", p-lastP, r-lastR)
-			last, lastP, lastR = now, p, r
 		}
-	}()
+		second++
+		last, lastP, lastR = now, p, r
+	})
 	return func() string {
-		close(done)
-		wg.Wait()
+		stopSampling()
 		return b.String()
 	}
 }
@@ -875,29 +866,18 @@ func profileHeapHighs(t *testing.T, tel, pprofAddr, dir string) (stop func()) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		high := 0.0
-		for k := 0; ; k++ {
-			select {
-			case <-done:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			text, err := httpGet(tel + "/metrics")
-			if err != nil {
-				continue
-			}
-			if h, _ := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); h > high {
-				high = h
-				if prof, err := httpGet("http://" + pprofAddr + "/debug/pprof/heap"); err == nil {
-					_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%03d-%dMiB.pb.gz", k, int(h/(1<<20)))), []byte(prof), 0o644)
-				}
+	high, k := 0.0, 0
+	return repeat(500*time.Millisecond, func(func() bool) {
+		k++
+		text, err := httpGet(tel + "/metrics")
+		if err != nil {
+			return
+		}
+		if h, _ := metricSum(text, "otelcol_process_runtime_heap_alloc_bytes"); h > high {
+			high = h
+			if prof, err := httpGet("http://" + pprofAddr + "/debug/pprof/heap"); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%03d-%dMiB.pb.gz", k, int(h/(1<<20)))), []byte(prof), 0o644)
 			}
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+	})
 }

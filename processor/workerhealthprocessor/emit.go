@@ -126,32 +126,29 @@ func staleRow(w *tracker.Worker, now int64) (workerRow, bool) {
 }
 
 // markNoRecordedValue flags every point of md as having no recorded value
-// (the fleet's figures when the processor stops: endSeries).
+// (the fleet's figures when the processor stops: endSeries; a worker's rows
+// are flagged as they are rendered, metricHelpers.stale).
 func markNoRecordedValue(md pmetric.Metrics) {
 	noValue := pmetric.DefaultDataPointFlags.WithNoRecordedValue(true)
 	rms := md.ResourceMetrics()
-	for i := 0; i < rms.Len(); i++ {
+	for i := range rms.Len() {
 		sms := rms.At(i).ScopeMetrics()
-		for j := 0; j < sms.Len(); j++ {
+		for j := range sms.Len() {
 			ms := sms.At(j).Metrics()
-			for k := 0; k < ms.Len(); k++ {
-				var numbers pmetric.NumberDataPointSlice
+			for k := range ms.Len() {
 				switch m := ms.At(k); m.Type() {
 				case pmetric.MetricTypeGauge:
-					numbers = m.Gauge().DataPoints()
-				case pmetric.MetricTypeSum:
-					numbers = m.Sum().DataPoints()
-				case pmetric.MetricTypeHistogram:
-					hs := m.Histogram().DataPoints()
-					for l := 0; l < hs.Len(); l++ {
-						hs.At(l).SetFlags(noValue)
+					for _, dp := range m.Gauge().DataPoints().All() {
+						dp.SetFlags(noValue)
 					}
-					continue
-				default:
-					continue
-				}
-				for l := 0; l < numbers.Len(); l++ {
-					numbers.At(l).SetFlags(noValue)
+				case pmetric.MetricTypeSum:
+					for _, dp := range m.Sum().DataPoints().All() {
+						dp.SetFlags(noValue)
+					}
+				case pmetric.MetricTypeHistogram:
+					for _, dp := range m.Histogram().DataPoints().All() {
+						dp.SetFlags(noValue)
+					}
 				}
 			}
 		}
