@@ -436,15 +436,17 @@ processors:
   worker_health:
     storage_id: null
 exporters:
-  file/sink:
+  file/logs:
+    path: /dev/null
+  file/traces:
     path: /dev/null
 service:
   extensions: [worker_health]
   pipelines:
     logs:
-      exporters: [file/sink]
+      exporters: [file/logs]
     traces:
-      exporters: [file/sink]
+      exporters: [file/traces]
 `, strings.Join(members, ", ")))
 	for i, m := range ms {
 		pname := fmt.Sprintf("%s-shard-%d", name, i+1)
