@@ -103,6 +103,9 @@ func TestScaleFigures(t *testing.T) {
 	// instead (prometheus-exporter.overlay.yaml) with its limits raised to
 	// hold the same 100,000 workers.
 	rwEnv := []string{"GOMEMLIMIT=716MiB", "WORKERWATCH_MEMORY_LIMIT_MIB=1024", "WORKERWATCH_MEMORY_SPIKE_MIB=256"}
+	// WORKERWATCH_SCALE_RW_ENV="K=V ...": more environment for the shipped
+	// shards (a runtime setting tried, GODEBUG=gctrace=1...).
+	rwEnv = append(rwEnv, strings.Fields(os.Getenv("WORKERWATCH_SCALE_RW_ENV"))...)
 	var rwArgs []string
 	// WORKERWATCH_SCALE_RW_RESEND=0s: every worker's series sent at every
 	// evaluation (resend_interval), the largest emission there is.
@@ -117,8 +120,12 @@ func TestScaleFigures(t *testing.T) {
 	// heap_alloc reaches a new high during its load and minute (what holds
 	// its memory at its peak: docs/results/scaling.md, runs 9 and 10).
 	profDir := os.Getenv("WORKERWATCH_SCALE_RW_PPROF")
+	// WORKERWATCH_SCALE_TRACE=<dir>: the pprof extension on the one-shard
+	// tier too, and a Go execution trace of its shard written to dir
+	// during its first open-loop round (what each request waited for).
+	traceDir := os.Getenv("WORKERWATCH_SCALE_TRACE")
 	pprofAddr := freeport.Addr(t)
-	if profDir != "" {
+	if profDir != "" || traceDir != "" {
 		rwArgs = append(rwArgs, "--set=extensions::pprof::endpoint="+pprofAddr, "--set=service::extensions=[worker_health,pprof]")
 	}
 	scraped := filepath.Join(tmp, "scraped.yaml")
@@ -168,7 +175,7 @@ processors:
 		fmt.Fprintf(&idList, "fig-worker-%06d\n", i)
 	}
 	writeFile(t, ids, idList.String())
-	var memTable, wrkTable, rateTable, cpuTable strings.Builder
+	var memTable, wrkTable, rateTable, cpuTable, slowTable strings.Builder
 	fmt.Fprintf(&memTable, "%-8s %-22s %12s %12s %12s %10s %10s %14s %14s %12s\n", "tier", "shard", "workers", "RSS MiB", "RSS end MiB", "heap MiB", "KiB/worker", "points sent/60s", "superseded/60s", "verdicts age s")
 	measure := func(tiers []*figTier) {
 		var beats []func()
@@ -207,8 +214,36 @@ processors:
 		}
 		for r := 1; r <= 2; r++ {
 			for _, tr := range tiers {
+				var traced chan struct{}
+				if traceDir != "" && tr.name == rwName && r == 1 {
+					traced = make(chan struct{})
+					go func() {
+						defer close(traced)
+						// httpGet's client gives up before the 15 s trace ends.
+						c := &http.Client{Timeout: time.Minute}
+						resp, err := c.Get("http://" + pprofAddr + "/debug/pprof/trace?seconds=15")
+						if err != nil {
+							t.Logf("the shard's trace: %v", err)
+							return
+						}
+						defer resp.Body.Close()
+						b, err := io.ReadAll(resp.Body)
+						if err == nil {
+							err = os.WriteFile(filepath.Join(traceDir, "shard.trace"), b, 0o644)
+						}
+						if err != nil {
+							t.Logf("the shard's trace: %v", err)
+						}
+					}()
+				}
 				lat, unexpected := openLoopProcess(t, tr.apis[0], ids, 1000, 15*time.Second)
+				if traced != nil {
+					<-traced
+				}
 				tr.p99 = append(tr.p99, percentile(lat, 0.99))
+				if stopCPU != nil {
+					fmt.Fprintf(&slowTable, "%s round %d:\n%s", tr.name, r, slowWindows(lat, 1000, 250*time.Millisecond, 10*time.Millisecond))
+				}
 				fmt.Fprintf(&rateTable, "%-30s round %d: %d requests, p50 %v, p99 %v, max %v, %d neither 200 nor 503\n", tr.name, r, len(lat),
 					percentile(lat, 0.5).Round(time.Millisecond/100), percentile(lat, 0.99).Round(time.Millisecond/100),
 					percentile(lat, 1).Round(time.Millisecond/100), unexpected)
@@ -259,6 +294,7 @@ processors:
 	t.Logf("e2e: RESULT health API at 1,000 requests/s (open loop, 15 s, random ids of %d, through the tier's one address, %s):\n%s", fleet, how, rateTable.String())
 	if cpuTable.Len() > 0 {
 		t.Logf("e2e: RESULT CPU per second during the open-loop rounds (%% of one core; the rounds run 15 s each):\n%s", cpuTable.String())
+		t.Logf("e2e: RESULT the open-loop rounds' requests over 10 ms by when they were due:\n%s", slowTable.String())
 	}
 	t.Logf("e2e: RESULT shutdown (SIGTERM to exit; the agent first, then the shards):\n%s", stops.String())
 	t.Logf("e2e: RESULT %s", ratios(tiers, fleet))
@@ -588,22 +624,28 @@ func (tr *figTier) load(t *testing.T, n int) {
 }
 
 // heartbeat has each of the n workers send a heartbeat every 10 s, as a
-// live fleet does, 500 to a request, until the returned function is
-// called: the tier's workers stay alive (without it they all go lost
-// lost.after after load, a state change of the whole fleet in one
-// evaluation, which the API phases then measured), and the shard ingests
-// as it would.
+// live fleet does, until the returned function is called: the tier's
+// workers stay alive (without it they all go lost lost.after after load, a
+// state change of the whole fleet in one evaluation, which the API phases
+// then measured), and the shard ingests as it would. A live fleet's
+// workers started at different times, so their heartbeats are spread over
+// the 10 s: 500 to a request, a request every 10 s / (n / 500). (Sent all
+// at once, 100,000 records every 10 s took the load generator and the
+// agent a second of both cores, which delayed the open-loop client and the
+// shard alike: docs/results/scaling.md, run 29.)
 func (tr *figTier) heartbeat(n int) (stop func()) {
 	const per = 500
-	return repeat(10*time.Second, func(stopping func() bool) {
-		for from := 0; from < n && !stopping(); from += per {
-			ld := plog.NewLogs()
-			for i := from; i < min(n, from+per); i++ {
-				lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
-			}
-			body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-			_ = postLogs(tr.http, body) // a refused batch is the next round's
+	batches := (n + per - 1) / per
+	next := 0
+	return repeat(10*time.Second/time.Duration(batches), func(func() bool) {
+		from := next * per
+		next = (next + 1) % batches
+		ld := plog.NewLogs()
+		for i := from; i < min(n, from+per); i++ {
+			lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
 		}
+		body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+		_ = postLogs(tr.http, body) // a refused batch is the next round's
 	})
 }
 
@@ -775,6 +817,27 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 	}
 }
 
+// slowWindows: for each window of the round (requests due in it, lat in
+// the order they were due at rps a second) that had any request slower
+// than over, how many and the slowest.
+func slowWindows(lat []time.Duration, rps int, window, over time.Duration) string {
+	var b strings.Builder
+	per := int(window.Seconds() * float64(rps))
+	for at := 0; at < len(lat); at += per {
+		n, slowest := 0, time.Duration(0)
+		for _, l := range lat[at:min(at+per, len(lat))] {
+			if l > over {
+				n++
+			}
+			slowest = max(slowest, l)
+		}
+		if n > 0 {
+			fmt.Fprintf(&b, "  %6.2fs %4d over, slowest %v\n", float64(at)/float64(rps), n, slowest.Round(time.Millisecond/10))
+		}
+	}
+	return b.String()
+}
+
 // openLoopProcess runs openLoop in a process of its own (this test binary
 // again: openLoopMain) and reads its latencies, one per line in
 // nanoseconds, then the count of unexpected answers.
@@ -830,11 +893,16 @@ func openLoopMain() int {
 // openLoop asks GET /health/workers/{id} for random ids at rps requests a
 // second for d, each request sent when it is due whatever the ones before
 // it are doing, and returns each one's latency from when it was due, and
-// how many answered neither 200 nor 503 (or not at all).
+// how many answered neither 200 nor 503 (or not at all). The first second
+// at the same rate is not counted: the client's warm-up (its connections
+// opened, its runtime and the ids paged in), which a scheduler that polls
+// all day does not have and which cost the first 250 ms of a new client up
+// to 36 ms a request (docs/results/scaling.md, run 29).
 func openLoop(base string, ids []string, rps int, d time.Duration) ([]time.Duration, int64) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
-	n := int(d.Seconds() * float64(rps))
+	warm := rps
+	n := warm + int(d.Seconds()*float64(rps))
 	lat := make([]time.Duration, n)
 	var unexpected atomic.Int64
 	var wg sync.WaitGroup
@@ -851,13 +919,13 @@ func openLoop(base string, ids []string, rps int, d time.Duration) ([]time.Durat
 				resp.Body.Close()
 			}
 			lat[i] = time.Since(due)
-			if err != nil || resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+			if i >= warm && (err != nil || resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable) {
 				unexpected.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	return lat, unexpected.Load()
+	return lat[warm:], unexpected.Load()
 }
 
 // profileHeapHighs polls a collector's heap_alloc every 500 ms and writes

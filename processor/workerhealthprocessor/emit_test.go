@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
@@ -430,6 +432,102 @@ func TestEmissionInPieces(t *testing.T) {
 	}
 	require.Equal(t, ids, order, "a state change of every worker, in order")
 	require.GreaterOrEqual(t, len(ls.AllLogs()), 3, "%d workers' state changes in pieces of %d", n, emitChunk)
+}
+
+// slowMetrics is a next consumer that takes `took` for each call and
+// records when each call began and ended.
+type slowMetrics struct {
+	took       time.Duration
+	began, end []time.Time
+}
+
+func (s *slowMetrics) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+func (s *slowMetrics) ConsumeMetrics(context.Context, pmetric.Metrics) error {
+	s.began = append(s.began, time.Now())
+	time.Sleep(s.took)
+	s.end = append(s.end, time.Now())
+	return nil
+}
+
+// The emitter pauses between two pieces for as long as the last one took:
+// an emission is background work beside the health API, and the time
+// between its pieces is the API's (docs/results/scaling.md, runs 29 to 33).
+// Not when a newer emission waits (it must not fall behind), nor at
+// shutdown, nor after the last piece.
+func TestEmitterPausesBetweenPieces(t *testing.T) {
+	ctx := context.Background()
+	const n = 2*emitChunk + 1
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = n
+	cfg.ResendInterval = 0
+	h := newHarness(t, cfg)
+	h.withSinks()
+	var em *emission
+	for range 5 { // a worker is exported once seen in two intervals
+		for i := range n {
+			h.metrics(treeMetrics(fmt.Sprintf("w%05d", i), 10, -1, 1))
+		}
+		if em = h.p.evaluate(ctx); em != nil && len(em.rows) == n {
+			break
+		}
+		h.advance(sec)
+	}
+	require.Len(t, em.rows, n, "every worker's series in the emission")
+	sink := &slowMetrics{took: 50 * time.Millisecond}
+	em.to, em.gone = []consumer.Metrics{sink}, []*atomic.Bool{new(atomic.Bool)}
+	h.p.sendMetrics(ctx, em)
+	require.Len(t, sink.began, 3, "%d workers and the fleet in pieces of %d", n, emitChunk)
+	for k := 1; k < len(sink.began); k++ {
+		// The pause is at least what the piece took, which is at least
+		// what the consumer took: a lower bound a timer keeps.
+		require.GreaterOrEqual(t, sink.began[k].Sub(sink.end[k-1]), sink.took, "pause before piece %d", k)
+	}
+
+	t.Run("not while a newer emission waits", func(t *testing.T) {
+		// The piece takes an hour to yield for: a pause would not end
+		// within the test's deadline.
+		done := make(chan struct{})
+		h.p.latest.mu.Lock()
+		h.p.latest.pending = &emission{}
+		h.p.latest.mu.Unlock()
+		go func() {
+			defer close(done)
+			h.p.yield(ctx, em, time.Hour)
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the emitter paused with a newer emission waiting")
+		}
+		h.p.take()
+	})
+	t.Run("not when the processor stops", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.p.yield(cctx, em, time.Hour)
+		}()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the emitter's pause outlived its context")
+		}
+	})
+	t.Run("not in the ends of series at shutdown", func(t *testing.T) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.p.yield(ctx, &emission{final: true}, time.Hour)
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the shutdown's ends of series paused between their pieces")
+		}
+	})
 }
 
 // An emission's points (the superseded counter counts them without

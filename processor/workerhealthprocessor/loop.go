@@ -163,7 +163,11 @@ func (p *healthProcessor) take() *emission {
 // was converted (`make scale-figures`, docs/results/scaling.md); in pieces,
 // what an exporter holds at a time is one piece's. The pieces are rendered
 // as they are sent (renderRows), so the emission itself holds no pdata.
-const emitChunk = 5000
+// 1,000 rather than 5,000: the remote-write exporter converts and
+// compresses a piece of 5,000 workers for tens of milliseconds without
+// letting go of its CPU, and the health API's requests waited behind it
+// (docs/results/scaling.md, runs 29 to 33).
+const emitChunk = 1000
 
 // sendMetrics hands one emission to each metrics pipeline still running,
 // in pieces of at most emitChunk workers, the fleet-wide resource in the
@@ -184,6 +188,7 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 				delivered = false
 				break
 			}
+			began := time.Now()
 			piece := pmetric.NewMetrics()
 			to := min(from+emitChunk, len(em.rows))
 			renderRows(piece, em.rows[from:to], em.start, em.at)
@@ -198,6 +203,9 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 				continue
 			}
 			p.tel.ProcessorWorkerHealthEmittedMetricPoints.Add(context.Background(), points)
+			if to < len(em.rows) || i < len(em.to)-1 {
+				p.yield(ctx, em, time.Since(began))
+			}
 		}
 	}
 	if delivered && len(em.sent) > 0 {
@@ -209,6 +217,35 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 			s.w.MarkSent(s.sum, em.at)
 		}
 		p.mu.Unlock()
+	}
+}
+
+// yield pauses the emitter between two pieces of em for as long as the
+// last one took, unless a newer emission waits (then the rest goes at once:
+// the emission must not fall behind), the processor stops, or em is the
+// ends of series at shutdown. An emission is
+// background work beside the health API in one process: sent flat out it
+// kept the CPU busy (with the evaluation, the extension's view and the
+// garbage collector) for a second in every emit_interval, and requests
+// that arrived then waited 10-30 ms for the Go scheduler
+// (docs/results/scaling.md, run 30's execution trace). Paused, it takes at
+// most twice as long and leaves room between its pieces; the Go runtime
+// has no priorities to ask for that instead.
+func (p *healthProcessor) yield(ctx context.Context, em *emission, took time.Duration) {
+	if em.final || took <= 0 {
+		return
+	}
+	p.latest.mu.Lock()
+	newer := p.latest.pending != nil
+	p.latest.mu.Unlock()
+	if newer {
+		return
+	}
+	t := time.NewTimer(took)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

@@ -111,6 +111,9 @@ type emission struct {
 	// marked delivered once every pipeline took them).
 	start, at int64
 	sent      []sentMark
+	// final: the ends of series at shutdown, sent without the pauses
+	// between pieces (shutdownWait bounds it; nothing comes after it).
+	final bool
 }
 
 // points is how many data points the emission sends to one pipeline.
@@ -405,7 +408,7 @@ func (p *healthProcessor) endSeries(ctx context.Context, next consumer.Metrics) 
 		rows[i].stale = true
 	}
 	markNoRecordedValue(fleet)
-	em := &emission{rows: rows, fleet: fleet, to: []consumer.Metrics{next}, gone: []*atomic.Bool{new(atomic.Bool)}, start: p.startTime, at: now}
+	em := &emission{rows: rows, fleet: fleet, to: []consumer.Metrics{next}, gone: []*atomic.Bool{new(atomic.Bool)}, start: p.startTime, at: now, final: true}
 	ctx, cancel := context.WithTimeout(ctx, p.shutdownWait)
 	defer cancel()
 	done := make(chan struct{})
