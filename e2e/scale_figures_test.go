@@ -630,9 +630,10 @@ func (tr *figTier) load(t *testing.T, n int) {
 // then measured), and the shard ingests as it would. A live fleet's
 // workers started at different times, so their heartbeats are spread over
 // the 10 s: 500 to a request, a request every 10 s / (n / 500). (Sent all
-// at once, 100,000 records every 10 s took the load generator and the
-// agent a second of both cores, which delayed the open-loop client and the
-// shard alike: docs/results/scaling.md, run 29.)
+// at once, 100,000 records every 10 s had this test, the agent and the
+// shard spend about 1.5 CPU-seconds within two seconds of the two CPUs, a
+// window of slow answers that a live fleet does not make:
+// docs/results/scaling.md, runs 29 to 31.)
 func (tr *figTier) heartbeat(n int) (stop func()) {
 	const per = 500
 	batches := (n + per - 1) / per
@@ -896,8 +897,7 @@ func openLoopMain() int {
 // how many answered neither 200 nor 503 (or not at all). The first second
 // at the same rate is not counted: the client's warm-up (its connections
 // opened, its runtime and the ids paged in), which a scheduler that polls
-// all day does not have and which cost the first 250 ms of a new client up
-// to 36 ms a request (docs/results/scaling.md, run 29).
+// all day does not have.
 func openLoop(base string, ids []string, rps int, d time.Duration) ([]time.Duration, int64) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()

@@ -566,9 +566,13 @@ func densityChild(t *testing.T, spec string) {
 	}
 	// The RSS too: the least of a few readings, each after the runtime
 	// returned what it could (an evaluation every second here, and one in
-	// flight at a reading holds a snapshot's worth more).
+	// flight at a reading holds a snapshot's worth more). Twelve over about
+	// four evaluations: the emitter pauses between its pieces
+	// (processor.md#emission-pauses), so an emission is in flight for more
+	// of each second, and six readings could all fall in one (0.3-0.8 KiB
+	// a worker more at 100,000: docs/results/density.md).
 	res.RSSBytes = -1
-	for range 6 {
+	for range 12 {
 		debug.FreeOSMemory()
 		if rss := vmStatus("VmRSS") - baseRSS; res.RSSBytes < 0 || rss < res.RSSBytes {
 			res.RSSBytes, res.AnonBytes = rss, vmStatus("RssAnon")-baseAnon

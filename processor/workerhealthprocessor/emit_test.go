@@ -453,14 +453,16 @@ func (s *slowMetrics) ConsumeMetrics(context.Context, pmetric.Metrics) error {
 // The emitter pauses between two pieces for as long as the last one took:
 // an emission is background work beside the health API, and the time
 // between its pieces is the API's (docs/results/scaling.md, runs 29 to 33).
-// Not when a newer emission waits (it must not fall behind), nor at
-// shutdown, nor after the last piece.
+// Not when the emission, paused to its end, would end past half of
+// emit_interval, nor when a newer emission waits (it must not fall
+// behind), nor at shutdown, nor after the last piece.
 func TestEmitterPausesBetweenPieces(t *testing.T) {
 	ctx := context.Background()
 	const n = 2*emitChunk + 1
 	cfg := testCfg()
 	cfg.Limits.MaxWorkers = n
 	cfg.ResendInterval = 0
+	cfg.EmitInterval = time.Minute // the pauses fit in its half
 	h := newHarness(t, cfg)
 	h.withSinks()
 	var em *emission
@@ -515,6 +517,14 @@ func TestEmitterPausesBetweenPieces(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the emitter's pause outlived its context")
 		}
+	})
+	t.Run("not when the emission, paused, would end past half of emit_interval", func(t *testing.T) {
+		pc := pacer{start: time.Now(), budget: time.Second, total: 12}
+		require.Equal(t, 10*time.Millisecond, pc.pause(10*time.Millisecond), "11 pieces and pauses of 10 ms fit in 1 s")
+		pc = pacer{start: time.Now(), budget: time.Second, total: 60}
+		require.Zero(t, pc.pause(10*time.Millisecond), "59 pieces and pauses of 10 ms do not")
+		pc = pacer{start: time.Now(), budget: time.Second, total: 1}
+		require.Zero(t, pc.pause(10*time.Millisecond), "none after the last piece")
 	})
 	t.Run("not in the ends of series at shutdown", func(t *testing.T) {
 		done := make(chan struct{})
