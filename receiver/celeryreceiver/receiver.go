@@ -125,6 +125,12 @@ type celeryReceiver struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	started int
+	// stopped: Shutdown has run. The first pipeline's Shutdown stops the
+	// receiver for both, as the collector's shared components do: the
+	// collector stops a pipeline's exporters soon after its receiver node,
+	// and a receiver still delivering into that pipeline failed there
+	// ("database not open" from the logs exporter's queue, CI run 100).
+	stopped bool
 	forget  func()
 	now     func() time.Time
 	// brokerDown is the last broker error reported as status ("" = up).
@@ -213,14 +219,15 @@ func (r *celeryReceiver) runBroker(ctx context.Context) {
 	}
 }
 
-// Shutdown stops both loops and closes the connections.
+// Shutdown stops both loops and closes the connections, at the first call
+// (either pipeline's); later calls do nothing.
 func (r *celeryReceiver) Shutdown(context.Context) error {
 	r.mu.Lock()
-	r.started--
-	last := r.started <= 0
+	first := !r.stopped
+	r.stopped = true
 	cancel, tr := r.cancel, r.tr
 	r.mu.Unlock()
-	if !last {
+	if !first {
 		return nil
 	}
 	if r.forget != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -150,4 +151,21 @@ func TestMalformed(t *testing.T) {
 	if n := sink.LogRecordCount(); n != 0 {
 		t.Errorf("%d records from malformed messages", n)
 	}
+}
+
+// The first pipeline's Shutdown stops the receiver for both (the
+// collector's shared-component convention): the collector stops that
+// pipeline's exporters right after, and a receiver still delivering into
+// it failed there (CI run 100: "database not open" from the logs
+// exporter's queue). The second call does nothing.
+func TestFirstShutdownStopsBothPipelines(t *testing.T) {
+	port := freeport.Port(t) // nothing listens: the start still succeeds
+	cfg := testConfig(fmt.Sprintf("redis://127.0.0.1:%d/0", port))
+	s := startReceiver(t, cfg)
+	require.NoError(t, s.r.Shutdown(context.Background()))
+	sharedMu.Lock()
+	_, still := shared[cfg]
+	sharedMu.Unlock()
+	require.False(t, still, "the first Shutdown stopped and released the shared receiver")
+	require.NoError(t, s.r.Shutdown(context.Background()))
 }
