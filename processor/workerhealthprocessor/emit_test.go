@@ -380,6 +380,15 @@ func workersOf(md pmetric.Metrics) []string {
 	return ids
 }
 
+// piecesCfg holds n workers and sends every worker's series at every
+// evaluation: an emission of n rows.
+func piecesCfg(n int) *Config {
+	cfg := testCfg()
+	cfg.Limits.MaxWorkers = n
+	cfg.ResendInterval = 0
+	return cfg
+}
+
 // An emission goes downstream in pieces of at most emitChunk workers, one
 // ConsumeMetrics each, in order: every worker once, the fleet figures last.
 // So do the state-change records of a wave over the whole fleet (every
@@ -387,10 +396,7 @@ func workersOf(md pmetric.Metrics) []string {
 func TestEmissionInPieces(t *testing.T) {
 	ctx := context.Background()
 	const n = 2*emitChunk + 1
-	cfg := testCfg()
-	cfg.Limits.MaxWorkers = n
-	cfg.ResendInterval = 0 // every worker at every evaluation
-	h := newHarness(t, cfg)
+	h := newHarness(t, piecesCfg(n))
 	ms, ls := h.withSinks()
 	ids := make([]string, n)
 	for i := range ids {
@@ -459,9 +465,7 @@ func (s *slowMetrics) ConsumeMetrics(context.Context, pmetric.Metrics) error {
 func TestEmitterPausesBetweenPieces(t *testing.T) {
 	ctx := context.Background()
 	const n = 2*emitChunk + 1
-	cfg := testCfg()
-	cfg.Limits.MaxWorkers = n
-	cfg.ResendInterval = 0
+	cfg := piecesCfg(n)
 	cfg.EmitInterval = time.Minute // the pauses fit in its half
 	h := newHarness(t, cfg)
 	h.withSinks()

@@ -229,9 +229,8 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 // requests that arrived then waited 10-30 ms for the Go scheduler
 // (docs/results/scaling.md, run 30's execution trace); the Go runtime has
 // no priorities to ask for room instead. The budget keeps an emission that
-// takes most of emit_interval as it was: paused, it overlapped the next
-// evaluation's, and TestDensity (an evaluation every second) measured 0.3
-// KiB more RSS a worker at 100,000 (docs/results/density.md).
+// takes most of emit_interval as it was, rather than stretched into the
+// next evaluation's.
 type pacer struct {
 	start       time.Time
 	budget      time.Duration
