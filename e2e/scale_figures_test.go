@@ -638,7 +638,7 @@ func (tr *figTier) heartbeat(n int) (stop func()) {
 	const per = 500
 	batches := (n + per - 1) / per
 	next := 0
-	return repeat(10*time.Second/time.Duration(batches), func(func() bool) {
+	return repeat(10*time.Second/time.Duration(batches), func() {
 		from := next * per
 		next = (next + 1) % batches
 		ld := plog.NewLogs()
@@ -718,18 +718,9 @@ func wrkSummary(out string) string {
 }
 
 // repeat calls f now and then every d, in a goroutine of its own, until the
-// returned stop is called; stop returns once f has. A long f asks stopping
-// between its steps.
-func repeat(d time.Duration, f func(stopping func() bool)) (stop func()) {
+// returned stop is called; stop returns once f has.
+func repeat(d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
-	stopping := func() bool {
-		select {
-		case <-done:
-			return true
-		default:
-			return false
-		}
-	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -737,7 +728,7 @@ func repeat(d time.Duration, f func(stopping func() bool)) (stop func()) {
 		tick := time.NewTicker(d)
 		defer tick.Stop()
 		for {
-			f(stopping)
+			f()
 			select {
 			case <-done:
 				return
@@ -799,7 +790,7 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 	var last []float64
 	var lastP, lastR float64
 	second := 0
-	stopSampling := repeat(time.Second, func(func() bool) {
+	stopSampling := repeat(time.Second, func() {
 		now := read()
 		p, r := counters()
 		if second > 0 {
@@ -937,7 +928,7 @@ func profileHeapHighs(t *testing.T, tel, pprofAddr, dir string) (stop func()) {
 		t.Fatal(err)
 	}
 	high, k := 0.0, 0
-	return repeat(500*time.Millisecond, func(func() bool) {
+	return repeat(500*time.Millisecond, func() {
 		k++
 		text, err := httpGet(tel + "/metrics")
 		if err != nil {
