@@ -188,8 +188,11 @@ var densityConfigs = []string{"tracker", "view", "history", "exporter", "exporte
 // densityResult is what a child reports: live heap after GC and RSS above
 // the child's own base, and what the exporter's page holds.
 type densityResult struct {
-	Config     string  `json:"config"`
-	Workers    int     `json:"workers"`
+	Config  string `json:"config"`
+	Workers int    `json:"workers"`
+	// RecentRuns is how many ended runs each worker's served entry lists
+	// when the memory is read (every worker alike: the feeding checks it).
+	RecentRuns int     `json:"recent_runs"`
 	HeapBytes  float64 `json:"heap_bytes"`
 	RSSBytes   float64 `json:"rss_bytes"`
 	AnonBytes  float64 `json:"anon_bytes"` // of RSSBytes, anonymous memory (the rest: file pages, the checkpoint's mapped file among them)
@@ -514,7 +517,16 @@ func densityChild(t *testing.T, spec string) {
 		}
 	}()
 
-	const rounds = 3
+	// As many rounds as it takes for every worker to hold what it holds
+	// after minutes of a run every 10 s: its share of the runs (the held
+	// one and the ended ones remembered for drift, docs/processor.md) and
+	// a full list of recent runs in the served snapshot. Three rounds (two
+	// ended runs) were what the figures before 2026-12-05 (afternoon)
+	// measured: 3.5 KiB a worker less than this at 10,000
+	// (results/density.md).
+	share := min(pCfg.Limits.MaxRunsPerWorker, max(8, pCfg.Limits.MaxRuns/n))
+	rounds := min(share, pCfg.Limits.RecentRuns+1) + 2
+	res := densityResult{Config: config}
 	var snap *contract.Snapshot
 	for round := range rounds {
 		fed := time.Now()
@@ -525,6 +537,11 @@ func densityChild(t *testing.T, spec string) {
 		}, 2*time.Minute, 50*time.Millisecond, "an evaluation of all %d workers after round %d", n, round)
 	}
 	served := len(snap.Workers)
+	wantRecent := min(rounds-1, share-1, pCfg.Limits.RecentRuns)
+	for _, w := range snap.Workers {
+		require.Len(t, w.Runs.Recent, wantRecent, "worker %s: its recent runs after %d rounds (run share %d)", w.ID, rounds, share)
+	}
+	res.RecentRuns = wantRecent
 	if withExt {
 		sub.next.store.Flush()
 		if fullHistory {
@@ -540,9 +557,9 @@ func densityChild(t *testing.T, spec string) {
 		}
 		served = len(sub.next.store.Load().ByIDOrder)
 	}
+	res.Workers = served
 	sub.release()
 	snap = nil // let go of it before the heap is read (the closure above keeps the variable)
-	res := densityResult{Config: config, Workers: served}
 	if withExporter {
 		// Wait for an emission after the last round, then scrape as Prometheus does.
 		time.Sleep(2 * pCfg.EmitInterval)
