@@ -167,7 +167,7 @@ func bullLimits(t *testing.T, s *bullScenario) {
 			if err != nil {
 				return err
 			}
-			for _, r := range wk.Runs.Recent {
+			for _, r := range wk.Runs.Recent.Records() {
 				got[r.ID] = r
 			}
 		}
@@ -223,7 +223,7 @@ func (s *bullScenario) accounted(within time.Duration, least int, ids ...string)
 			if err != nil {
 				return err
 			}
-			for _, r := range w.Runs.Recent {
+			for _, r := range w.Runs.Recent.Records() {
 				job, n := splitRun(r.ID)
 				if n >= attempt[job] {
 					attempt[job], latest[job] = n, r
@@ -387,10 +387,10 @@ func bullHang(t *testing.T, s *bullScenario) {
 		return nil
 	})
 	s.waitFor("hang-b", 30*time.Second, "ran "+job+"#2, its attempt 2", func(w contract.Worker) error {
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+		if !slices.ContainsFunc(w.Runs.Recent.Records(), func(r contract.RunRecord) bool {
 			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultSuccess
 		}) {
-			return fmt.Errorf("recent %v", w.Runs.Recent)
+			return fmt.Errorf("recent %v", w.Runs.Recent.Records())
 		}
 		return nil
 	})
@@ -492,8 +492,8 @@ func bullNoWork(t *testing.T, s *bullScenario) {
 	w := s.startWorker("gone-a", true)
 	first := s.add(1, `{"durationMs":300}`)[0]
 	s.waitFor("gone-a", 60*time.Second, "ran job "+first, func(w contract.Worker) error {
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool { return r.ID == first }) {
-			return fmt.Errorf("recent %v", w.Runs.Recent)
+		if !slices.ContainsFunc(w.Runs.Recent.Records(), func(r contract.RunRecord) bool { return r.ID == first }) {
+			return fmt.Errorf("recent %v", w.Runs.Recent.Records())
 		}
 		return nil
 	})
@@ -580,10 +580,10 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 		return nil
 	})
 	s.waitFor("sl-b", 30*time.Second, "failed run "+job+"#2, its attempt 2", func(w contract.Worker) error {
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+		if !slices.ContainsFunc(w.Runs.Recent.Records(), func(r contract.RunRecord) bool {
 			return r.ID == job+"#2" && r.Attempt == 2 && r.Result == contract.ResultFailure && r.KillReason == ""
 		}) {
-			return fmt.Errorf("recent %v", w.Runs.Recent)
+			return fmt.Errorf("recent %v", w.Runs.Recent.Records())
 		}
 		return nil
 	})
@@ -657,19 +657,19 @@ func bullRerun(t *testing.T, s *bullScenario) {
 		// At every poll, not only at the end (where attempt 1 is held, so
 		// not among the ended runs): attempt 1 never ends with attempt 2's
 		// outcome.
-		for _, r := range w.Runs.Recent {
+		for _, r := range w.Runs.Recent.Records() {
 			if r.ID == job && r.Result == contract.ResultSuccess {
 				t.Fatalf("attempt 1 of %s shows attempt 2's outcome: %+v", job, r)
 			}
 		}
-		if !slices.ContainsFunc(w.Runs.Recent, func(r contract.RunRecord) bool {
+		if !slices.ContainsFunc(w.Runs.Recent.Records(), func(r contract.RunRecord) bool {
 			return r.ID == done && r.Attempt == last && r.Result == contract.ResultSuccess
 		}) || !slices.Contains(w.Runs.Worker, job) || !slices.Contains(w.Drift.Orphaned, job) {
-			return fmt.Errorf("recent %+v, held %v, orphaned %v", w.Runs.Recent, w.Runs.Worker, w.Drift.Orphaned)
+			return fmt.Errorf("recent %+v, held %v, orphaned %v", w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned)
 		}
 		return nil
 	})
-	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent, w.Runs.Worker, w.Drift.Orphaned)
+	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned)
 	s.neverIn("rr-a", contract.Lost, contract.Unhealthy)
 }
 

@@ -188,7 +188,7 @@ func procState(pid int) string {
 }
 
 func recentRun(w contract.Worker, id string) (contract.RunRecord, bool) {
-	for _, rr := range w.Runs.Recent {
+	for _, rr := range w.Runs.Recent.Records() {
 		if rr.ID == id {
 			return rr, true
 		}

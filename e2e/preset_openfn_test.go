@@ -255,7 +255,7 @@ func ofLimits(t *testing.T, w *ofWorld, id string) {
 	if wk.Runs.Kills["memory_limit"] != 3 || wk.Runs.Kills["timeout"] != 3 || len(wk.Runs.Kills) != 2 {
 		t.Errorf("health API kills %v, want memory_limit 3, timeout 3", wk.Runs.Kills)
 	}
-	for _, r := range wk.Runs.Recent {
+	for _, r := range wk.Runs.Recent.Records() {
 		if slices.Contains(throws, r.ID) && (r.Result != contract.ResultFailure || r.KillReason != "") {
 			t.Errorf("run %s that threw: result %q kill %q, want failure and no kill", r.ID, r.Result, r.KillReason)
 		}
@@ -411,8 +411,8 @@ func ofHang(t *testing.T, w *ofWorld) {
 			return fmt.Errorf("holds %v, Lightning %v", wk.Runs.Worker, wk.Runs.Scheduler)
 		}
 		for _, r := range first {
-			if !slices.ContainsFunc(wk.Runs.Recent, func(e contract.RunRecord) bool { return e.ID == r }) {
-				return fmt.Errorf("%s not ended in the view (recent %v)", r, wk.Runs.Recent)
+			if !slices.ContainsFunc(wk.Runs.Recent.Records(), func(e contract.RunRecord) bool { return e.ID == r }) {
+				return fmt.Errorf("%s not ended in the view (recent %v)", r, wk.Runs.Recent.Records())
 			}
 		}
 		return nil

@@ -539,7 +539,7 @@ func densityChild(t *testing.T, spec string) {
 	served := len(snap.Workers)
 	wantRecent := min(rounds-1, share-1, pCfg.Limits.RecentRuns)
 	for _, w := range snap.Workers {
-		require.Len(t, w.Runs.Recent, wantRecent, "worker %s: its recent runs after %d rounds (run share %d)", w.ID, rounds, share)
+		require.Len(t, w.Runs.Recent.Records(), wantRecent, "worker %s: its recent runs after %d rounds (run share %d)", w.ID, rounds, share)
 	}
 	res.RecentRuns = wantRecent
 	if withExt {

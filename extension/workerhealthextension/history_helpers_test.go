@@ -49,10 +49,10 @@ func (l leak) at(t time.Time) contract.Worker {
 		Telemetry: contract.Source{Seen: true, LastSeen: t, IDs: []string{"cicd.worker.id=" + l.id}},
 		Scheduler: contract.Source{Seen: false, IDs: []string{}},
 	}
-	w.Runs.Recent = []contract.RunRecord{
+	w.Runs.Recent = contract.PackRuns([]contract.RunRecord{
 		{ID: "run-9", Result: contract.ResultSuccess, Started: t.Add(-4 * time.Minute), Ended: t.Add(-3 * time.Minute), DurationSeconds: 60},
 		{ID: "run-8", Attempt: 2, Result: contract.ResultTimeout, KillReason: contract.KillTimeout, Started: t.Add(-10 * time.Minute), Ended: t.Add(-5 * time.Minute), DurationSeconds: 300},
-	}
+	})
 	w.Runs.Kills = map[string]int64{contract.KillTimeout: 1}
 	w.Incarnation = &contract.Incarnation{
 		ID: "4242@" + l.start.UTC().Format(time.RFC3339), Source: contract.IncarnationTree,

@@ -78,8 +78,8 @@ func TestHistoryJSON(t *testing.T) {
 	var cur contract.Worker
 	require.NoError(t, json.Unmarshal(h.Worker, &cur))
 	assert.Equal(t, contract.Unhealthy, cur.State)
-	require.Len(t, cur.Runs.Recent, 2)
-	assert.Equal(t, contract.KillTimeout, cur.Runs.Recent[1].KillReason)
+	require.Len(t, cur.Runs.Recent.Records(), 2)
+	assert.Equal(t, contract.KillTimeout, cur.Runs.Recent.Records()[1].KillReason)
 
 	assert.GreaterOrEqual(t, assertIntegerBytes(t, "history", body), 180*6, "every byte count an integer")
 
@@ -273,7 +273,7 @@ func TestWorkerPageEscapingAndLinks(t *testing.T) {
 	bad.Name = `"><img src=x onerror=alert(2)>`
 	bad.Reasons = []contract.Reason{{Code: "<b>x</b>", Message: "<img src=x onerror=alert(3)>"}}
 	bad.Memory.Roles = []contract.RoleMemory{{Role: "<svg onload=alert(4)>", RSSBytes: 1 << 20}}
-	bad.Runs.Recent = []contract.RunRecord{{ID: "<script>alert(5)</script>", Result: "<i>"}}
+	bad.Runs.Recent = contract.PackRuns([]contract.RunRecord{{ID: "<script>alert(5)</script>", Result: "<i>"}})
 	bad.Sources.Tree = contract.Source{Seen: true, IDs: []string{"k=<script>"}}
 	slashed := worker("pool/a/w-1", contract.Healthy)
 	publish(wh, snapshot(testSource, t0, bad, slashed, worker("dup\xff", contract.Lost)))

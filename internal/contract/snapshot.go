@@ -295,8 +295,9 @@ type Runs struct {
 	Scheduler []string `json:"scheduler"`
 	// Capacity is the worker's declared capacity (0 = unknown).
 	Capacity int `json:"capacity"`
-	// Recent is the worker's recently ended runs, newest first (bounded).
-	Recent []RunRecord `json:"recent"`
+	// Recent is the worker's recently ended runs, newest first (bounded),
+	// packed (RecentRuns); its JSON is a list of RunRecord.
+	Recent RecentRuns `json:"recent"`
 	// Kills counts the worker's killed runs by kill reason since the
 	// processor started (restored from the checkpoint), reasons with none
 	// left out.

@@ -195,7 +195,7 @@ func TestMappingForOtherSystems(t *testing.T) {
 	h.eval()
 	w := h.snap("bw1")
 	assert.Equal(t, map[string]int64{"memory_limit": 1, "oom": 1}, w.Runs.Kills)
-	assert.Contains(t, recentIDs(w.Runs.Recent), "j4", "a span named process <queue> is a run")
+	assert.Contains(t, recentIDs(w.Runs.Recent.Records()), "j4", "a span named process <queue> is a run")
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, int64(5), h.p.tracker.Fleet(h.clock.Now().UnixNano()).Pending, "waiting + prioritized only")

@@ -113,7 +113,7 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		}
 		d.Transitions = append(d.Transitions, pt)
 	}
-	for _, r := range w.Runs.Recent {
+	for r := range w.Runs.Recent.All() {
 		pr := pageRun{ID: r.ID, Attempt: "–", Result: cmp.Or(r.Result, "–"), Kill: cmp.Or(r.KillReason, "–"), Duration: "–", Ended: "–"}
 		if r.Attempt > 0 {
 			pr.Attempt = strconv.Itoa(r.Attempt)

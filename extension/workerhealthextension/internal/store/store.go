@@ -391,7 +391,7 @@ func marshalWorker(w *contract.Worker) ([]byte, error) {
 func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
 		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
-		w.Runs.Recent != nil && w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
+		w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
 		w.Sources.Telemetry.IDs != nil && w.Sources.Scheduler.IDs != nil {
 		return w
 	}
@@ -399,7 +399,6 @@ func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	c.Reasons = nonNil(c.Reasons)
 	c.Runs.Worker = nonNil(c.Runs.Worker)
 	c.Runs.Scheduler = nonNil(c.Runs.Scheduler)
-	c.Runs.Recent = nonNil(c.Runs.Recent)
 	if c.Runs.Kills == nil {
 		c.Runs.Kills = map[string]int64{}
 	}

@@ -1,6 +1,7 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
+	"bytes"
 	"hash/maphash"
 	"strconv"
 	"strings"
@@ -65,6 +66,14 @@ func RunID(key []byte) string {
 		return s[:i]
 	}
 	return s
+}
+
+// RunIDBytes is RunID without the copy: the run id's bytes of a key.
+func RunIDBytes(key []byte) []byte {
+	if i := bytes.IndexByte(key, AttemptSep[0]); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
 
 // Has tells whether the run has any of the flags f.

@@ -180,7 +180,7 @@ func TestEvidence(t *testing.T) {
 		assert.Equal(t, []contract.RunRecord{
 			{ID: "r2", Result: "timeout", KillReason: "timeout", Started: t0.Add(sec), Ended: t0.Add(4 * sec), DurationSeconds: 3},
 			{ID: "r1", Result: "success", Started: t0, Ended: t0.Add(2 * sec), DurationSeconds: 2},
-		}, w.Runs.Recent)
+		}, w.Runs.Recent.Records())
 		assert.Equal(t, map[string]int64{"timeout": 1}, w.Runs.Kills)
 		assert.True(t, w.Memory.SampledAt.IsZero(), "no memory sample: zero time")
 	})

@@ -25,7 +25,7 @@ type attemptRow struct {
 
 func (h *harness) recent() []attemptRow {
 	var out []attemptRow
-	for _, r := range h.snap("w1").Runs.Recent {
+	for _, r := range h.snap("w1").Runs.Recent.Records() {
 		out = append(out, attemptRow{r.ID, r.Attempt, r.Result, r.KillReason})
 	}
 	return out

@@ -373,7 +373,7 @@ func TestDriftHeals(t *testing.T) {
 					codes(0, 0)(h)
 					w := h.snap("w1")
 					assert.Empty(h.t, w.Runs.Scheduler)
-					assert.Empty(h.t, w.Runs.Recent, "a run let go is not a recent run: its end was never seen")
+					assert.Empty(h.t, w.Runs.Recent.Records(), "a run let go is not a recent run: its end was never seen")
 				}}),
 			),
 		},

@@ -21,7 +21,7 @@ func TestResultFromEitherEnd(t *testing.T) {
 	}
 	result := func(run, want string) func(*harness) {
 		return func(h *harness) {
-			for _, r := range h.snap("w1").Runs.Recent {
+			for _, r := range h.snap("w1").Runs.Recent.Records() {
 				if r.ID == run {
 					assert.Equal(h.t, want, r.Result, run)
 					return

@@ -76,30 +76,23 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 
 // recentRuns are the newest limits.recent_runs of the ended run attempts,
 // newest activity first (activity, then the later attempt, then id): each attempt of a run is an
-// entry of its own (docs/health-rules.md, "Attempts").
-func (t *Tracker) recentRuns(ended []*state.Run) []contract.RunRecord {
+// entry of its own (docs/health-rules.md, "Attempts"). Packed straight from
+// the runs (contract.RecentRuns): one allocation a worker.
+func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
 		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
 	})
-	n := min(len(ended), t.cfg.Limits.RecentRuns)
-	if n == 0 {
-		return nil
-	}
-	out := make([]contract.RunRecord, 0, n)
-	for _, r := range ended[:n] {
-		rec := contract.RunRecord{ID: state.RunID(r.ID), Attempt: int(r.Attempt), Started: state.Time(r.StartTS), Ended: state.Time(r.EndTS)}
+	for _, r := range ended[:min(len(ended), t.cfg.Limits.RecentRuns)] {
+		var result, kill string
 		if r.Result > 0 {
-			rec.Result = state.ResultNames[r.Result-1]
+			result = state.ResultNames[r.Result-1]
 		}
 		if r.Kill > 0 {
-			rec.KillReason = state.KillReasonNames[r.Kill-1]
+			kill = state.KillReasonNames[r.Kill-1]
 		}
-		if r.StartTS > 0 && r.EndTS >= r.StartTS {
-			rec.DurationSeconds = state.Seconds(r.EndTS - r.StartTS)
-		}
-		out = append(out, rec)
+		t.packer.Add(state.RunIDBytes(r.ID), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
 	}
-	return out
+	return t.packer.Done()
 }
 
 // lastExit is how the worker's last incarnation ended, where the receiver

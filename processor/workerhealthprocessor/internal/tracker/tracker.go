@@ -88,6 +88,9 @@ type Tracker struct {
 	idleIntervals    int
 	idleWhilePending bool
 
+	// packer packs each worker's recent runs at a snapshot (snapshot.go).
+	packer contract.RunPacker
+
 	// lastEval: when the last evaluation ran; resumedAt: when the first
 	// evaluation after a pause of the collector's own ran (judge.go), and
 	// pause how long that pause was, until the processor takes it.
