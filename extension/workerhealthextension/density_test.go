@@ -194,6 +194,9 @@ type densityResult struct {
 	// when the memory is read, on average (the feeding checks that each
 	// worker holds its share).
 	RecentRuns float64 `json:"recent_runs"`
+	// Runs is how many runs each worker holds in the tracker: the feeding's
+	// rounds, at most its share.
+	Runs       int     `json:"runs"`
 	HeapBytes  float64 `json:"heap_bytes"`
 	RSSBytes   float64 `json:"rss_bytes"`
 	AnonBytes  float64 `json:"anon_bytes"` // of RSSBytes, anonymous memory (the rest: file pages, the checkpoint's mapped file among them)
@@ -282,7 +285,7 @@ func densityTable(n int, r map[string]densityResult) string {
 	fmt.Fprintf(&b, "  checkpoint file (tracker): %.1f MiB (%.2f KiB per worker), of its pages in the RSS %.1f MiB (%.2f KiB per worker)\n",
 		float64(tr.CheckpointBytes)/(1<<20), float64(tr.CheckpointBytes)/float64(n)/1024,
 		float64(tr.CheckpointMapped)/(1<<20), float64(tr.CheckpointMapped)/float64(n)/1024)
-	fmt.Fprintf(&b, "  runs a worker holds (tracker): %.1f, of them ended and listed as recent: %.1f\n", tr.RecentRuns+1, tr.RecentRuns)
+	fmt.Fprintf(&b, "  runs a worker holds (tracker): %d (one held, the others ended), of them listed as recent: %.1f\n", tr.Runs, tr.RecentRuns)
 	return b.String()
 }
 
@@ -519,16 +522,18 @@ func densityChild(t *testing.T, spec string) {
 		}
 	}()
 
-	// As many rounds as it takes for every worker to hold what it holds
-	// after minutes of a run every 10 s: its share of the runs (the held
-	// one and the ended ones remembered for drift; limits.max_runs_per_worker,
-	// and max_runs / workers once the processor holds max_runs,
-	// docs/processor.md) and as many recent runs in the served snapshot.
-	// Three rounds (two ended runs) were what the figures before
-	// 2026-12-05 (morning) measured: 3.5 KiB a worker less than this at
-	// 10,000 (results/density.md, "steady state").
-	share := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n))
-	rounds := min(share, pCfg.Limits.RecentRuns+1) + 2
+	// When measuring, as many rounds as it takes for every worker to hold
+	// what minutes of a run every 10 s leave it: its share of the runs, the
+	// held one and the ended ones remembered for drift (limits.max_runs_per_worker,
+	// and max_runs / workers once the processor holds max_runs:
+	// docs/processor.md), at most drift.tombstone_ttl's worth. Three rounds
+	// (two ended runs) were what the figures before 2026-12-05 measured
+	// (results/density.md, "steady state"). The smoke run takes four.
+	share := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), int(pCfg.Drift.TombstoneTTL/(10*time.Second))+1)
+	rounds := share + 1
+	if os.Getenv("WORKERWATCH_DENSITY") == "" {
+		rounds = 4
+	}
 	res := densityResult{Config: config}
 	var snap *contract.Snapshot
 	for round := range rounds {
@@ -550,6 +555,7 @@ func densityChild(t *testing.T, spec string) {
 		recent += got
 	}
 	res.RecentRuns = float64(recent) / float64(len(snap.Workers))
+	res.Runs = min(rounds, share)
 	if withExt {
 		sub.next.store.Flush()
 		if fullHistory {
