@@ -13,7 +13,9 @@ package e2e
 //
 //   - throughput: lifecycle events/s the shards accepted, and the CPU the
 //     shards (and the agent) spent on them, per round;
-//   - memory per shard at 100,000 workers in total (each holding a run);
+//   - memory per shard at 100,000 workers in total, each sending every
+//     10 s what an agent forwards (live: its tree sample, a heartbeat, a
+//     run ended and the next claimed and started, the scheduler's too);
 //   - the health API through the one address (a shard that asks the owner
 //     for 2/3 of the ids) against the single shard that owns every id,
 //     wrk with random ids of the 100,000.
@@ -46,6 +48,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/freeport"
@@ -185,7 +189,7 @@ processors:
 				stopProf = profileHeapHighs(t, tr.tels[0], pprofAddr, profDir)
 			}
 			tr.load(t, fleet)
-			beats = append(beats, tr.heartbeat(fleet))
+			beats = append(beats, tr.live(fleet))
 			time.Sleep(30 * time.Second) // two evaluations and a GC cycle with every worker
 			memTable.WriteString(tr.memoryMinute())
 			stopProf()
@@ -202,8 +206,8 @@ processors:
 		// and its garbage to collect, and the first open-loop round after it
 		// measured that (docs/results/scaling.md, runs 17 and 18).
 		// The client runs in a process of its own, as a scheduler does: in
-		// this test's process, beside the fleet's heartbeats it builds and
-		// sends (100,000 records every 10 s), their work and garbage delayed
+		// this test's process, beside the fleet's records it builds and
+		// sends (live: 100,000 workers' every 10 s), their work and garbage delayed
 		// its own requests (docs/results/scaling.md, run 24).
 		// WORKERWATCH_SCALE_CPU=1: the CPU each process of the tier (and
 		// this test's) spent in each second of the open-loop rounds, to see
@@ -585,8 +589,7 @@ func (tr *figTier) load(t *testing.T, n int) {
 				ld := plog.NewLogs()
 				sched := schedulerResource(ld)
 				for i := from; i < min(n, from+per); i++ {
-					id := fmt.Sprintf("fig-worker-%06d", i)
-					run := fmt.Sprintf("fig-run-%06d", i)
+					id, run := figWorker(i), figRun(i, 0)
 					wrs := workerResource(ld, id)
 					lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
 					lifecycle(wrs, contract.EventClaimed, run, nil)
@@ -623,32 +626,89 @@ func (tr *figTier) load(t *testing.T, n int) {
 	})
 }
 
-// heartbeat has each of the n workers send a heartbeat every 10 s, as a
-// live fleet does, until the returned function is called: the tier's
-// workers stay alive (without it they all go lost lost.after after load, a
-// state change of the whole fleet in one evaluation, which the API phases
-// then measured), and the shard ingests as it would. A live fleet's
-// workers started at different times, so their heartbeats are spread over
-// the 10 s: 500 to a request, a request every 10 s / (n / 500). (Sent all
-// at once, 100,000 records every 10 s had this test, the agent and the
-// shard spend about 1.5 CPU-seconds within two seconds of the two CPUs, a
-// window of slow answers that a live fleet does not make:
-// docs/results/scaling.md, runs 29 to 31.)
-func (tr *figTier) heartbeat(n int) (stop func()) {
+// live has each of the n workers send every 10 s what an agent forwards
+// for it (issue 24's load), until the returned function is called: its
+// tree sample (treeSample), a heartbeat, its previous run finished and a
+// new one claimed and started, with the scheduler's end and claim of them.
+// The tier's workers stay alive (without it they all go lost lost.after
+// after load, a state change of the whole fleet in one evaluation, which
+// the API phases then measured), each holds what minutes of runs leave it
+// (its share of limits.max_runs: the held run and the ended ones
+// remembered for drift; load's single run was what the figures before
+// 2026-12-05 measured, results/scaling.md run 36), and the shard ingests,
+// passes on and exports as it would. A live fleet's workers started at
+// different times, so their records are spread over the 10 s: 500 to a
+// request, a request every 10 s / (n / 500). (Sent all at once, 100,000
+// heartbeats every 10 s had this test, the agent and the shard spend about
+// 1.5 CPU-seconds within two seconds of the two CPUs, a window of slow
+// answers that a live fleet does not make: docs/results/scaling.md, runs
+// 29 to 31.)
+func (tr *figTier) live(n int) (stop func()) {
 	const per = 500
 	batches := (n + per - 1) / per
-	next := 0
+	next, cycle := 0, 1 // load claimed cycle 0's runs
 	return repeat(10*time.Second/time.Duration(batches), func() {
 		from := next * per
-		next = (next + 1) % batches
 		ld := plog.NewLogs()
+		sched := schedulerResource(ld)
+		md := pmetric.NewMetrics()
 		for i := from; i < min(n, from+per); i++ {
-			lifecycle(workerResource(ld, fmt.Sprintf("fig-worker-%06d", i)), contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
+			id := figWorker(i)
+			prev, run := figRun(i, cycle-1), figRun(i, cycle)
+			wrs := workerResource(ld, id)
+			lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
+			lifecycle(wrs, contract.EventFinished, prev, nil).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+			lifecycle(wrs, contract.EventClaimed, run, nil)
+			lifecycle(wrs, contract.EventStarted, run, nil)
+			for _, ev := range [...]struct{ name, run string }{{contract.EventFinished, prev}, {contract.EventClaimed, run}} {
+				lifecycle(sched, ev.name, ev.run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
+			}
+			treeSample(md, id, i)
 		}
+		if next = (next + 1) % batches; next == 0 {
+			cycle++
+		}
+		// A refused request is the next cycle's.
 		body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-		_ = postLogs(tr.http, body) // a refused batch is the next round's
+		_ = postOTLP(tr.http, "/v1/logs", body)
+		body, _ = pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+		_ = postOTLP(tr.http, "/v1/metrics", body)
 	})
 }
+
+// treeSample is one worker's tree sample as the worker_process receiver
+// forwards it: the worker on the resource, the main role's memory and CPU,
+// the CPU limit and workerwatch.worker.present = 1.
+func treeSample(md pmetric.Metrics, id string, i int) {
+	now := pcommon.NewTimestampFromTime(time.Now())
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
+	rm.Resource().Attributes().PutStr(contract.AttrWorkerName, id)
+	rm.Resource().Attributes().PutStr("host.name", fmt.Sprintf("fig-host-%03d", i/100))
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName("github.com/workerwatch/workerwatch/receiver/workerprocessreceiver")
+	ms := sm.Metrics()
+	gauge := func(name, unit string) pmetric.NumberDataPoint {
+		m := ms.AppendEmpty()
+		m.SetName(name)
+		m.SetUnit(unit)
+		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+		dp.SetTimestamp(now)
+		return dp
+	}
+	mem := gauge(contract.MetricMemory, "By")
+	mem.SetIntValue(int64(200+i%50) << 20)
+	mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
+	cpu := gauge(contract.MetricCPUUtilization, "1")
+	cpu.SetDoubleValue(0.05 + float64(i%10)/100)
+	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
+	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
+	gauge(contract.MetricPresent, "1").SetIntValue(1)
+}
+
+func figWorker(i int) string { return fmt.Sprintf("fig-worker-%06d", i) }
+
+func figRun(i, cycle int) string { return fmt.Sprintf("fig-run-%06d-%d", i, cycle) }
 
 // runBatch is one request: `runs` runs on workers drawn from a pool, each
 // with the worker's claimed, started and finished and the scheduler's
@@ -699,8 +759,11 @@ func lifecycle(lrs plog.LogRecordSlice, event, run string, ints map[string]int64
 
 var protoClient = &http.Client{Timeout: 30 * time.Second}
 
-func postLogs(addr string, body []byte) error {
-	resp, err := protoClient.Post("http://"+addr+"/v1/logs", "application/x-protobuf", bytes.NewReader(body))
+func postLogs(addr string, body []byte) error { return postOTLP(addr, "/v1/logs", body) }
+
+// postOTLP posts an OTLP/HTTP protobuf request to path (/v1/logs, /v1/metrics).
+func postOTLP(addr, path string, body []byte) error {
+	resp, err := protoClient.Post("http://"+addr+path, "application/x-protobuf", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

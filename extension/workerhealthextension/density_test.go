@@ -85,6 +85,8 @@ import (
 //	rw-nh        the same with history off
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;
+// WORKERWATCH_DENSITY_RUNS=40 has each worker hold 40 runs instead of the
+// shipped share at 100,000 workers (four; within the limits' caps);
 // WORKERWATCH_DENSITY_HEAPPROFILE=DIR has each child write the Go heap's
 // profile, taken when its live heap is read, to DIR/CONFIG-N.heap (`go tool
 // pprof -sample_index=inuse_space -top`: what holds the memory).
@@ -523,14 +525,26 @@ func densityChild(t *testing.T, spec string) {
 	}()
 
 	// When measuring, as many rounds as it takes for every worker to hold
-	// what minutes of a run every 10 s leave it: its share of the runs, the
-	// held one and the ended ones remembered for drift (limits.max_runs_per_worker,
-	// and max_runs / workers once the processor holds max_runs:
-	// docs/processor.md), at most drift.tombstone_ttl's worth. Three rounds
-	// (two ended runs) were what the figures before 2026-12-05 measured
-	// (results/density.md, "steady state"). The smoke run takes four.
-	share := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), int(pCfg.Drift.TombstoneTTL/(10*time.Second))+1)
-	rounds := share + 1
+	// what minutes of a run every 10 s leave it on a full shard: its share
+	// of the runs (the held one and the ended ones remembered for drift)
+	// at the shipped limits.max_workers, max_runs / max_workers (four),
+	// whatever the size measured. A smaller fleet's workers may keep more
+	// (the share is max_runs / workers tracked, docs/processor.md), at most
+	// max_runs runs in all: that is a fixed budget of the shard's
+	// (docs/scaling.md, "Memory per worker"), not what a worker costs.
+	// Three rounds (two ended runs at 10,000, one held at 100,000) were
+	// what the figures before 2026-12-05 measured (results/density.md,
+	// "steady state"). The smoke run takes four rounds.
+	shipped := workerhealthprocessor.NewFactory().CreateDefaultConfig().(*workerhealthprocessor.Config)
+	require.NoError(t, gatewaySection(t, "processors", "worker_health").Unmarshal(shipped))
+	share := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), max(1, shipped.Limits.MaxRuns/shipped.Limits.MaxWorkers))
+	if v := os.Getenv("WORKERWATCH_DENSITY_RUNS"); v != "" {
+		// Another count of runs a worker (what a run costs: two counts).
+		r, err := strconv.Atoi(v)
+		require.NoError(t, err, "WORKERWATCH_DENSITY_RUNS")
+		share = min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), r)
+	}
+	rounds := share // a run claimed at each, the one before ended
 	if os.Getenv("WORKERWATCH_DENSITY") == "" {
 		rounds = 4
 	}
