@@ -52,6 +52,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/fleetload"
 	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
@@ -628,7 +629,7 @@ func (tr *figTier) load(t *testing.T, n int) {
 
 // live has each of the n workers send every 10 s what an agent forwards
 // for it (issue 24's load), until the returned function is called: its
-// tree sample (treeSample), a heartbeat, its previous run finished and a
+// tree sample (fleetload.TreeSample), a heartbeat, its previous run finished and a
 // new one claimed and started, with the scheduler's end and claim of them.
 // The tier's workers stay alive (without it they all go lost lost.after
 // after load, a state change of the whole fleet in one evaluation, which
@@ -663,7 +664,7 @@ func (tr *figTier) live(n int) (stop func()) {
 			for _, ev := range [...]struct{ name, run string }{{contract.EventFinished, prev}, {contract.EventClaimed, run}} {
 				lifecycle(sched, ev.name, ev.run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
 			}
-			treeSample(md, id, i)
+			fleetload.TreeSample(md, id, i, pcommon.NewTimestampFromTime(time.Now()))
 		}
 		if next = (next + 1) % batches; next == 0 {
 			cycle++
@@ -674,36 +675,6 @@ func (tr *figTier) live(n int) (stop func()) {
 		body, _ = pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
 		_ = postOTLP(tr.http, "/v1/metrics", body)
 	})
-}
-
-// treeSample is one worker's tree sample as the worker_process receiver
-// forwards it: the worker on the resource, the main role's memory and CPU,
-// the CPU limit and workerwatch.worker.present = 1.
-func treeSample(md pmetric.Metrics, id string, i int) {
-	now := pcommon.NewTimestampFromTime(time.Now())
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerName, id)
-	rm.Resource().Attributes().PutStr("host.name", fmt.Sprintf("fig-host-%03d", i/100))
-	sm := rm.ScopeMetrics().AppendEmpty()
-	sm.Scope().SetName("github.com/workerwatch/workerwatch/receiver/workerprocessreceiver")
-	ms := sm.Metrics()
-	gauge := func(name, unit string) pmetric.NumberDataPoint {
-		m := ms.AppendEmpty()
-		m.SetName(name)
-		m.SetUnit(unit)
-		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
-		dp.SetTimestamp(now)
-		return dp
-	}
-	mem := gauge(contract.MetricMemory, "By")
-	mem.SetIntValue(int64(200+i%50) << 20)
-	mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-	cpu := gauge(contract.MetricCPUUtilization, "1")
-	cpu.SetDoubleValue(0.05 + float64(i%10)/100)
-	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
-	gauge(contract.MetricPresent, "1").SetIntValue(1)
 }
 
 func figWorker(i int) string { return fmt.Sprintf("fig-worker-%06d", i) }

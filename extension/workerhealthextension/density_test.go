@@ -51,6 +51,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/filestorage"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/history"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/fleetload"
 	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor"
 )
@@ -728,7 +729,7 @@ func feedDensityRound(t *testing.T, mp processor.Metrics, lp processor.Logs, n, 
 		sched := srl.ScopeLogs().AppendEmpty().LogRecords()
 		for i := from; i < min(n, from+per); i++ {
 			id := fmt.Sprintf("density-worker-%06d", i)
-			densityTree(md, id, now, i)
+			fleetload.TreeSample(md, id, i, now)
 			wrl := ld.ResourceLogs().AppendEmpty()
 			wrl.Resource().Attributes().PutStr(contract.AttrServiceName, "density-worker")
 			wrl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
@@ -759,35 +760,6 @@ func feedDensityRound(t *testing.T, mp processor.Metrics, lp processor.Logs, n, 
 		require.NoError(t, lp.ConsumeLogs(ctx, ld))
 		require.NoError(t, mp.ConsumeMetrics(ctx, md))
 	}
-}
-
-// densityTree is one worker's tree sample as the worker_process receiver
-// forwards it: the worker on the resource, the main role's memory and CPU,
-// the CPU limit and workerwatch.worker.present = 1.
-func densityTree(md pmetric.Metrics, id string, now pcommon.Timestamp, i int) {
-	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerName, id)
-	rm.Resource().Attributes().PutStr("host.name", fmt.Sprintf("density-host-%03d", i/100))
-	sm := rm.ScopeMetrics().AppendEmpty()
-	sm.Scope().SetName("github.com/workerwatch/workerwatch/receiver/workerprocessreceiver")
-	ms := sm.Metrics()
-	gauge := func(name, unit string) pmetric.NumberDataPoint {
-		m := ms.AppendEmpty()
-		m.SetName(name)
-		m.SetUnit(unit)
-		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
-		dp.SetTimestamp(now)
-		return dp
-	}
-	mem := gauge(contract.MetricMemory, "By")
-	mem.SetIntValue(int64(200+i%50) << 20)
-	mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-	cpu := gauge(contract.MetricCPUUtilization, "1")
-	cpu.SetDoubleValue(0.05 + float64(i%10)/100)
-	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
-	gauge(contract.MetricPresent, "1").SetIntValue(1)
 }
 
 // remoteWriteSink is the remote-write receiver of the rw configurations:
