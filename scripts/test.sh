@@ -92,15 +92,13 @@ while [ -z "$e2e_rc" ] || [ -z "$checks_rc" ]; do
 	running=()
 	[ -n "$e2e_rc" ] || running+=("$e2e_pid")
 	[ -n "$checks_rc" ] || running+=("$checks_pid")
-	# wait unsets done_pid before it assigns it, and leaves it unset when a
-	# trapped signal ends the wait (rc > 128): then wait again (set -u: it
-	# printed "done_pid: unbound variable" and stopped).
+	# wait unsets done_pid before it assigns it, and leaves it unset when it
+	# returns without a job's status (127: none of them left to wait for);
+	# under set -u that printed "done_pid: unbound variable" instead of the
+	# "lost track" message below.
 	wait -n -p done_pid "${running[@]}"
 	rc=$?
 	done_pid=${done_pid:-}
-	if [ -z "$done_pid" ] && [ "$rc" -gt 128 ]; then
-		continue
-	fi
 	if [ "$done_pid" = "$e2e_pid" ]; then
 		e2e_rc=$rc
 		if [ "$rc" = 0 ]; then say "e2e $(($(date +%s) - t)) s"; else say "e2e FAILED after $(($(date +%s) - t)) s"; fi

@@ -509,6 +509,9 @@ func densityChild(t *testing.T, spec string) {
 	pCfg := pf.CreateDefaultConfig().(*workerhealthprocessor.Config)
 	require.NoError(t, gatewaySection(t, "processors", "worker_health").Unmarshal(pCfg))
 	pCfg.EmitInterval = time.Second // the evaluation every second: the run takes seconds
+	// The runs a worker of a full shard holds (its share of max_runs at
+	// the shipped max_workers): what every worker holds here (below).
+	fullShare := max(1, pCfg.Limits.MaxRuns/pCfg.Limits.MaxWorkers)
 	pCfg.Limits.MaxWorkers = max(pCfg.Limits.MaxWorkers, n)
 	require.NoError(t, pCfg.Validate())
 	pSet := processortest.NewNopSettings(pf.Type())
@@ -525,30 +528,26 @@ func densityChild(t *testing.T, spec string) {
 		}
 	}()
 
-	// When measuring, as many rounds as it takes for every worker to hold
-	// what minutes of a run every 10 s leave it on a full shard: its share
-	// of the runs (the held one and the ended ones remembered for drift)
-	// at the shipped limits.max_workers, max_runs / max_workers (four),
-	// whatever the size measured. A smaller fleet's workers may keep more
-	// (the share is max_runs / workers tracked, docs/processor.md), at most
-	// max_runs runs in all: that is a fixed budget of the shard's
-	// (docs/scaling.md, "Memory per worker"), not what a worker costs.
-	// Three rounds (two ended runs at 10,000, one held at 100,000) were
-	// what the figures before 2026-12-05 measured (results/density.md,
-	// "steady state"). The smoke run takes four rounds.
-	shipped := workerhealthprocessor.NewFactory().CreateDefaultConfig().(*workerhealthprocessor.Config)
-	require.NoError(t, gatewaySection(t, "processors", "worker_health").Unmarshal(shipped))
-	share := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), max(1, shipped.Limits.MaxRuns/shipped.Limits.MaxWorkers))
+	// As many rounds as it takes for every worker to hold what minutes of
+	// a run every 10 s leave it on a full shard: its share of the runs (the
+	// held one and the ended ones remembered for drift) at the shipped
+	// max_workers (fullShare: four), whatever the size measured, the smoke
+	// run too. A smaller fleet's workers may keep more (the share is
+	// max_runs / workers tracked, docs/processor.md), at most max_runs runs
+	// in all: that is a fixed budget of the shard's (docs/scaling.md,
+	// "Memory per worker"), not what a worker costs. Three rounds (two
+	// ended runs at 10,000, one held at 100,000) were what the figures
+	// before 2026-12-05 measured (results/density.md, "steady state").
+	runs := fullShare
 	if v := os.Getenv("WORKERWATCH_DENSITY_RUNS"); v != "" {
 		// Another count of runs a worker (what a run costs: two counts).
-		r, err := strconv.Atoi(v)
+		var err error
+		runs, err = strconv.Atoi(v)
 		require.NoError(t, err, "WORKERWATCH_DENSITY_RUNS")
-		share = min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), r)
 	}
-	rounds := share // a run claimed at each, the one before ended
-	if os.Getenv("WORKERWATCH_DENSITY") == "" {
-		rounds = 4
-	}
+	// A run claimed at each round, the one before ended; the processor
+	// keeps at most its share.
+	rounds := min(pCfg.Limits.MaxRunsPerWorker, max(1, pCfg.Limits.MaxRuns/n), runs)
 	res := densityResult{Config: config}
 	var snap *contract.Snapshot
 	for round := range rounds {
@@ -562,15 +561,15 @@ func densityChild(t *testing.T, spec string) {
 	served := len(snap.Workers)
 	// At least: where max_runs / workers has a remainder, some workers
 	// keep one more.
-	wantRecent := min(rounds-1, share-1, pCfg.Limits.RecentRuns)
+	wantRecent := min(rounds-1, pCfg.Limits.RecentRuns)
 	recent := 0
 	for _, w := range snap.Workers {
 		got := w.Runs.Recent.Len()
-		require.GreaterOrEqual(t, got, wantRecent, "worker %s: its recent runs after %d rounds (run share %d)", w.ID, rounds, share)
+		require.GreaterOrEqual(t, got, wantRecent, "worker %s: its recent runs after %d rounds", w.ID, rounds)
 		recent += got
 	}
 	res.RecentRuns = float64(recent) / float64(len(snap.Workers))
-	res.Runs = min(rounds, share)
+	res.Runs = rounds
 	if withExt {
 		sub.next.store.Flush()
 		if fullHistory {

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,8 +16,10 @@ func TestRecentRunsRoundTrip(t *testing.T) {
 		{ID: "run-3", Attempt: 2, Result: ResultTimeout, KillReason: KillTimeout, Started: t0, Ended: t0.Add(5 * time.Minute), DurationSeconds: 300},
 		{ID: "run-2", Result: ResultSuccess, Started: t0.Add(-time.Minute), Ended: t0.Add(-time.Second), DurationSeconds: 59},
 		{ID: "run-1"}, // nothing known but its end's absence
-		{ID: "ünïcode <&>", Result: "aborted", KillReason: "ooms", Ended: t0},                                  // names outside the tables, an end without a start
-		{ID: "", Attempt: 1 << 20, Result: "other", Started: t0.Add(time.Hour), Ended: t0, DurationSeconds: 0}, // an end before the start: no duration
+		{ID: "ünïcode <&>", Result: "aborted", KillReason: "ooms", Ended: t0},                                         // names outside the tables, an end without a start
+		{ID: "", Attempt: 1 << 20, Result: "other", Started: t0.Add(time.Hour), Ended: t0, DurationSeconds: 0},        // an end before the start: no duration
+		{ID: "tab\there\u2028\"q\\", Attempt: -1, Started: t0, Ended: t0.Add(time.Nanosecond), DurationSeconds: 1e-9}, // escapes; a duration in exponent form
+		{ID: "long", Started: t0, Ended: t0.Add(30 * 24 * time.Hour), DurationSeconds: 30 * 24 * 3600},
 	}
 	packed := PackRuns(rs)
 	assert.Equal(t, rs, packed.Records())
@@ -59,4 +62,35 @@ func TestRunPackerReusesItsBuffer(t *testing.T) {
 	assert.Equal(t, "a", a.Records()[0].ID, "a list is not changed by the packer's next one")
 	assert.Equal(t, "b", b.Records()[0].ID)
 	assert.Equal(t, len(a.b), cap(a.b), "a list is held in a slice of its own size")
+}
+
+// What the packing costs the health API's per-worker answer: a worker's
+// ten recent runs to JSON as RunRecord values (before the packing) and
+// packed, side by side:
+//
+//	go test -run '^$' -bench RecentRunsJSON -benchmem ./internal/contract/
+func BenchmarkRecentRunsJSON(b *testing.B) {
+	t0 := time.Date(2026, 12, 5, 9, 30, 0, 123456789, time.UTC)
+	rs := make([]RunRecord, 10)
+	for i := range rs {
+		start := t0.Add(-time.Duration(i) * 10 * time.Second)
+		rs[i] = RunRecord{ID: fmt.Sprintf("density-run-%06d-%d", 42, 10-i), Result: ResultSuccess, Started: start, Ended: start.Add(8 * time.Second), DurationSeconds: 8}
+	}
+	for _, c := range []struct {
+		name string
+		v    any
+	}{{"records", struct {
+		Recent []RunRecord `json:"recent"`
+	}{rs}}, {"packed", struct {
+		Recent RecentRuns `json:"recent"`
+	}{PackRuns(rs)}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.Marshal(c.v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

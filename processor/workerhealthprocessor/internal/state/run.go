@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"hash/maphash"
 	"strconv"
-	"strings"
 )
 
 // The runs of a worker (docs/health-rules.md, "Claim drift"): one Run per
@@ -60,13 +59,7 @@ func AttemptKey(id string, n uint16) string { return id + AttemptSep + strconv.I
 
 // RunID is the run id of a run entry's key (an earlier attempt's key
 // without its number).
-func RunID(key []byte) string {
-	s := string(key)
-	if i := strings.Index(s, AttemptSep); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
+func RunID(key []byte) string { return string(RunIDBytes(key)) }
 
 // RunIDBytes is RunID without the copy: the run id's bytes of a key.
 func RunIDBytes(key []byte) []byte {
