@@ -3,19 +3,21 @@
 package e2e
 
 // The figures of docs/scaling.md, measured side by side in one run: a tier
-// of ONE shard and a tier of THREE shards, each behind its own agent
-// (agent-sharded-static.yaml, gateway-static.yaml as shipped, with the
-// checkpoint off as on a Kubernetes shard, pushing its metrics to a
-// remote-write receiver in this test that reads and drops every request),
-// both running all along and driven in alternating rounds by the same
-// synthetic load: lifecycle events of the workers and of the scheduler over
-// OTLP/HTTP to the agent.
+// of ONE shard and a tier of THREE shards (gateway-static.yaml as shipped,
+// with the checkpoint off as on a Kubernetes shard, pushing its metrics to a
+// remote-write receiver in this test that reads and drops every request).
 //
 //   - throughput: lifecycle events/s the shards accepted, and the CPU the
-//     shards (and the agent) spent on them, per round;
+//     shards (and the agent) spent on them, per round, each tier behind its
+//     own agent (agent-sharded-static.yaml), both running all along and
+//     driven in alternating rounds by the same synthetic load: lifecycle
+//     events of the workers and of the scheduler over OTLP/HTTP to the
+//     agent;
 //   - memory per shard at 100,000 workers in total, each sending every
 //     10 s what an agent forwards (live: its tree sample, a heartbeat, a
-//     run ended and the next claimed and started, the scheduler's too);
+//     run ended and the next claimed and started, the scheduler's too):
+//     to the one shard directly over OTLP/gRPC, as issue 24 measured it
+//     (startFigShard), to the three through their agent;
 //   - the health API through the one address (a shard that asks the owner
 //     for 2/3 of the ids) against the single shard that owns every id,
 //     wrk with random ids of the 100,000.
@@ -24,6 +26,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +53,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/fleetload"
@@ -58,8 +63,9 @@ import (
 
 type figTier struct {
 	name   string
-	agent  *proc
-	http   string // the agent's OTLP/HTTP
+	agent  *proc            // nil for a shard fed directly (startFigShard)
+	http   string           // the agent's OTLP/HTTP
+	grpc   *grpc.ClientConn // the shard's OTLP/gRPC, without an agent
 	shards []*proc
 	apis   []string // base URLs
 	tels   []string // shards' telemetry base URLs
@@ -77,28 +83,19 @@ func TestScaleFigures(t *testing.T) {
 	bin := collectorBinary(t)
 	wrk := need(t, "wrk", "/usr/bin/wrk")
 	tmp := t.TempDir()
-	one := startFigTier(t, bin, tmp, "fig1", 1, nil)
-	three := startFigTier(t, bin, tmp, "fig3", 3, nil)
 	var stops strings.Builder
 
 	// Throughput: rounds alternate so that both see the same machine.
+	// WORKERWATCH_SCALE_ROUNDS=0: none (the memory and API phases only).
 	rounds := 3
 	if v := os.Getenv("WORKERWATCH_SCALE_ROUNDS"); v != "" {
 		if _, err := fmt.Sscan(v, &rounds); err != nil {
 			t.Fatalf("WORKERWATCH_SCALE_ROUNDS: %v", err)
 		}
 	}
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-8s %5s %12s %14s %14s %16s\n", "tier", "round", "events/s", "shards CPU s", "agent CPU s", "events/shard-CPU-s")
-	for r := 1; r <= rounds; r++ {
-		for _, tr := range []*figTier{one, three} {
-			ev, shardCPU, agentCPU := tr.throughput(t, 1000, 20*time.Second)
-			fmt.Fprintf(&table, "%-8s %5d %12.0f %14.1f %14.1f %16.0f\n", tr.name, r, ev, shardCPU, agentCPU, ev*20/shardCPU)
-		}
+	if rounds > 0 {
+		scaleThroughput(t, bin, tmp, rounds, &stops)
 	}
-	t.Logf("e2e: RESULT throughput, 20 s per round, 4 senders, 1,000 workers:\n%s", table.String())
-	one.stop(&stops)
-	three.stop(&stops)
 
 	// Fresh tiers for memory and the API: the throughput rounds' ended runs
 	// (kept as tombstones for drift.tombstone_ttl) must not count.
@@ -146,21 +143,26 @@ processors:
 `)
 	starts := []func() *figTier{
 		func() *figTier {
-			tr := startFigTier(t, bin, tmp, "mem1", 1, rwEnv, rwArgs...)
+			tr := startFigShard(t, bin, tmp, "mem1", rwEnv, rwArgs...)
 			tr.name = rwName
 			return tr
 		},
 		func() *figTier { return startFigTier(t, bin, tmp, "mem3", 3, rwEnv) },
 		func() *figTier {
-			tr := startFigTier(t, bin, tmp, "mem1scraped", 1, nil,
+			tr := startFigShard(t, bin, tmp, "mem1scraped", nil,
 				"--config", deployConfig("prometheus-exporter.overlay.yaml"), "--config", scraped)
 			tr.name = scrapedName
 			return tr
 		},
 	}
+	// WORKERWATCH_SCALE_SHIPPED_ONLY=1: the shipped one-shard tier alone
+	// (and the base binary's), a change measured without the others' minutes.
+	if os.Getenv("WORKERWATCH_SCALE_SHIPPED_ONLY") != "" {
+		starts = starts[:1]
+	}
 	if base := os.Getenv("WORKERWATCH_SCALE_RW_BASE"); base != "" {
 		starts = append(starts, func() *figTier {
-			b := startFigTier(t, base, tmp, "mem1rwbase", 1, rwEnv, rwArgs...)
+			b := startFigShard(t, base, tmp, "mem1rwbase", rwEnv, rwArgs...)
 			b.name = "the same, base binary"
 			return b
 		})
@@ -305,6 +307,25 @@ processors:
 	t.Logf("e2e: RESULT %s", ratios(tiers, fleet))
 }
 
+// scaleThroughput measures lifecycle events/s through a tier of one shard
+// and one of three, each behind its agent, in alternating rounds so that
+// both see the same machine.
+func scaleThroughput(t *testing.T, bin, tmp string, rounds int, stops *strings.Builder) {
+	one := startFigTier(t, bin, tmp, "fig1", 1, nil)
+	three := startFigTier(t, bin, tmp, "fig3", 3, nil)
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-8s %5s %12s %14s %14s %16s\n", "tier", "round", "events/s", "shards CPU s", "agent CPU s", "events/shard-CPU-s")
+	for r := 1; r <= rounds; r++ {
+		for _, tr := range []*figTier{one, three} {
+			ev, shardCPU, agentCPU := tr.throughput(t, 1000, 20*time.Second)
+			fmt.Fprintf(&table, "%-8s %5d %12.0f %14.1f %14.1f %16.0f\n", tr.name, r, ev, shardCPU, agentCPU, ev*20/shardCPU)
+		}
+	}
+	t.Logf("e2e: RESULT throughput, 20 s per round, 4 senders, 1,000 workers:\n%s", table.String())
+	one.stop(stops)
+	three.stop(stops)
+}
+
 // ratios sets the shipped one-shard tier beside the one scraped as the
 // gateway shipped before issue 24, as ratios (the machine is noisy: a
 // ratio within one run holds where absolute figures move).
@@ -408,6 +429,9 @@ func verdictAge(api string) (time.Duration, bool) {
 // notes how long each took to exit (SIGKILL after 90 s).
 func (tr *figTier) stop(out *strings.Builder) {
 	for _, p := range append([]*proc{tr.agent}, tr.shards...) {
+		if p == nil { // fed directly
+			continue
+		}
 		start := time.Now()
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -453,16 +477,64 @@ const (
 // env is more environment for the shards, extra more arguments (another
 // --config).
 func startFigTier(t *testing.T, bin, tmp, name string, n int, env []string, extra ...string) *figTier {
+	tr, otlp := startFigShards(t, bin, tmp, name, n, env, extra...)
+	var hostnames []string
+	for _, a := range otlp {
+		hostnames = append(hostnames, fmt.Sprintf("%q", a))
+	}
+	agentOverlay := filepath.Join(tmp, name+"-agent.yaml")
+	writeFile(t, agentOverlay, fmt.Sprintf(`# the figures' agent: agent-sharded-static.yaml with these shards, and
+# only the synthetic load (no process trees of this host).
+exporters:
+  load_balancing:
+    resolver:
+      static:
+        hostnames: [%s]
+service:
+  pipelines:
+    metrics:
+      receivers: [otlp]
+`, strings.Join(hostnames, ", ")))
+	tr.http = freeport.Addr(t)
+	api := freeport.Addr(t)
+	tr.agent = start(t, name+"-agent", []string{
+		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + tr.http, "WORKERWATCH_API=" + api,
+		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, name+"-agent"), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
+		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)),
+	}, bin, "--config", deployConfig("agent-sharded-static.yaml"), "--config", agentOverlay)
+	waitReady(t, tr.agent, api)
+	return tr
+}
+
+// startFigShard starts one shard, gateway-static.yaml as shipped, that the
+// load generator feeds directly over OTLP/gRPC: issue 24's measurement of
+// one shard (a load generator sending what an agent forwards), which puts
+// no agent on the machine's two CPUs beside it (an agent in front took
+// about half a CPU of them: docs/results/scaling.md, run 37).
+func startFigShard(t *testing.T, bin, tmp, name string, env []string, extra ...string) *figTier {
+	tr, otlp := startFigShards(t, bin, tmp, name, 1, env, extra...)
+	cc, err := grpc.NewClient(otlp[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("a gRPC client of %s: %v", otlp[0], err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	tr.grpc = cc
+	return tr
+}
+
+// startFigShards starts n shards on loopback, static members, and returns
+// their OTLP/gRPC addresses.
+func startFigShards(t *testing.T, bin, tmp, name string, n int, env []string, extra ...string) (*figTier, []string) {
 	tr := &figTier{name: fmt.Sprintf("%d shard", n)}
 	if n > 1 {
 		tr.name += "s"
 	}
 	type member struct{ otlp, api, tel string }
 	ms := make([]member, n)
-	var hostnames, members []string
+	var otlp, members []string
 	for i := range ms {
 		ms[i] = member{freeport.Addr(t), freeport.Addr(t), strconv.Itoa(freeport.Port(t))}
-		hostnames = append(hostnames, fmt.Sprintf("%q", ms[i].otlp))
+		otlp = append(otlp, ms[i].otlp)
 		members = append(members, fmt.Sprintf("{endpoint: %q, api: %q}", ms[i].otlp, ms[i].api))
 	}
 	shardOverlay := filepath.Join(tmp, name+"-shard.yaml")
@@ -504,28 +576,38 @@ service:
 	for i, p := range tr.shards {
 		waitReady(t, p, strings.TrimPrefix(tr.apis[i], "http://"))
 	}
-	agentOverlay := filepath.Join(tmp, name+"-agent.yaml")
-	writeFile(t, agentOverlay, fmt.Sprintf(`# the figures' agent: agent-sharded-static.yaml with these shards, and
-# only the synthetic load (no process trees of this host).
-exporters:
-  load_balancing:
-    resolver:
-      static:
-        hostnames: [%s]
-service:
-  pipelines:
-    metrics:
-      receivers: [otlp]
-`, strings.Join(hostnames, ", ")))
-	tr.http = freeport.Addr(t)
-	api := freeport.Addr(t)
-	tr.agent = start(t, name+"-agent", []string{
-		"WORKERWATCH_OTLP_GRPC=" + freeport.Addr(t), "WORKERWATCH_OTLP_HTTP=" + tr.http, "WORKERWATCH_API=" + api,
-		"WORKERWATCH_STATE_DIR=" + filepath.Join(tmp, name+"-agent"), "WORKERWATCH_TELEMETRY_HOST=127.0.0.1",
-		fmt.Sprintf("WORKERWATCH_TELEMETRY_PORT=%d", freeport.Port(t)),
-	}, bin, "--config", deployConfig("agent-sharded-static.yaml"), "--config", agentOverlay)
-	waitReady(t, tr.agent, api)
-	return tr
+	return tr, otlp
+}
+
+// sendLogs sends ld to the tier: to its agent over OTLP/HTTP, or to its
+// one shard over OTLP/gRPC when it has no agent.
+func (tr *figTier) sendLogs(ld plog.Logs) error {
+	if tr.grpc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := plogotlp.NewGRPCClient(tr.grpc).Export(ctx, plogotlp.NewExportRequestFromLogs(ld))
+		return err
+	}
+	body, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	if err != nil {
+		return err
+	}
+	return postOTLP(tr.http, "/v1/logs", body)
+}
+
+// sendMetrics is sendLogs for metrics.
+func (tr *figTier) sendMetrics(md pmetric.Metrics) error {
+	if tr.grpc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := pmetricotlp.NewGRPCClient(tr.grpc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+		return err
+	}
+	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	if err != nil {
+		return err
+	}
+	return postOTLP(tr.http, "/v1/metrics", body)
 }
 
 // accepted is the log records the shards' OTLP receivers accepted so far.
@@ -598,8 +680,7 @@ func (tr *figTier) load(t *testing.T, n int) {
 					lr := lifecycle(sched, contract.EventClaimed, run, nil)
 					lr.Attributes().PutStr(contract.AttrWorkerID, id)
 				}
-				body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-				for postLogs(tr.http, body) != nil {
+				for tr.sendLogs(ld) != nil {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
@@ -670,10 +751,8 @@ func (tr *figTier) live(n int) (stop func()) {
 			cycle++
 		}
 		// A refused request is the next cycle's.
-		body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-		_ = postOTLP(tr.http, "/v1/logs", body)
-		body, _ = pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
-		_ = postOTLP(tr.http, "/v1/metrics", body)
+		_ = tr.sendLogs(ld)
+		_ = tr.sendMetrics(md)
 	})
 }
 
@@ -786,7 +865,9 @@ func cpuSeconds(tiers []*figTier) (stop func() string) {
 	}
 	cols := []col{{"test", os.Getpid()}}
 	for _, tr := range tiers {
-		cols = append(cols, col{tr.agent.name, tr.agent.cmd.Process.Pid})
+		if tr.agent != nil {
+			cols = append(cols, col{tr.agent.name, tr.agent.cmd.Process.Pid})
+		}
 		for _, p := range tr.shards {
 			cols = append(cols, col{p.name, p.cmd.Process.Pid})
 		}

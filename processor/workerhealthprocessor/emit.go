@@ -66,16 +66,59 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 type workerRow struct {
 	id    string
 	stale bool // its series end: staleRow
+	// left are the groups of series left out, unchanged since they were
+	// last delivered (resend_interval); 0: all of them.
+	left seriesGroups
 	seriesValues
+}
+
+// seriesGroups are sets of a worker's series that an evaluation sends or
+// leaves out together, each with its own sum (tracker.SeriesSums): what
+// moves with every run (claims), what moves when a worker takes or ends
+// its work (runs held) and the verdict (the state set, transitions, drift
+// and kills). A worker running a run every 10 s changes its claims at every
+// evaluation and the rest seldom: sent whole, it was 11 points an
+// evaluation for the 2 that changed, 1.05 million points every 10 s at
+// 100,000 workers, and the remote-write conversion of them took the shard's
+// CPU from the health API for 4 s of every 10 (docs/results/scaling.md,
+// run 39). The unchanged groups are sent again with the rest at the
+// worker's resend_interval point.
+type seriesGroups uint8
+
+const (
+	groupVerdict seriesGroups = 1 << iota
+	groupHeld
+	groupClaims
+	allGroups = groupVerdict | groupHeld | groupClaims
+)
+
+// sums are the values' sums by group, in the order of the groups' bits.
+func (v *seriesValues) sums() tracker.SeriesSums {
+	return tracker.SeriesSums{
+		maphash.Comparable(sumSeed, verdictValues{v.state, v.zeros, v.drifted, v.transitions, v.drift, v.kills}),
+		maphash.Comparable(sumSeed, v.held),
+		maphash.Comparable(sumSeed, v.claims),
+	}
+}
+
+// verdictValues are the values of groupVerdict's series.
+type verdictValues struct {
+	state          int
+	zeros, drifted bool
+	transitions    [6]int64
+	drift          [3]int
+	kills          [state.NKillReasons]int64
 }
 
 // collectRows copies the workers' series values and renders the fleet-wide
 // resource. Under the processor's lock.
 //
-// With rs, a worker whose series have not changed since they were last
-// delivered, less than rs.every ago, is left out (resend_interval; it
+// With rs, the groups of a worker's series (seriesGroups) that have not
+// changed since they were last delivered are left out until the worker's
+// resend point (resend_interval), the worker too when none changed (it
 // still counts in the fleet figures), and the workers sent are listed in
-// rs.sent for the processor to mark once delivered. rs nil: every worker.
+// rs.sent for the processor to mark once delivered. rs nil: every worker,
+// whole.
 func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow, pmetric.Metrics) {
 	ws := t.ByID()
 	var rows []workerRow                              // grown as workers are sent: with resend_interval most are not
@@ -88,14 +131,23 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 		}
 		byState[w.StateIndex()]++
 		v := currentValues(w, now)
+		var left seriesGroups
 		if rs != nil {
-			sum := maphash.Comparable(sumSeed, v)
-			if last, at := w.Sent(); sum == last && !rs.due(now, at, w.ID()) {
-				continue
+			sums := v.sums()
+			last, at := w.Sent()
+			if !rs.due(now, at, w.ID()) {
+				for g := range sums {
+					if sums[g] == last[g] {
+						left |= 1 << g
+					}
+				}
+				if left == allGroups {
+					continue
+				}
 			}
-			rs.sent = append(rs.sent, sentMark{w: w, sum: sum})
+			rs.sent = append(rs.sent, sentMark{w: w, sums: sums, all: left == 0})
 		}
-		rows = append(rows, workerRow{id: w.ID(), seriesValues: v})
+		rows = append(rows, workerRow{id: w.ID(), left: left, seriesValues: v})
 	}
 	return rows, buildFleet(t, start, now, byState)
 }
@@ -159,7 +211,7 @@ func markNoRecordedValue(md pmetric.Metrics) {
 func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 	v := seriesValues{
 		state: cur, zeros: zeros, drifted: drifted,
-		transitions: *w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
+		transitions: w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
 		claims: w.Claims, kills: *w.KillsByReason(),
 	}
 	if drifted {
@@ -230,35 +282,42 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 		rm := rms.AppendEmpty()
 		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, r.id)
 		h.scope(rm)
-		states := h.gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
-		for i, s := range contract.AllStates {
-			if i == r.state {
-				h.point(states, 1, false, contract.AttrState, string(s))
-			} else if r.zeros {
-				h.point(states, 0, false, contract.AttrState, string(s))
+		sendVerdict, sendHeld, sendClaims := r.left&groupVerdict == 0, r.left&groupHeld == 0, r.left&groupClaims == 0
+		if sendVerdict {
+			states := h.gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
+			for i, s := range contract.AllStates {
+				if i == r.state {
+					h.point(states, 1, false, contract.AttrState, string(s))
+				} else if r.zeros {
+					h.point(states, 0, false, contract.AttrState, string(s))
+				}
 			}
-		}
-		if anyPositive(r.transitions[:]) {
-			trans := h.counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
-			for i, n := range r.transitions {
-				if n > 0 {
-					h.point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
+			if anyPositive(r.transitions[:]) {
+				trans := h.counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
+				for i, n := range r.transitions {
+					if n > 0 {
+						h.point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
+					}
 				}
 			}
 		}
-		active := h.gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
-		h.point(active, int64(r.held[0]), false, contract.AttrSource, contract.SourceWorker)
-		h.point(active, int64(r.held[1]), false, contract.AttrSource, contract.SourceScheduler)
-		if r.drifted {
+		if sendHeld {
+			active := h.gauge(contract.MetricRunsHeld, "{run}", "Runs the worker holds, by whose view.")
+			h.point(active, int64(r.held[0]), false, contract.AttrSource, contract.SourceWorker)
+			h.point(active, int64(r.held[1]), false, contract.AttrSource, contract.SourceScheduler)
+		}
+		if sendVerdict && r.drifted {
 			drift := h.gauge(contract.MetricDrift, "{run}", "Runs in disagreement between scheduler and worker, older than the grace period.")
 			h.point(drift, int64(r.drift[0]), false, contract.AttrDriftKind, contract.DriftMissing)
 			h.point(drift, int64(r.drift[1]), false, contract.AttrDriftKind, contract.DriftOrphaned)
 			h.point(drift, int64(r.drift[2]), false, contract.AttrDriftKind, contract.DriftOverCapacity)
 		}
-		claims := h.counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
-		h.point(claims, r.claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
-		h.point(claims, r.claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
-		if anyPositive(r.kills[:]) {
+		if sendClaims {
+			claims := h.counter(contract.MetricClaims, "{claim}", "Runs claimed by (worker) or assigned to (scheduler) the worker.")
+			h.point(claims, r.claims[mapping.SideWorker], true, contract.AttrSource, contract.SourceWorker)
+			h.point(claims, r.claims[mapping.SideScheduler], true, contract.AttrSource, contract.SourceScheduler)
+		}
+		if sendVerdict && anyPositive(r.kills[:]) {
 			kills := h.counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range r.kills {
 				if n > 0 {
@@ -271,20 +330,30 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 
 // points is how many data points renderRows makes of the row
 // (TestRowPoints).
-func (v *seriesValues) points() int {
-	n := 1 + 2 + 2 // the current state, runs held, claims
-	if v.zeros {
+func (r *workerRow) points() int {
+	n := 0
+	if r.left&groupHeld == 0 {
+		n += 2
+	}
+	if r.left&groupClaims == 0 {
+		n += 2
+	}
+	if r.left&groupVerdict != 0 {
+		return n
+	}
+	n++ // the current state
+	if r.zeros {
 		n += len(contract.AllStates) - 1
 	}
-	if v.drifted {
+	if r.drifted {
 		n += 3
 	}
-	for _, c := range v.transitions {
+	for _, c := range r.transitions {
 		if c > 0 {
 			n++
 		}
 	}
-	for _, c := range v.kills {
+	for _, c := range r.kills {
 		if c > 0 {
 			n++
 		}
@@ -389,16 +458,18 @@ func (rs *resend) due(now, at int64, id string) bool {
 	return next > at+rs.every || now >= next
 }
 
-// sentMark is one worker sent and the sum of its series' values.
+// sentMark is one worker sent, the sums of its series' values, and
+// whether all its series were sent (else only the changed groups).
 type sentMark struct {
-	w   *tracker.Worker
-	sum uint64
+	w    *tracker.Worker
+	sums tracker.SeriesSums
+	all  bool
 }
 
 // seriesValues are the values of a worker's series as buildMetrics sends
-// them: equal values, equal series. Their hash is the worker's sum for
-// resend_interval (a collision, at odds of 2^-64 per change, delays a
-// change by at most resend_interval).
+// them: equal values, equal series. Their hashes by group (sums) are the
+// worker's sums for resend_interval (a collision, at odds of 2^-64 per
+// change, delays a change by at most resend_interval).
 type seriesValues struct {
 	state          int
 	zeros, drifted bool

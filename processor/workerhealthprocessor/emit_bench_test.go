@@ -22,9 +22,11 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/processor/processortest"
 
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/freeport"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/metadata"
 )
@@ -40,7 +42,19 @@ import (
 // point 3, the exporter taking every evaluation's output in time).
 //
 //	go test -run '^$' -bench BenchmarkSteadyEmission -benchtime 30x ./processor/workerhealthprocessor/
-func BenchmarkSteadyEmission(b *testing.B) {
+func BenchmarkSteadyEmission(b *testing.B) { benchEmission(b, false) }
+
+// BenchmarkBusyEmission is BenchmarkSteadyEmission for a busy fleet, issue
+// 24's load: every worker ends a run and claims and starts the next in
+// every interval (the scheduler's end and claim too), so its claims change
+// at every evaluation and the rest of its series seldom. With
+// resend_interval only the changed groups of series are sent
+// (seriesGroups): points/op is the count to compare.
+//
+//	go test -run '^$' -bench BenchmarkBusyEmission -benchtime 30x ./processor/workerhealthprocessor/
+func BenchmarkBusyEmission(b *testing.B) { benchEmission(b, true) }
+
+func benchEmission(b *testing.B, busy bool) {
 	workers := emitWorkers(b)
 	trees := make([]pmetric.Metrics, workers)
 	for i := range trees {
@@ -59,10 +73,15 @@ func BenchmarkSteadyEmission(b *testing.B) {
 			exp := newBenchPrometheus(b)
 			counted := &pointCounter{next: exp}
 			p.targets = []*pipeline{{metrics: counted}}
+			cycle := 0
 			feed := func() {
 				for _, md := range trees {
 					_, err := p.processMetrics(ctx, md)
 					require.NoError(b, err)
+				}
+				if busy {
+					runs(p, workers, cycle)
+					cycle++
 				}
 				clock.Advance(cfg.EmitInterval)
 			}
@@ -82,6 +101,28 @@ func BenchmarkSteadyEmission(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(counted.points.Load())/float64(b.N), "points/op")
 		})
+	}
+}
+
+// runs has each of the workers end its run of the previous cycle and claim
+// and start this cycle's, and the scheduler end and assign them.
+func runs(p *healthProcessor, workers, cycle int) {
+	ctx := context.Background()
+	var own, sched []rec
+	for i := range workers {
+		w := fmt.Sprintf("worker-%06d", i)
+		prev, run := fmt.Sprintf("run-%06d-%d", i, cycle-1), fmt.Sprintf("run-%06d-%d", i, cycle)
+		if cycle > 0 {
+			own = append(own, rec{Worker: w, Event: contract.EventFinished, Run: prev, Attrs: map[string]any{contract.AttrResult: contract.ResultSuccess}})
+			sched = append(sched, rec{Worker: w, Event: contract.EventFinished, Run: prev})
+		}
+		own = append(own, rec{Worker: w, Event: contract.EventClaimed, Run: run}, rec{Worker: w, Event: contract.EventStarted, Run: run})
+		sched = append(sched, rec{Worker: w, Event: contract.EventClaimed, Run: run})
+	}
+	for _, ld := range []plog.Logs{workerLogs("bench-worker", own...), schedLogs(sched...)} {
+		if _, err := p.processLogs(ctx, ld); err != nil {
+			panic(err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -296,18 +297,33 @@ func TestResendOnlyWhatChanged(t *testing.T) {
 		h.logs(workerLogs("workersim-worker", rec{Worker: "w1", Event: contract.EventClaimed, Run: run}))
 	}
 
+	// sentSeries are the names of w1's series in the last emission.
+	sentSeries := func(ms *consumertest.MetricsSink) []string {
+		all := ms.AllMetrics()
+		return slices.Sorted(maps.Keys(metricsByWorker(all[len(all)-1])["w1"]))
+	}
 	t.Run("changes and every resend_interval", func(t *testing.T) {
 		h, ms := steady(t, time.Minute) // both sent at T
 		assert.Empty(t, next(h, ms), "T+1 s, nothing changed: no worker's series")
 		claim(h, "r1")
 		assert.Equal(t, []string{"w1"}, next(h, ms), "T+2 s, w1 holds a run now: only w1")
+		assert.Equal(t, []string{contract.MetricClaims, contract.MetricRunsHeld}, sentSeries(ms),
+			"only the series that changed (seriesGroups): its state is as it was sent at T")
+		h.logs(workerLogs("workersim-worker", rec{Worker: "w1", Event: contract.EventFinished, Run: "r1", Attrs: map[string]any{contract.AttrResult: contract.ResultSuccess}}))
+		claim(h, "r2")
+		assert.Equal(t, []string{"w1"}, next(h, ms), "T+3 s, w1 ended a run and claimed the next")
+		assert.Equal(t, []string{contract.MetricClaims}, sentSeries(ms), "a busy worker: its claims alone (still one run held)")
 		assert.Empty(t, next(h, ms))
-		// Each is sent again between half a minute and a minute after it
-		// was sent, at a point of its own; then again as long after.
-		sentAt := map[string][]int{"w1": {2}, "w2": {0}}
-		for s := 4; s <= 130; s++ {
+		// Each is sent again whole between half a minute and a minute after
+		// it was last sent whole, at a point of its own; then again as long
+		// after. Nothing changes meanwhile: every worker sent is sent whole.
+		sentAt := map[string][]int{"w1": {0}, "w2": {0}}
+		for s := 5; s <= 130; s++ {
 			for _, w := range next(h, ms) {
 				sentAt[w] = append(sentAt[w], s)
+				if w == "w1" {
+					assert.Contains(t, sentSeries(ms), contract.MetricState, "T+%d s: w1 sent again whole", s)
+				}
 			}
 		}
 		for w, at := range sentAt {
@@ -545,7 +561,8 @@ func TestEmitterPausesBetweenPieces(t *testing.T) {
 }
 
 // An emission's points (the superseded counter counts them without
-// rendering) are those renderRows makes, for every shape a row takes.
+// rendering) are those renderRows makes, for every shape a row takes and
+// every set of groups left out.
 func TestRowPoints(t *testing.T) {
 	for _, zeros := range []bool{false, true} {
 		for _, drifted := range []bool{false, true} {
@@ -558,9 +575,12 @@ func TestRowPoints(t *testing.T) {
 				if drifted {
 					v.drift = [3]int{k, 0, 1}
 				}
-				md := pmetric.NewMetrics()
-				renderRows(md, []workerRow{{id: "w", seriesValues: v}}, 1, 2)
-				assert.Equal(t, md.DataPointCount(), v.points(), "%+v", v)
+				for left := range allGroups + 1 {
+					r := workerRow{id: "w", left: left, seriesValues: v}
+					md := pmetric.NewMetrics()
+					renderRows(md, []workerRow{r}, 1, 2)
+					assert.Equal(t, md.DataPointCount(), r.points(), "%+v", r)
+				}
 			}
 		}
 	}

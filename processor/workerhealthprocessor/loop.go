@@ -213,7 +213,7 @@ func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 		// next evaluation (resend_interval).
 		p.mu.Lock()
 		for _, s := range em.sent {
-			s.w.MarkSent(s.sum, em.at)
+			s.w.MarkSent(s.sums, em.at, s.all)
 		}
 		p.mu.Unlock()
 	}

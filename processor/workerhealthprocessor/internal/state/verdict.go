@@ -2,6 +2,7 @@ package state // import "github.com/workerwatch/workerwatch/processor/workerheal
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 )
@@ -10,11 +11,14 @@ import (
 // consecutive evaluations that computed a better state (hysteresis), and
 // the cumulative state transitions by the state entered.
 type Verdict struct {
-	State       contract.State
-	Since       int64
-	Reasons     []contract.Reason
-	better      int
-	transitions [6]int64
+	State   contract.State
+	Since   int64
+	Reasons []contract.Reason
+	better  int
+	// transitions: 32 bits a count, as a state changes at most once an
+	// evaluation (136 years at one a second), and the worker stays in the
+	// allocator's size class it was measured in (tracker.TestWorkerSize).
+	transitions [6]uint32
 	// fresh: a new incarnation began since the last evaluation; the state
 	// it computes applies at once (the current one was the old process's).
 	fresh bool
@@ -33,7 +37,13 @@ func (v *Verdict) StateIndex() int { return stateIndex(v.State) }
 
 // Transitions are the cumulative state transitions by the state entered
 // (contract.AllStates order).
-func (v *Verdict) Transitions() *[6]int64 { return &v.transitions }
+func (v *Verdict) Transitions() [6]int64 {
+	var t [6]int64
+	for i, n := range v.transitions {
+		t[i] = int64(n)
+	}
+	return t
+}
 
 // Judged applies one evaluation's state and reasons, with hysteresis: a
 // worse state (or unknown, either way, or the first of a new incarnation)
@@ -93,7 +103,7 @@ func (v *Verdict) Checkpoint() VerdictRecord {
 			if c.Transitions == nil {
 				c.Transitions = map[string]int64{}
 			}
-			c.Transitions[string(contract.AllStates[i])] = n
+			c.Transitions[string(contract.AllStates[i])] = int64(n)
 		}
 	}
 	return c
@@ -103,7 +113,7 @@ func (v *Verdict) Checkpoint() VerdictRecord {
 func (v *Verdict) Restore(c *VerdictRecord) {
 	for st, n := range c.Transitions {
 		if s := contract.State(st); s.Valid() && n > 0 {
-			v.transitions[stateIndex(s)] = n
+			v.transitions[stateIndex(s)] = uint32(min(n, math.MaxUint32))
 		}
 	}
 }

@@ -56,13 +56,23 @@ func (w *Worker) ID() string { return w.id }
 // KillsByReason are the worker's kills so far, by reason.
 func (w *Worker) KillsByReason() *[state.NKillReasons]int64 { return w.kills.ByReason() }
 
-// Sent is the sum of the worker's series values as last delivered
-// downstream and when (0: never).
-func (w *Worker) Sent() (sum uint64, at int64) { return w.sentSum, w.sentAt }
+// SeriesSums are the sums of the values of a worker's series, one for each
+// group of them the processor sends apart (its emit.go says which).
+type SeriesSums [3]uint64
 
-// MarkSent records that the worker's series with this sum were delivered
-// at `at`.
-func (w *Worker) MarkSent(sum uint64, at int64) { w.sentSum, w.sentAt = sum, at }
+// Sent is the sums of the worker's series values as last delivered
+// downstream, and when all of them were last sent (0: never).
+func (w *Worker) Sent() (sums SeriesSums, at int64) { return w.sentSums, w.sentAt }
+
+// MarkSent records that the worker's series with these sums were
+// delivered, all of them at `at` when all is set (else only those whose
+// sum changed were sent, and the others keep their time).
+func (w *Worker) MarkSent(sums SeriesSums, at int64, all bool) {
+	w.sentSums = sums
+	if all {
+		w.sentAt = at
+	}
+}
 
 // ByID returns the workers sorted by id: the order of the metric points and
 // of the snapshot.

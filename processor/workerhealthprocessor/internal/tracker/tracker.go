@@ -41,13 +41,13 @@ type Worker struct {
 	slot  int32
 	dirty bool
 
-	// sentSum and sentAt: the sum of the values of its series as last
-	// delivered downstream, and when (0: never), so that an evaluation can
-	// leave out a worker whose series have not changed (the processor's
-	// resend_interval, emit.go). In memory only: after a restart every
-	// worker is sent once.
-	sentSum uint64
-	sentAt  int64
+	// sentSums and sentAt: the sums of the values of its series as last
+	// delivered downstream, and when all were last sent (0: never), so that
+	// an evaluation can leave out the series that have not changed (the
+	// processor's resend_interval, emit.go). In memory only: after a
+	// restart every worker is sent once.
+	sentSums SeriesSums
+	sentAt   int64
 }
 
 func newWorker(id string, now int64) *Worker {
