@@ -396,6 +396,16 @@ func workersOf(md pmetric.Metrics) []string {
 	return ids
 }
 
+// workersOfAll lists the workers with series in any of mds (the pieces of
+// one emission), in order.
+func workersOfAll(mds []pmetric.Metrics) []string {
+	var ids []string
+	for _, md := range mds {
+		ids = append(ids, workersOf(md)...)
+	}
+	return ids
+}
+
 // piecesCfg holds n workers and sends every worker's series at every
 // evaluation: an emission of n rows.
 func piecesCfg(n int) *Config {
@@ -405,10 +415,11 @@ func piecesCfg(n int) *Config {
 	return cfg
 }
 
-// An emission goes downstream in pieces of at most emitChunk workers, one
-// ConsumeMetrics each, in order: every worker once, the fleet figures last.
-// So do the state-change records of a wave over the whole fleet (every
-// worker judged at the same evaluation), one ConsumeLogs each.
+// An emission goes downstream in pieces of at most emitChunk workers and
+// about emitPoints points (pieceEnds), one ConsumeMetrics each, in order:
+// every worker once, the fleet figures last. So do the state-change records
+// of a wave over the whole fleet (every worker judged at the same
+// evaluation), in pieces of at most emitChunk workers, one ConsumeLogs each.
 func TestEmissionInPieces(t *testing.T) {
 	ctx := context.Background()
 	const n = 2*emitChunk + 1
@@ -426,18 +437,28 @@ func TestEmissionInPieces(t *testing.T) {
 		before := len(ms.AllMetrics())
 		h.p.tick(ctx)
 		h.advance(sec)
-		if calls = ms.AllMetrics()[before:]; len(calls) > 0 && calls[0].ResourceMetrics().Len() == emitChunk {
+		if calls = ms.AllMetrics()[before:]; len(calls) > 1 {
 			break
 		}
 	}
-	require.Len(t, calls, 3, "%d workers and the fleet resource in pieces of %d", n, emitChunk)
+	require.Greater(t, len(calls), 2, "%d workers and the fleet resource in pieces", n)
 	var got []string
 	for k, md := range calls {
-		require.LessOrEqual(t, md.ResourceMetrics().Len(), emitChunk, "piece %d", k)
-		got = append(got, workersOf(md)...)
+		ws := workersOf(md)
+		require.LessOrEqual(t, len(ws), emitChunk, "piece %d", k)
+		points := md.DataPointCount()
+		if k == len(calls)-1 { // less the fleet's
+			fleet := pmetric.NewMetrics()
+			md.ResourceMetrics().At(md.ResourceMetrics().Len() - 1).CopyTo(fleet.ResourceMetrics().AppendEmpty())
+			points -= fleet.DataPointCount()
+		} else {
+			require.GreaterOrEqual(t, points, emitPoints, "piece %d ends at emitPoints", k)
+		}
+		require.Less(t, points, emitPoints+maxRowPoints, "piece %d: %d workers", k, len(ws))
+		got = append(got, ws...)
 	}
 	require.Equal(t, ids, got, "every worker once, in order")
-	require.Contains(t, metricsByWorker(calls[2])[""], contract.MetricFleetWorkers, "the fleet figures in the last piece")
+	require.Contains(t, metricsByWorker(calls[len(calls)-1])[""], contract.MetricFleetWorkers, "the fleet figures in the last piece")
 
 	// The wave: each worker's first verdict (unknown -> healthy) came at
 	// the same evaluation.
@@ -480,7 +501,7 @@ func (s *slowMetrics) ConsumeMetrics(context.Context, pmetric.Metrics) error {
 // behind), nor at shutdown, nor after the last piece.
 func TestEmitterPausesBetweenPieces(t *testing.T) {
 	ctx := context.Background()
-	const n = 2*emitChunk + 1
+	const n = 301 // a few pieces (pieceEnds)
 	cfg := piecesCfg(n)
 	cfg.EmitInterval = time.Minute // the pauses fit in its half
 	h := newHarness(t, cfg)
@@ -499,7 +520,8 @@ func TestEmitterPausesBetweenPieces(t *testing.T) {
 	sink := &slowMetrics{took: 50 * time.Millisecond}
 	em.to, em.gone = []consumer.Metrics{sink}, []*atomic.Bool{new(atomic.Bool)}
 	h.p.sendMetrics(ctx, em)
-	require.Len(t, sink.began, 3, "%d workers and the fleet in pieces of %d", n, emitChunk)
+	require.Greater(t, len(sink.began), 2)
+	require.Len(t, sink.began, len(pieceEnds(em.rows)), "%d workers and the fleet in pieces", n)
 	for k := 1; k < len(sink.began); k++ {
 		// The pause is at least what the piece took, which is at least
 		// what the consumer took: a lower bound a timer keeps.
@@ -558,6 +580,32 @@ func TestEmitterPausesBetweenPieces(t *testing.T) {
 			t.Fatal("the shutdown's ends of series paused between their pieces")
 		}
 	})
+}
+
+// maxRowPoints is the most points a worker's row makes: six states, six
+// transitions, two held, three drift, two claims and the kills.
+const maxRowPoints = 6 + 6 + 2 + 3 + 2 + state.NKillReasons
+
+// Pieces end at emitChunk rows or at the row that brings them to
+// emitPoints points; an emission without rows is one piece (the fleet's).
+func TestPieceEnds(t *testing.T) {
+	rows := func(n int, left seriesGroups, v seriesValues) []workerRow {
+		rs := make([]workerRow, n)
+		for i := range rs {
+			rs[i] = workerRow{id: fmt.Sprint(i), left: left, seriesValues: v}
+		}
+		return rs
+	}
+	assert.Equal(t, []int{0}, pieceEnds(nil))
+	// Claims alone: 2 points a row, so emitPoints ends the pieces.
+	assert.Equal(t, []int{500, 1000, 1001}, pieceEnds(rows(1001, groupVerdict|groupHeld, seriesValues{})))
+	// A worker just judged: 6 states, a transition, 2 held, 2 claims.
+	fresh := seriesValues{zeros: true, transitions: [6]int64{1}}
+	r := workerRow{seriesValues: fresh}
+	require.Equal(t, 11, r.points())
+	assert.Equal(t, []int{91, 182, 200}, pieceEnds(rows(200, 0, fresh)))
+	// Rows without points (none are emitted, but the bound holds): emitChunk.
+	assert.Equal(t, []int{emitChunk, 2 * emitChunk, 2*emitChunk + 1}, pieceEnds(rows(2*emitChunk+1, allGroups, seriesValues{})))
 }
 
 // An emission's points (the superseded counter counts them without
@@ -656,7 +704,7 @@ func TestResendSpreadsAlikeWorkers(t *testing.T) {
 		feed()
 		h.p.tick(ctx)
 		h.advance(cfg.EmitInterval)
-		if len(workersOf(ms.AllMetrics()[0])) == n {
+		if len(workersOfAll(ms.AllMetrics())) == n {
 			together = true
 			break
 		}
@@ -669,7 +717,7 @@ func TestResendSpreadsAlikeWorkers(t *testing.T) {
 		feed()
 		h.p.tick(ctx)
 		h.advance(cfg.EmitInterval)
-		ids := workersOf(ms.AllMetrics()[0])
+		ids := workersOfAll(ms.AllMetrics())
 		perEval = append(perEval, len(ids))
 		if e >= 6 {
 			for _, id := range ids {

@@ -157,7 +157,8 @@ func (p *healthProcessor) take() *emission {
 }
 
 // emitChunk is how many resources (workers) one ConsumeMetrics call of an
-// emission carries at most. An exporter converts what it is handed at once:
+// emission carries at most, and emitPoints about how many data points
+// (pieceEnds). An exporter converts what it is handed at once:
 // an emission of every series of 100,000 workers in one call (742,509
 // points) took a remote-write shard's RSS from 772 MiB to 1.3 GiB while it
 // was converted (`make scale-figures`, docs/results/scaling.md); in pieces,
@@ -166,34 +167,63 @@ func (p *healthProcessor) take() *emission {
 // 1,000 rather than 5,000: the remote-write exporter converts and
 // compresses a piece of 5,000 workers for tens of milliseconds without
 // letting go of its CPU, and the health API's requests waited behind it
-// (docs/results/scaling.md, runs 29 to 33).
-const emitChunk = 1000
+// (docs/results/scaling.md, runs 29 to 33). And at most about 1,000
+// points, whatever the workers' shapes: a piece is converted in one burst
+// of the emitter's goroutine, which the Go scheduler lets run up to 10 ms
+// before it preempts it, and a request that waits for a P waits behind the
+// burst (a piece of 1,000 workers of 11 points each took the API's p99
+// from under 10 ms to over 20 at 100,000 workers: run 40). Prometheus's
+// own remote write sends up to 2,000 samples a request.
+const (
+	emitChunk  = 1000
+	emitPoints = 1000
+)
+
+// pieceEnds is where the pieces of rows end: at emitChunk rows, or after
+// the row that brings a piece to emitPoints points. One piece at least (the
+// fleet's resource goes in the last, rows or none).
+func pieceEnds(rows []workerRow) []int {
+	var ends []int
+	n, points := 0, 0
+	for i := range rows {
+		n, points = n+1, points+rows[i].points()
+		if n == emitChunk || points >= emitPoints {
+			ends = append(ends, i+1)
+			n, points = 0, 0
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] < len(rows) {
+		ends = append(ends, len(rows))
+	}
+	return ends
+}
 
 // sendMetrics hands one emission to each metrics pipeline still running,
-// in pieces of at most emitChunk workers, the fleet-wide resource in the
-// last. Each pipeline gets its own pieces: a downstream processor may
-// mutate them.
+// in pieces (pieceEnds), the fleet-wide resource in the last. Each pipeline
+// gets its own pieces: a downstream processor may mutate them.
 func (p *healthProcessor) sendMetrics(ctx context.Context, em *emission) {
 	if em == nil {
 		return
 	}
 	delivered := true
-	pc := pacer{start: time.Now(), budget: p.cfg.EmitInterval / 2, total: len(em.to) * max(1, (len(em.rows)+emitChunk-1)/emitChunk)}
+	ends := pieceEnds(em.rows)
+	pc := pacer{start: time.Now(), budget: p.cfg.EmitInterval / 2, total: len(em.to) * len(ends)}
 	for i, c := range em.to {
 		if ctx.Err() != nil || em.gone[i].Load() {
 			delivered = false
 			continue
 		}
-		for from := 0; from == 0 || from < len(em.rows); from += emitChunk {
+		from := 0
+		for k, to := range ends {
 			if ctx.Err() != nil { // shutting down: the rest is not sent
 				delivered = false
 				break
 			}
 			began := time.Now()
 			piece := pmetric.NewMetrics()
-			to := min(from+emitChunk, len(em.rows))
 			renderRows(piece, em.rows[from:to], em.start, em.at)
-			if to == len(em.rows) {
+			from = to
+			if k == len(ends)-1 {
 				em.fleet.ResourceMetrics().At(0).CopyTo(piece.ResourceMetrics().AppendEmpty())
 			}
 			points := int64(piece.DataPointCount())
