@@ -214,7 +214,7 @@ bench:
 # gateway shipped before issue 24; each tier measured alone.
 DENSITY_WORKERS ?= 10000
 scale-figures: build
-	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./extension/workerhealthextension/internal/cluster/ | grep -E 'RESULT|^(ok|FAIL)'
+	WORKERWATCH_SCALE_FIGURES=1 $(GO) test -count=1 -run TestRingSpread -v ./internal/ring/ | grep -E 'RESULT|^(ok|FAIL)'
 	WORKERWATCH_DENSITY=$(DENSITY_WORKERS) $(GO) test -count=1 -timeout 60m -run '^TestDensity$$' -v ./extension/workerhealthextension/ | \
 		grep -E 'RESULT|^  |^(ok|FAIL)'
 	WORKERWATCH_SCALE_FIGURES=1 WORKERWATCH_SCALE_ALONE=1 $(GO) test -tags e2e -count=1 -timeout 60m -run TestScaleFigures -v ./e2e/ 2>&1 | \

@@ -16,8 +16,9 @@ package e2e
 //   - memory per shard at 100,000 workers in total, each sending every
 //     10 s what an agent forwards (live: its tree sample, a heartbeat, a
 //     run ended and the next claimed and started, the scheduler's too):
-//     to the one shard directly over OTLP/gRPC, as issue 24 measured it
-//     (startFigShard), to the three through their agent;
+//     to the shards directly over OTLP/gRPC, each worker's to the shard
+//     that owns it, as issue 24 measured one shard (startFigDirect: the
+//     agents run on the workers' hosts, not beside the shards);
 //   - the health API through the one address (a shard that asks the owner
 //     for 2/3 of the ids) against the single shard that owns every id,
 //     wrk with random ids of the 100,000.
@@ -59,13 +60,16 @@ import (
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/fleetload"
 	"github.com/workerwatch/workerwatch/internal/freeport"
+	"github.com/workerwatch/workerwatch/internal/ring"
 )
 
 type figTier struct {
 	name   string
-	agent  *proc            // nil for a shard fed directly (startFigShard)
-	http   string           // the agent's OTLP/HTTP
-	grpc   *grpc.ClientConn // the shard's OTLP/gRPC, without an agent
+	agent  *proc              // nil for shards fed directly (startFigDirect)
+	http   string             // the agent's OTLP/HTTP
+	grpc   []*grpc.ClientConn // each shard's OTLP/gRPC, without an agent
+	ring   *ring.Ring         // which of them owns a worker, as an agent's load_balancing routes
+	otlp   []string           // the shards' OTLP/gRPC addresses, the ring's names
 	shards []*proc
 	apis   []string // base URLs
 	tels   []string // shards' telemetry base URLs
@@ -143,13 +147,13 @@ processors:
 `)
 	starts := []func() *figTier{
 		func() *figTier {
-			tr := startFigShard(t, bin, tmp, "mem1", rwEnv, rwArgs...)
+			tr := startFigDirect(t, bin, tmp, "mem1", 1, rwEnv, rwArgs...)
 			tr.name = rwName
 			return tr
 		},
-		func() *figTier { return startFigTier(t, bin, tmp, "mem3", 3, rwEnv) },
+		func() *figTier { return startFigDirect(t, bin, tmp, "mem3", 3, rwEnv) },
 		func() *figTier {
-			tr := startFigShard(t, bin, tmp, "mem1scraped", nil,
+			tr := startFigDirect(t, bin, tmp, "mem1scraped", 1, nil,
 				"--config", deployConfig("prometheus-exporter.overlay.yaml"), "--config", scraped)
 			tr.name = scrapedName
 			return tr
@@ -162,7 +166,7 @@ processors:
 	}
 	if base := os.Getenv("WORKERWATCH_SCALE_RW_BASE"); base != "" {
 		starts = append(starts, func() *figTier {
-			b := startFigShard(t, base, tmp, "mem1rwbase", rwEnv, rwArgs...)
+			b := startFigDirect(t, base, tmp, "mem1rwbase", 1, rwEnv, rwArgs...)
 			b.name = "the same, base binary"
 			return b
 		})
@@ -506,19 +510,25 @@ service:
 	return tr
 }
 
-// startFigShard starts one shard, gateway-static.yaml as shipped, that the
-// load generator feeds directly over OTLP/gRPC: issue 24's measurement of
-// one shard (a load generator sending what an agent forwards), which puts
-// no agent on the machine's two CPUs beside it (an agent in front took
-// about half a CPU of them: docs/results/scaling.md, run 37).
-func startFigShard(t *testing.T, bin, tmp, name string, env []string, extra ...string) *figTier {
-	tr, otlp := startFigShards(t, bin, tmp, name, 1, env, extra...)
-	cc, err := grpc.NewClient(otlp[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("a gRPC client of %s: %v", otlp[0], err)
+// startFigDirect starts n shards, gateway-static.yaml as shipped, that the
+// load generator feeds directly over OTLP/gRPC, each worker's records to the
+// shard that owns it (the ring of the agents' load_balancing exporter,
+// internal/ring): issue 24's measurement of one shard (a load generator
+// sending what an agent forwards). The agents run on the workers' hosts, not
+// beside the shards: one on this machine's two CPUs took about half a CPU
+// from its shards (docs/results/scaling.md, run 37).
+func startFigDirect(t *testing.T, bin, tmp, name string, n int, env []string, extra ...string) *figTier {
+	tr, otlp := startFigShards(t, bin, tmp, name, n, env, extra...)
+	for _, a := range otlp {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatalf("a gRPC client of %s: %v", a, err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		tr.grpc = append(tr.grpc, cc)
 	}
-	t.Cleanup(func() { _ = cc.Close() })
-	tr.grpc = cc
+	tr.ring = ring.New(otlp)
+	tr.otlp = otlp
 	return tr
 }
 
@@ -579,13 +589,26 @@ service:
 	return tr, otlp
 }
 
-// sendLogs sends ld to the tier: to its agent over OTLP/HTTP, or to its
-// one shard over OTLP/gRPC when it has no agent.
-func (tr *figTier) sendLogs(ld plog.Logs) error {
+// dests is how many destinations the tier's load goes to: its agent, or
+// each of its shards (startFigDirect).
+func (tr *figTier) dests() int { return max(1, len(tr.grpc)) }
+
+// dest is the destination of a worker's records: the shard that owns it,
+// without an agent.
+func (tr *figTier) dest(id string) int {
+	if tr.ring == nil {
+		return 0
+	}
+	return slices.Index(tr.otlp, tr.ring.Owner(id))
+}
+
+// sendLogs sends ld to destination d: the agent over OTLP/HTTP, or that
+// shard over OTLP/gRPC.
+func (tr *figTier) sendLogs(d int, ld plog.Logs) error {
 	if tr.grpc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := plogotlp.NewGRPCClient(tr.grpc).Export(ctx, plogotlp.NewExportRequestFromLogs(ld))
+		_, err := plogotlp.NewGRPCClient(tr.grpc[d]).Export(ctx, plogotlp.NewExportRequestFromLogs(ld))
 		return err
 	}
 	body, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
@@ -596,11 +619,11 @@ func (tr *figTier) sendLogs(ld plog.Logs) error {
 }
 
 // sendMetrics is sendLogs for metrics.
-func (tr *figTier) sendMetrics(md pmetric.Metrics) error {
+func (tr *figTier) sendMetrics(d int, md pmetric.Metrics) error {
 	if tr.grpc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := pmetricotlp.NewGRPCClient(tr.grpc).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+		_, err := pmetricotlp.NewGRPCClient(tr.grpc[d]).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
 		return err
 	}
 	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
@@ -669,19 +692,25 @@ func (tr *figTier) load(t *testing.T, n int) {
 		go func() {
 			defer wg.Done()
 			for from := range ch {
-				ld := plog.NewLogs()
-				sched := schedulerResource(ld)
+				lds, scheds := make([]plog.Logs, tr.dests()), make([]plog.LogRecordSlice, tr.dests())
+				for d := range lds {
+					lds[d] = plog.NewLogs()
+					scheds[d] = schedulerResource(lds[d])
+				}
 				for i := from; i < min(n, from+per); i++ {
 					id, run := figWorker(i), figRun(i, 0)
-					wrs := workerResource(ld, id)
+					d := tr.dest(id)
+					wrs := workerResource(lds[d], id)
 					lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
 					lifecycle(wrs, contract.EventClaimed, run, nil)
 					lifecycle(wrs, contract.EventStarted, run, nil)
-					lr := lifecycle(sched, contract.EventClaimed, run, nil)
+					lr := lifecycle(scheds[d], contract.EventClaimed, run, nil)
 					lr.Attributes().PutStr(contract.AttrWorkerID, id)
 				}
-				for tr.sendLogs(ld) != nil {
-					time.Sleep(100 * time.Millisecond)
+				for d, ld := range lds {
+					for tr.sendLogs(d, ld) != nil {
+						time.Sleep(100 * time.Millisecond)
+					}
 				}
 			}
 		}()
@@ -731,28 +760,33 @@ func (tr *figTier) live(n int) (stop func()) {
 	next, cycle := 0, 1 // load claimed cycle 0's runs
 	return repeat(10*time.Second/time.Duration(batches), func() {
 		from := next * per
-		ld := plog.NewLogs()
-		sched := schedulerResource(ld)
-		md := pmetric.NewMetrics()
+		lds, scheds, mds := make([]plog.Logs, tr.dests()), make([]plog.LogRecordSlice, tr.dests()), make([]pmetric.Metrics, tr.dests())
+		for d := range lds {
+			lds[d], mds[d] = plog.NewLogs(), pmetric.NewMetrics()
+			scheds[d] = schedulerResource(lds[d])
+		}
 		for i := from; i < min(n, from+per); i++ {
 			id := figWorker(i)
+			d := tr.dest(id)
 			prev, run := figRun(i, cycle-1), figRun(i, cycle)
-			wrs := workerResource(ld, id)
+			wrs := workerResource(lds[d], id)
 			lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
 			lifecycle(wrs, contract.EventFinished, prev, nil).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
 			lifecycle(wrs, contract.EventClaimed, run, nil)
 			lifecycle(wrs, contract.EventStarted, run, nil)
 			for _, ev := range [...]struct{ name, run string }{{contract.EventFinished, prev}, {contract.EventClaimed, run}} {
-				lifecycle(sched, ev.name, ev.run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
+				lifecycle(scheds[d], ev.name, ev.run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
 			}
-			fleetload.TreeSample(md, id, i, pcommon.NewTimestampFromTime(time.Now()))
+			fleetload.TreeSample(mds[d], id, i, pcommon.NewTimestampFromTime(time.Now()))
 		}
 		if next = (next + 1) % batches; next == 0 {
 			cycle++
 		}
 		// A refused request is the next cycle's.
-		_ = tr.sendLogs(ld)
-		_ = tr.sendMetrics(md)
+		for d := range lds {
+			_ = tr.sendLogs(d, lds[d])
+			_ = tr.sendMetrics(d, mds[d])
+		}
 	})
 }
 

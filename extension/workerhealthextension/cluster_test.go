@@ -16,6 +16,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/freeport"
+	"github.com/workerwatch/workerwatch/internal/ring"
 )
 
 // tier is three shards with static membership on loopback.
@@ -23,7 +24,7 @@ type tier struct {
 	shards []*workerHealth
 	names  []string
 	bases  []string
-	ring   *cluster.Ring
+	ring   *ring.Ring
 }
 
 func newTier(t *testing.T, settle time.Duration) *tier {
@@ -50,7 +51,7 @@ func newTier(t *testing.T, settle time.Duration) *tier {
 		tr.shards = append(tr.shards, wh)
 		tr.bases = append(tr.bases, startTestExt(t, wh))
 	}
-	tr.ring = cluster.NewRing(tr.names)
+	tr.ring = ring.New(tr.names)
 	return tr
 }
 
@@ -248,8 +249,8 @@ func TestClusterStaleAskerGetsMoving(t *testing.T) {
 		api := freeport.Addr(t)
 		all = append(all, cluster.StaticMember{Endpoint: fmt.Sprintf("shard-%c.gateway:4317", 'a'+i), API: api})
 	}
-	oldRing := cluster.NewRing([]string{all[0].Endpoint, all[1].Endpoint})
-	nextRing := cluster.NewRing([]string{all[0].Endpoint, all[1].Endpoint, all[2].Endpoint})
+	oldRing := ring.New([]string{all[0].Endpoint, all[1].Endpoint})
+	nextRing := ring.New([]string{all[0].Endpoint, all[1].Endpoint, all[2].Endpoint})
 	id := ""
 	for i := 0; id == ""; i++ {
 		if c := fmt.Sprintf("w-%d", i); oldRing.Owner(c) == all[1].Endpoint && nextRing.Owner(c) == all[2].Endpoint {

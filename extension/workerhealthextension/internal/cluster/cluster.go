@@ -26,6 +26,7 @@ import (
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/metadata"
 	"github.com/workerwatch/workerwatch/extension/workerhealthextension/internal/store"
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/ring"
 )
 
 // The other shards' health API paths it reads (routes.go of the extension).
@@ -65,7 +66,7 @@ type Cluster struct {
 
 // RingState is one resolution of the members. Immutable once stored.
 type RingState struct {
-	ring    *Ring
+	ring    *ring.Ring
 	members map[string]member // by endpoint
 	names   []string          // endpoints in ring order input (sorted)
 	// Changed is when this ring replaced another, or when the cluster
@@ -164,7 +165,7 @@ func (c *Cluster) resolve(ctx context.Context) {
 	if old != nil && slices.Equal(old.names, names) {
 		return
 	}
-	st := &RingState{ring: NewRing(names), members: byName, names: names, Changed: c.now()}
+	st := &RingState{ring: ring.New(names), members: byName, names: names, Changed: c.now()}
 	c.state.Store(st)
 	_, in := byName[c.self]
 	c.logger.Info("cluster: shard ring", zap.Strings("members", names), zap.Bool("self_is_member", in))

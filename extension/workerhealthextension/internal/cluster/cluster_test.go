@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/ring"
 )
 
 // idSink is an OTLP/gRPC logs backend recording the worker ids it got.
@@ -115,7 +116,7 @@ func TestRingMatchesLoadBalancingExporter(t *testing.T) {
 		return sinks[0].count()+sinks[1].count()+sinks[2].count() == n+1
 	}, 30*time.Second, 20*time.Millisecond)
 
-	r := NewRing(hostnames)
+	r := ring.New(hostnames)
 	perSink := make([]int, len(sinks))
 	for i, s := range sinks {
 		for id := range s.ids {

@@ -1,4 +1,4 @@
-package cluster
+package ring // import "github.com/workerwatch/workerwatch/internal/ring"
 
 import (
 	"encoding/binary"
@@ -31,10 +31,10 @@ type Ring struct {
 	items []ringItem
 }
 
-// NewRing builds the ring of the given endpoints, exactly as the exporter
+// New builds the ring of the given endpoints, exactly as the exporter
 // does from its resolver's list (the same strings: "10.0.0.5:4317", or a
 // static hostname as written in the exporter's config).
-func NewRing(endpoints []string) *Ring {
+func New(endpoints []string) *Ring {
 	type candidate struct {
 		pos, hash uint32
 		endpoint  string

@@ -1,4 +1,4 @@
-package cluster
+package ring
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func TestRingSpread(t *testing.T) {
 		for i := range n {
 			eps = append(eps, fmt.Sprintf("workerwatch-gateway-%d.workerwatch-gateway-shards.workerwatch.svc.cluster.local:4317", i))
 		}
-		r := NewRing(eps)
+		r := New(eps)
 		count := map[string]int{}
 		for i := range ids {
 			count[r.Owner(fmt.Sprintf("worker-%07d", i))]++
