@@ -1,3 +1,7 @@
+// Package ring is the consistent hash of contrib's load_balancing exporter:
+// which shard owns a worker id. The extension's cluster uses it to answer
+// for any id at one address; the scale figures' load generator to send each
+// worker's records where an agent would.
 package ring // import "github.com/workerwatch/workerwatch/internal/ring"
 
 import (

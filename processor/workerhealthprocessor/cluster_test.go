@@ -219,7 +219,7 @@ func TestHandOverEndsItsSeries(t *testing.T) {
 func TestSupersededEmissionKeepsItsEnds(t *testing.T) {
 	h := newHarness(t, testCfg())
 	ctx := context.Background()
-	ended := workerRow{id: "gone", stale: true, seriesValues: seriesValues{state: 0}}
+	ended := workerRow{id: "gone", stale: true, seriesValues: seriesValues{}}
 	h.p.offer(ctx, &emission{rows: []workerRow{{id: "w1"}, ended}, fleet: pmetric.NewMetrics()})
 	h.p.offer(ctx, &emission{rows: []workerRow{{id: "w1"}}, fleet: pmetric.NewMetrics()})
 	em := h.p.take()

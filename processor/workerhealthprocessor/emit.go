@@ -3,6 +3,7 @@ package workerhealthprocessor // import "github.com/workerwatch/workerwatch/proc
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func buildMetrics(t *tracker.Tracker, start, now int64) pmetric.Metrics {
 }
 
 // workerRow is one worker's series as an evaluation found them, copied under
-// the processor's lock. An emission holds rows, about 250 bytes a worker, and
+// the processor's lock. An emission holds rows, about 130 bytes a worker, and
 // the emitter renders them into pdata a piece at a time as it sends them
 // (renderRows): as pdata an emission of a fleet just judged is about 2.5 KiB a
 // worker (BenchmarkEmissionHeld), and a shard held two (the one being sent,
@@ -95,19 +96,10 @@ const (
 // sums are the values' sums by group, in the order of the groups' bits.
 func (v *seriesValues) sums() tracker.SeriesSums {
 	return tracker.SeriesSums{
-		maphash.Comparable(sumSeed, verdictValues{v.state, v.zeros, v.drifted, v.transitions, v.drift, v.kills}),
+		maphash.Comparable(sumSeed, v.verdictValues),
 		maphash.Comparable(sumSeed, v.held),
 		maphash.Comparable(sumSeed, v.claims),
 	}
-}
-
-// verdictValues are the values of groupVerdict's series.
-type verdictValues struct {
-	state          int
-	zeros, drifted bool
-	transitions    [6]int64
-	drift          [3]int
-	kills          [state.NKillReasons]int64
 }
 
 // collectRows copies the workers' series values and renders the fleet-wide
@@ -121,7 +113,15 @@ type verdictValues struct {
 // whole.
 func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow, pmetric.Metrics) {
 	ws := t.ByID()
-	var rows []workerRow                              // grown as workers are sent: with resend_interval most are not
+	// Sized up front: every worker without resend_interval, else as many as
+	// the evaluation before sent (rs.hint); grown past it by append. An
+	// emission of 100,000 rows grown from nothing allocates twice its size
+	// and holds up to twice what it needs.
+	rows := make([]workerRow, 0, len(ws))
+	if rs != nil {
+		rows = make([]workerRow, 0, min(len(ws), rs.hint+rs.hint/8))
+		rs.sent = make([]sentMark, 0, cap(rows))
+	}
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
@@ -210,15 +210,22 @@ func markNoRecordedValue(md pmetric.Metrics) {
 // valuesOf copies the values of a worker's series.
 func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 	v := seriesValues{
-		state: cur, zeros: zeros, drifted: drifted,
-		transitions: w.Transitions(), held: [2]int{w.HeldW, w.HeldS},
-		claims: w.Claims, kills: *w.KillsByReason(),
+		verdictValues: verdictValues{state: uint8(cur), zeros: zeros, drifted: drifted, transitions: w.Transitions()},
+		held:          [2]int32{count32(w.HeldW), count32(w.HeldS)},
+		claims:        w.Claims,
+	}
+	for i, n := range w.KillsByReason() {
+		v.kills[i] = uint32(min(n, math.MaxUint32))
 	}
 	if drifted {
-		v.drift = [3]int{w.MissN, w.OrphN, w.OverCap}
+		v.drift = [3]int32{count32(w.MissN), count32(w.OrphN), count32(w.OverCap)}
 	}
 	return v
 }
+
+// count32 is a count of runs in 32 bits (a worker holds at most
+// limits.max_runs of them).
+func count32(n int) int32 { return int32(min(n, math.MaxInt32)) }
 
 // metricHelpers makes metrics and points in the scope that scope last
 // appended (the closures buildMetrics always had, shared by the workers'
@@ -286,7 +293,7 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 		if sendVerdict {
 			states := h.gauge(contract.MetricState, "1", "Worker health state as a state set: 1 for the current state, 0 for the others.")
 			for i, s := range contract.AllStates {
-				if i == r.state {
+				if i == int(r.state) {
 					h.point(states, 1, false, contract.AttrState, string(s))
 				} else if r.zeros {
 					h.point(states, 0, false, contract.AttrState, string(s))
@@ -296,7 +303,7 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 				trans := h.counter(contract.MetricStateTransitions, "{transition}", "State transitions by the state entered.")
 				for i, n := range r.transitions {
 					if n > 0 {
-						h.point(trans, n, true, contract.AttrState, string(contract.AllStates[i]))
+						h.point(trans, int64(n), true, contract.AttrState, string(contract.AllStates[i]))
 					}
 				}
 			}
@@ -321,7 +328,7 @@ func renderRows(md pmetric.Metrics, rows []workerRow, start, now int64) {
 			kills := h.counter(contract.MetricKills, "{run}", "Runs killed on the worker, by reason.")
 			for i, n := range r.kills {
 				if n > 0 {
-					h.point(kills, n, true, contract.AttrKillReason, state.KillReasonNames[i])
+					h.point(kills, int64(n), true, contract.AttrKillReason, state.KillReasonNames[i])
 				}
 			}
 		}
@@ -428,6 +435,7 @@ func buildFleet(t *tracker.Tracker, start, now int64, byState []int64) pmetric.M
 type resend struct {
 	every int64
 	sent  []sentMark
+	hint  int // how many workers the evaluation before sent: the slices' size
 }
 
 // due says whether a worker whose series have not changed since they were
@@ -470,21 +478,33 @@ type sentMark struct {
 // them: equal values, equal series. Their hashes by group (sums) are the
 // worker's sums for resend_interval (a collision, at odds of 2^-64 per
 // change, delays a change by at most resend_interval).
+//
+// In 32 bits where a count cannot reach them (transitions at most one an
+// evaluation, kills at most one a run, runs held at most limits.max_runs):
+// an emission holds a row a worker, two emissions at most (one waiting, one
+// being sent), and at 100,000 workers whose claims change at every
+// evaluation they were 88 MB of a shard's live heap with 64-bit counts
+// (docs/results/scaling.md, run 38), the heap the garbage collector marks.
 type seriesValues struct {
-	state          int
+	verdictValues
+	held   [2]int32
+	claims [2]int64
+}
+
+// verdictValues are the values of groupVerdict's series.
+type verdictValues struct {
+	state          uint8 // index in contract.AllStates
 	zeros, drifted bool
-	transitions    [6]int64 // as Verdict.Transitions
-	held           [2]int
-	drift          [3]int
-	claims         [2]int64
-	kills          [state.NKillReasons]int64
+	drift          [3]int32
+	transitions    [6]uint32 // as Verdict.Transitions
+	kills          [state.NKillReasons]uint32
 }
 
 // sumSeed: the sums live in memory only, so a seed per process will do.
 var sumSeed = maphash.MakeSeed()
 
 // anyPositive: a counter with no point is left out rather than sent empty.
-func anyPositive(counts []int64) bool {
+func anyPositive(counts []uint32) bool {
 	for _, n := range counts {
 		if n > 0 {
 			return true

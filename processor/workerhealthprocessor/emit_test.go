@@ -7,6 +7,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -592,7 +593,7 @@ func TestPieceEnds(t *testing.T) {
 	rows := func(n int, left seriesGroups, v seriesValues) []workerRow {
 		rs := make([]workerRow, n)
 		for i := range rs {
-			rs[i] = workerRow{id: fmt.Sprint(i), left: left, seriesValues: v}
+			rs[i] = workerRow{id: strconv.Itoa(i), left: left, seriesValues: v}
 		}
 		return rs
 	}
@@ -600,7 +601,7 @@ func TestPieceEnds(t *testing.T) {
 	// Claims alone: 2 points a row, so emitPoints ends the pieces.
 	assert.Equal(t, []int{500, 1000, 1001}, pieceEnds(rows(1001, groupVerdict|groupHeld, seriesValues{})))
 	// A worker just judged: 6 states, a transition, 2 held, 2 claims.
-	fresh := seriesValues{zeros: true, transitions: [6]int64{1}}
+	fresh := seriesValues{verdictValues: verdictValues{zeros: true, transitions: [6]uint32{1}}}
 	r := workerRow{seriesValues: fresh}
 	require.Equal(t, 11, r.points())
 	assert.Equal(t, []int{91, 182, 200}, pieceEnds(rows(200, 0, fresh)))
@@ -615,13 +616,16 @@ func TestRowPoints(t *testing.T) {
 	for _, zeros := range []bool{false, true} {
 		for _, drifted := range []bool{false, true} {
 			for k := range 4 {
-				v := seriesValues{state: k % len(contract.AllStates), zeros: zeros, drifted: drifted, held: [2]int{1, k}, claims: [2]int64{3, 2}}
+				v := seriesValues{
+					verdictValues: verdictValues{state: uint8(k % len(contract.AllStates)), zeros: zeros, drifted: drifted},
+					held:          [2]int32{1, int32(k)}, claims: [2]int64{3, 2},
+				}
 				for i := range k {
-					v.transitions[i] = int64(i + 1)
-					v.kills[i] = int64(k)
+					v.transitions[i] = uint32(i + 1)
+					v.kills[i] = uint32(k)
 				}
 				if drifted {
-					v.drift = [3]int{k, 0, 1}
+					v.drift = [3]int32{int32(k), 0, 1}
 				}
 				for left := range allGroups + 1 {
 					r := workerRow{id: "w", left: left, seriesValues: v}

@@ -41,9 +41,10 @@ func (p *healthProcessor) evaluate(ctx context.Context) *emission {
 	var rs *resend
 	if len(mTo) > 0 {
 		if p.cfg.ResendInterval > 0 {
-			rs = &resend{every: int64(p.cfg.ResendInterval)}
+			rs = &resend{every: int64(p.cfg.ResendInterval), hint: p.lastSent}
 		}
 		rows, fleet = collectRows(p.tracker, p.startTime, now, rs)
+		p.lastSent = len(rows)
 		rows = append(rows, stale...)
 	}
 	var ld plog.Logs

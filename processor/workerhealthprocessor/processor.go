@@ -41,6 +41,7 @@ type healthProcessor struct {
 	// calling a consumer, the subscriber or the storage.
 	mu        sync.Mutex
 	tracker   *tracker.Tracker
+	lastSent  int // the workers the last evaluation's emission held (collectRows' hint)
 	targets   []*pipeline
 	startTime int64
 	// exitDue wakes the timer loop for an evaluation when a worker's root

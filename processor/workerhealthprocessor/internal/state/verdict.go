@@ -37,13 +37,7 @@ func (v *Verdict) StateIndex() int { return stateIndex(v.State) }
 
 // Transitions are the cumulative state transitions by the state entered
 // (contract.AllStates order).
-func (v *Verdict) Transitions() [6]int64 {
-	var t [6]int64
-	for i, n := range v.transitions {
-		t[i] = int64(n)
-	}
-	return t
-}
+func (v *Verdict) Transitions() [6]uint32 { return v.transitions }
 
 // Judged applies one evaluation's state and reasons, with hysteresis: a
 // worse state (or unknown, either way, or the first of a new incarnation)
