@@ -551,8 +551,12 @@ func densityChild(t *testing.T, spec string) {
 	res := densityResult{Config: config}
 	var snap *contract.Snapshot
 	for round := range rounds {
-		fed := time.Now()
 		feedDensityRound(t, mp, lp, n, round)
+		// An evaluation that began after the whole round was fed (ingest
+		// is synchronous): at 100,000 workers a round takes longer than an
+		// evaluation interval, and one that ran while it was fed had only
+		// part of it (two thirds of the workers a run short).
+		fed := time.Now()
 		require.Eventually(t, func() bool {
 			snap = sub.latest()
 			return snap != nil && snap.Time.After(fed) && len(snap.Workers) == n
