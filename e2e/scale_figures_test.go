@@ -607,32 +607,35 @@ func (tr *figTier) dest(id string) int {
 // sendLogs sends ld to destination d: the agent over OTLP/HTTP, or that
 // shard over OTLP/gRPC.
 func (tr *figTier) sendLogs(d int, ld plog.Logs) error {
-	if tr.grpc != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := plogotlp.NewGRPCClient(tr.grpc[d]).Export(ctx, plogotlp.NewExportRequestFromLogs(ld))
+	req := plogotlp.NewExportRequestFromLogs(ld)
+	return tr.send(d, "/v1/logs", req.MarshalProto, func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := plogotlp.NewGRPCClient(cc).Export(ctx, req)
 		return err
-	}
-	body, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
-	if err != nil {
-		return err
-	}
-	return postOTLP(tr.http, "/v1/logs", body)
+	})
 }
 
 // sendMetrics is sendLogs for metrics.
 func (tr *figTier) sendMetrics(d int, md pmetric.Metrics) error {
+	req := pmetricotlp.NewExportRequestFromMetrics(md)
+	return tr.send(d, "/v1/metrics", req.MarshalProto, func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := pmetricotlp.NewGRPCClient(cc).Export(ctx, req)
+		return err
+	})
+}
+
+// send is one request to destination d: export over gRPC to that shard,
+// or the marshaled request posted to the agent's path.
+func (tr *figTier) send(d int, path string, marshal func() ([]byte, error), export func(context.Context, *grpc.ClientConn) error) error {
 	if tr.grpc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := pmetricotlp.NewGRPCClient(tr.grpc[d]).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
-		return err
+		return export(ctx, tr.grpc[d])
 	}
-	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	body, err := marshal()
 	if err != nil {
 		return err
 	}
-	return postOTLP(tr.http, "/v1/metrics", body)
+	return postOTLP(tr.http, path, body)
 }
 
 // accepted is the log records the shards' OTLP receivers accepted so far.

@@ -21,8 +21,9 @@ type Config struct {
 
 	// ResendInterval is how often a worker's series are sent again when
 	// none of their values changed; a change is sent at the evaluation that
-	// sees it, with its group of series (claims, runs held, the verdict). An exporter that keeps each series' last value (Prometheus's,
-	// until its metric_expiration) shows the same series either way, and
+	// sees it, with its group of series (claims, runs held, the verdict).
+	// An exporter that keeps each series' last value (Prometheus's, until
+	// its metric_expiration) shows the same series either way, and
 	// takes a steady fleet's emission many times faster. Keep it at most
 	// half the downstream exporter's expiry (the Prometheus exporter's
 	// metric_expiration: 5m by default, 2m in the shipped configs).

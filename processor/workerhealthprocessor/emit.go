@@ -117,11 +117,12 @@ func collectRows(t *tracker.Tracker, start, now int64, rs *resend) ([]workerRow,
 	// the evaluation before sent (rs.hint); grown past it by append. An
 	// emission of 100,000 rows grown from nothing allocates twice its size
 	// and holds up to twice what it needs.
-	rows := make([]workerRow, 0, len(ws))
+	size := len(ws)
 	if rs != nil {
-		rows = make([]workerRow, 0, min(len(ws), rs.hint+rs.hint/8))
-		rs.sent = make([]sentMark, 0, cap(rows))
+		size = min(size, rs.hint+rs.hint/8)
+		rs.sent = make([]sentMark, 0, size)
 	}
+	rows := make([]workerRow, 0, size)
 	byState := make([]int64, len(contract.AllStates)) // for the fleet gauge
 	for _, w := range ws {
 		if w.Evidence == state.EvidenceOnce {
