@@ -66,7 +66,7 @@ func checkLeakHistory(t *testing.T, e env, id string) {
 		t.Errorf("last sample %s, want unhealthy", last.State)
 	}
 	tr := h.Transitions[len(h.Transitions)-1]
-	if !tr.Time.Equal(h.Worker.Since.Truncate(time.Millisecond)) {
+	if !tr.Time.Equal(h.Worker.Since.Time().Truncate(time.Millisecond)) {
 		t.Errorf("transition to unhealthy at %s, the processor says since %s", tr.Time, h.Worker.Since)
 	}
 	roles := map[string]bool{}

@@ -207,7 +207,7 @@ func nextEvaluation(prev *contract.Snapshot, gen int) *contract.Snapshot {
 	s.Workers = slices.Clone(prev.Workers)
 	for i := gen % 100; i < len(s.Workers); i += 100 {
 		w := &s.Workers[i]
-		w.LastSeen = s.Time
+		w.LastSeen = contract.TimeOf(s.Time)
 		w.Memory.RSSBytes += 1 << 20
 	}
 	return &s

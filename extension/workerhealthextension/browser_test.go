@@ -66,14 +66,14 @@ func runChromium(t *testing.T, bin string, extra ...string) []byte {
 func browserFleet(at time.Time) *contract.Snapshot {
 	s := realisticFleet(100, at)
 	bad := worker(scriptID, contract.Unhealthy)
-	bad.Since, bad.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
+	bad.Since, bad.LastSeen = contract.TimeOf(at.Add(-time.Minute)), contract.TimeOf(at.Add(-time.Second))
 	bad.Reasons = []contract.Reason{{Code: "kills_in_window", Message: "<img src=x onerror=alert(3)>", Value: 3, Threshold: 2, Since: at}}
 	uni := worker("pool/ünïcødé worker", contract.Degraded)
-	uni.Since, uni.LastSeen = at.Add(-time.Minute), at.Add(-time.Second)
+	uni.Since, uni.LastSeen = contract.TimeOf(at.Add(-time.Minute)), contract.TimeOf(at.Add(-time.Second))
 	// Ids that are not UTF-8 (dup\xfe, dup\xff): a browser would show both
 	// as "dup\ufffd".
 	fe, ff := worker("dup\xfe", contract.Stalled), worker("dup\xff", contract.Stalled)
-	fe.Since, fe.LastSeen, ff.Since, ff.LastSeen = at, at, at, at
+	fe.Since, fe.LastSeen, ff.Since, ff.LastSeen = contract.TimeOf(at), contract.TimeOf(at), contract.TimeOf(at), contract.TimeOf(at)
 	// Evidence the script renders as evidence() in format.go does: a
 	// latched reason with its value now and its recovery, and an exit.
 	current, sig := 148.0*(1<<20), 9
@@ -100,8 +100,8 @@ func TestBrowserLivePage(t *testing.T) {
 		if r.URL.Path == "/" && lateSent.CompareAndSwap(false, true) {
 			s := browserFleet(now.Add(time.Second))
 			late := worker("arrived-after-load", contract.Lost)
-			late.Since, late.LastSeen = now, now
-			late.Memory.SampledAt = now.Add(-2 * time.Minute)
+			late.Since, late.LastSeen = contract.TimeOf(now), contract.TimeOf(now)
+			late.Memory.SampledAt = contract.TimeOf(now.Add(-2 * time.Minute))
 			s.Workers = append(s.Workers, late)
 			publish(wh, s)
 		}
@@ -307,7 +307,7 @@ func TestBrowserWorkerPage(t *testing.T) {
 	bad := worker(scriptID, contract.Unhealthy)
 	bad.Name = `"><img src=x onerror=alert(2)>`
 	bad.Memory.Roles = []contract.RoleMemory{{Role: "<svg onload=alert(4)>", RSSBytes: 1 << 20}}
-	bad.Since, bad.LastSeen = now, now
+	bad.Since, bad.LastSeen = contract.TimeOf(now), contract.TimeOf(now)
 	publish(wh, snapshot(testSource, now.Add(time.Second), l.at(now), bad))
 	base := startTestExt(t, wh)
 

@@ -111,7 +111,7 @@ func writeUnknown(w http.ResponseWriter, id, shard, code, msg string, st *cluste
 		since = st.Changed.UTC()
 	}
 	wk := &contract.Worker{
-		ID: id, State: contract.Unknown, Since: since,
+		ID: id, State: contract.Unknown, Since: contract.TimeOf(since),
 		Reasons: []contract.Reason{{Code: code, Message: msg, Since: since}},
 	}
 	w.Header()[contract.HeaderShard] = []string{shard}

@@ -35,9 +35,9 @@ func (l leak) at(t time.Time) contract.Worker {
 	}
 	w.Runs.Scheduler = w.Runs.Worker
 	w.Runs.Capacity = 2
-	w.Since, w.LastSeen = l.start, t
+	w.Since, w.LastSeen = contract.TimeOf(l.start), contract.TimeOf(t)
 	if !t.Before(l.overAt) {
-		w.State, w.Since = contract.Unhealthy, l.overAt
+		w.State, w.Since = contract.Unhealthy, contract.TimeOf(l.overAt)
 		w.Reasons = []contract.Reason{{
 			Code: "memory_over_soft_limit", Message: "main process memory over its soft limit for 3 samples",
 			Value: float64(main), Threshold: float64(l.mainSoft), Since: l.overAt,
@@ -45,8 +45,8 @@ func (l leak) at(t time.Time) contract.Worker {
 		w.Memory.OverSamples = 3
 	}
 	w.Sources = contract.Sources{
-		Tree:      contract.Source{Seen: true, LastSeen: t, IDs: []string{"worker_name=" + l.id}},
-		Telemetry: contract.Source{Seen: true, LastSeen: t, IDs: []string{"cicd.worker.id=" + l.id}},
+		Tree:      contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: []string{"worker_name=" + l.id}},
+		Telemetry: contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: []string{"cicd.worker.id=" + l.id}},
 		Scheduler: contract.Source{Seen: false, IDs: []string{}},
 	}
 	w.Runs.Recent = contract.PackRuns([]contract.RunRecord{

@@ -96,7 +96,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	later := now.Add(30 * time.Second)
 	wh2.now = func() time.Time { return later }
 	restored := l.at(later)
-	restored.State, restored.Reasons, restored.Since = contract.Unknown, nil, later
+	restored.State, restored.Reasons, restored.Since = contract.Unknown, nil, contract.TimeOf(later)
 	publish(wh2, snapshot(testSource, later, restored))
 
 	after := historyOf(t, base2, l.id)

@@ -204,11 +204,11 @@ func TestPageStaleMemory(t *testing.T) {
 	wh := newTestExt(t)
 	wh.now = func() time.Time { return t0 }
 	lost := worker("lost", contract.Lost)
-	lost.Memory.SampledAt = t0.Add(-3 * time.Minute)
+	lost.Memory.SampledAt = contract.TimeOf(t0.Add(-3 * time.Minute))
 	quiet := worker("quiet", contract.Healthy)
-	quiet.Memory.SampledAt = t0.Add(-2 * time.Minute)
+	quiet.Memory.SampledAt = contract.TimeOf(t0.Add(-2 * time.Minute))
 	fresh := worker("fresh", contract.Healthy)
-	fresh.Memory.SampledAt = t0.Add(-3 * time.Second)
+	fresh.Memory.SampledAt = contract.TimeOf(t0.Add(-3 * time.Second))
 	never := worker("never", contract.Unknown)
 	never.Memory = contract.Memory{}
 	publish(wh, snapshot(testSource, t0, lost, quiet, fresh, never))

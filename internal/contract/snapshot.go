@@ -220,7 +220,7 @@ type Memory struct {
 	OverSamples int `json:"over_samples"`
 	// SampledAt is when the last memory sample of the tree arrived (zero =
 	// never): a lost worker's memory is its last known, not its current.
-	SampledAt time.Time `json:"sampled_at,omitzero"`
+	SampledAt Time `json:"sampled_at,omitzero"`
 	// Roles is the memory of each process role of the tree (RoleMain, the
 	// configured roles, RoleChild) at the last sample, sorted by role, each
 	// against its own soft limit where one is configured.
@@ -263,7 +263,7 @@ type Source struct {
 	// started (or in the restored checkpoint).
 	Seen bool `json:"seen"`
 	// LastSeen is the last record of this source about the worker.
-	LastSeen time.Time `json:"last_seen,omitzero"`
+	LastSeen Time `json:"last_seen,omitzero"`
 	// IDs are the identity attributes and values this source used for the
 	// worker, as "key=value" (e.g. "worker_name=w1"), at most a few.
 	IDs []string `json:"ids"`
@@ -322,17 +322,17 @@ type Drift struct {
 
 // Worker is one worker's judgement at the time of a snapshot.
 type Worker struct {
-	ID       string    `json:"id"`
-	Name     string    `json:"name,omitempty"`
-	State    State     `json:"state"`
-	Reasons  []Reason  `json:"reasons"`
-	Since    time.Time `json:"since"`
-	LastSeen time.Time `json:"last_seen"`
-	Memory   Memory    `json:"memory"`
-	CPU      CPU       `json:"cpu"`
-	Runs     Runs      `json:"runs"`
-	Drift    Drift     `json:"drift"`
-	Sources  Sources   `json:"sources"`
+	ID       string   `json:"id"`
+	Name     string   `json:"name,omitempty"`
+	State    State    `json:"state"`
+	Reasons  []Reason `json:"reasons"`
+	Since    Time     `json:"since"`
+	LastSeen Time     `json:"last_seen"`
+	Memory   Memory   `json:"memory"`
+	CPU      CPU      `json:"cpu"`
+	Runs     Runs     `json:"runs"`
+	Drift    Drift    `json:"drift"`
+	Sources  Sources  `json:"sources"`
 	// Incarnation is the worker's current incarnation (nil when none is
 	// known yet).
 	Incarnation *Incarnation `json:"incarnation,omitempty"`

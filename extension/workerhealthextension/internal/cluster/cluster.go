@@ -456,7 +456,7 @@ func movingEntry(e *store.Entry, from, to string, st *RingState) *store.Entry {
 	msg := fmt.Sprintf("the shard ring gives this worker to %s, which has not judged it yet; last judged %s by %s", to, e.Worker.State, from)
 	wk.Reasons = append([]contract.Reason{{Code: contract.ReasonMoving, Message: msg, Since: st.Changed.UTC()}}, e.Worker.Reasons...)
 	wk.State = contract.Unknown
-	return store.NewEntry(&wk, e.At)
+	return store.NewEntry(&wk, e.At.Time())
 }
 
 // shardSourceID names a shard in the list's sources:

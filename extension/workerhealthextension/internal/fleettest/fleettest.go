@@ -24,8 +24,8 @@ func Worker(id string, st contract.State) contract.Worker {
 		ID:       id,
 		State:    st,
 		Reasons:  []contract.Reason{},
-		Since:    T0.Add(-5 * time.Minute),
-		LastSeen: T0.Add(-2 * time.Second),
+		Since:    contract.TimeOf(T0.Add(-5 * time.Minute)),
+		LastSeen: contract.TimeOf(T0.Add(-2 * time.Second)),
 		Memory:   contract.Memory{RSSBytes: 300 << 20, SoftLimitBytes: 500 << 20},
 		Runs:     contract.Runs{Worker: []string{}, Scheduler: []string{}, Capacity: 5},
 		Drift:    contract.Drift{Missing: []string{}, Orphaned: []string{}},
@@ -45,8 +45,8 @@ func RealisticFleet(n int, at time.Time) *contract.Snapshot {
 		id := fmt.Sprintf("openfn-worker-%05d", i)
 		w := Worker(id, contract.Healthy)
 		w.Name = fmt.Sprintf("ws-worker-%d.pool-%c", i, 'a'+rune(i%3))
-		w.Since = at.Add(-time.Duration(i%97+3) * time.Minute)
-		w.LastSeen = at.Add(-time.Duration(i%9+1) * time.Second)
+		w.Since = contract.TimeOf(at.Add(-time.Duration(i%97+3) * time.Minute))
+		w.LastSeen = contract.TimeOf(at.Add(-time.Duration(i%9+1) * time.Second))
 		w.Memory.RSSBytes = int64(120+i*53%270) << 20
 		runs := i % 4
 		for r := range runs {
@@ -81,14 +81,14 @@ func RealisticFleet(n int, at time.Time) *contract.Snapshot {
 			}}
 		case p < 98:
 			w.State = contract.Lost
-			w.LastSeen = at.Add(-7 * time.Minute)
+			w.LastSeen = contract.TimeOf(at.Add(-7 * time.Minute))
 			w.Reasons = []contract.Reason{{
 				Code: "no_telemetry", Message: "no telemetry and no process for 5m",
 				Value: 420, Threshold: 300, Since: at.Add(-7 * time.Minute),
 			}}
 		default:
 			w.State = contract.Unknown
-			w.LastSeen = time.Time{}
+			w.LastSeen = 0
 		}
 		ws = append(ws, w)
 	}

@@ -270,7 +270,7 @@ func (h *workerHistory) transition(w *contract.Worker, to uint8, at int64, inter
 	t := Transition{At: at, From: h.state, To: to}
 	// The processor knows when the state began; a snapshot only shows it
 	// at the next evaluation.
-	if since := w.Since.UnixMilli(); !w.Since.IsZero() && since <= at && (len(h.trans) == 0 || since >= h.lastTransition().At) {
+	if since := w.Since.Time().UnixMilli(); !w.Since.IsZero() && since <= at && (len(h.trans) == 0 || since >= h.lastTransition().At) {
 		t.At = since
 	}
 	for _, r := range w.Reasons {

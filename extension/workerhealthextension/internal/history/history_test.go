@@ -59,11 +59,11 @@ func TestHistoryRingGrowsToItsSize(t *testing.T) {
 func TestHistoryTransitions(t *testing.T) {
 	hs := New(30*time.Minute, 10*time.Second)
 	w := fleettest.Worker("w", contract.Unknown)
-	w.Since = fleettest.T0.Add(-time.Hour)
+	w.Since = contract.TimeOf(fleettest.T0.Add(-time.Hour))
 	hs.record(&w, fleettest.T0.UnixMilli())
 
 	// The processor says the state began before the snapshot that shows it.
-	w.State, w.Since = contract.Unhealthy, fleettest.T0.Add(17*time.Second)
+	w.State, w.Since = contract.Unhealthy, contract.TimeOf(fleettest.T0.Add(17*time.Second))
 	w.Reasons = []contract.Reason{
 		{Code: "memory_over_soft_limit", Value: 600, Threshold: 500},
 		{Code: "kills_in_window", Value: 3, Threshold: 2},
@@ -90,7 +90,7 @@ func TestHistoryTransitions(t *testing.T) {
 	// than the window, because it explains the current state.
 	for i := range 40 {
 		w.State = contract.AllStates[i%2]
-		w.Since = time.Time{}
+		w.Since = contract.TimeOf(time.Time{})
 		hs.record(&w, fleettest.T0.Add(time.Duration(40+i)*time.Second).UnixMilli())
 	}
 	all := hs.Series("w", time.Time{}).Transitions

@@ -19,9 +19,9 @@ func newPageRow(w *contract.Worker, now time.Time) pageRow {
 		PathID:   url.PathEscape(w.ID),
 		Name:     w.Name,
 		State:    w.State,
-		Since:    since(w.Since, now),
+		Since:    since(w.Since.Time(), now),
 		Runs:     runsText(w.Runs),
-		LastSeen: ago(w.LastSeen, now),
+		LastSeen: ago(w.LastSeen.Time(), now),
 	}
 	row.ID, row.NotUTF8 = shownID(w.ID)
 	for _, r := range w.Reasons {
@@ -192,8 +192,8 @@ func memoryCell(w *contract.Worker, now time.Time) (pct int, class, text string)
 	}
 	pct, class, text = memoryText(m)
 	switch {
-	case !m.SampledAt.IsZero() && (w.State == contract.Lost || now.Sub(m.SampledAt) > staleMemoryAfter):
-		class, text = "stale", text+" · last sample "+ago(m.SampledAt, now)
+	case !m.SampledAt.IsZero() && (w.State == contract.Lost || now.Sub(m.SampledAt.Time()) > staleMemoryAfter):
+		class, text = "stale", text+" · last sample "+ago(m.SampledAt.Time(), now)
 	case w.State == contract.Lost: // a publisher that does not say when
 		class, text = "stale", text+" · last known"
 	}

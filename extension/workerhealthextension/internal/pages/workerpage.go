@@ -80,8 +80,8 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		Name:           w.Name,
 		State:          w.State,
 		MayTakeWork:    w.State.MayTakeWork(),
-		Since:          since(w.Since, now),
-		LastSeen:       ago(w.LastSeen, now),
+		Since:          since(w.Since.Time(), now),
+		LastSeen:       ago(w.LastSeen.Time(), now),
 		CPUText:        cpuText(w.CPU),
 		RunsText:       runsText(w.Runs),
 		WorkerRuns:     listText(w.Runs.Worker),
@@ -130,7 +130,7 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		name string
 		src  contract.Source
 	}{{"process tree", w.Sources.Tree}, {"own telemetry", w.Sources.Telemetry}, {"scheduler", w.Sources.Scheduler}} {
-		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen, now), IDs: listText(s.src.IDs)})
+		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen.Time(), now), IDs: listText(s.src.IDs)})
 	}
 	return d
 }

@@ -36,8 +36,10 @@ import (
 type Entry struct {
 	Worker *contract.Worker
 	// At is the time of the snapshot the worker came in: on a tie between
-	// two processors, the fresher one wins.
-	At time.Time
+	// two processors, the fresher one wins. (8 bytes, not a time.Time's 24:
+	// the entry fits the allocator's 24-byte class, 2.3 MiB less at 100,000
+	// workers.)
+	At contract.Time
 	// json is the encoding, once made. Two requests racing for the first
 	// encoding both make it and one is kept: the same bytes either way.
 	json atomic.Pointer[[]byte]
@@ -46,13 +48,13 @@ type Entry struct {
 // NewEntry is w as served from a snapshot of time at; its JSON is encoded
 // when first asked for.
 func NewEntry(w *contract.Worker, at time.Time) *Entry {
-	return &Entry{Worker: w, At: at}
+	return &Entry{Worker: w, At: contract.TimeOf(at)}
 }
 
 // EncodedEntry is w with its JSON already at hand (raw, as another shard
 // sent it): served as it is.
 func EncodedEntry(w *contract.Worker, raw []byte, at time.Time) *Entry {
-	e := &Entry{Worker: w, At: at}
+	e := &Entry{Worker: w, At: contract.TimeOf(at)}
 	e.json.Store(&raw)
 	return e
 }
@@ -351,7 +353,7 @@ func mergeSources(srcs []*SourceIndex) (map[string]*Entry, []*Entry) {
 			prev, dup := ids[e.Worker.ID]
 			if dup {
 				ps, es := contract.Severity(prev.Worker.State), contract.Severity(e.Worker.State)
-				if ps > es || (ps == es && !e.At.After(prev.At)) {
+				if ps > es || (ps == es && e.At <= prev.At) {
 					continue
 				}
 			}

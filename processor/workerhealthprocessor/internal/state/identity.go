@@ -108,11 +108,11 @@ func (x *Identity) Snapshot(id string, idKeys []string) contract.Sources {
 		for p := range o {
 			if x.lastBy[p] != 0 && x.keysBy[p] == x.keysBy[o] {
 				lists[o] = lists[p]
-				return contract.Source{Seen: true, LastSeen: Time(last), IDs: lists[o]}
+				return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: lists[o]}
 			}
 		}
 		lists[o] = x.IDs(o, id, idKeys)
-		return contract.Source{Seen: true, LastSeen: Time(last), IDs: lists[o]}
+		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: lists[o]}
 	}
 	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
 }

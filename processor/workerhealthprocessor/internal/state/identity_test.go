@@ -29,7 +29,7 @@ func TestIdentity(t *testing.T) {
 	assert.Equal(t, []string{"(no id attribute)=w1"}, x.IDs(OriginScheduler, "w1", keys))
 
 	snap := x.Snapshot("w1", keys)
-	assert.Equal(t, contract.Source{Seen: true, LastSeen: Time(4), IDs: []string{"cicd.worker.id=w1"}}, snap.Tree)
+	assert.Equal(t, contract.Source{Seen: true, LastSeen: contract.Time(4), IDs: []string{"cicd.worker.id=w1"}}, snap.Tree)
 	assert.Equal(t, contract.Source{IDs: []string{}}, snap.Scheduler)
 
 	x.Name = "one"

@@ -328,7 +328,7 @@ func (m *Memory) Snapshot(r *MemRules) contract.Memory {
 	mem := contract.Memory{
 		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
 		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: m.mem.overSamples,
-		SampledAt: Time(m.rssAt),
+		SampledAt: contract.Time(m.rssAt),
 		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
 	}
 	for _, role := range m.roles {

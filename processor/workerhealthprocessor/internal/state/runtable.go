@@ -1,10 +1,20 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
-import "iter"
+import (
+	"iter"
+	"slices"
+)
 
-// RunTable holds one worker's runs by id: a small open-addressing hash table
-// (linear probing, at most half full, backward-shift deletion) of the runs'
-// 64-bit id hashes.
+// RunTable holds one worker's runs by id: up to smallRuns of them in a
+// dense list searched by their 64-bit id hashes, more in an open-addressing
+// hash table of those hashes (linear probing, at most half full,
+// backward-shift deletion).
+//
+// Why a list first: most workers hold a few runs (the held ones and the
+// ended ones kept for drift: four each on a full shard of the gateway
+// files), and the table's eight slots for them were 128 bytes a worker where
+// the list of four is 64; a scan of a few hashes in one cache line costs
+// what a probe does.
 //
 // Why not a map[string]*Run: when every batch brings new runs (the normal
 // case: a run is seen a few times and then never again), each run record
@@ -23,9 +33,17 @@ import "iter"
 // hash (chance about n^2/2^65 for n runs; the seed is random per process,
 // so ids cannot be chosen to collide) are two slots.
 type RunTable struct {
-	slots []runSlot // len is 0 or a power of two
+	// slots: the list (len = n <= smallRuns, no empty slot) or the hash
+	// table (len a power of two above smallRuns).
+	slots []runSlot
 	n     int
 }
+
+// smallRuns is the most runs kept as a list.
+const smallRuns = 8
+
+// hashed: the slots are a hash table, not the list.
+func (t *RunTable) hashed() bool { return len(t.slots) > smallRuns }
 
 type runSlot struct {
 	h uint64
@@ -36,7 +54,12 @@ func (t *RunTable) Len() int { return t.n }
 
 // Get returns the run with this id (h is RunHash(id)), or nil.
 func (t *RunTable) Get(id string, h uint64) *Run {
-	if t.n == 0 {
+	if !t.hashed() {
+		for i := range t.slots {
+			if s := &t.slots[i]; s.h == h && string(s.r.ID) == id {
+				return s.r
+			}
+		}
 		return nil
 	}
 	mask := uint64(len(t.slots) - 1)
@@ -53,8 +76,15 @@ func (t *RunTable) Get(id string, h uint64) *Run {
 
 // Put adds a run (its id and hash set) that is not in the table.
 func (t *RunTable) Put(r *Run) {
-	if 2*(t.n+1) > len(t.slots) {
-		t.resize(max(8, 2*len(t.slots)))
+	switch {
+	case !t.hashed() && t.n < smallRuns:
+		t.slots = append(t.slots, runSlot{h: r.Hash, r: r})
+		t.n++
+		return
+	case !t.hashed():
+		t.resize(4 * smallRuns) // the list is full: a table at most half full
+	case 2*(t.n+1) > len(t.slots):
+		t.resize(2 * len(t.slots))
 	}
 	t.place(r)
 	t.n++
@@ -81,7 +111,17 @@ func (t *RunTable) resize(size int) {
 
 // Remove drops a run of the table (a no-op when it is not there).
 func (t *RunTable) Remove(r *Run) {
-	if t.n == 0 {
+	if !t.hashed() {
+		for i := range t.slots {
+			if t.slots[i].r == r {
+				last := len(t.slots) - 1
+				t.slots[i] = t.slots[last]
+				t.slots[last] = runSlot{}
+				t.slots = t.slots[:last]
+				t.n--
+				return
+			}
+		}
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
@@ -114,16 +154,29 @@ func (t *RunTable) Remove(r *Run) {
 	}
 }
 
-// Shrink gives back the memory of a table that emptied (after pruning).
+// Shrink gives back the memory of a table that emptied (after pruning):
+// an empty one lets go of its slots, one of smallRuns runs or fewer becomes
+// the list again.
 func (t *RunTable) Shrink() {
-	if len(t.slots) > 8 && 8*t.n < len(t.slots) {
-		size := 8
+	switch {
+	case t.n == 0:
+		t.slots = nil
+	case !t.hashed():
+		if cap(t.slots) > 2*t.n {
+			t.slots = slices.Clone(t.slots)
+		}
+	case t.n <= smallRuns:
+		list := make([]runSlot, 0, t.n)
+		for _, s := range t.slots {
+			if s.r != nil {
+				list = append(list, s)
+			}
+		}
+		t.slots = list
+	case 8*t.n < len(t.slots):
+		size := 4 * smallRuns
 		for 2*t.n > size/2 {
 			size *= 2
-		}
-		if t.n == 0 {
-			t.slots = nil
-			return
 		}
 		t.resize(size)
 	}

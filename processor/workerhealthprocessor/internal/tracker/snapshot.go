@@ -54,8 +54,8 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		s.Workers = append(s.Workers, contract.Worker{
 			ID: w.id, Name: w.Name, State: w.State,
 			Reasons:  append([]contract.Reason{}, w.Reasons...),
-			Since:    state.Time(w.Since),
-			LastSeen: state.Time(w.LastAlive),
+			Since:    contract.Time(w.Since),
+			LastSeen: contract.Time(w.LastAlive),
 			Memory:   w.memory.Snapshot(t.mem),
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
