@@ -212,7 +212,7 @@ func markNoRecordedValue(md pmetric.Metrics) {
 func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 	v := seriesValues{
 		verdictValues: verdictValues{state: uint8(cur), zeros: zeros, drifted: drifted, transitions: w.Transitions()},
-		held:          [2]int32{count32(w.HeldW), count32(w.HeldS)},
+		held:          [2]int32{w.HeldW, w.HeldS},
 		claims:        w.Claims,
 	}
 	for i, n := range w.KillsByReason() {

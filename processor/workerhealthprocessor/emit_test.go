@@ -668,7 +668,7 @@ func TestHeartbeatsKeepTheRunPastLostAfter(t *testing.T) {
 		h.p.tick(ctx)
 		require.Equal(t, contract.Healthy, h.state("w1"), "t+%ds", i*10)
 		w := h.worker("w1")
-		require.Equal(t, [2]int{1, 1}, [2]int{w.HeldW, w.HeldS}, "t+%ds: the run held on both sides", i*10)
+		require.Equal(t, [2]int32{1, 1}, [2]int32{w.HeldW, w.HeldS}, "t+%ds: the run held on both sides", i*10)
 		if len(ms.AllMetrics()) > before {
 			if points, _ := pointFlags(ms.AllMetrics()[len(ms.AllMetrics())-1]); points["w1"] > 0 {
 				sentAt = append(sentAt, i*10)

@@ -1,6 +1,7 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
+	"math"
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -29,3 +30,7 @@ func Time(ns int64) time.Time {
 	}
 	return time.Unix(0, ns).UTC()
 }
+
+// Clamp32 is n as an int32, clamped to its range: for counts kept per
+// worker in 32 bits whose sources are bounded far below it.
+func Clamp32(n int) int32 { return int32(max(min(n, math.MaxInt32), math.MinInt32)) }

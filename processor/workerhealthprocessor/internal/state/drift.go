@@ -3,40 +3,79 @@ package state // import "github.com/workerwatch/workerwatch/processor/workerheal
 // Drift is the scheduler's view of a worker and the drift between it
 // and the worker's own, as of the last evaluation.
 type Drift struct {
-	// Active: runs the worker itself reports holding (-1 = never reported),
-	// at ActiveAt; HeldOverSince: since when the runs tracked as held by the
-	// worker exceed that count (0 = they do not).
-	Active                  int
-	ActiveAt, HeldOverSince int64
+	// ActiveAt: when the worker last reported the runs it holds itself
+	// (Active, below).
+	ActiveAt int64
+	// A "snapshots" scheduler's statements: SnapKind (below) says which
+	// form, SnapAt the last list, SchedCount/SchedCountAt the last count.
+	SnapAt, SchedCountAt int64
 
+	// drift of the last evaluation, for metrics and the snapshot: the runs
+	// named (Missing(), Orphaned(); nil when none, as for most workers: a
+	// pointer keeps the worker 40 bytes smaller) and how many (MissN,
+	// OrphN: more than named when a count-only scheduler's count shows it).
+	named        *driftNamed
+	MissN, OrphN int
+	OverCap      int
+	// times: since when each disagreement has lasted (DriftTimes); nil
+	// while none does, as for most workers (a pointer keeps the worker 48
+	// bytes smaller).
+	times *DriftTimes
+	// DriftAt is the last evaluation that found drift of any kind (unix
+	// ns, 0 = none): the emitted drift gauges' 0s are sent for a while
+	// after it (the processor's emit.go).
+	DriftAt int64
+
+	// The 32-bit counts and the bytes together, in two words (this is kept
+	// per worker). Active: runs the worker itself reports holding (-1 =
+	// never reported); SchedCount: a "snapshots" scheduler's count (both
+	// below 2^20, the mapping's bound). HeldW and HeldS: the runs held by
+	// each side at the last evaluation (runs tracked, at most
+	// limits.max_runs_per_worker, or SchedCount).
+	Active, SchedCount int32
+	HeldW, HeldS       int32
 	// SchedKnown: the scheduler has named this worker at least once. Only
 	// then can its runs be orphaned: a worker no scheduler knows (one that
 	// generates its own work, or is scheduled elsewhere) has no other view.
 	// Sched: the scheduler source that last named it.
 	SchedKnown bool
 	Sched      uint8
-	// A "snapshots" scheduler's statements: SnapKind says which form,
-	// SnapAt the last list, SchedCount/SchedCountAt the last count,
-	// SchedOverSince since when the runs it named exceed its count.
-	SnapKind                             uint8
-	SnapAt, SchedCountAt, SchedOverSince int64
-	SchedCount                           int
-	CountMissSince, CountOrphSince       int64
-	MissN, OrphN                         int
-	MissSince, OrphSince                 int64
+	SnapKind   uint8
+}
 
-	OverCapSince int64
-	// drift of the last evaluation, for metrics and the snapshot: the runs
-	// named (Missing(), Orphaned(); nil when none, as for most workers: a
-	// pointer keeps the worker 40 bytes smaller) and how many (MissN,
-	// OrphN: more than named when a count-only scheduler's count shows it).
-	named        *driftNamed
-	OverCap      int
-	HeldW, HeldS int
-	// DriftAt is the last evaluation that found drift of any kind (unix
-	// ns, 0 = none): the emitted drift gauges' 0s are sent for a while
-	// after it (the processor's emit.go).
-	DriftAt int64
+// DriftTimes are since when each disagreement between a worker's views
+// has lasted (unix ns, 0 = it does not). HeldOverSince: the runs tracked as
+// held by the worker exceed its own count; SchedOverSince: those a
+// "snapshots" scheduler named exceed its count; CountMissSince and
+// CountOrphSince: a count-only scheduler's count exceeds, or falls short
+// of, the runs the worker holds; MissSince and OrphSince: the oldest drift
+// of each kind the last evaluation found; OverCapSince: the runs held
+// exceed the capacity.
+type DriftTimes struct {
+	HeldOverSince, SchedOverSince  int64
+	CountMissSince, CountOrphSince int64
+	MissSince, OrphSince           int64
+	OverCapSince                   int64
+}
+
+// DriftTimes are the worker's (all 0 when none is set).
+func (d *Drift) DriftTimes() DriftTimes {
+	if d.times == nil {
+		return DriftTimes{}
+	}
+	return *d.times
+}
+
+// SetDriftTimes keeps the times; nothing when all are 0.
+func (d *Drift) SetDriftTimes(t DriftTimes) {
+	if t == (DriftTimes{}) {
+		d.times = nil
+		return
+	}
+	if d.times == nil {
+		d.times = &DriftTimes{}
+	}
+	*d.times = t
 }
 
 // Drifting tells whether the last evaluation found drift of any kind (by

@@ -65,3 +65,14 @@ func TestDriftNamed(t *testing.T) {
 	d.SetNamed(nil, nil)
 	assert.Nil(t, d.named, "nothing kept without drift")
 }
+
+// The times since when each disagreement lasts are kept only while one is
+// set: a worker in none keeps nothing.
+func TestDriftTimes(t *testing.T) {
+	var d Drift
+	assert.Equal(t, DriftTimes{}, d.DriftTimes())
+	d.SetDriftTimes(DriftTimes{OverCapSince: 5})
+	assert.Equal(t, DriftTimes{OverCapSince: 5}, d.DriftTimes())
+	d.SetDriftTimes(DriftTimes{})
+	assert.Nil(t, d.times, "nothing kept without a disagreement")
+}

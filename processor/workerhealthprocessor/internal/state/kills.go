@@ -73,20 +73,52 @@ func KillIndex(reason string) int {
 	return killOther
 }
 
-// Kills is a worker's kills: the counted kills within kills.window, the
-// episode's start, the tree's cumulative counters' last values (-1 = none
-// yet), child exits not yet matched against run ends, run ends not yet
-// matched, the last tree sample, and the cumulative kills by reason.
+// Kills is a worker's kills: the tree's cumulative counters' last values
+// (-1 = none yet), run ends not yet matched against child exits, the last
+// tree sample, the counted kills and child exits (book), and the
+// cumulative kills by reason.
 type Kills struct {
-	killLog                              []killRec
-	killSince                            int64
 	oomBase, exitMainBase, exitChildBase int64
-	exitPend                             []exitRec
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
+	// book: nil while there is nothing in it (most workers: no kill that
+	// counts and no child exit waiting; a pointer keeps the worker 48
+	// bytes smaller).
+	book *killBook
 	// kills: the cumulative kills by reason, nil until the first (most
 	// workers have none, and the worker is kept small: 72 bytes each).
 	kills *[NKillReasons]int64
+}
+
+// killBook is the counted kills within kills.window, the episode's start
+// and the child exits not yet matched against run ends.
+type killBook struct {
+	killLog   []killRec
+	killSince int64
+	exitPend  []exitRec
+}
+
+// bk is the book, made on first use.
+func (k *Kills) bk() *killBook {
+	if k.book == nil {
+		k.book = &killBook{}
+	}
+	return k.book
+}
+
+// tidy drops the book once it holds nothing.
+func (k *Kills) tidy() {
+	if b := k.book; b != nil && len(b.killLog) == 0 && b.killSince == 0 && len(b.exitPend) == 0 {
+		k.book = nil
+	}
+}
+
+// pending are the child exits waiting to be matched.
+func (k *Kills) pending() []exitRec {
+	if k.book == nil {
+		return nil
+	}
+	return k.book.exitPend
 }
 
 // noKills is what ByReason reads for a worker without kills (never
@@ -143,10 +175,11 @@ func (k *Kills) Kill(idx int, now int64, r *KillRules) {
 	if r.cfg.Count <= 0 || r.effects[idx] == EffectNone {
 		return
 	}
-	if len(k.killLog) >= maxKillLog {
-		k.killLog = append(k.killLog[:0], k.killLog[1:]...)
+	b := k.bk()
+	if len(b.killLog) >= maxKillLog {
+		b.killLog = append(b.killLog[:0], b.killLog[1:]...)
 	}
-	k.killLog = append(k.killLog, killRec{at: now, reason: uint8(idx)})
+	b.killLog = append(b.killLog, killRec{at: now, reason: uint8(idx)})
 }
 
 // ByReason are the cumulative kills by reason index (KillReasonNames),
@@ -163,28 +196,34 @@ func (k *Kills) ByReason() *[NKillReasons]int64 {
 // kill in the window when the rule began to fire, fixed until it stops
 // firing) is kept for Reason.
 func (k *Kills) Window(now int64, r *KillRules) {
-	if r.cfg.Count <= 0 || len(k.killLog) == 0 {
-		k.killSince = 0
+	b := k.book
+	if b == nil {
+		return
+	}
+	if r.cfg.Count <= 0 || len(b.killLog) == 0 {
+		b.killSince = 0
+		k.tidy()
 		return
 	}
 	win := int64(r.cfg.Window)
 	i := 0
-	for i < len(k.killLog) && now-k.killLog[i].at > win {
+	for i < len(b.killLog) && now-b.killLog[i].at > win {
 		i++
 	}
 	if i > 0 {
-		k.killLog = append(k.killLog[:0], k.killLog[i:]...)
+		b.killLog = append(b.killLog[:0], b.killLog[i:]...)
 	}
-	if len(k.killLog) == 0 {
-		k.killLog, k.killSince = nil, 0
+	if len(b.killLog) == 0 {
+		b.killLog, b.killSince = nil, 0
+		k.tidy()
 		return
 	}
 	effect, _, oldest := k.tally(r)
 	switch {
 	case effect == EffectNone:
-		k.killSince = 0
-	case k.killSince == 0:
-		k.killSince = oldest
+		b.killSince = 0
+	case b.killSince == 0:
+		b.killSince = oldest
 	}
 }
 
@@ -193,12 +232,13 @@ func (k *Kills) Window(now int64, r *KillRules) {
 // unhealthy, degraded with kills.count of any that count.
 func (k *Kills) tally(r *KillRules) (effect uint8, n int, oldest int64) {
 	count := r.cfg.Count
-	if count <= 0 || len(k.killLog) == 0 {
+	if count <= 0 || k.book == nil || len(k.book.killLog) == 0 {
 		return EffectNone, 0, 0
 	}
+	log := k.book.killLog
 	nUnhealthy := 0
 	var oldestUnhealthy int64
-	for _, kr := range k.killLog {
+	for _, kr := range log {
 		if r.effects[kr.reason] == EffectUnhealthy {
 			if nUnhealthy == 0 {
 				oldestUnhealthy = kr.at
@@ -209,8 +249,8 @@ func (k *Kills) tally(r *KillRules) (effect uint8, n int, oldest int64) {
 	switch {
 	case nUnhealthy >= count:
 		return EffectUnhealthy, nUnhealthy, oldestUnhealthy
-	case len(k.killLog) >= count:
-		return EffectDegraded, len(k.killLog), k.killLog[0].at
+	case len(log) >= count:
+		return EffectDegraded, len(log), log[0].at
 	}
 	return EffectNone, 0, 0
 }
@@ -222,8 +262,9 @@ func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) {
 	if effect == EffectNone {
 		return contract.Reason{}, EffectNone
 	}
+	// An effect: the book holds the kills.
 	var byReason [NKillReasons]int
-	for _, kr := range k.killLog {
+	for _, kr := range k.book.killLog {
 		byReason[kr.reason]++
 	}
 	var parts []string
@@ -235,7 +276,7 @@ func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) {
 	return contract.Reason{
 		Code:    CodeKills,
 		Message: fmt.Sprintf("%d kills that count within %v (%s)", n, r.cfg.Window, strings.Join(parts, ", ")),
-		Value:   float64(n), Threshold: float64(r.cfg.Count), Since: Time(k.killSince), Samples: n,
+		Value:   float64(n), Threshold: float64(r.cfg.Count), Since: Time(k.book.killSince), Samples: n,
 	}, effect
 }
 
@@ -246,13 +287,19 @@ func (k *Kills) Reason(r *KillRules) (contract.Reason, uint8) {
 // nothing but such restarts. The counts by reason stay too (cumulative).
 // The tree's exit counters keep their baselines.
 func (k *Kills) NewIncarnation() {
-	exitIdx := uint8(killReasonIndex[contract.KillWorkerExit])
-	k.killLog = slices.DeleteFunc(k.killLog, func(kr killRec) bool { return kr.reason != exitIdx })
-	if len(k.killLog) == 0 {
-		k.killLog = nil
+	k.endTimes = nil
+	b := k.book
+	if b == nil {
+		return
 	}
-	k.killSince = 0
-	k.exitPend, k.endTimes = nil, nil
+	exitIdx := uint8(killReasonIndex[contract.KillWorkerExit])
+	b.killLog = slices.DeleteFunc(b.killLog, func(kr killRec) bool { return kr.reason != exitIdx })
+	if len(b.killLog) == 0 {
+		b.killLog = nil
+	}
+	b.killSince = 0
+	b.exitPend = nil
+	k.tidy()
 }
 
 // Tree reads the kills the process tree shows: the cgroup's OOM kills,
@@ -284,13 +331,17 @@ func (k *Kills) Tree(s *mapping.Sample, now int64, r *KillRules) {
 		// it (a worker stopping closes its pool first): the worker's exit
 		// explains them, not N more kills.
 		childExits = 0
-		k.exitPend = nil
+		if k.book != nil {
+			k.book.exitPend = nil
+			k.tidy()
+		}
 	}
 	if childExits > 0 {
-		if len(k.exitPend) >= maxPending {
-			k.exitPend = k.exitPend[1:]
+		b := k.bk()
+		if len(b.exitPend) >= maxPending {
+			b.exitPend = b.exitPend[1:]
 		}
-		k.exitPend = append(k.exitPend, exitRec{at: now, after: k.treeAt, n: int32(min(childExits, 1<<20))})
+		b.exitPend = append(b.exitPend, exitRec{at: now, after: k.treeAt, n: int32(min(childExits, 1<<20))})
 	}
 	if s.Tree {
 		k.treeAt = now
@@ -339,7 +390,8 @@ func (k *Kills) RunEnded(now int64) {
 func (k *Kills) MatchExits(now int64, r *KillRules, explained func(at int64)) {
 	grace := int64(r.cfg.ExitWindow)
 	done := 0
-	for _, ex := range k.exitPend {
+	pend := k.pending()
+	for _, ex := range pend {
 		if now-ex.at < grace {
 			break
 		}
@@ -367,11 +419,14 @@ func (k *Kills) MatchExits(now int64, r *KillRules, explained func(at int64)) {
 			k.Kill(killReasonIndex[contract.KillChildExit], ex.at, r)
 		}
 	}
-	if done > 0 {
-		k.exitPend = slices.Delete(k.exitPend, 0, done)
-	}
-	if len(k.exitPend) == 0 {
-		k.exitPend = nil
+	if b := k.book; b != nil {
+		if done > 0 {
+			b.exitPend = slices.Delete(b.exitPend, 0, done)
+		}
+		if len(b.exitPend) == 0 {
+			b.exitPend = nil
+		}
+		k.tidy()
 	}
 	k.dropSpentEnds(now, grace)
 }
@@ -385,7 +440,7 @@ func (k *Kills) dropSpentEnds(now, grace int64) {
 	if k.treeAt > 0 {
 		from = k.treeAt
 	}
-	for _, ex := range k.exitPend {
+	for _, ex := range k.pending() {
 		if ex.after > 0 {
 			from = min(from, ex.after)
 		} else {
@@ -429,9 +484,12 @@ type killRecJSON struct {
 
 // Checkpoint is the kills' checkpoint record.
 func (k *Kills) Checkpoint() KillsRecord {
-	c := KillsRecord{KillSince: k.killSince, Kills: k.Snapshot()}
-	for _, r := range k.killLog {
-		c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: KillReasonNames[r.reason]})
+	c := KillsRecord{Kills: k.Snapshot()}
+	if b := k.book; b != nil {
+		c.KillSince = b.killSince
+		for _, r := range b.killLog {
+			c.KillLog = append(c.KillLog, killRecJSON{At: r.at, Reason: KillReasonNames[r.reason]})
+		}
 	}
 	return c
 }
@@ -440,12 +498,14 @@ func (k *Kills) Checkpoint() KillsRecord {
 // now (the rules' effects) go back into the rule's log.
 func (k *Kills) Restore(c *KillsRecord, rules *KillRules) {
 	effects := &rules.effects
+	b := k.bk()
 	for _, r := range c.KillLog {
-		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != EffectNone && len(k.killLog) < maxKillLog {
-			k.killLog = append(k.killLog, killRec{at: r.At, reason: uint8(i)})
+		if i, ok := killReasonIndex[r.Reason]; ok && effects[i] != EffectNone && len(b.killLog) < maxKillLog {
+			b.killLog = append(b.killLog, killRec{at: r.At, reason: uint8(i)})
 		}
 	}
-	k.killSince = c.KillSince
+	b.killSince = c.KillSince
+	k.tidy()
 	for r, n := range c.Kills {
 		if n != 0 {
 			k.count(KillIndex(r), n)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 // The kills rule's state on its own: kills.count counted kills within
@@ -48,4 +49,29 @@ func TestKillState(t *testing.T) {
 	assert.Equal(t, EffectNone, effect, "all slid out")
 	assert.Equal(t, map[string]int64{contract.KillTimeout: 1, contract.KillOOM: 2, contract.KillCrash: 1}, k.Snapshot(),
 		"the cumulative counts keep every kill")
+}
+
+// The counted kills and waiting child exits are kept only while there are
+// some: a worker whose tree reports no kill and no child exit, or whose
+// window forgot them, keeps nothing (and its cumulative counts stay).
+func TestKillBook(t *testing.T) {
+	r := &KillsRule{Count: 1, Window: time.Minute, ExitWindow: time.Second}
+	rules := NewKillRules(r)
+	k := NewKills()
+	sec := int64(time.Second)
+	k.Tree(&mapping.Sample{Tree: true, OOMKills: 0, ExitMain: 0, ExitChild: 0}, 0, rules)
+	assert.Nil(t, k.book, "baselines only")
+
+	k.RunEnded(sec)
+	k.Tree(&mapping.Sample{Tree: true, OOMKills: 0, ExitMain: 0, ExitChild: 1}, 2*sec, rules)
+	assert.NotNil(t, k.book, "a child exit waits")
+	k.MatchExits(4*sec, rules, nil)
+	assert.Nil(t, k.book, "the run end explained it")
+
+	k.Kill(killReasonIndex[contract.KillOOM], 5*sec, rules)
+	k.Window(6*sec, rules)
+	assert.NotNil(t, k.book)
+	k.Window(5*sec+int64(time.Minute)+1, rules)
+	assert.Nil(t, k.book, "the window forgot the kill")
+	assert.Equal(t, map[string]int64{contract.KillOOM: 1}, k.Snapshot())
 }

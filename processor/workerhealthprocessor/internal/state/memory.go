@@ -2,6 +2,7 @@ package state // import "github.com/workerwatch/workerwatch/processor/workerheal
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -53,20 +54,19 @@ func (m *Memory) SetCgroupMax(v int64) { m.cgroupMax = v }
 // memory.recovery_ratio of the limit end the episode, so it cannot flap at
 // the edge.
 type memEpisode struct {
-	overSamples  int
-	underSamples int
 	overSince    int64
 	persistSince int64
 	atStartSince int64
 	// The evidence each latch fired on: the memory then, the samples over
-	// the limit (persist), and when it latched.
-	persistValue   int64
-	persistSamples int
-	persistAt      int64
-	atStartValue   int64
-	// The bools together: one word, not three of padding (it is kept
-	// per worker and per role).
-	over, persist, atStart bool
+	// the limit (persist: persistSamples, below), and when it latched.
+	persistValue int64
+	persistAt    int64
+	atStartValue int64
+	// The sample counts in 32 bits and the bools after them: two words,
+	// not four (it is kept per worker and per role). A count stops at
+	// math.MaxInt32 (68 years of samples at one a second).
+	overSamples, underSamples, persistSamples int32
+	over, persist, atStart                    bool
 }
 
 // sample advances the episode with one sample against the limit lim.
@@ -80,9 +80,11 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 			e.overSince = now
 		}
 		e.over = true
-		e.overSamples++
+		if e.overSamples < math.MaxInt32 {
+			e.overSamples++
+		}
 		e.underSamples = 0
-		if e.overSamples >= m.UnhealthySamples {
+		if int(e.overSamples) >= m.UnhealthySamples {
 			e.latchPersist(rss, now)
 		}
 		e.tick(rss, now, m)
@@ -91,8 +93,10 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 	e.over = false
 	e.overSamples = 0
 	if float64(rss) < m.RecoveryRatio*float64(lim) {
-		e.underSamples++
-		if e.underSamples >= m.RecoverySamples {
+		if e.underSamples < math.MaxInt32 {
+			e.underSamples++
+		}
+		if int(e.underSamples) >= m.RecoverySamples {
 			e.persist, e.atStart = false, false
 		}
 	} else {
@@ -285,14 +289,14 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 			what = "memory of role " + role
 		}
 		cur := float64(rss)
-		recovery := &contract.Recovery{Samples: e.underSamples, Needed: c.RecoverySamples, Ratio: c.RecoveryRatio}
+		recovery := &contract.Recovery{Samples: int(e.underSamples), Needed: c.RecoverySamples, Ratio: c.RecoveryRatio}
 		recovers := fmt.Sprintf("; recovers after %d samples under %.0f%% of it", c.RecoverySamples, 100*c.RecoveryRatio)
 		if e.persist {
 			unhealthy = append(unhealthy, contract.Reason{
 				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d samples or %v", what, c.UnhealthySamples, c.UnhealthyAfter) + recovers,
 				Value:   float64(e.persistValue), Threshold: float64(lim), Since: Time(e.persistSince), Role: role,
-				Samples: e.persistSamples, FiredAt: Time(e.persistAt),
+				Samples: int(e.persistSamples), FiredAt: Time(e.persistAt),
 				Latched: true, Current: &cur, Recovery: recovery,
 			})
 		}
@@ -310,7 +314,7 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 				Code:    CodeMemory,
 				Message: fmt.Sprintf("%s over the soft limit for %d of %d samples", what, e.overSamples, c.UnhealthySamples),
 				Value:   cur, Threshold: float64(lim), Since: Time(e.overSince), Role: role,
-				Samples: e.overSamples,
+				Samples: int(e.overSamples),
 			})
 		}
 	}
@@ -327,14 +331,14 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 func (m *Memory) Snapshot(r *MemRules) contract.Memory {
 	mem := contract.Memory{
 		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
-		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: m.mem.overSamples,
+		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: int(m.mem.overSamples),
 		SampledAt: contract.Time(m.rssAt),
 		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
 	}
 	for _, role := range m.roles {
 		rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
 		if role.limit >= 0 {
-			rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, role.ep.overSamples
+			rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, int(role.ep.overSamples)
 		}
 		mem.Roles = append(mem.Roles, rm)
 	}
@@ -368,16 +372,16 @@ type cpEpisode struct {
 
 func (e *memEpisode) cp() cpEpisode {
 	return cpEpisode{
-		e.over, e.overSamples, e.underSamples, e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince,
-		e.persistValue, e.persistSamples, e.persistAt, e.atStartValue,
+		e.over, int(e.overSamples), int(e.underSamples), e.overSince, e.persist, e.persistSince, e.atStart, e.atStartSince,
+		e.persistValue, int(e.persistSamples), e.persistAt, e.atStartValue,
 	}
 }
 
 func (c cpEpisode) episode() memEpisode {
 	return memEpisode{
-		over: c.Over, overSamples: c.OverSamples, underSamples: c.UnderSamples, overSince: c.OverSince,
+		over: c.Over, overSamples: Clamp32(c.OverSamples), underSamples: Clamp32(c.UnderSamples), overSince: c.OverSince,
 		persist: c.Persist, persistSince: c.PersistSince, atStart: c.AtStart, atStartSince: c.AtStartSince,
-		persistValue: c.PersistValue, persistSamples: c.PersistSamples, persistAt: c.PersistAt, atStartValue: c.AtStartValue,
+		persistValue: c.PersistValue, persistSamples: Clamp32(c.PersistSamples), persistAt: c.PersistAt, atStartValue: c.AtStartValue,
 	}
 }
 

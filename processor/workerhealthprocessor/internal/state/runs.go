@@ -10,7 +10,6 @@ import (
 // (reported by the worker, -1 = not reported), the runs claimed by each
 // source (cumulative) and the last claim by the worker itself.
 type Runs struct {
-	Capacity  int
 	Claims    [2]int64 // cumulative by source
 	LastClaim int64
 
@@ -19,8 +18,13 @@ type Runs struct {
 	// OrderHead on (runs no longer tracked are skipped and compacted away):
 	// at the per-worker cap the oldest ended run is evicted in amortized
 	// O(1), not by a scan of every run for each new one.
-	Order     []*Run
-	OrderHead int
+	Order []*Run
+	// Capacity and OrderHead: 32 bits each, one word for both (this is
+	// kept per worker). The mapping takes a capacity below 2^20 only (a
+	// restored one is clamped), and OrderHead is an index into Order, which
+	// CompactOrder keeps within about twice the runs tracked.
+	Capacity  int32
+	OrderHead int32
 }
 
 // CompactOrder forgets the entries of runs no longer tracked once order is
@@ -65,7 +69,7 @@ type RunRecord struct {
 
 // Checkpoint is the runs' record.
 func (x *Runs) Checkpoint() RunsRecord {
-	c := RunsRecord{Capacity: x.Capacity, Claims: x.Claims, LastClaim: x.LastClaim}
+	c := RunsRecord{Capacity: int(x.Capacity), Claims: x.Claims, LastClaim: x.LastClaim}
 	if x.Table.Len() > 0 {
 		c.Runs = make(map[string]RunRecord, x.Table.Len())
 		for r := range x.Table.All() {
@@ -83,7 +87,7 @@ func (x *Runs) Checkpoint() RunsRecord {
 // mapping would have taken (valid UTF-8, at most maxIDLen bytes). It tells
 // whether it stopped at a cap.
 func (x *Runs) Restore(c *RunsRecord, maxPerWorker, maxTotal, maxIDLen int, total *int) (refused bool) {
-	x.Capacity, x.Claims, x.LastClaim = c.Capacity, c.Claims, c.LastClaim
+	x.Capacity, x.Claims, x.LastClaim = Clamp32(c.Capacity), c.Claims, c.LastClaim
 	if len(c.Runs) == 0 {
 		return false
 	}

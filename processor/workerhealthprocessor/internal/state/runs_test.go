@@ -32,7 +32,7 @@ func TestRunsCheckpointRoundTrip(t *testing.T) {
 	total := 0
 	assert.False(t, y.Restore(&rec, 10, 10, 64, &total))
 	assert.Equal(t, 3, total)
-	assert.Equal(t, 2, y.Capacity)
+	assert.Equal(t, int32(2), y.Capacity)
 	assert.Equal(t, [2]int64{5, 3}, y.Claims)
 	assert.Equal(t, int64(40), y.LastClaim)
 	var order []string

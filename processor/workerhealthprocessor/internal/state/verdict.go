@@ -14,11 +14,14 @@ type Verdict struct {
 	State   contract.State
 	Since   int64
 	Reasons []contract.Reason
-	better  int
 	// transitions: 32 bits a count, as a state changes at most once an
 	// evaluation (136 years at one a second), and the worker stays in the
 	// allocator's size class it was measured in (tracker.TestWorkerSize).
 	transitions [6]uint32
+	// better: 32 bits, next to fresh (the word is shared): it counts to
+	// hysteresis.recover_evaluations and stops at math.MaxInt32 (68 years
+	// of evaluations at one a second).
+	better int32
 	// fresh: a new incarnation began since the last evaluation; the state
 	// it computes applies at once (the current one was the old process's).
 	fresh bool
@@ -56,8 +59,10 @@ func (v *Verdict) Judged(target contract.State, reasons []contract.Reason, now i
 		v.move(target, reasons, now)
 		return true
 	default:
-		v.better++
-		if v.better >= recoverEvals {
+		if v.better < math.MaxInt32 {
+			v.better++
+		}
+		if int(v.better) >= recoverEvals {
 			v.better = 0
 			v.move(target, reasons, now)
 			return true

@@ -101,7 +101,7 @@ func (t *Tracker) applySnapshot(w *Worker, runs []string, now int64) {
 
 // heldCount records a "snapshots" scheduler's count of the runs it holds.
 func (w *Worker) heldCount(n int, now int64) {
-	w.SchedCount, w.SchedCountAt = n, now
+	w.SchedCount, w.SchedCountAt = state.Clamp32(n), now // below 2^20 (the mapping's bound)
 	if w.SnapKind != state.SnapList {
 		w.SnapKind = state.SnapCount
 	}
@@ -116,7 +116,10 @@ func (w *Worker) heldCount(n int, now int64) {
 func (t *Tracker) drift(w *Worker, now int64) {
 	grace := int64(t.cfg.Drift.Grace)
 	src := t.schedOf(w)
-	t.heal(w, src, now, grace)
+	// Since when each disagreement lasts: worked on in a copy, kept at the
+	// end (a worker in none keeps no times).
+	ts := w.DriftTimes()
+	t.heal(w, src, &ts, now, grace)
 
 	schedulerLive := t.schedulerSeen > 0 && now-t.schedulerSeen < int64(t.cfg.Lost.After)
 	// A scheduler that states only a count names no run: runs it does not
@@ -127,29 +130,31 @@ func (t *Tracker) drift(w *Worker, now int64) {
 	// only) has no view to disagree with.
 	workerView := w.NamedBy(state.OriginTelemetry)
 	missing, orphaned := w.NamedScratch()
-	w.MissSince, w.OrphSince = 0, 0
-	w.HeldW, w.HeldS = 0, 0
+	ts.MissSince, ts.OrphSince = 0, 0
+	heldW, heldS := 0, 0
 	for r := range w.Table.All() {
 		wh, sh := r.Has(state.RunWorkerHeld), r.Has(state.RunSchedHeld)
 		if wh {
-			w.HeldW++
+			heldW++
 		}
 		if sh {
-			w.HeldS++
+			heldS++
 		}
 		switch {
 		case sh && !wh && workerView:
 			if began := max(r.SAt, r.WEnd); now-began >= grace {
 				missing = append(missing, state.RunID(r.ID))
-				w.MissSince = minSince(w.MissSince, began)
+				ts.MissSince = minSince(ts.MissSince, began)
 			}
 		case wh && !sh && schedulerLive && w.SchedKnown && !counted:
 			if began := max(r.WAt, r.SEnd); now-began >= grace {
 				orphaned = append(orphaned, state.RunID(r.ID))
-				w.OrphSince = minSince(w.OrphSince, began)
+				ts.OrphSince = minSince(ts.OrphSince, began)
 			}
 		}
 	}
+	// Runs tracked: at most limits.max_runs_per_worker.
+	w.HeldW, w.HeldS = state.Clamp32(heldW), state.Clamp32(heldS)
 	slices.Sort(missing)
 	slices.Sort(orphaned)
 	w.SetNamed(missing, orphaned)
@@ -157,10 +162,10 @@ func (t *Tracker) drift(w *Worker, now int64) {
 	if counted {
 		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {
-			w.countDrift(now, grace)
+			w.countDrift(&ts, now, grace)
 		}
 	} else {
-		w.CountMissSince, w.CountOrphSince = 0, 0
+		ts.CountMissSince, ts.CountOrphSince = 0, 0
 	}
 
 	// Over capacity: the runs held beyond the capacity, once that lasted the
@@ -170,18 +175,18 @@ func (t *Tracker) drift(w *Worker, now int64) {
 	// own view its claims only add up (until drift.heal_after), which says
 	// nothing of the worker's load.
 	judged := w.NamedBy(state.OriginTelemetry) || src.View != contract.ViewClaimsOnly
-	if c := t.capacityOf(w); c > 0 && judged {
-		if held := w.heldForCapacity(); held > c {
-			if w.OverCapSince == 0 {
-				w.OverCapSince = now
-			}
-			if now-w.OverCapSince >= grace {
-				w.OverCap = held - c
-			}
-			return
+	c := t.capacityOf(w)
+	if held := w.heldForCapacity(); c > 0 && judged && held > c {
+		if ts.OverCapSince == 0 {
+			ts.OverCapSince = now
 		}
+		if now-ts.OverCapSince >= grace {
+			w.OverCap = held - c
+		}
+	} else {
+		ts.OverCapSince = 0
 	}
-	w.OverCapSince = 0
+	w.SetDriftTimes(ts)
 }
 
 // heldForCapacity is what over capacity judges: the runs the worker holds,
@@ -192,9 +197,9 @@ func (t *Tracker) drift(w *Worker, now int64) {
 // scheduler's view.
 func (w *Worker) heldForCapacity() int {
 	if w.NamedBy(state.OriginTelemetry) {
-		return w.HeldW
+		return int(w.HeldW)
 	}
-	return w.HeldS
+	return int(w.HeldS)
 }
 
 func minSince(cur, v int64) int64 {
@@ -212,7 +217,7 @@ func (w *Worker) countFresh(src *mapping.Scheduler, now int64) bool {
 
 // countDrift judges a count-only scheduler's side: more held than the worker
 // holds is missing, fewer is orphaned, each once it lasted the grace period.
-func (w *Worker) countDrift(now, grace int64) {
+func (w *Worker) countDrift(ts *state.DriftTimes, now, grace int64) {
 	judge := func(diff int, since *int64, n *int, first *int64) {
 		if diff <= 0 {
 			*since = 0
@@ -227,9 +232,9 @@ func (w *Worker) countDrift(now, grace int64) {
 			*first = minSince(*first, *since)
 		}
 	}
-	judge(w.SchedCount-w.HeldW, &w.CountMissSince, &w.MissN, &w.MissSince)
+	judge(int(w.SchedCount)-int(w.HeldW), &ts.CountMissSince, &w.MissN, &ts.MissSince)
 	if w.SchedKnown {
-		judge(w.HeldW-w.SchedCount, &w.CountOrphSince, &w.OrphN, &w.OrphSince)
+		judge(int(w.HeldW)-int(w.SchedCount), &ts.CountOrphSince, &w.OrphN, &ts.OrphSince)
 	}
 }
 
@@ -243,8 +248,8 @@ func (w *Worker) countDrift(now, grace int64) {
 //     after the other side ended it, or that the other side never named (for
 //     the worker's side: only when a scheduler knows the worker; a worker no
 //     scheduler knows may hold a run for hours), is let go.
-func (t *Tracker) heal(w *Worker, src *mapping.Scheduler, now, grace int64) {
-	workerCounted := t.reconcile(w, mapping.SideWorker, w.Active, w.ActiveAt, int64(t.cfg.Lost.After), &w.HeldOverSince, now, grace)
+func (t *Tracker) heal(w *Worker, src *mapping.Scheduler, ts *state.DriftTimes, now, grace int64) {
+	workerCounted := t.reconcile(w, mapping.SideWorker, int(w.Active), w.ActiveAt, int64(t.cfg.Lost.After), &ts.HeldOverSince, now, grace)
 	schedCorrected := false
 	if src.View == contract.ViewSnapshots {
 		switch {
@@ -258,7 +263,7 @@ func (t *Tracker) heal(w *Worker, src *mapping.Scheduler, now, grace int64) {
 		case w.SnapKind == state.SnapList:
 			schedCorrected = true
 		case w.SnapKind == state.SnapCount && w.countFresh(src, now):
-			t.reconcile(w, mapping.SideScheduler, w.SchedCount, w.SchedCountAt, 3*int64(src.Interval), &w.SchedOverSince, now, grace)
+			t.reconcile(w, mapping.SideScheduler, int(w.SchedCount), w.SchedCountAt, 3*int64(src.Interval), &ts.SchedOverSince, now, grace)
 			schedCorrected = true
 		}
 	}

@@ -102,7 +102,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 	}
 
 	capacity := t.capacityOf(w)
-	held := max(w.HeldW, w.HeldS)
+	held := int(max(w.HeldW, w.HeldS))
 
 	if after := int64(t.cfg.Stalled.After); after > 0 {
 		free := held == 0 || (capacity > 0 && held < capacity)
@@ -119,18 +119,19 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 
 	// Drift reasons count runs; one run in disagreement past the grace
 	// period is enough (threshold 1), since when the oldest began.
+	ts := w.DriftTimes()
 	if w.MissN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    state.CodeMissing,
 			Message: fmt.Sprintf("%d runs the scheduler holds for the worker are not held by it (for over %v)", w.MissN, t.cfg.Drift.Grace),
-			Value:   float64(w.MissN), Threshold: 1, Since: state.Time(w.MissSince),
+			Value:   float64(w.MissN), Threshold: 1, Since: state.Time(ts.MissSince),
 		})
 	}
 	if w.OrphN > 0 {
 		degraded = append(degraded, contract.Reason{
 			Code:    state.CodeOrphaned,
 			Message: fmt.Sprintf("%d runs the worker holds are not listed by the scheduler (for over %v)", w.OrphN, t.cfg.Drift.Grace),
-			Value:   float64(w.OrphN), Threshold: 1, Since: state.Time(w.OrphSince),
+			Value:   float64(w.OrphN), Threshold: 1, Since: state.Time(ts.OrphSince),
 		})
 	}
 	if w.OverCap > 0 {
@@ -138,7 +139,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 		degraded = append(degraded, contract.Reason{
 			Code:    state.CodeOverCapacity,
 			Message: fmt.Sprintf("%d runs held with capacity %d", n, capacity),
-			Value:   float64(n), Threshold: float64(capacity), Since: state.Time(w.OverCapSince),
+			Value:   float64(n), Threshold: float64(capacity), Since: state.Time(ts.OverCapSince),
 		})
 	}
 	if r, ok := w.cpu.Reason(&t.cfg.CPU); ok {
@@ -253,7 +254,7 @@ func (t *Tracker) idleCapacity() int64 {
 			continue
 		}
 		if c := t.capacityOf(w); c > 0 {
-			idle += int64(max(0, c-max(w.HeldW, w.HeldS)))
+			idle += int64(max(0, c-int(max(w.HeldW, w.HeldS))))
 		}
 	}
 	return idle

@@ -46,10 +46,10 @@ func (t *Tracker) run(w *Worker, id string) *state.Run {
 // returns it; nil when every run is held. Held runs (about the capacity) are
 // stepped over, so the cost does not grow with the runs tracked.
 func (w *Worker) evictEnded() *state.Run {
-	for i := w.OrderHead; i < len(w.Order); i++ {
+	for i := int(w.OrderHead); i < len(w.Order); i++ {
 		r := w.Order[i]
 		if r.Has(state.RunGone) {
-			if i == w.OrderHead {
+			if i == int(w.OrderHead) {
 				w.Order[i] = nil
 				w.OrderHead++
 			}

@@ -155,7 +155,7 @@ func New(cfg *Config) *Tracker {
 
 func (t *Tracker) capacityOf(w *Worker) int {
 	if w.Capacity >= 0 {
-		return w.Capacity
+		return int(w.Capacity)
 	}
 	if n, ok := t.cfg.Capacity.PerWorker[w.id]; ok {
 		return n
@@ -206,11 +206,13 @@ func (t *Tracker) applySample(s *mapping.Sample, now int64) {
 	if s.Present != 0 {
 		w.LastAlive = now
 	}
+	// Kept in 32 bits: the mapping takes capacities and active counts
+	// below 2^20 only (Clamp32 would clamp anything larger).
 	if s.Capacity >= 0 {
-		w.Capacity = s.Capacity
+		w.Capacity = state.Clamp32(s.Capacity)
 	}
 	if s.Active >= 0 {
-		w.Active, w.ActiveAt = s.Active, now
+		w.Active, w.ActiveAt = state.Clamp32(s.Active), now
 	}
 	if s.CgroupMax >= 0 {
 		w.memory.SetCgroupMax(s.CgroupMax)
@@ -254,7 +256,7 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 			w.Name = strings.Clone(e.Name)
 		}
 		if e.Capacity >= 0 {
-			w.Capacity = e.Capacity
+			w.Capacity = state.Clamp32(e.Capacity) // below 2^20 (the mapping's intAttr)
 		}
 	}
 	switch e.Kind {
