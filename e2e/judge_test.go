@@ -297,7 +297,7 @@ func TestJudgeOpenFn(t *testing.T) {
 	}
 	// The tree and the worker's own telemetry (worker_name) are one worker.
 	ok, _ := j.worker(wOK)
-	if !ok.Sources.Tree.Seen || !slices.Equal(ok.Sources.Telemetry.IDs, []string{"worker_name=" + wOK}) || ok.Memory.RSSBytes == 0 {
+	if !ok.Sources.Tree.Seen || !slices.Equal(ok.Sources.Telemetry.IDs.List(), []string{"worker_name=" + wOK}) || ok.Memory.RSSBytes == 0 {
 		t.Errorf("%s: tree and telemetry did not join: %+v, rss %d", wOK, ok.Sources, ok.Memory.RSSBytes)
 	}
 	t.Logf("e2e: RESULT openfn: kills memory_limit %d (%s), timeout %d (%s), none unhealthy; %s unhealthy %.1fs in (%s, main %d B over %d B after %d samples over); %s drift held every never-started run dropped 10 s or more before in %d samples (up to %d runs), never a run that reached it; no false drift on the others",

@@ -45,9 +45,9 @@ func (l leak) at(t time.Time) contract.Worker {
 		w.Memory.OverSamples = 3
 	}
 	w.Sources = contract.Sources{
-		Tree:      contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: []string{"worker_name=" + l.id}},
-		Telemetry: contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: []string{"cicd.worker.id=" + l.id}},
-		Scheduler: contract.Source{Seen: false, IDs: []string{}},
+		Tree:      contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("worker_name=" + l.id)},
+		Telemetry: contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("cicd.worker.id=" + l.id)},
+		Scheduler: contract.Source{Seen: false, IDs: contract.IDList()},
 	}
 	w.Runs.Recent = contract.PackRuns([]contract.RunRecord{
 		{ID: "run-9", Result: contract.ResultSuccess, Started: t.Add(-4 * time.Minute), Ended: t.Add(-3 * time.Minute), DurationSeconds: 60},

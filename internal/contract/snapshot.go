@@ -266,7 +266,7 @@ type Source struct {
 	LastSeen Time `json:"last_seen,omitzero"`
 	// IDs are the identity attributes and values this source used for the
 	// worker, as "key=value" (e.g. "worker_name=w1"), at most a few.
-	IDs []string `json:"ids"`
+	IDs SourceIDs `json:"ids"`
 }
 
 // RunRecord is one recently ended run of a worker, newest first.

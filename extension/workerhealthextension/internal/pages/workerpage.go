@@ -130,7 +130,7 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 		name string
 		src  contract.Source
 	}{{"process tree", w.Sources.Tree}, {"own telemetry", w.Sources.Telemetry}, {"scheduler", w.Sources.Scheduler}} {
-		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen.Time(), now), IDs: listText(s.src.IDs)})
+		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen.Time(), now), IDs: listText(s.src.IDs.List())})
 	}
 	return d
 }

@@ -389,12 +389,12 @@ func marshalWorker(w *contract.Worker) ([]byte, error) {
 }
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
-// always see [] and never null (the processor may leave them nil).
+// always see [] and never null (the processor may leave them nil; a
+// source's ids are written as [] by contract.SourceIDs itself).
 func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
 		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
-		w.Runs.Kills != nil && w.Sources.Tree.IDs != nil &&
-		w.Sources.Telemetry.IDs != nil && w.Sources.Scheduler.IDs != nil {
+		w.Runs.Kills != nil {
 		return w
 	}
 	c := *w
@@ -407,9 +407,6 @@ func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	c.Drift.Missing = nonNil(c.Drift.Missing)
 	c.Drift.Orphaned = nonNil(c.Drift.Orphaned)
 	c.Memory.Roles = nonNil(c.Memory.Roles)
-	c.Sources.Tree.IDs = nonNil(c.Sources.Tree.IDs)
-	c.Sources.Telemetry.IDs = nonNil(c.Sources.Telemetry.IDs)
-	c.Sources.Scheduler.IDs = nonNil(c.Sources.Scheduler.IDs)
 	return &c
 }
 

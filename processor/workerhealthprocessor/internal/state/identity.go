@@ -80,6 +80,10 @@ func (x *Identity) Unjoined() bool { return x.unjoinedReported }
 // ReportUnjoined marks it reported (once per worker).
 func (x *Identity) ReportUnjoined() { x.unjoinedReported = true }
 
+// noIDAttribute names the ids of a source that named the worker by none of
+// the id attributes.
+const noIDAttribute = "(no id attribute)"
+
 // IDs are the "key=value" ids a source named the worker (id) by.
 func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
 	var ids []string
@@ -89,32 +93,45 @@ func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
 		}
 	}
 	if len(ids) == 0 {
-		ids = append(ids, "(no id attribute)="+id)
+		ids = append(ids, noIDAttribute+"="+id)
 	}
 	return ids
 }
 
-// Snapshot is the health API's view of the sources that named the worker.
-// Sources that named it by the same attributes share one list (read-only,
-// as all of a snapshot): most name a worker alike, and the snapshot the
-// extension serves keeps them for every worker.
-func (x *Identity) Snapshot(id string, idKeys []string) contract.Sources {
-	var lists [NOrigins][]string
+// Snapshot is the health API's view of the sources that named the worker:
+// each source's ids are the prefixes of the attributes it named the worker
+// by (shared by every worker named alike) and the worker's id.
+func (x *Identity) Snapshot(id string, p *IDPrefixes) contract.Sources {
 	one := func(o Origin) contract.Source {
 		last := x.lastBy[o]
 		if last == 0 {
-			return contract.Source{IDs: []string{}}
+			return contract.Source{}
 		}
-		for p := range o {
-			if x.lastBy[p] != 0 && x.keysBy[p] == x.keysBy[o] {
-				lists[o] = lists[p]
-				return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: lists[o]}
-			}
-		}
-		lists[o] = x.IDs(o, id, idKeys)
-		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: lists[o]}
+		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: contract.PrefixedIDs(&p.sets[x.keysBy[o]], id)}
 	}
 	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
+}
+
+// IDPrefixes are the "key=" prefixes of the worker id attributes (at most
+// eight: a source's set of them is a byte), one list for each set, made
+// when the tracker is: read-only after, as the snapshots that share them.
+type IDPrefixes struct{ sets [256][]string }
+
+// NewIDPrefixes are the prefixes of idKeys, in their order; a set of none
+// is IDs' "(no id attribute)=".
+func NewIDPrefixes(idKeys []string) *IDPrefixes {
+	p := &IDPrefixes{}
+	for set := range 1 << min(len(idKeys), 8) {
+		for i, k := range idKeys[:min(len(idKeys), 8)] {
+			if set&(1<<i) != 0 {
+				p.sets[set] = append(p.sets[set], k+"=")
+			}
+		}
+		if len(p.sets[set]) == 0 {
+			p.sets[set] = []string{noIDAttribute + "="}
+		}
+	}
+	return p
 }
 
 // IdentityRecord is the identity's checkpoint record. Sources: which sources

@@ -28,8 +28,8 @@ func TestIdentity(t *testing.T) {
 				step{want: unhealthy, code: state.CodeMemory, check: func(h *harness) {
 					w := h.snap("w1")
 					assert.Equal(t, int64(1500), w.Memory.RSSBytes)
-					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree.IDs)
-					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry.IDs)
+					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree.IDs.List())
+					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry.IDs.List())
 					assert.False(t, w.Sources.Scheduler.Seen)
 					h.p.mu.Lock()
 					assert.Len(t, h.p.tracker.workers, 1, "one worker, not two")

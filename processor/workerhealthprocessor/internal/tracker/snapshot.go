@@ -51,6 +51,9 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		}
 		sort.Strings(wr)
 		sort.Strings(sr)
+		if slices.Equal(wr, sr) {
+			sr = wr // both sides agree (most workers): one list, read-only as all of a snapshot
+		}
 		s.Workers = append(s.Workers, contract.Worker{
 			ID: w.id, Name: w.Name, State: w.State,
 			Reasons:  append([]contract.Reason{}, w.Reasons...),
@@ -66,7 +69,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 				Missing: nonNil(slices.Clone(w.Missing())), Orphaned: nonNil(slices.Clone(w.Orphaned())),
 				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
 			},
-			Sources:     w.Identity.Snapshot(w.id, t.idKeys), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
+			Sources:     w.Identity.Snapshot(w.id, t.idPrefixes), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
 			Incarnation: w.inc.Snapshot(),
 			LastExit:    w.lastExit(),
 		})

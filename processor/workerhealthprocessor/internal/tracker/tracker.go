@@ -122,9 +122,10 @@ type Tracker struct {
 	// effect (internal/state/kills.go).
 	kills *state.KillRules
 	// scheds are the scheduler sources, idKeys the worker id attributes
-	// (both from the config).
-	scheds []mapping.Scheduler
-	idKeys []string
+	// (both from the config), idPrefixes their "key=" for the snapshots.
+	scheds     []mapping.Scheduler
+	idKeys     []string
+	idPrefixes *state.IDPrefixes
 	// mem is what the memory rule reads (internal/state/memory.go), with
 	// the interned role names.
 	mem *state.MemRules
@@ -148,6 +149,7 @@ func New(cfg *Config) *Tracker {
 		clusterPending: -1,
 	}
 	t.scheds, t.idKeys = cfg.Schedulers, cfg.IDKeys
+	t.idPrefixes = state.NewIDPrefixes(cfg.IDKeys)
 	t.mem = state.NewMemRules(&cfg.Memory, cfg.Lost.After)
 	t.kills = state.NewKillRules(&cfg.Kills)
 	return t
