@@ -26,7 +26,7 @@ func PackRuns(rs []RunRecord) RecentRuns {
 	var p RunPacker
 	for i := range rs {
 		r := &rs[i]
-		p.Add(r.ID, r.Attempt, r.Result, r.KillReason, unixNano(r.Started), unixNano(r.Ended))
+		p.Add([]byte(r.ID), r.Attempt, r.Result, r.KillReason, unixNano(r.Started), unixNano(r.Ended))
 	}
 	return p.Done()
 }
@@ -45,7 +45,7 @@ const (
 // Add appends a record: the run id, the attempt (0 = unknown), the result
 // and kill reason ("" = none), and the start and end in Unix nanoseconds
 // (0 = unknown).
-func (p *RunPacker) Add(id string, attempt int, result, kill string, started, ended int64) {
+func (p *RunPacker) Add(id []byte, attempt int, result, kill string, started, ended int64) {
 	b := binary.AppendUvarint(p.buf, uint64(len(id)))
 	b = append(b, id...)
 	b = binary.AppendVarint(b, int64(attempt))

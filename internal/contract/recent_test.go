@@ -55,9 +55,9 @@ func TestRecentRunsEmpty(t *testing.T) {
 
 func TestRunPackerReusesItsBuffer(t *testing.T) {
 	var p RunPacker
-	p.Add("a", 0, ResultSuccess, "", 1, 2)
+	p.Add([]byte("a"), 0, ResultSuccess, "", 1, 2)
 	a := p.Done()
-	p.Add("b", 0, ResultFailure, "", 3, 4)
+	p.Add([]byte("b"), 0, ResultFailure, "", 3, 4)
 	b := p.Done()
 	assert.Equal(t, "a", a.Records()[0].ID, "a list is not changed by the packer's next one")
 	assert.Equal(t, "b", b.Records()[0].ID)

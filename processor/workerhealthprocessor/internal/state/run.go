@@ -1,9 +1,9 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
+	"bytes"
 	"hash/maphash"
 	"strconv"
-	"strings"
 )
 
 // The runs of a worker (docs/health-rules.md, "Claim drift"): one Run per
@@ -33,17 +33,12 @@ const (
 
 // Run is one run as both sides see it. Times are unix ns: *At are arrival
 // times on the processor's clock (for grace periods), *TS the records' own.
-//
-// 80 bytes, the allocator's 80-byte class (TestRunSize): the id a string
-// (16 bytes) rather than bytes kept for reuse (24), and its hash only in
-// the run table's slot, not here too. A worker of a full shard holds four
-// runs: 64 bytes a worker less than at 96, and a snapshot takes a held
-// run's id as it is, without a copy.
 type Run struct {
-	ID         string
-	WAt, SAt   int64 // when each side's claim arrived
-	WEnd, SEnd int64 // when each side's end arrived
-	ClaimTS    int64 // earliest claim timestamp of either side
+	ID         []byte // reused when an evicted run's memory takes a new run
+	Hash       uint64 // RunHash(id)
+	WAt, SAt   int64  // when each side's claim arrived
+	WEnd, SEnd int64  // when each side's end arrived
+	ClaimTS    int64  // earliest claim timestamp of either side
 	StartTS    int64
 	EndTS      int64 // the worker's end record's own timestamp
 	Flags      uint16
@@ -64,8 +59,11 @@ func AttemptKey(id string, n uint16) string { return id + AttemptSep + strconv.I
 
 // RunID is the run id of a run entry's key (an earlier attempt's key
 // without its number).
-func RunID(key string) string {
-	if i := strings.IndexByte(key, AttemptSep[0]); i >= 0 {
+func RunID(key []byte) string { return string(RunIDBytes(key)) }
+
+// RunIDBytes is RunID without the copy: the run id's bytes of a key.
+func RunIDBytes(key []byte) []byte {
+	if i := bytes.IndexByte(key, AttemptSep[0]); i >= 0 {
 		return key[:i]
 	}
 	return key

@@ -9,8 +9,8 @@ import (
 )
 
 func addRun(x *Runs, id string, wAt, sAt int64, flags uint16) *Run {
-	r := &Run{ID: id, WAt: wAt, SAt: sAt, Flags: flags}
-	x.Table.Put(r, RunHash(id))
+	r := &Run{ID: []byte(id), Hash: RunHash(id), WAt: wAt, SAt: sAt, Flags: flags}
+	x.Table.Put(r)
 	x.Order = append(x.Order, r)
 	return r
 }
@@ -80,7 +80,7 @@ func TestRunsCompactOrder(t *testing.T) {
 			continue
 		}
 		r.Flags |= RunGone
-		x.Table.Remove(r, RunHash(r.ID))
+		x.Table.Remove(r)
 	}
 	x.CompactOrder()
 	assert.Equal(t, keep, x.Order)

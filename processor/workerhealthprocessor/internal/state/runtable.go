@@ -22,9 +22,8 @@ import (
 // run evicted at the cap, the insert) and a new allocation for a copy of the
 // id, and left the processor at 1.02-1.19x the spanmetrics connector's cost
 // per span (BenchmarkSpans at commit 1f057b6). Here the id is hashed once
-// per record, the id is copied once, when the run is first seen (an evicted
-// run's memory serves the new one; the id was kept as bytes reused with it
-// until the run had to fit 80 bytes: run.go), and the table's probes,
+// per record, the id bytes live in the run (whose memory an evicted run hands on to the new
+// one, so steady state allocates nothing per run), and the table's probes,
 // insert and delete are a few compares on one contiguous slice, where a Go
 // map keyed by the hash still rehashes it and matches control bytes for each
 // of the three operations (measured: the three map operations were a quarter
@@ -57,7 +56,7 @@ func (t *RunTable) Len() int { return t.n }
 func (t *RunTable) Get(id string, h uint64) *Run {
 	if !t.hashed() {
 		for i := range t.slots {
-			if s := &t.slots[i]; s.h == h && s.r.ID == id {
+			if s := &t.slots[i]; s.h == h && string(s.r.ID) == id {
 				return s.r
 			}
 		}
@@ -69,17 +68,17 @@ func (t *RunTable) Get(id string, h uint64) *Run {
 		if s.r == nil {
 			return nil
 		}
-		if s.h == h && s.r.ID == id {
+		if s.h == h && string(s.r.ID) == id {
 			return s.r
 		}
 	}
 }
 
-// Put adds a run (its id set; h is RunHash of it) that is not in the table.
-func (t *RunTable) Put(r *Run, h uint64) {
+// Put adds a run (its id and hash set) that is not in the table.
+func (t *RunTable) Put(r *Run) {
 	switch {
 	case !t.hashed() && t.n < smallRuns:
-		t.slots = append(t.slots, runSlot{h: h, r: r})
+		t.slots = append(t.slots, runSlot{h: r.Hash, r: r})
 		t.n++
 		return
 	case !t.hashed():
@@ -87,17 +86,17 @@ func (t *RunTable) Put(r *Run, h uint64) {
 	case 2*(t.n+1) > len(t.slots):
 		t.resize(2 * len(t.slots))
 	}
-	t.place(runSlot{h: h, r: r})
+	t.place(r)
 	t.n++
 }
 
-func (t *RunTable) place(s runSlot) {
+func (t *RunTable) place(r *Run) {
 	mask := uint64(len(t.slots) - 1)
-	i := s.h & mask
+	i := r.Hash & mask
 	for t.slots[i].r != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = s
+	t.slots[i] = runSlot{h: r.Hash, r: r}
 }
 
 func (t *RunTable) resize(size int) {
@@ -105,14 +104,13 @@ func (t *RunTable) resize(size int) {
 	t.slots = make([]runSlot, size)
 	for _, s := range old {
 		if s.r != nil {
-			t.place(s)
+			t.place(s.r)
 		}
 	}
 }
 
-// Remove drops a run of the table (h is RunHash of its id; a no-op when it
-// is not there).
-func (t *RunTable) Remove(r *Run, h uint64) {
+// Remove drops a run of the table (a no-op when it is not there).
+func (t *RunTable) Remove(r *Run) {
 	if !t.hashed() {
 		for i := range t.slots {
 			if t.slots[i].r == r {
@@ -127,7 +125,7 @@ func (t *RunTable) Remove(r *Run, h uint64) {
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := h & mask
+	i := r.Hash & mask
 	for t.slots[i].r != r {
 		if t.slots[i].r == nil {
 			return

@@ -350,7 +350,7 @@ func (t *Tracker) prune(w *Worker, now int64) {
 		}
 		if now-r.LastEnd() > ttl {
 			r.Flags |= state.RunGone
-			w.Table.Remove(r, state.RunHash(r.ID))
+			w.Table.Remove(r)
 			t.runCount--
 			t.markDirty(w)
 		}

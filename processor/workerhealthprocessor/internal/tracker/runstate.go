@@ -1,8 +1,6 @@
 package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
-	"strings"
-
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -31,15 +29,15 @@ func (t *Tracker) run(w *Worker, id string) *state.Run {
 			}
 			return nil
 		}
-		// The evicted run's memory serves the new one.
-		*r = state.Run{}
+		// The evicted run's memory, id bytes included, serves the new one.
+		*r = state.Run{ID: r.ID[:0]}
 	} else {
 		r = &state.Run{}
 		t.runCount++
 	}
-	// A copy: the id kept must not hold on to the record it came in.
-	r.ID = strings.Clone(id)
-	w.Table.Put(r, h)
+	r.ID = append(r.ID, id...)
+	r.Hash = h
+	w.Table.Put(r)
 	w.Order = append(w.Order, r)
 	return r
 }
@@ -60,7 +58,7 @@ func (w *Worker) evictEnded() *state.Run {
 		if r.Has(state.RunWorkerHeld) || r.Has(state.RunSchedHeld) {
 			continue
 		}
-		w.Table.Remove(r, state.RunHash(r.ID))
+		w.Table.Remove(r)
 		// Drop order[i], keeping the entries before it in their order.
 		copy(w.Order[w.OrderHead+1:i+1], w.Order[w.OrderHead:i])
 		w.Order[w.OrderHead] = nil
@@ -173,7 +171,7 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 	n := uint16(min(e.Attempt, 1<<15))
 	if n > 0 && r.Attempt > 0 && n < r.Attempt {
 		// An earlier attempt's record, late.
-		key := state.AttemptKey(r.ID, n)
+		key := state.AttemptKey(string(r.ID), n)
 		if old := w.Table.Get(key, state.RunHash(key)); old != nil {
 			return old
 		}
@@ -196,7 +194,7 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 		return r
 	}
 	prev := max(r.Attempt, 1)
-	id := r.ID
+	id := string(r.ID)
 	// Held meanwhile, so that making room for the earlier attempt's entry
 	// cannot evict the run itself.
 	held := r.Flags & state.RunWorkerHeld
@@ -210,16 +208,16 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 	// still runs, a stalled attempt on a hung loop: its end comes later),
 	// ended on the scheduler's side (its claim of the id goes on with the
 	// new attempt).
-	key := old.ID
+	key, hash := old.ID, old.Hash
 	*old = *r
-	old.ID, old.Attempt = key, prev
+	old.ID, old.Hash, old.Attempt = key, hash, prev
 	old.Flags = r.Flags&^state.RunSchedHeld | state.RunSchedEnded
 	if n == 0 {
 		n = prev + 1
 	}
 	// The new attempt keeps the scheduler's claim while it holds the run.
 	sched := r.Flags & state.RunSchedHeld
-	*r = state.Run{ID: r.ID, Attempt: n, Flags: sched}
+	*r = state.Run{ID: r.ID, Hash: r.Hash, Attempt: n, Flags: sched}
 	if sched != 0 {
 		r.SAt, r.ClaimTS = old.SAt, old.ClaimTS
 	}

@@ -83,7 +83,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 // the runs (contract.RecentRuns): one allocation a worker.
 func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
-		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(b.ID, a.ID))
+		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
 	})
 	for _, r := range ended[:min(len(ended), t.cfg.Limits.RecentRuns)] {
 		var result, kill string
@@ -93,7 +93,7 @@ func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 		if r.Kill > 0 {
 			kill = state.KillReasonNames[r.Kill-1]
 		}
-		t.packer.Add(state.RunID(r.ID), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
+		t.packer.Add(state.RunIDBytes(r.ID), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
 	}
 	return t.packer.Done()
 }
