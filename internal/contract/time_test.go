@@ -43,7 +43,7 @@ func TestTimeJSONAsTimeTime(t *testing.T) {
 	assert.Equal(t, "2026-12-05 13:00:00 +0000 UTC", at.String())
 	require.NoError(t, json.Unmarshal([]byte(`null`), &at))
 	assert.Equal(t, TimeOf(time.Date(2026, 12, 5, 13, 0, 0, 0, time.UTC)), at)
-	assert.Error(t, json.Unmarshal([]byte(`"yesterday"`), &at))
+	require.Error(t, json.Unmarshal([]byte(`"yesterday"`), &at))
 	err = json.Unmarshal([]byte(`"1500-01-01T00:00:00Z"`), &at)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "1678-2262")
