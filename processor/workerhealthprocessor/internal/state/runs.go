@@ -73,7 +73,7 @@ func (x *Runs) Checkpoint() RunsRecord {
 	if x.Table.Len() > 0 {
 		c.Runs = make(map[string]RunRecord, x.Table.Len())
 		for r := range x.Table.All() {
-			c.Runs[string(r.ID)] = RunRecord{
+			c.Runs[string(r.ID())] = RunRecord{
 				WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd, ClaimTS: r.ClaimTS, StartTS: r.StartTS,
 				Flags: r.Flags, EndTS: r.EndTS, Result: r.Result, Kill: r.Kill, Attempt: r.Attempt,
 			}
@@ -101,11 +101,12 @@ func (x *Runs) Restore(c *RunsRecord, maxPerWorker, maxTotal, maxIDLen int, tota
 		}
 		*total++
 		rr := &Run{
-			ID: []byte(rid), Hash: RunHash(rid), WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd,
+			WAt: r.WAt, SAt: r.SAt, WEnd: r.WEnd, SEnd: r.SEnd,
 			ClaimTS: r.ClaimTS, StartTS: r.StartTS, Flags: r.Flags &^ (RunGone | RunListed),
 			EndTS: r.EndTS, Result: r.Result, Kill: r.Kill, Attempt: r.Attempt,
 		}
-		x.Table.Put(rr)
+		rr.SetID(rid)
+		x.Table.Put(rr, RunHash(rid))
 		x.Order = append(x.Order, rr)
 	}
 	// First seen = the earlier side's claim (0 when never claimed).

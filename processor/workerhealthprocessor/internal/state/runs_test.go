@@ -9,8 +9,9 @@ import (
 )
 
 func addRun(x *Runs, id string, wAt, sAt int64, flags uint16) *Run {
-	r := &Run{ID: []byte(id), Hash: RunHash(id), WAt: wAt, SAt: sAt, Flags: flags}
-	x.Table.Put(r)
+	r := &Run{WAt: wAt, SAt: sAt, Flags: flags}
+	r.SetID(id)
+	x.Table.Put(r, RunHash(id))
 	x.Order = append(x.Order, r)
 	return r
 }
@@ -37,7 +38,7 @@ func TestRunsCheckpointRoundTrip(t *testing.T) {
 	assert.Equal(t, int64(40), y.LastClaim)
 	var order []string
 	for _, r := range y.Order {
-		order = append(order, string(r.ID))
+		order = append(order, string(r.ID()))
 	}
 	assert.Equal(t, []string{"early", "mid", "late"}, order)
 	assert.Equal(t, RunWorkerHeld, y.Table.Get("late", RunHash("late")).Flags, "listed is transient")

@@ -56,7 +56,7 @@ func (t *RunTable) Len() int { return t.n }
 func (t *RunTable) Get(id string, h uint64) *Run {
 	if !t.hashed() {
 		for i := range t.slots {
-			if s := &t.slots[i]; s.h == h && string(s.r.ID) == id {
+			if s := &t.slots[i]; s.h == h && string(s.r.ID()) == id {
 				return s.r
 			}
 		}
@@ -68,17 +68,18 @@ func (t *RunTable) Get(id string, h uint64) *Run {
 		if s.r == nil {
 			return nil
 		}
-		if s.h == h && string(s.r.ID) == id {
+		if s.h == h && string(s.r.ID()) == id {
 			return s.r
 		}
 	}
 }
 
-// Put adds a run (its id and hash set) that is not in the table.
-func (t *RunTable) Put(r *Run) {
+// Put adds a run (its id set; h is RunHash of it) that is not in the table.
+func (t *RunTable) Put(r *Run, h uint64) {
+	r.id.h = uint32(h) // for Remove: a table's mask is far below 32 bits
 	switch {
 	case !t.hashed() && t.n < smallRuns:
-		t.slots = append(t.slots, runSlot{h: r.Hash, r: r})
+		t.slots = append(t.slots, runSlot{h: h, r: r})
 		t.n++
 		return
 	case !t.hashed():
@@ -86,17 +87,17 @@ func (t *RunTable) Put(r *Run) {
 	case 2*(t.n+1) > len(t.slots):
 		t.resize(2 * len(t.slots))
 	}
-	t.place(r)
+	t.place(runSlot{h: h, r: r})
 	t.n++
 }
 
-func (t *RunTable) place(r *Run) {
+func (t *RunTable) place(s runSlot) {
 	mask := uint64(len(t.slots) - 1)
-	i := r.Hash & mask
+	i := s.h & mask
 	for t.slots[i].r != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = runSlot{h: r.Hash, r: r}
+	t.slots[i] = s
 }
 
 func (t *RunTable) resize(size int) {
@@ -104,7 +105,7 @@ func (t *RunTable) resize(size int) {
 	t.slots = make([]runSlot, size)
 	for _, s := range old {
 		if s.r != nil {
-			t.place(s.r)
+			t.place(s)
 		}
 	}
 }
@@ -125,7 +126,7 @@ func (t *RunTable) Remove(r *Run) {
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := r.Hash & mask
+	i := uint64(r.id.h) & mask
 	for t.slots[i].r != r {
 		if t.slots[i].r == nil {
 			return

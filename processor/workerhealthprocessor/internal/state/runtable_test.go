@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,18 +22,20 @@ func TestRunTableAgainstMap(t *testing.T) {
 		lists, tables := 0, 0
 		var tb RunTable
 		want := map[string]*Run{}
+		hashOf := map[*Run]uint64{}
 		for step := 0; step < 20000; step++ {
 			id := "r" + strconv.Itoa(rng.IntN(int(c.ids)))
 			h := rng.Uint64()%hashes*0x9E3779B97F4A7C15 + uint64(len(id))
 			if r := want[id]; r != nil {
-				h = r.Hash
+				h = hashOf[r]
 			}
 			got := tb.Get(id, h)
 			require.Same(t, want[id], got, "step %d id %s", step, id)
 			if got == nil {
-				r := &Run{ID: []byte(id), Hash: h}
-				tb.Put(r)
-				want[id] = r
+				r := &Run{}
+				r.SetID(id)
+				tb.Put(r, h)
+				want[id], hashOf[r] = r, h
 			} else if rng.IntN(2) == 0 {
 				tb.Remove(got)
 				delete(want, id)
@@ -54,7 +57,7 @@ func TestRunTableAgainstMap(t *testing.T) {
 		}
 		var ids []string
 		for r := range tb.All() {
-			ids = append(ids, string(r.ID))
+			ids = append(ids, string(r.ID()))
 		}
 		slices.Sort(ids)
 		var wantIDs []string
@@ -65,10 +68,45 @@ func TestRunTableAgainstMap(t *testing.T) {
 		assert.Equal(t, wantIDs, ids)
 		for id, r := range want {
 			tb.Remove(r)
-			assert.Nil(t, tb.Get(id, r.Hash))
+			assert.Nil(t, tb.Get(id, hashOf[r]))
 		}
 		tb.Shrink()
 		assert.Zero(t, tb.Len())
 		assert.Nil(t, tb.slots)
 	}
+}
+
+// A run fits the allocator's 80-byte class (run.go says why).
+func TestRunSize(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Run{}), uintptr(80))
+}
+
+// A run's id is its own bytes: a new id that fits them reuses them (no
+// allocation: an evicted run's memory serves the next run), a longer one
+// gets new ones; Take and Restart keep the run's id.
+func TestRunID(t *testing.T) {
+	r := &Run{}
+	assert.Nil(t, r.ID())
+	r.SetID("a-run-id-of-some-length")
+	assert.Equal(t, "a-run-id-of-some-length", string(r.ID()))
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		r.Reset()
+		r.SetID("shorter-id")
+	}))
+	assert.Equal(t, "shorter-id", string(r.ID()))
+	r.Reset()
+	r.SetID("a-run-id-longer-than-the-bytes-it-had-so-far")
+	assert.Equal(t, "a-run-id-longer-than-the-bytes-it-had-so-far", string(r.ID()))
+
+	o := &Run{WAt: 5, Attempt: 2}
+	o.SetID("other")
+	r.Take(o)
+	assert.Equal(t, "a-run-id-longer-than-the-bytes-it-had-so-far", string(r.ID()))
+	assert.Equal(t, int64(5), r.WAt)
+	assert.Equal(t, uint16(2), r.Attempt)
+	r.Restart(3, RunSchedHeld)
+	assert.Equal(t, "a-run-id-longer-than-the-bytes-it-had-so-far", string(r.ID()))
+	assert.Equal(t, Run{id: r.id, Attempt: 3, Flags: RunSchedHeld}, *r)
+	assert.Equal(t, "other", string(o.ID()), "o keeps its own")
+
 }

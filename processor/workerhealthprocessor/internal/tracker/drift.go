@@ -143,12 +143,12 @@ func (t *Tracker) drift(w *Worker, now int64) {
 		switch {
 		case sh && !wh && workerView:
 			if began := max(r.SAt, r.WEnd); now-began >= grace {
-				missing = append(missing, state.RunID(r.ID))
+				missing = append(missing, state.RunID(r.ID()))
 				ts.MissSince = minSince(ts.MissSince, began)
 			}
 		case wh && !sh && schedulerLive && w.SchedKnown && !counted:
 			if began := max(r.WAt, r.SEnd); now-began >= grace {
-				orphaned = append(orphaned, state.RunID(r.ID))
+				orphaned = append(orphaned, state.RunID(r.ID()))
 				ts.OrphSince = minSince(ts.OrphSince, began)
 			}
 		}

@@ -30,14 +30,13 @@ func (t *Tracker) run(w *Worker, id string) *state.Run {
 			return nil
 		}
 		// The evicted run's memory, id bytes included, serves the new one.
-		*r = state.Run{ID: r.ID[:0]}
+		r.Reset()
 	} else {
 		r = &state.Run{}
 		t.runCount++
 	}
-	r.ID = append(r.ID, id...)
-	r.Hash = h
-	w.Table.Put(r)
+	r.SetID(id)
+	w.Table.Put(r, h)
 	w.Order = append(w.Order, r)
 	return r
 }
@@ -171,7 +170,7 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 	n := uint16(min(e.Attempt, 1<<15))
 	if n > 0 && r.Attempt > 0 && n < r.Attempt {
 		// An earlier attempt's record, late.
-		key := state.AttemptKey(string(r.ID), n)
+		key := state.AttemptKey(string(r.ID()), n)
 		if old := w.Table.Get(key, state.RunHash(key)); old != nil {
 			return old
 		}
@@ -194,7 +193,7 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 		return r
 	}
 	prev := max(r.Attempt, 1)
-	id := string(r.ID)
+	id := string(r.ID())
 	// Held meanwhile, so that making room for the earlier attempt's entry
 	// cannot evict the run itself.
 	held := r.Flags & state.RunWorkerHeld
@@ -208,16 +207,15 @@ func (t *Tracker) attempt(w *Worker, r *state.Run, e *mapping.Event) *state.Run 
 	// still runs, a stalled attempt on a hung loop: its end comes later),
 	// ended on the scheduler's side (its claim of the id goes on with the
 	// new attempt).
-	key, hash := old.ID, old.Hash
-	*old = *r
-	old.ID, old.Hash, old.Attempt = key, hash, prev
+	old.Take(r)
+	old.Attempt = prev
 	old.Flags = r.Flags&^state.RunSchedHeld | state.RunSchedEnded
 	if n == 0 {
 		n = prev + 1
 	}
 	// The new attempt keeps the scheduler's claim while it holds the run.
 	sched := r.Flags & state.RunSchedHeld
-	*r = state.Run{ID: r.ID, Hash: r.Hash, Attempt: n, Flags: sched}
+	r.Restart(n, sched)
 	if sched != 0 {
 		r.SAt, r.ClaimTS = old.SAt, old.ClaimTS
 	}

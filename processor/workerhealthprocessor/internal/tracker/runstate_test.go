@@ -86,8 +86,8 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	h.p.mu.Unlock()
 }
 
-// An evicted run's memory (its id bytes included) serves the next run: the
-// runs still tracked keep their own ids.
+// An evicted run's memory serves the next run: the runs still tracked keep
+// their own ids.
 func TestRunIDsSurviveReuse(t *testing.T) {
 	cfg := testCfg()
 	cfg.Limits.MaxRunsPerWorker = 3
@@ -115,6 +115,6 @@ func TestRunIDsSurviveReuse(t *testing.T) {
 		assert.True(t, hasRun(&w.Table, id), id)
 	}
 	for r := range w.Table.All() {
-		assert.Equal(t, state.RunHash(string(r.ID)), r.Hash)
+		assert.Same(t, r, w.Table.Get(string(r.ID()), state.RunHash(string(r.ID()))), "found by its id")
 	}
 }

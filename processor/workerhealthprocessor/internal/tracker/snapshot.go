@@ -1,6 +1,7 @@
 package tracker // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"sort"
@@ -37,7 +38,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 			// served snapshot keeps them for every worker).
 			var id string
 			if r.Has(state.RunWorkerHeld | state.RunSchedHeld) {
-				id = state.RunID(r.ID)
+				id = state.RunID(r.ID())
 			}
 			if r.Has(state.RunWorkerHeld) {
 				wr = append(wr, id)
@@ -83,7 +84,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 // the runs (contract.RecentRuns): one allocation a worker.
 func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
-		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), cmp.Compare(string(b.ID), string(a.ID)))
+		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), bytes.Compare(b.ID(), a.ID()))
 	})
 	for _, r := range ended[:min(len(ended), t.cfg.Limits.RecentRuns)] {
 		var result, kill string
@@ -93,7 +94,7 @@ func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 		if r.Kill > 0 {
 			kill = state.KillReasonNames[r.Kill-1]
 		}
-		t.packer.Add(state.RunIDBytes(r.ID), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
+		t.packer.Add(state.RunIDBytes(r.ID()), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
 	}
 	return t.packer.Done()
 }
