@@ -161,8 +161,9 @@ func (p *healthProcessor) restore(ctx context.Context) {
 
 // readSlots reads the stored records of slots from to to-1 (nil: empty)
 // from a checkpoint of the given version: version 3 in groups, version 2 a
-// value per slot. A group whose framing is broken counts as one unreadable
-// record (in bad), its slots after the break empty.
+// value per slot. A group that cannot be read counts as one unreadable
+// record (in bad), its slots from the break on empty (all of them when the
+// group is compressed whole).
 func (p *healthProcessor) readSlots(ctx context.Context, version int, from, to int32) (stored [][]byte, bad int, err error) {
 	stored = make([][]byte, to-from)
 	if version == 2 {
@@ -198,7 +199,7 @@ func (p *healthProcessor) readSlots(ctx context.Context, version int, from, to i
 		})
 		if err != nil {
 			bad++
-			p.logger.Warn("a group of the checkpoint's records is unreadable; its workers after the break start over",
+			p.logger.Warn("a group of the checkpoint's records is unreadable; its workers from the break on start over",
 				zap.String("key", op.Key), zap.Error(err))
 		}
 	}

@@ -82,12 +82,12 @@ func testCfg() *Config {
 // harness drives one processor instance with a fake clock, without timers:
 // tests call eval() where the ticker would fire.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *healthProcessor
 	clock *clockwork.FakeClock
 }
 
-func newHarness(t *testing.T, cfg *Config, opts ...option) *harness {
+func newHarness(t testing.TB, cfg *Config, opts ...option) *harness {
 	require.NoError(t, cfg.Validate())
 	clock := clockwork.NewFakeClockAt(t0)
 	p, err := newHealthProcessor(processortest.NewNopSettings(metadata.Type), cfg, append([]option{withClock(clock)}, opts...)...)
