@@ -57,7 +57,6 @@ type recordEncoder struct {
 	scratch, group []byte
 }
 
-
 // A group of slots (tracker.GroupSlots of them, tracker/checkpoint.go says
 // why) is stored as one value: a format byte, then each slot of the group in
 // order, up to the last one in use, as the length of its stored record

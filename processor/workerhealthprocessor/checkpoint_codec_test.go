@@ -35,7 +35,7 @@ import (
 func TestCheckpointCodec(t *testing.T) {
 	js, err := os.ReadFile(filepath.Join("testdata", "checkpoint", "record.json"))
 	require.NoError(t, err)
-	enc := appendRecordV1(nil, js)
+	enc := appendRecordV1(js)
 	require.Equal(t, cpFormatS2Dict1, enc[0])
 	t.Logf("a record of %d bytes of JSON stored in %d (%.2fx)", len(js), len(enc), float64(len(js))/float64(len(enc)))
 	assert.Less(t, 3*len(enc), len(js), "compressed at least 3x")
@@ -101,7 +101,7 @@ func TestRestoreReadsVersion2Checkpoints(t *testing.T) {
 	store.data = map[string][]byte{
 		cpMetaKey:    []byte(`{"version":2,"scheduler_seen":` + strconv.FormatInt(h1.clock.Now().UnixNano(), 10) + `,"slots":2}`),
 		cpSlotKey(0): js,
-		cpSlotKey(1): appendRecordV1(nil, stored[1]),
+		cpSlotKey(1): appendRecordV1(stored[1]),
 	}
 	store.mu.Unlock()
 
@@ -136,8 +136,8 @@ func TestRestoreReadsVersion2Checkpoints(t *testing.T) {
 // appendRecordV1 is a record as group format 1 stored it: its JSON
 // compressed on its own (cpFormatS2Dict1), what builds before 2026-12-05
 // wrote and restore still reads.
-func appendRecordV1(dst, js []byte) []byte {
-	return append(append(dst, cpFormatS2Dict1), cpDict.Encode(nil, js)...)
+func appendRecordV1(js []byte) []byte {
+	return append([]byte{cpFormatS2Dict1}, cpDict.Encode(nil, js)...)
 }
 
 // groupIDs is the worker id of every slot of a group's value ("" empty).
@@ -182,7 +182,7 @@ func TestCheckpointGroupCodec(t *testing.T) {
 		if id := want[i]; id != "" {
 			js, err := json.Marshal(&tracker.Record{ID: id})
 			require.NoError(t, err)
-			rec = appendRecordV1(nil, js)
+			rec = appendRecordV1(js)
 		}
 		v1 = binary.AppendUvarint(v1, uint64(len(rec)))
 		v1 = append(v1, rec...)
@@ -291,7 +291,7 @@ func TestCheckpointGroupSize(t *testing.T) {
 			if n > 0 {
 				workers++
 			}
-			rec := appendRecordV1(nil, js)
+			rec := appendRecordV1(js)
 			v1 += len(binary.AppendUvarint(nil, uint64(len(rec)))) + len(rec)
 		}
 	}
@@ -317,7 +317,7 @@ func BenchmarkCheckpointGroup(b *testing.B) {
 			for _, slots := range groups {
 				for len(slots) > 0 {
 					n, k := binary.Uvarint(slots)
-					stored += len(appendRecordV1(nil, slots[k:k+int(n)])) + k
+					stored += len(appendRecordV1(slots[k:k+int(n)])) + k
 					slots = slots[k+int(n):]
 				}
 			}
@@ -396,13 +396,13 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n = len(appendRecordV1(nil, out))
+			n = len(appendRecordV1(out))
 		}
 		b.ReportMetric(float64(n), "stored-bytes")
 	})
 	b.Run("s2", func(b *testing.B) {
 		for b.Loop() {
-			appendRecordV1(nil, js)
+			appendRecordV1(js)
 		}
 	})
 	// The alternative not taken: zstd against the same dictionary.
@@ -417,7 +417,7 @@ func BenchmarkCheckpointRecord(b *testing.B) {
 		b.ReportMetric(float64(len(out)), "stored-bytes")
 	})
 	b.Run("restore", func(b *testing.B) {
-		stored := appendRecordV1(nil, js)
+		stored := appendRecordV1(js)
 		for b.Loop() {
 			out, err := decodeRecord(stored)
 			if err != nil {

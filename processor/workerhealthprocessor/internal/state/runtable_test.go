@@ -108,5 +108,4 @@ func TestRunID(t *testing.T) {
 	assert.Equal(t, "a-run-id-longer-than-the-bytes-it-had-so-far", string(r.ID()))
 	assert.Equal(t, Run{id: r.id, Attempt: 3, Flags: RunSchedHeld}, *r)
 	assert.Equal(t, "other", string(o.ID()), "o keeps its own")
-
 }
