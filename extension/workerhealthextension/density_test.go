@@ -727,38 +727,13 @@ func feedDensityRound(t *testing.T, mp processor.Metrics, lp processor.Logs, n, 
 	for from := 0; from < n; from += per {
 		md := pmetric.NewMetrics()
 		ld := plog.NewLogs()
-		srl := ld.ResourceLogs().AppendEmpty()
-		srl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
-		sched := srl.ScopeLogs().AppendEmpty().LogRecords()
+		sched := fleetload.Scheduler(ld)
 		for i := from; i < min(n, from+per); i++ {
-			id := fmt.Sprintf("density-worker-%06d", i)
-			fleetload.TreeSample(md, id, i, now)
-			wrl := ld.ResourceLogs().AppendEmpty()
-			wrl.Resource().Attributes().PutStr(contract.AttrServiceName, "density-worker")
-			wrl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-			wrs := wrl.ScopeLogs().AppendEmpty().LogRecords()
-			rec := func(lrs plog.LogRecordSlice, event, run string) plog.LogRecord {
-				lr := lrs.AppendEmpty()
-				lr.SetEventName(event)
-				lr.SetTimestamp(now)
-				if run != "" {
-					lr.Attributes().PutStr(contract.AttrRunID, run)
-				}
-				if lrs == sched {
-					lr.Attributes().PutStr(contract.AttrWorkerID, id)
-				}
-				return lr
-			}
-			rec(wrs, contract.EventHeartbeat, "").Attributes().PutInt(contract.AttrCapacity, 2)
+			prev := ""
 			if round > 0 {
-				prev := fmt.Sprintf("density-run-%06d-%d", i, round-1)
-				rec(wrs, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
-				rec(sched, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+				prev = fmt.Sprintf("density-run-%06d-%d", i, round-1)
 			}
-			run := fmt.Sprintf("density-run-%06d-%d", i, round)
-			rec(sched, contract.EventClaimed, run)
-			rec(wrs, contract.EventClaimed, run)
-			rec(wrs, contract.EventStarted, run)
+			fleetload.Round(md, ld, sched, fmt.Sprintf("density-worker-%06d", i), i, prev, fmt.Sprintf("density-run-%06d-%d", i, round), now, now)
 		}
 		require.NoError(t, lp.ConsumeLogs(ctx, ld))
 		require.NoError(t, mp.ConsumeMetrics(ctx, md))

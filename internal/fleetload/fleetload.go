@@ -1,13 +1,14 @@
 // Package fleetload builds the records a synthetic fleet's agent forwards,
 // for the tests that measure a shard under issue 24's load (TestDensity,
-// TestScaleFigures): one shape in one place, so that both measure the same
-// input.
+// TestScaleFigures, the checkpoint's TestCheckpointGroupSize): one shape in
+// one place, so that they measure the same input.
 package fleetload // import "github.com/workerwatch/workerwatch/internal/fleetload"
 
 import (
 	"fmt"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -42,4 +43,45 @@ func TreeSample(md pmetric.Metrics, id string, i int, now pcommon.Timestamp) {
 	cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
 	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
 	gauge(contract.MetricPresent, "1").SetIntValue(1)
+}
+
+// Scheduler appends the scheduler's resource (service.name "scheduler") to
+// ld and returns the slice its records go to (Round).
+func Scheduler(ld plog.Logs) plog.LogRecordSlice {
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
+	return rl.ScopeLogs().AppendEmpty().LogRecords()
+}
+
+// Round appends what an agent forwards for worker i (id) in one round of
+// issue 24's load: its tree sample to md (at now), and at ts, on a resource
+// of the worker's own in ld, a heartbeat (capacity 2), the end of its
+// previous run prev ("" for none) and the claim and start of run; to sched
+// (Scheduler), the scheduler's end of prev and claim of run.
+func Round(md pmetric.Metrics, ld plog.Logs, sched plog.LogRecordSlice, id string, i int, prev, run string, now, ts pcommon.Timestamp) {
+	TreeSample(md, id, i, now)
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr(contract.AttrServiceName, "fleet-worker")
+	rl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
+	own := rl.ScopeLogs().AppendEmpty().LogRecords()
+	rec := func(lrs plog.LogRecordSlice, event, run string) plog.LogRecord {
+		lr := lrs.AppendEmpty()
+		lr.SetEventName(event)
+		lr.SetTimestamp(ts)
+		if run != "" {
+			lr.Attributes().PutStr(contract.AttrRunID, run)
+		}
+		if lrs == sched {
+			lr.Attributes().PutStr(contract.AttrWorkerID, id)
+		}
+		return lr
+	}
+	rec(own, contract.EventHeartbeat, "").Attributes().PutInt(contract.AttrCapacity, 2)
+	if prev != "" {
+		rec(own, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+		rec(sched, contract.EventFinished, prev).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+	}
+	rec(sched, contract.EventClaimed, run)
+	rec(own, contract.EventClaimed, run)
+	rec(own, contract.EventStarted, run)
 }

@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/fleetload"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/tracker"
@@ -220,37 +219,15 @@ func densityGroups(tb testing.TB) (groups [][]byte, stored int) {
 		now := pcommon.NewTimestampFromTime(h.clock.Now())
 		md := pmetric.NewMetrics()
 		ld := plog.NewLogs()
-		srl := ld.ResourceLogs().AppendEmpty()
-		srl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
-		sched := srl.ScopeLogs().AppendEmpty().LogRecords()
+		sched := fleetload.Scheduler(ld)
 		for i := range n {
-			id := fmt.Sprintf("density-worker-%06d", i)
-			fleetload.TreeSample(md, id, i, now)
-			wrl := ld.ResourceLogs().AppendEmpty()
-			wrl.Resource().Attributes().PutStr(contract.AttrServiceName, "density-worker")
-			wrl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-			wrs := wrl.ScopeLogs().AppendEmpty().LogRecords()
-			rec := func(lrs plog.LogRecordSlice, event, run string) plog.LogRecord {
-				lr := lrs.AppendEmpty()
-				lr.SetEventName(event)
-				lr.SetTimestamp(now + pcommon.Timestamp(i*7919)) // the fleet's records spread over the round
-				if run != "" {
-					lr.Attributes().PutStr(contract.AttrRunID, run)
-				}
-				if lrs == sched {
-					lr.Attributes().PutStr(contract.AttrWorkerID, id)
-				}
-				return lr
-			}
 			runID := func(r int) string { return fmt.Sprintf("%08x-1b2c-4d3e-8f90-%012x", i*31+r, (i*7+r)*0x9E3779B1) }
-			rec(wrs, contract.EventHeartbeat, "").Attributes().PutInt(contract.AttrCapacity, 2)
+			prev := ""
 			if round > 0 {
-				rec(wrs, contract.EventFinished, runID(round-1)).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
-				rec(sched, contract.EventFinished, runID(round-1)).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
+				prev = runID(round - 1)
 			}
-			rec(sched, contract.EventClaimed, runID(round))
-			rec(wrs, contract.EventClaimed, runID(round))
-			rec(wrs, contract.EventStarted, runID(round))
+			// The fleet's records spread over the round.
+			fleetload.Round(md, ld, sched, fmt.Sprintf("density-worker-%06d", i), i, prev, runID(round), now, now+pcommon.Timestamp(i*7919))
 		}
 		h.logs(ld)
 		h.metrics(md)
