@@ -47,7 +47,15 @@ func TestFleet(t *testing.T) {
 		"--capacity", "2",
 		"--run-memory", "8MiB",
 		"--run-duration", "600ms",
-		"--run-rate", "16",
+		// More runs a second than the fleet can take (about 17-20: the oom
+		// worker's runs die at once, the timeout worker's hold a slot for
+		// three run timeouts), so that runs wait in the queue: at 16 the
+		// queue was empty most of the time, every worker's poll raced for
+		// each new run, and in CI run 112 (the unit stage loading both
+		// cores) the orphan worker won its first run only in the check's
+		// last seconds. docs/results/ci-runs.md, run 20: the same for
+		// TestFleetEndToEnd.
+		"--run-rate", "32",
 		"--claim-timeout", claimTimeout.String(),
 		"--run-timeout", runTimeout.String(),
 		"--run-memory-limit", memLimit,
