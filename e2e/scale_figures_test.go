@@ -700,7 +700,7 @@ func (tr *figTier) load(t *testing.T, n int) {
 				lds, scheds := make([]plog.Logs, tr.dests()), make([]plog.LogRecordSlice, tr.dests())
 				for d := range lds {
 					lds[d] = plog.NewLogs()
-					scheds[d] = schedulerResource(lds[d])
+					scheds[d] = fleetload.Scheduler(lds[d])
 				}
 				for i := from; i < min(n, from+per); i++ {
 					id, run := figWorker(i), figRun(i, 0)
@@ -743,8 +743,8 @@ func (tr *figTier) load(t *testing.T, n int) {
 }
 
 // live has each of the n workers send every 10 s what an agent forwards
-// for it (issue 24's load), until the returned function is called: its
-// tree sample (fleetload.TreeSample), a heartbeat, its previous run finished and a
+// for it (issue 24's load, fleetload.Round), until the returned function is
+// called: its tree sample, a heartbeat, its previous run finished and a
 // new one claimed and started, with the scheduler's end and claim of them.
 // The tier's workers stay alive (without it they all go lost lost.after
 // after load, a state change of the whole fleet in one evaluation, which
@@ -768,21 +768,13 @@ func (tr *figTier) live(n int) (stop func()) {
 		lds, scheds, mds := make([]plog.Logs, tr.dests()), make([]plog.LogRecordSlice, tr.dests()), make([]pmetric.Metrics, tr.dests())
 		for d := range lds {
 			lds[d], mds[d] = plog.NewLogs(), pmetric.NewMetrics()
-			scheds[d] = schedulerResource(lds[d])
+			scheds[d] = fleetload.Scheduler(lds[d])
 		}
+		now := pcommon.NewTimestampFromTime(time.Now())
 		for i := from; i < min(n, from+per); i++ {
 			id := figWorker(i)
 			d := tr.dest(id)
-			prev, run := figRun(i, cycle-1), figRun(i, cycle)
-			wrs := workerResource(lds[d], id)
-			lifecycle(wrs, contract.EventHeartbeat, "", map[string]int64{contract.AttrCapacity: 2})
-			lifecycle(wrs, contract.EventFinished, prev, nil).Attributes().PutStr(contract.AttrResult, contract.ResultSuccess)
-			lifecycle(wrs, contract.EventClaimed, run, nil)
-			lifecycle(wrs, contract.EventStarted, run, nil)
-			for _, ev := range [...]struct{ name, run string }{{contract.EventFinished, prev}, {contract.EventClaimed, run}} {
-				lifecycle(scheds[d], ev.name, ev.run, nil).Attributes().PutStr(contract.AttrWorkerID, id)
-			}
-			fleetload.TreeSample(mds[d], id, i, pcommon.NewTimestampFromTime(time.Now()))
+			fleetload.Round(mds[d], lds[d], scheds[d], id, i, figRun(i, cycle-1), figRun(i, cycle), now, now)
 		}
 		if next = (next + 1) % batches; next == 0 {
 			cycle++
@@ -804,7 +796,7 @@ func figRun(i, cycle int) string { return fmt.Sprintf("fig-run-%06d-%d", i, cycl
 // claimed and finished (5 lifecycle events a run).
 func runBatch(workers, n, sender, runs int) []byte {
 	ld := plog.NewLogs()
-	sched := schedulerResource(ld)
+	sched := fleetload.Scheduler(ld)
 	for r := range runs {
 		id := fmt.Sprintf("fig-worker-%06d", (n*runs+r)%workers)
 		run := fmt.Sprintf("fig-%d-%d-%d", sender, n, r)
@@ -818,12 +810,6 @@ func runBatch(workers, n, sender, runs int) []byte {
 	}
 	body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
 	return body
-}
-
-func schedulerResource(ld plog.Logs) plog.LogRecordSlice {
-	rl := ld.ResourceLogs().AppendEmpty()
-	rl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
-	return rl.ScopeLogs().AppendEmpty().LogRecords()
 }
 
 func workerResource(ld plog.Logs, id string) plog.LogRecordSlice {

@@ -34,3 +34,11 @@ func Time(ns int64) time.Time {
 // Clamp32 is n as an int32, clamped to its range: for counts kept per
 // worker in 32 bits whose sources are bounded far below it.
 func Clamp32(n int) int32 { return int32(max(min(n, math.MaxInt32), math.MinInt32)) }
+
+// inc32 counts one more in a 32-bit count, which stops at math.MaxInt32
+// (68 years of samples or evaluations at one a second).
+func inc32(n *int32) {
+	if *n < math.MaxInt32 {
+		*n++
+	}
+}

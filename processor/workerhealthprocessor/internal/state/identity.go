@@ -80,22 +80,10 @@ func (x *Identity) Unjoined() bool { return x.unjoinedReported }
 // ReportUnjoined marks it reported (once per worker).
 func (x *Identity) ReportUnjoined() { x.unjoinedReported = true }
 
-// noIDAttribute names the ids of a source that named the worker by none of
-// the id attributes.
-const noIDAttribute = "(no id attribute)"
-
-// IDs are the "key=value" ids a source named the worker (id) by.
-func (x *Identity) IDs(o Origin, id string, idKeys []string) []string {
-	var ids []string
-	for i, k := range idKeys {
-		if x.keysBy[o]&(1<<i) != 0 {
-			ids = append(ids, k+"="+id)
-		}
-	}
-	if len(ids) == 0 {
-		ids = append(ids, noIDAttribute+"="+id)
-	}
-	return ids
+// IDs are the "key=value" ids a source named the worker (id) by: the
+// prefixes of the attributes it used (p), each followed by the id.
+func (x *Identity) IDs(o Origin, id string, p *IDPrefixes) contract.SourceIDs {
+	return contract.PrefixedIDs(&p.sets[x.keysBy[o]], id)
 }
 
 // Snapshot is the health API's view of the sources that named the worker:
@@ -107,7 +95,7 @@ func (x *Identity) Snapshot(id string, p *IDPrefixes) contract.Sources {
 		if last == 0 {
 			return contract.Source{}
 		}
-		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: contract.PrefixedIDs(&p.sets[x.keysBy[o]], id)}
+		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: x.IDs(o, id, p)}
 	}
 	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
 }
@@ -118,7 +106,8 @@ func (x *Identity) Snapshot(id string, p *IDPrefixes) contract.Sources {
 type IDPrefixes struct{ sets [256][]string }
 
 // NewIDPrefixes are the prefixes of idKeys, in their order; a set of none
-// is IDs' "(no id attribute)=".
+// (a source that named the worker by none of them) is "(no id
+// attribute)=".
 func NewIDPrefixes(idKeys []string) *IDPrefixes {
 	p := &IDPrefixes{}
 	for set := range 1 << min(len(idKeys), 8) {
@@ -128,7 +117,7 @@ func NewIDPrefixes(idKeys []string) *IDPrefixes {
 			}
 		}
 		if len(p.sets[set]) == 0 {
-			p.sets[set] = []string{noIDAttribute + "="}
+			p.sets[set] = []string{"(no id attribute)="}
 		}
 	}
 	return p

@@ -25,15 +25,15 @@ func TestIdentity(t *testing.T) {
 	assert.Equal(t, OriginTelemetry, last)
 	assert.True(t, x.NamedBy(OriginTree))
 	assert.False(t, x.NamedBy(OriginScheduler))
-	assert.Equal(t, []string{"worker_name=w1"}, x.IDs(OriginTelemetry, "w1", keys))
-	assert.Equal(t, []string{"(no id attribute)=w1"}, x.IDs(OriginScheduler, "w1", keys))
-
 	prefixes := NewIDPrefixes(keys)
+	assert.Equal(t, []string{"worker_name=w1"}, x.IDs(OriginTelemetry, "w1", prefixes).List())
+	assert.Equal(t, []string{"(no id attribute)=w1"}, x.IDs(OriginScheduler, "w1", prefixes).List())
+
 	snap := x.Snapshot("w1", prefixes)
 	assert.True(t, snap.Tree.Seen)
 	assert.Equal(t, contract.Time(4), snap.Tree.LastSeen)
 	assert.Equal(t, []string{"cicd.worker.id=w1"}, snap.Tree.IDs.List())
-	assert.Equal(t, x.IDs(OriginTelemetry, "w1", keys), snap.Telemetry.IDs.List())
+	assert.Equal(t, []string{"worker_name=w1"}, snap.Telemetry.IDs.List())
 	assert.Equal(t, contract.Source{}, snap.Scheduler)
 	assert.Equal(t, []string{}, snap.Scheduler.IDs.List())
 	// A source named by none of the attributes: as IDs says.
@@ -54,7 +54,7 @@ func TestIdentity(t *testing.T) {
 	assert.Equal(t, "one", back.Name)
 	assert.Equal(t, int64(1), back.FirstMention)
 	assert.Equal(t, int64(9), back.RestoredAt)
-	assert.Equal(t, []string{"worker_name=w1"}, back.IDs(OriginTelemetry, "w1", other), "by name, not by bit")
+	assert.Equal(t, []string{"worker_name=w1"}, back.IDs(OriginTelemetry, "w1", NewIDPrefixes(other)).List(), "by name, not by bit")
 	assert.False(t, back.Unjoined())
 	back.ReportUnjoined()
 	assert.True(t, back.Unjoined())

@@ -2,7 +2,6 @@ package state // import "github.com/workerwatch/workerwatch/processor/workerheal
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -64,7 +63,7 @@ type memEpisode struct {
 	atStartValue int64
 	// The sample counts in 32 bits and the bools after them: two words,
 	// not four (it is kept per worker and per role). A count stops at
-	// math.MaxInt32 (68 years of samples at one a second).
+	// math.MaxInt32 (inc32).
 	overSamples, underSamples, persistSamples int32
 	over, persist, atStart                    bool
 }
@@ -80,9 +79,7 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 			e.overSince = now
 		}
 		e.over = true
-		if e.overSamples < math.MaxInt32 {
-			e.overSamples++
-		}
+		inc32(&e.overSamples)
 		e.underSamples = 0
 		if int(e.overSamples) >= m.UnhealthySamples {
 			e.latchPersist(rss, now)
@@ -93,9 +90,7 @@ func (e *memEpisode) sample(rss, lim, now int64, m *MemoryRule) {
 	e.over = false
 	e.overSamples = 0
 	if float64(rss) < m.RecoveryRatio*float64(lim) {
-		if e.underSamples < math.MaxInt32 {
-			e.underSamples++
-		}
+		inc32(&e.underSamples)
 		if int(e.underSamples) >= m.RecoverySamples {
 			e.persist, e.atStart = false, false
 		}

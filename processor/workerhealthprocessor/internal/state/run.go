@@ -61,8 +61,8 @@ type Run struct {
 // allocation a run in the steady state, which BenchmarkSpans' lifecycle
 // spans need (an id copied into a new string for every run cost 1.17x the
 // time a span). The hash spares the run table a hash of the id when it
-// removes the run (8-14 % of a span, the same benchmark). Whoever keeps an
-// id copies it, as with the []byte before.
+// removes the run, which a lifecycle span does for the run it evicts.
+// Whoever keeps an id copies it, as with the []byte before.
 type runKey struct {
 	p *byte
 	n uint32 // length; the bytes' room too (a shorter id gives the rest up)

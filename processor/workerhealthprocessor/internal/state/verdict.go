@@ -19,8 +19,7 @@ type Verdict struct {
 	// allocator's size class it was measured in (tracker.TestWorkerSize).
 	transitions [6]uint32
 	// better: 32 bits, next to fresh (the word is shared): it counts to
-	// hysteresis.recover_evaluations and stops at math.MaxInt32 (68 years
-	// of evaluations at one a second).
+	// hysteresis.recover_evaluations and stops at math.MaxInt32 (inc32).
 	better int32
 	// fresh: a new incarnation began since the last evaluation; the state
 	// it computes applies at once (the current one was the old process's).
@@ -59,9 +58,7 @@ func (v *Verdict) Judged(target contract.State, reasons []contract.Reason, now i
 		v.move(target, reasons, now)
 		return true
 	default:
-		if v.better < math.MaxInt32 {
-			v.better++
-		}
+		inc32(&v.better)
 		if int(v.better) >= recoverEvals {
 			v.better = 0
 			v.move(target, reasons, now)

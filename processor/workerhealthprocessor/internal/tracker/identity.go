@@ -76,7 +76,9 @@ func (t *Tracker) otherOrigin(o state.Origin, now int64) bool {
 }
 
 // idsOf are the "key=value" ids a source named the worker by.
-func (t *Tracker) idsOf(w *Worker, o state.Origin) []string { return w.IDs(o, w.id, t.idKeys) }
+func (t *Tracker) idsOf(w *Worker, o state.Origin) []string {
+	return w.IDs(o, w.id, t.idPrefixes).List()
+}
 
 // Message is the log line's text.
 func (u Unjoined) Message() string {
