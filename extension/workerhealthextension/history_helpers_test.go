@@ -56,7 +56,7 @@ func (l leak) at(t time.Time) contract.Worker {
 	w.Runs.Kills = map[string]int64{contract.KillTimeout: 1}
 	w.Incarnation = &contract.Incarnation{
 		ID: "4242@" + l.start.UTC().Format(time.RFC3339), Source: contract.IncarnationTree,
-		PID: 4242, Started: l.start, FirstSeen: l.start,
+		PID: 4242, Started: contract.TimeOf(l.start), FirstSeen: contract.TimeOf(l.start),
 	}
 	return w
 }

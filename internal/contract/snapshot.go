@@ -203,9 +203,9 @@ type Incarnation struct {
 	// PID is the root process id (0 when not known).
 	PID int64 `json:"pid,omitempty"`
 	// Started is when the process started (zero when not known).
-	Started time.Time `json:"started,omitzero"`
+	Started Time `json:"started,omitzero"`
 	// FirstSeen is when the processor first saw the incarnation.
-	FirstSeen time.Time `json:"first_seen,omitzero"`
+	FirstSeen Time `json:"first_seen,omitzero"`
 }
 
 // Memory is a worker's memory against its soft limit.

@@ -6,6 +6,7 @@ package fleetload // import "github.com/workerwatch/workerwatch/internal/fleetlo
 
 import (
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -15,15 +16,19 @@ import (
 )
 
 // TreeSample appends worker i's tree sample (id its worker id) as the
-// worker_process receiver forwards it: the worker on the resource, the
+// worker_process receiver forwards it: the worker and its root process's
+// incarnation (process.pid, process.creation.time) on the resource, the
 // main role's memory and CPU, the CPU limit and workerwatch.worker.present
 // = 1, all at now. Its values vary with i as a fleet's do (a host every 100
-// workers).
+// workers, the root started an hour before the load).
 func TreeSample(md pmetric.Metrics, id string, i int, now pcommon.Timestamp) {
 	rm := md.ResourceMetrics().AppendEmpty()
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-	rm.Resource().Attributes().PutStr(contract.AttrWorkerName, id)
-	rm.Resource().Attributes().PutStr("host.name", fmt.Sprintf("fleet-host-%03d", i/100))
+	attrs := rm.Resource().Attributes()
+	attrs.PutStr(contract.AttrWorkerID, id)
+	attrs.PutStr(contract.AttrWorkerName, id)
+	attrs.PutStr("host.name", fmt.Sprintf("fleet-host-%03d", i/100))
+	attrs.PutInt(contract.AttrPID, int64(1000+i%30000))
+	attrs.PutStr(contract.AttrProcessCreationTime, rootStarted.Add(time.Duration(i)*time.Millisecond).Format(contract.TimeLayout))
 	sm := rm.ScopeMetrics().AppendEmpty()
 	sm.Scope().SetName("github.com/workerwatch/workerwatch/receiver/workerprocessreceiver")
 	ms := sm.Metrics()
@@ -44,6 +49,11 @@ func TreeSample(md pmetric.Metrics, id string, i int, now pcommon.Timestamp) {
 	gauge(contract.MetricCPULimit, "{cpu}").SetDoubleValue(2)
 	gauge(contract.MetricPresent, "1").SetIntValue(1)
 }
+
+// rootStarted is when the fleet's root processes started: one instant for
+// every round (an incarnation is stable while its process lives), an hour
+// before the process that sends the load started.
+var rootStarted = time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
 
 // Scheduler appends the scheduler's resource (service.name "scheduler") to
 // ld and returns the slice its records go to (Round).

@@ -147,9 +147,9 @@ func incarnationText(in *contract.Incarnation, now time.Time) string {
 		s = "pid " + strconv.FormatInt(in.PID, 10)
 	}
 	if !in.Started.IsZero() {
-		s += ", started " + in.Started.UTC().Format("2006-01-02 15:04:05 UTC") + " (" + ago(in.Started, now) + ")"
+		s += ", started " + in.Started.Time().Format("2006-01-02 15:04:05 UTC") + " (" + ago(in.Started.Time(), now) + ")"
 	} else if !in.FirstSeen.IsZero() {
-		s += ", first seen " + ago(in.FirstSeen, now)
+		s += ", first seen " + ago(in.FirstSeen.Time(), now)
 	}
 	switch in.Source {
 	case contract.IncarnationTree:

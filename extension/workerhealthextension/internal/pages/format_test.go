@@ -55,10 +55,10 @@ func TestEvidence(t *testing.T) {
 	t0 := fleettest.T0
 	assert.Equal(t, "not known yet", incarnationText(nil, t0))
 	assert.Equal(t, "pid 4242, started 2025-11-29 11:55:00 UTC (5m ago) · from the process tree", incarnationText(&contract.Incarnation{
-		ID: "4242@2026-01-01T00:00:00.000Z", Source: contract.IncarnationTree, PID: 4242, Started: t0.Add(-5 * time.Minute),
+		ID: "4242@2026-01-01T00:00:00.000Z", Source: contract.IncarnationTree, PID: 4242, Started: contract.TimeOf(t0.Add(-5 * time.Minute)),
 	}, t0))
 	assert.Equal(t, "service.instance.id abc, first seen 1m ago · from the worker's telemetry", incarnationText(&contract.Incarnation{
-		ID: "abc", Source: contract.IncarnationServiceInstance, FirstSeen: t0.Add(-time.Minute),
+		ID: "abc", Source: contract.IncarnationServiceInstance, FirstSeen: contract.TimeOf(t0.Add(-time.Minute)),
 	}, t0))
 	assert.Equal(t, "signal 9 (41@x), 2s ago", lastExitText(&contract.Exit{How: contract.ExitSignal, Signal: &sig, Incarnation: "41@x", At: t0.Add(-2 * time.Second)}, t0))
 }

@@ -21,6 +21,11 @@ type Incarnation struct {
 	// Started is when the process started (unix ns, 0 = unknown);
 	// FirstSeen when the processor first saw the incarnation.
 	Started, FirstSeen int64
+	// snap is the health API's view of it as Snapshot last built it: the
+	// next evaluation hands the same one on while nothing in it changed (a
+	// published snapshot is immutable), instead of a new one for every
+	// worker at every evaluation.
+	snap *contract.Incarnation
 }
 
 // startSlack is how far two start times of one pid may differ and still be
@@ -94,7 +99,11 @@ func (in *Incarnation) Snapshot() *contract.Incarnation {
 	if in.ID == "" {
 		return nil
 	}
-	return &contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: Time(in.Started), FirstSeen: Time(in.FirstSeen)}
+	s := contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: contract.Time(in.Started), FirstSeen: contract.Time(in.FirstSeen)}
+	if in.snap == nil || *in.snap != s {
+		in.snap = &s
+	}
+	return in.snap
 }
 
 // Exit is how an incarnation ended, as the receiver stated it.

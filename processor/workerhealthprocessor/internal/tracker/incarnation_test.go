@@ -99,7 +99,7 @@ func TestIncarnationFreshEvidence(t *testing.T) {
 	require.NotNil(t, inc)
 	assert.Equal(t, contract.IncarnationTree, inc.Source)
 	assert.Equal(t, int64(200), inc.PID)
-	assert.Equal(t, startedB.Truncate(time.Millisecond), inc.Started)
+	assert.Equal(t, startedB.Truncate(time.Millisecond), inc.Started.Time())
 }
 
 // restart checkpoints every worker of h and restores them into a new
@@ -322,7 +322,7 @@ func TestTelemetryBeforeTree(t *testing.T) {
 		inc := h.snap("w1").Incarnation
 		require.NotNil(t, inc)
 		assert.Equal(t, int64(200), inc.PID)
-		assert.Equal(t, h.clock.Now().UTC().Truncate(time.Millisecond), inc.FirstSeen.UTC().Truncate(time.Millisecond), "a new incarnation, first seen now")
+		assert.Equal(t, h.clock.Now().UTC().Truncate(time.Millisecond), inc.FirstSeen.Time().Truncate(time.Millisecond), "a new incarnation, first seen now")
 	})
 }
 
