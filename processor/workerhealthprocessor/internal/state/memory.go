@@ -32,8 +32,11 @@ type Memory struct {
 	rss       int64 // -1 = no sample yet
 	rssAt     int64
 	cgroupMax int64 // -1 = not reported
-	mem       memEpisode
-	roles     []roleMem
+	// mem is the tree's episode, nil while there is none (under the soft
+	// limit, no latch: most workers at most times), so that a worker does
+	// not carry its 64 bytes for nothing (settle).
+	mem   *memEpisode
+	roles []roleMem
 }
 
 // NewMemory is the memory of a worker never sampled.
@@ -66,6 +69,27 @@ type memEpisode struct {
 	// math.MaxInt32 (inc32).
 	overSamples, underSamples, persistSamples int32
 	over, persist, atStart                    bool
+}
+
+// idle reports whether the episode holds nothing a later sample reads: not
+// over the limit and no latch. Its counts are then moot: going over starts
+// overSamples afresh, and a latch starts underSamples afresh.
+func (e *memEpisode) idle() bool { return !e.over && !e.persist && !e.atStart }
+
+// episode is the tree's episode, made when a sample of rss against lim
+// would start one (nil otherwise).
+func (m *Memory) episode(rss, lim int64) *memEpisode {
+	if m.mem == nil && lim > 0 && rss > lim {
+		m.mem = &memEpisode{}
+	}
+	return m.mem
+}
+
+// settle lets an idle tree episode go.
+func (m *Memory) settle() {
+	if m.mem != nil && m.mem.idle() {
+		m.mem = nil
+	}
 }
 
 // sample advances the episode with one sample against the limit lim.
@@ -173,7 +197,11 @@ func (m *Memory) SoftLimit(r *MemRules) int64 {
 func (m *Memory) Sample(s *mapping.Sample, now int64, rules *MemRules) {
 	rule := rules.cfg
 	m.rss, m.rssAt = s.Mem, now
-	m.mem.sample(s.Mem, m.SoftLimit(rules), now, rule)
+	lim := m.SoftLimit(rules)
+	if e := m.episode(s.Mem, lim); e != nil {
+		e.sample(s.Mem, lim, now, rule)
+		m.settle()
+	}
 	if s.NRole == 0 {
 		return
 	}
@@ -236,7 +264,10 @@ func (m *Memory) RunStarted(now int64, r *MemRules) {
 	if !r.cfg.AtRunStart || m.rss < 0 || now-m.rssAt > r.lostAfter {
 		return
 	}
-	m.mem.runStarted(m.rss, m.SoftLimit(r), now)
+	lim := m.SoftLimit(r)
+	if e := m.episode(m.rss, lim); e != nil {
+		e.runStarted(m.rss, lim, now)
+	}
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
 			rm.ep.runStarted(rm.rss, r.roleLimits[rm.limit].bytes, now)
@@ -248,7 +279,9 @@ func (m *Memory) RunStarted(now int64, r *MemRules) {
 // and every limited role's (it also fires between samples).
 func (m *Memory) Tick(now int64, r *MemRules) {
 	c := r.cfg
-	m.mem.tick(m.rss, now, c)
+	if m.mem != nil {
+		m.mem.tick(m.rss, now, c)
+	}
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
 			rm.ep.tick(rm.rss, now, c)
@@ -261,7 +294,7 @@ func (m *Memory) Tick(now int64, r *MemRules) {
 // latch. The last samples stay (they are the new process's figures from
 // its first sample on).
 func (m *Memory) NewIncarnation() {
-	m.mem = memEpisode{}
+	m.mem = nil
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.ep != nil {
 			*rm.ep = memEpisode{}
@@ -313,7 +346,9 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 			})
 		}
 	}
-	add(&m.mem, m.rss, m.SoftLimit(r), "")
+	if m.mem != nil {
+		add(m.mem, m.rss, m.SoftLimit(r), "")
+	}
 	for i := range m.roles {
 		if rm := &m.roles[i]; rm.limit >= 0 {
 			add(rm.ep, rm.rss, r.roleLimits[rm.limit].bytes, rm.role)
@@ -326,9 +361,12 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 func (m *Memory) Snapshot(r *MemRules) contract.Memory {
 	mem := contract.Memory{
 		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
-		CgroupMaxBytes: max(m.cgroupMax, 0), OverSamples: int(m.mem.overSamples),
-		SampledAt: contract.Time(m.rssAt),
-		Roles:     make([]contract.RoleMemory, 0, len(m.roles)),
+		CgroupMaxBytes: max(m.cgroupMax, 0),
+		SampledAt:      contract.Time(m.rssAt),
+		Roles:          make([]contract.RoleMemory, 0, len(m.roles)),
+	}
+	if m.mem != nil {
+		mem.OverSamples = int(m.mem.overSamples)
 	}
 	for _, role := range m.roles {
 		rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
@@ -389,7 +427,10 @@ type cpRole struct {
 
 // Checkpoint is the memory's checkpoint record.
 func (m *Memory) Checkpoint() MemoryRecord {
-	c := MemoryRecord{RSS: m.rss, CgroupMax: m.cgroupMax, Mem: m.mem.cp()}
+	c := MemoryRecord{RSS: m.rss, CgroupMax: m.cgroupMax}
+	if m.mem != nil {
+		c.Mem = m.mem.cp()
+	}
 	for _, r := range m.roles {
 		cr := cpRole{Role: r.role, RSS: r.rss}
 		if r.ep != nil {
@@ -403,7 +444,10 @@ func (m *Memory) Checkpoint() MemoryRecord {
 // Restore takes a checkpointed memory back; its roles are the rules'
 // (interned names, the configured limits).
 func (m *Memory) Restore(c *MemoryRecord, t *MemRules) {
-	m.rss, m.cgroupMax, m.mem = c.RSS, c.CgroupMax, c.Mem.episode()
+	m.rss, m.cgroupMax, m.mem = c.RSS, c.CgroupMax, nil
+	if e := c.Mem.episode(); !e.idle() {
+		m.mem = &e
+	}
 	for _, r := range c.Roles {
 		if rm := t.role(m, r.Role); rm != nil {
 			rm.rss = r.RSS

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
 // The memory rule's state on its own: the soft limit is the lower of
@@ -20,8 +22,7 @@ func TestMemState(t *testing.T) {
 	assert.Equal(t, int64(600), m.SoftLimit(r), "half the cgroup's 1200 is lower")
 
 	sample := func(rss, now int64) {
-		m.rss, m.rssAt = rss, now
-		m.mem.sample(rss, m.SoftLimit(r), now, cfg)
+		m.Sample(&mapping.Sample{Mem: rss}, now, r)
 	}
 	codes := func() (u, d []string) {
 		unhealthy, degraded := m.AddReasons(r, nil, nil)
@@ -33,6 +34,8 @@ func TestMemState(t *testing.T) {
 		}
 		return u, d
 	}
+	sample(500, 0)
+	assert.Nil(t, m.mem, "under the limit: no episode held")
 	sample(700, 1)
 	u, d := codes()
 	assert.Empty(t, u)
@@ -51,6 +54,7 @@ func TestMemState(t *testing.T) {
 	u, d = codes()
 	assert.Empty(t, u, "recovered after recovery_samples")
 	assert.Empty(t, d)
+	assert.Nil(t, m.mem, "recovered: the episode let go")
 
 	m.RunStarted(15, r) // under the limit: nothing
 	sample(700, 16)
