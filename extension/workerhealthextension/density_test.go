@@ -214,6 +214,12 @@ type densityResult struct {
 	// into the process (file_storage maps its bbolt file), from
 	// /proc/self/smaps; the rest of the file pages are the binary's own.
 	CheckpointMapped int64 `json:"checkpoint_mapped_bytes"`
+	// Binary: of RSSBytes, the pages of the (test) binary's own file above
+	// the child's base, by its mappings' permissions: "r-xp" its code,
+	// "r--p" its read-only data and the tables the runtime reads to walk
+	// stacks (the GC's scans, the heap profile's samples), "rw-p" its data.
+	// What a process holds whatever its fleet, for the code it runs.
+	Binary map[string]int64 `json:"binary_bytes"`
 	// Runtime: the Go runtime's memory classes (runtime/metrics) at the
 	// reading of the RSS, by name less "/memory/classes/" and ":bytes", above the
 	// child's base: what of the anonymous RSS is not live objects (free
@@ -295,6 +301,10 @@ func densityTable(n int, r map[string]densityResult) string {
 	fmt.Fprintf(&b, "  checkpoint file (tracker): %.1f MiB (%.2f KiB per worker), of its pages in the RSS %.1f MiB (%.2f KiB per worker)\n",
 		float64(tr.CheckpointBytes)/(1<<20), float64(tr.CheckpointBytes)/float64(n)/1024,
 		float64(tr.CheckpointMapped)/(1<<20), float64(tr.CheckpointMapped)/float64(n)/1024)
+	if x, ok := r["rw-nh"]; ok {
+		fmt.Fprintf(&b, "  the binary's pages in the RSS (rw-nh): code %.1f MiB, read-only data and tables %.1f MiB, data %.1f MiB\n",
+			float64(x.Binary["r-xp"])/(1<<20), float64(x.Binary["r--p"])/(1<<20), float64(x.Binary["rw-p"])/(1<<20))
+	}
 	fmt.Fprintf(&b, "  runs a worker holds (tracker): %d (one held, the others ended), of them listed as recent: %.1f\n", tr.Runs, tr.RecentRuns)
 	return b.String()
 }
@@ -446,6 +456,7 @@ func densityChild(t *testing.T, spec string) {
 	debug.FreeOSMemory()
 	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
 	baseClasses := memoryClasses()
+	baseBinary := binaryRSS(t)
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
@@ -635,12 +646,16 @@ func densityChild(t *testing.T, spec string) {
 			res.RSSBytes, res.AnonBytes = rss, vmStatus("RssAnon")-baseAnon
 			res.Runtime = memoryClasses()
 			res.CheckpointMapped = mappedRSS(t, stateDir)
+			res.Binary = binaryRSS(t)
 		}
 		time.Sleep(170 * time.Millisecond)
 	}
 	res.PeakBytes = vmStatus("VmHWM") - baseRSS
 	for k, v := range baseClasses {
 		res.Runtime[k] -= v
+	}
+	for k, v := range baseBinary {
+		res.Binary[k] -= v
 	}
 	res.Seconds = time.Since(began).Seconds()
 	res.CheckpointBytes = dirSize(t, stateDir)
@@ -653,22 +668,54 @@ func densityChild(t *testing.T, spec string) {
 // (/proc/self/smaps).
 func mappedRSS(t *testing.T, dir string) int64 {
 	t.Helper()
+	var sum int64
+	for m, rss := range smapsRSS(t) {
+		if strings.HasPrefix(m.path, dir) {
+			sum += rss
+		}
+	}
+	return sum
+}
+
+// binaryRSS is the resident bytes of the process's own executable's
+// mappings, by their permissions.
+func binaryRSS(t *testing.T) map[string]int64 {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for m, rss := range smapsRSS(t) {
+		if m.path == exe {
+			out[m.perms] += rss
+		}
+	}
+	return out
+}
+
+type mapping struct{ start, path, perms string }
+
+// smapsRSS is the resident bytes of each mapping of /proc/self/smaps.
+func smapsRSS(t *testing.T) map[mapping]int64 {
+	t.Helper()
 	raw, err := os.ReadFile("/proc/self/smaps")
 	require.NoError(t, err)
-	var sum int64
-	in := false
+	out := map[mapping]int64{}
+	var cur mapping
 	for l := range strings.SplitSeq(string(raw), "\n") {
 		f := strings.Fields(l)
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-"): // a mapping's first line
-			in = len(f) >= 6 && strings.HasPrefix(f[5], dir)
-		case in && len(f) == 3 && f[0] == "Rss:":
+			cur = mapping{start: f[0], perms: f[1]}
+			if len(f) >= 6 {
+				cur.path = f[5]
+			}
+		case len(f) == 3 && f[0] == "Rss:":
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			require.NoError(t, err)
-			sum += kb << 10
+			out[cur] += kb << 10
 		}
 	}
-	return sum
+	return out
 }
 
 // dirSize is the bytes of the files in dir.
