@@ -82,7 +82,7 @@ import (
 //	             the state set's current state only, no drift gauge at 0
 //	rw           history on, sparse, with the remote-write exporter of
 //	             deploy/collector/gateway-static.yaml (as shipped) in place
-//	             of the Prometheus exporter, sending to a receiver in the test
+//	             of the Prometheus exporter, sending to a receiver in the parent
 //	rw-nh        the same with history off
 //
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;

@@ -1,6 +1,7 @@
 package contract // import "github.com/workerwatch/workerwatch/internal/contract"
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"iter"
@@ -66,6 +67,17 @@ func (p *RunPacker) Add(id []byte, attempt int, result, kill string, started, en
 		b = binary.AppendVarint(b, ended-started)
 	}
 	p.buf = b
+}
+
+// DoneAs is Done, but hands on prev itself when it holds the same runs
+// (one snapshot's recent runs in the next: a published snapshot is
+// immutable) instead of a copy.
+func (p *RunPacker) DoneAs(prev RecentRuns) RecentRuns {
+	if len(p.buf) > 0 && bytes.Equal(p.buf, prev.b) {
+		p.buf = p.buf[:0]
+		return prev
+	}
+	return p.Done()
 }
 
 // Done returns the records added since the last Done, in a slice of their

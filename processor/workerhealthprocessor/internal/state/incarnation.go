@@ -101,7 +101,8 @@ func (in *Incarnation) Snapshot() *contract.Incarnation {
 	}
 	s := contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: contract.Time(in.Started), FirstSeen: contract.Time(in.FirstSeen)}
 	if in.snap == nil || *in.snap != s {
-		in.snap = &s
+		c := s // s itself stays on the stack: only a changed incarnation allocates
+		in.snap = &c
 	}
 	return in.snap
 }

@@ -357,25 +357,41 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 	return unhealthy, degraded
 }
 
-// Snapshot is the snapshot's view of the worker's memory.
-func (m *Memory) Snapshot(r *MemRules) contract.Memory {
+// Snapshot is the snapshot's view of the worker's memory. prev is its
+// roles in the snapshot before (nil: none): they are handed on as they are
+// when nothing in them changed (a published snapshot is immutable), instead
+// of a new list for every worker at every evaluation.
+func (m *Memory) Snapshot(r *MemRules, prev []contract.RoleMemory) contract.Memory {
 	mem := contract.Memory{
 		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
 		CgroupMaxBytes: max(m.cgroupMax, 0),
 		SampledAt:      contract.Time(m.rssAt),
-		Roles:          make([]contract.RoleMemory, 0, len(m.roles)),
+		Roles:          prev,
 	}
 	if m.mem != nil {
 		mem.OverSamples = int(m.mem.overSamples)
 	}
-	for _, role := range m.roles {
-		rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
-		if role.limit >= 0 {
-			rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, int(role.ep.overSamples)
+	same := prev != nil && len(prev) == len(m.roles)
+	for i := 0; same && i < len(m.roles); i++ {
+		same = m.roleSnapshot(i, r) == prev[i]
+	}
+	if !same {
+		mem.Roles = make([]contract.RoleMemory, len(m.roles))
+		for i := range m.roles {
+			mem.Roles[i] = m.roleSnapshot(i, r)
 		}
-		mem.Roles = append(mem.Roles, rm)
 	}
 	return mem
+}
+
+// roleSnapshot is the snapshot's view of the worker's i-th role.
+func (m *Memory) roleSnapshot(i int, r *MemRules) contract.RoleMemory {
+	role := &m.roles[i]
+	rm := contract.RoleMemory{Role: role.role, RSSBytes: role.rss}
+	if role.limit >= 0 {
+		rm.SoftLimitBytes, rm.OverSamples = r.roleLimits[role.limit].bytes, int(role.ep.overSamples)
+	}
+	return rm
 }
 
 // MemoryRecord is the memory's checkpoint record.

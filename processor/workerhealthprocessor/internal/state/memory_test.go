@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
 
@@ -61,8 +62,36 @@ func TestMemState(t *testing.T) {
 	m.RunStarted(17, r)
 	u, _ = codes()
 	assert.Equal(t, []string{CodeMemoryAtStart}, u, "over the limit when a run started")
-	snap := m.Snapshot(r)
+	snap := m.Snapshot(r, nil)
 	assert.Equal(t, int64(700), snap.RSSBytes)
 	assert.Equal(t, int64(600), snap.SoftLimitBytes)
 	assert.Equal(t, 1, snap.OverSamples)
+}
+
+// A snapshot hands on the roles of the one before while they are the same,
+// and lists them anew, leaving the published list as it was, once a role's
+// memory changed.
+func TestMemSnapshotRolesReused(t *testing.T) {
+	cfg := &MemoryRule{RecoveryRatio: 0.9, RecoverySamples: 2, UnhealthySamples: 3}
+	r := NewMemRules(cfg, 100)
+	m := NewMemory()
+	sample := func(main, child int64, now int64) {
+		s := mapping.Sample{Mem: main + child, NRole: 2}
+		s.Roles[0] = mapping.RoleVal{Role: contract.RoleMain, RSS: main}
+		s.Roles[1] = mapping.RoleVal{Role: "child", RSS: child}
+		m.Sample(&s, now, r)
+	}
+	sample(100, 50, 1)
+	first := m.Snapshot(r, nil).Roles
+	assert.Equal(t, []contract.RoleMemory{{Role: "child", RSSBytes: 50}, {Role: contract.RoleMain, RSSBytes: 100}}, first)
+
+	sample(100, 50, 2)
+	again := m.Snapshot(r, first).Roles
+	assert.Same(t, &first[0], &again[0], "unchanged: the same list")
+
+	sample(120, 50, 3)
+	moved := m.Snapshot(r, again).Roles
+	assert.NotSame(t, &first[0], &moved[0])
+	assert.Equal(t, int64(120), moved[1].RSSBytes)
+	assert.Equal(t, int64(100), first[1].RSSBytes, "what was published stays as it was")
 }

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,4 +46,48 @@ func recentIDs(rs []contract.RunRecord) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// A snapshot hands on what of a worker's entry did not change since the
+// snapshot before it, while that one is still held (by the health
+// extension): its held runs on both sides, its roles, its recent runs. What
+// changed is built anew, and what was published stays as it was.
+func TestSnapshotHandsOnUnchanged(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.metrics(treeMetrics("w1", 10, -1, 1))
+	h.logs(wl("w1", contract.EventClaimed, "a", nil))
+	h.logs(sl("w1", contract.EventClaimed, "a"))
+	h.logs(wl("w1", contract.EventClaimed, "r1", nil))
+	h.advance(sec)
+	h.logs(wl("w1", contract.EventFinished, "r1", map[string]any{"cicd.pipeline.result": "success"}))
+	h.eval()
+	build := func() *contract.Snapshot {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		return h.p.tracker.Snapshot(h.clock.Now().UnixNano())
+	}
+	first := build()
+	w1 := first.Workers[0]
+	assert.Equal(t, []string{"a"}, w1.Runs.Worker)
+	assert.Same(t, &w1.Runs.Worker[0], &w1.Runs.Scheduler[0], "both sides agree: one list")
+	assert.NotEmpty(t, w1.Memory.Roles)
+	assert.Equal(t, 1, w1.Runs.Recent.Len())
+
+	second := build()
+	w2 := second.Workers[0]
+	assert.Same(t, &w1.Runs.Worker[0], &w2.Runs.Worker[0], "held runs unchanged: handed on")
+	assert.Same(t, &w1.Memory.Roles[0], &w2.Memory.Roles[0], "roles unchanged: handed on")
+	assert.Equal(t, w1.Runs.Recent, w2.Runs.Recent)
+
+	// The scheduler lets go of a; the worker claims b.
+	h.logs(sl("w1", contract.EventFinished, "a"))
+	h.logs(wl("w1", contract.EventClaimed, "b", nil))
+	third := build()
+	w3 := third.Workers[0]
+	assert.Equal(t, []string{"a", "b"}, w3.Runs.Worker)
+	assert.Empty(t, w3.Runs.Scheduler)
+	assert.Equal(t, []string{"a"}, w2.Runs.Worker, "the published list stays as it was")
+	assert.Equal(t, []string{"a"}, w2.Runs.Scheduler)
+	runtime.KeepAlive(first)
+	runtime.KeepAlive(second)
 }
