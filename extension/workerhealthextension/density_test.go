@@ -456,7 +456,7 @@ func densityChild(t *testing.T, spec string) {
 	debug.FreeOSMemory()
 	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
 	baseClasses := memoryClasses()
-	baseBinary := binaryRSS(t)
+	baseBinary := binaryRSS(t, smapsRSS(t))
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
@@ -645,8 +645,9 @@ func densityChild(t *testing.T, spec string) {
 		if rss := vmStatus("VmRSS") - baseRSS; res.RSSBytes < 0 || rss < res.RSSBytes {
 			res.RSSBytes, res.AnonBytes = rss, vmStatus("RssAnon")-baseAnon
 			res.Runtime = memoryClasses()
-			res.CheckpointMapped = mappedRSS(t, stateDir)
-			res.Binary = binaryRSS(t)
+			maps := smapsRSS(t)
+			res.CheckpointMapped = mappedRSS(maps, stateDir)
+			res.Binary = binaryRSS(t, maps)
 		}
 		time.Sleep(170 * time.Millisecond)
 	}
@@ -664,12 +665,11 @@ func densityChild(t *testing.T, spec string) {
 	fmt.Printf("DENSITY %s\n", js)
 }
 
-// mappedRSS is the resident bytes of the mappings of files under dir
-// (/proc/self/smaps).
-func mappedRSS(t *testing.T, dir string) int64 {
-	t.Helper()
+// mappedRSS is the resident bytes of the mappings (smapsRSS) of files
+// under dir.
+func mappedRSS(maps map[mapping]int64, dir string) int64 {
 	var sum int64
-	for m, rss := range smapsRSS(t) {
+	for m, rss := range maps {
 		if strings.HasPrefix(m.path, dir) {
 			sum += rss
 		}
@@ -678,13 +678,13 @@ func mappedRSS(t *testing.T, dir string) int64 {
 }
 
 // binaryRSS is the resident bytes of the process's own executable's
-// mappings, by their permissions.
-func binaryRSS(t *testing.T) map[string]int64 {
+// mappings (of maps, smapsRSS), by their permissions.
+func binaryRSS(t *testing.T, maps map[mapping]int64) map[string]int64 {
 	t.Helper()
 	exe, err := os.Readlink("/proc/self/exe")
 	require.NoError(t, err)
 	out := map[string]int64{}
-	for m, rss := range smapsRSS(t) {
+	for m, rss := range maps {
 		if m.path == exe {
 			out[m.perms] += rss
 		}

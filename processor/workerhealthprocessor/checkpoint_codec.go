@@ -67,11 +67,12 @@ type recordEncoder struct {
 // records of a group share more than a record shares with the dictionary
 // (their workers' ids, run ids and times of one round differ in their last
 // characters), and the file that bbolt maps is the checkpoint's part of the
-// RSS: workers fed as TestDensity feeds them took 412 bytes each compressed
-// one by one with S2, 234 with S2 over the group and 87 with zstd over the
-// group (TestCheckpointGroupSize; BenchmarkCheckpointGroup, which also
-// times them: zstd over a group takes less time than S2 took record by
-// record, and 1.7x what S2 takes over the group). zstd was not taken for
+// RSS: workers fed as TestDensity feeds them (fleetload.Round) take 489
+// bytes each compressed one by one with S2, 255 with S2 over the group and
+// 96 with zstd over the group (TestCheckpointGroupSize; BenchmarkCheckpointGroup,
+// which also times them: zstd over a group takes less time than S2 took
+// record by record, and about twice what S2 takes over the group;
+// docs/results/density.md). zstd was not taken for
 // single records (one call a record costs many times S2's); over a group
 // it is one call for up to 64 records.
 //
@@ -118,8 +119,8 @@ func (e *recordEncoder) encodeGroup(g *tracker.Group, marshal func(any) ([]byte,
 
 // newGroupEncoder is format 2's encoder. One serves the processor's life:
 // EncodeAll starts no goroutine, and its tables are reused from group to
-// group. A window of 128 KiB (a group of 64 workers is about 90 KiB of
-// JSON) and the lower-memory tables: it holds 0.9 MB, where the library's
+// group. A window of 128 KiB (a group of 64 workers is about 96 KiB of
+// JSON in TestCheckpointGroupSize) and the lower-memory tables: it holds 0.9 MB, where the library's
 // defaults hold 9.3 for groups stored as small (BenchmarkCheckpointGroup,
 // encoder-bytes): a fixed cost of the shard's.
 func newGroupEncoder() (*zstd.Encoder, error) {

@@ -254,7 +254,8 @@ func densityGroups(tb testing.TB) (groups [][]byte, stored int) {
 
 // Compressed together (format 2), a group of workers fed as TestDensity
 // feeds them is at least 3 times smaller than its records compressed one by
-// one (format 1): 87 against 412 bytes a worker when it was written.
+// one (format 1): 96 against 489 bytes a worker on 2ea4e8b (the roots'
+// incarnations included), 87 against 412 before them.
 func TestCheckpointGroupSize(t *testing.T) {
 	groups, v2 := densityGroups(t)
 	v1, workers := 0, 0

@@ -219,14 +219,10 @@ func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 		v.kills[i] = uint32(min(n, math.MaxUint32))
 	}
 	if drifted {
-		v.drift = [3]int32{count32(w.MissN), count32(w.OrphN), count32(w.OverCap)}
+		v.drift = [3]int32{state.Clamp32(w.MissN), state.Clamp32(w.OrphN), state.Clamp32(w.OverCap)}
 	}
 	return v
 }
-
-// count32 is a count of runs in 32 bits (a worker holds at most
-// limits.max_runs of them).
-func count32(n int) int32 { return int32(min(n, math.MaxInt32)) }
 
 // metricHelpers makes metrics and points in the scope that scope last
 // appended (the closures buildMetrics always had, shared by the workers'

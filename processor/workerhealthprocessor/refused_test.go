@@ -12,56 +12,20 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
+	"github.com/workerwatch/workerwatch/internal/fleetload"
 )
 
 // refusedBatch is what an agent forwards in one request for `n` workers
-// every 10 s (docs/scaling.md, "Memory per worker"): each worker's tree
-// sample (present = 1, the main role's memory and CPU, the CPU limit), and
-// its heartbeat, a run claimed and started, and the scheduler's claim.
+// every 10 s (docs/scaling.md, "Memory per worker"; fleetload.Round): each
+// worker's tree sample, and its heartbeat, a run claimed and started, and
+// the scheduler's claim.
 func refusedBatch(prefix string, n, round int) (pmetric.Metrics, plog.Logs) {
 	md := pmetric.NewMetrics()
 	ld := plog.NewLogs()
-	srl := ld.ResourceLogs().AppendEmpty()
-	srl.Resource().Attributes().PutStr(contract.AttrServiceName, "scheduler")
-	sched := srl.ScopeLogs().AppendEmpty().LogRecords()
+	sched := fleetload.Scheduler(ld)
+	ts := pcommon.NewTimestampFromTime(t0)
 	for i := range n {
-		id := fmt.Sprintf("%s-%05d", prefix, i)
-		run := fmt.Sprintf("%s-run-%05d-%d", prefix, i, round)
-		rm := md.ResourceMetrics().AppendEmpty()
-		rm.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-		ms := rm.ScopeMetrics().AppendEmpty().Metrics()
-		gauge := func(name string) pmetric.NumberDataPoint {
-			m := ms.AppendEmpty()
-			m.SetName(name)
-			return m.SetEmptyGauge().DataPoints().AppendEmpty()
-		}
-		mem := gauge(contract.MetricMemory)
-		mem.SetIntValue(200 << 20)
-		mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-		cpu := gauge(contract.MetricCPUUtilization)
-		cpu.SetDoubleValue(0.1)
-		cpu.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
-		gauge(contract.MetricCPULimit).SetDoubleValue(2)
-		gauge(contract.MetricPresent).SetIntValue(1)
-
-		wrl := ld.ResourceLogs().AppendEmpty()
-		wrl.Resource().Attributes().PutStr(contract.AttrServiceName, "worker")
-		wrl.Resource().Attributes().PutStr(contract.AttrWorkerID, id)
-		wrs := wrl.ScopeLogs().AppendEmpty().LogRecords()
-		rec := func(lrs plog.LogRecordSlice, event, run string) plog.LogRecord {
-			lr := lrs.AppendEmpty()
-			lr.SetEventName(event)
-			lr.SetTimestamp(pcommon.NewTimestampFromTime(t0))
-			if run != "" {
-				lr.Attributes().PutStr(contract.AttrRunID, run)
-			}
-			return lr
-		}
-		rec(wrs, contract.EventHeartbeat, "").Attributes().PutInt(contract.AttrCapacity, 2)
-		rec(wrs, contract.EventClaimed, run)
-		rec(wrs, contract.EventStarted, run)
-		rec(sched, contract.EventClaimed, run).Attributes().PutStr(contract.AttrWorkerID, id)
+		fleetload.Round(md, ld, sched, fmt.Sprintf("%s-%05d", prefix, i), i, "", fmt.Sprintf("%s-run-%05d-%d", prefix, i, round), ts, ts)
 	}
 	return md, ld
 }

@@ -22,6 +22,7 @@ func TestIncarnationSnapshotReused(t *testing.T) {
 	first := in.Snapshot()
 	require.NotNil(t, first)
 	assert.Same(t, first, in.Snapshot(), "unchanged: the same view")
+	assert.Zero(t, testing.AllocsPerRun(10, func() { in.Snapshot() }), "unchanged: nothing allocated")
 	assert.Equal(t, contract.Incarnation{
 		ID: "4242@2026-01-02T03:05:05.000Z", Source: contract.IncarnationTree, PID: 4242,
 		Started: 1_767_323_105_000_000_000, FirstSeen: 1_767_323_110_000_000_000,

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
-	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/internal/fleetload"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
 )
@@ -55,14 +54,11 @@ func BenchmarkSnapshot(b *testing.B) {
 	// Each snapshot held until the next is built, as the health extension
 	// holds the one it serves (a local variable would not do: overwritten,
 	// it is dead while the next is built).
-	benchServed = snap
+	served = snap
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		benchServed = h.p.tracker.Snapshot(now)
+		served = h.p.tracker.Snapshot(now)
 	}
-	benchServed = nil
+	served = nil
 }
-
-// benchServed is the snapshot BenchmarkSnapshot's extension would serve.
-var benchServed *contract.Snapshot

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -91,3 +92,33 @@ func TestSnapshotHandsOnUnchanged(t *testing.T) {
 	runtime.KeepAlive(first)
 	runtime.KeepAlive(second)
 }
+
+// What a snapshot allocates when nothing changed does not grow with the
+// workers: a fleet of 30 costs the allocations of a fleet of one (the
+// snapshot, its array, its counts), none a worker.
+func TestSnapshotAllocationsPerFleet(t *testing.T) {
+	allocs := func(n int) float64 {
+		h := newHarness(t, testCfg())
+		for i := range n {
+			id := fmt.Sprintf("w%d", i)
+			h.metrics(treeMetrics(id, 10, -1, 1))
+			h.logs(wl(id, contract.EventClaimed, "a", nil))
+			h.logs(sl(id, contract.EventClaimed, "a"))
+			h.logs(wl(id, contract.EventClaimed, "r1", nil))
+			h.logs(wl(id, contract.EventFinished, "r1", map[string]any{"cicd.pipeline.result": "success"}))
+		}
+		h.eval()
+		now := h.clock.Now().UnixNano()
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		served = h.p.tracker.Snapshot(now)
+		defer func() { served = nil }()
+		// Each held (served, in memory the collector reads) while the next is built.
+		return testing.AllocsPerRun(20, func() { served = h.p.tracker.Snapshot(now) })
+	}
+	one, many := allocs(1), allocs(30)
+	assert.Equal(t, one, many, "allocations a snapshot: %v for one worker, %v for 30", one, many)
+}
+
+// served is the snapshot a test's health extension would serve.
+var served *contract.Snapshot
