@@ -219,7 +219,7 @@ func valuesOf(w *tracker.Worker, cur int, zeros, drifted bool) seriesValues {
 		v.kills[i] = uint32(min(n, math.MaxUint32))
 	}
 	if drifted {
-		v.drift = [3]int32{state.Clamp32(w.MissN), state.Clamp32(w.OrphN), state.Clamp32(w.OverCap)}
+		v.drift = [3]int32{w.MissN, w.OrphN, w.OverCap}
 	}
 	return v
 }

@@ -15,7 +15,10 @@ const (
 // still to be announced. (Its place in the tracker's admission lists is the
 // processor's.)
 type Admission struct {
-	Admitted    int
+	// Admitted: the low 32 bits of the tracker's count of evaluations when
+	// the worker was admitted, compared by their difference (which wraps
+	// safely): 8 bytes a worker less than the whole count.
+	Admitted    uint32
 	Evidence    Evidence
 	Unannounced bool
 }

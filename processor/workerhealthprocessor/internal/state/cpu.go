@@ -20,13 +20,23 @@ import (
 // cpu.max "50000 100000" gets half a core): the thresholds are shares of
 // min(1, limit), so a main process held at its quota counts as saturated.
 
-// CPU is the CPU episode of a worker's main process: cores -1 = never
-// judged, limit -1 = unknown.
+// CPU is the CPU of a worker's main process: cores -1 = never judged,
+// limit -1 = unknown. Its episode exists only while there is one.
 type CPU struct {
 	cores float64
 	limit float64
-	// over and under: samples in a row over and under the limit (int32:
-	// one word for both, the struct is kept per worker).
+	// ep: nil while no sample in a row is over the threshold and nothing
+	// latched (most workers, most of the time): 24 bytes a worker where the
+	// counts and the evidence kept inline were 56 (the tracker's Worker in
+	// a smaller size class, TestWorkerSize). Idle, the counts do not matter:
+	// going over starts counting afresh, and under counts only while
+	// latched.
+	ep *cpuEpisode
+}
+
+// cpuEpisode is a CPU episode under way.
+type cpuEpisode struct {
+	// over and under: samples in a row over and under the limit.
 	over, under int32
 	since       int64
 	// firedCores and firedAt are the evidence the episode latched on.
@@ -57,28 +67,39 @@ func (c *CPU) Sample(utilization float64, now int64, r *CPURule) {
 	scale := cpuScale(c.limit)
 	switch {
 	case cores >= r.SaturationCores*scale:
-		if c.over == 0 && !c.sat {
-			c.since = now
+		if c.ep == nil {
+			c.ep = &cpuEpisode{}
 		}
-		c.over++
-		c.under = 0
-		if int(c.over) >= r.Samples && !c.sat {
-			c.sat, c.firedCores, c.firedAt = true, cores, now
+		e := c.ep
+		if e.over == 0 && !e.sat {
+			e.since = now
 		}
+		e.over++
+		e.under = 0
+		if int(e.over) >= r.Samples && !e.sat {
+			e.sat, e.firedCores, e.firedAt = true, cores, now
+		}
+	case c.ep == nil:
+		// Idle and not over: nothing to count.
 	case cores < r.RecoveryCores*scale:
-		c.over = 0
-		c.under++
-		if int(c.under) >= r.RecoverySamples {
-			c.sat = false
+		e := c.ep
+		e.over = 0
+		e.under++
+		if int(e.under) >= r.RecoverySamples {
+			e.sat = false
 		}
 	default:
-		c.over, c.under = 0, 0
+		c.ep.over, c.ep.under = 0, 0
+	}
+	if e := c.ep; e != nil && !e.sat && e.over == 0 {
+		c.ep = nil // the episode is over
 	}
 }
 
 // Reason is the rule's reason while the main process is saturated.
 func (c *CPU) Reason(r *CPURule) (contract.Reason, bool) {
-	if !c.sat {
+	e := c.ep
+	if e == nil || !e.sat {
 		return contract.Reason{}, false
 	}
 	thr := r.SaturationCores * cpuScale(c.limit)
@@ -90,9 +111,9 @@ func (c *CPU) Reason(r *CPURule) (contract.Reason, bool) {
 	return contract.Reason{
 		Code: CodeCPU,
 		Message: fmt.Sprintf("main process at %.2f cores (limit %.2g CPUs) for %d samples; saturated from %.2f cores; recovers after %d samples under %.2f cores",
-			c.firedCores, c.limit, r.Samples, thr, r.RecoverySamples, r.RecoveryCores*cpuScale(c.limit)),
-		Value: c.firedCores, Threshold: thr, Since: Time(c.since), Samples: r.Samples, FiredAt: Time(c.firedAt),
-		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: int(c.under), Needed: r.RecoverySamples, Ratio: ratio},
+			e.firedCores, c.limit, r.Samples, thr, r.RecoverySamples, r.RecoveryCores*cpuScale(c.limit)),
+		Value: e.firedCores, Threshold: thr, Since: Time(e.since), Samples: r.Samples, FiredAt: Time(e.firedAt),
+		Latched: true, Current: &cur, Recovery: &contract.Recovery{Samples: int(e.under), Needed: r.RecoverySamples, Ratio: ratio},
 	}, true
 }
 

@@ -12,11 +12,9 @@ type Drift struct {
 
 	// drift of the last evaluation, for metrics and the snapshot: the runs
 	// named (Missing(), Orphaned(); nil when none, as for most workers: a
-	// pointer keeps the worker 40 bytes smaller) and how many (MissN,
-	// OrphN: more than named when a count-only scheduler's count shows it).
-	named        *driftNamed
-	MissN, OrphN int
-	OverCap      int
+	// pointer keeps the worker 40 bytes smaller) and how many (MissN and
+	// OrphN, below).
+	named *driftNamed
 	// times: since when each disagreement has lasted (DriftTimes); nil
 	// while none does, as for most workers (a pointer keeps the worker 48
 	// bytes smaller).
@@ -26,8 +24,15 @@ type Drift struct {
 	// after it (the processor's emit.go).
 	DriftAt int64
 
-	// The 32-bit counts and the bytes together, in two words (this is kept
-	// per worker). Active: runs the worker itself reports holding (-1 =
+	// How many runs drift (MissN, OrphN: more than named when a count-only
+	// scheduler's count shows it) and how many are held over capacity. In
+	// 32 bits beside the counts below (at most the runs tracked or the
+	// scheduler's count, both below 2^20): 16 bytes a worker less.
+	MissN, OrphN int32
+	OverCap      int32
+
+	// More 32-bit counts and the bytes, packed with those above (this is
+	// kept per worker). Active: runs the worker itself reports holding (-1 =
 	// never reported); SchedCount: a "snapshots" scheduler's count (both
 	// below 2^20, the mapping's bound). HeldW and HeldS: the runs held by
 	// each side at the last evaluation (runs tracked, at most

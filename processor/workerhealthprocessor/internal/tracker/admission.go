@@ -150,7 +150,7 @@ func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 		return t.refuse(id, refusedMaxUnconfirmed)
 	}
 	w := newWorker(id, now)
-	w.Evidence, w.Admitted = ev, t.evals
+	w.Evidence, w.Admitted = ev, uint32(t.evals)
 	t.markDirty(w)
 	if ev != state.EvidenceConfirmed {
 		t.low[ev].pushBack(w)
@@ -175,7 +175,7 @@ func (t *Tracker) mention(w *Worker, now int64, ev state.Evidence) {
 	case ev == state.EvidenceConfirmed:
 		t.low[w.Evidence].remove(w)
 		t.promoted(w, state.EvidenceConfirmed)
-	case w.Evidence == state.EvidenceOnce && t.evals >= w.Admitted+2:
+	case w.Evidence == state.EvidenceOnce && uint32(t.evals)-w.Admitted >= 2:
 		// Seen in an interval that is not the next one: a batch of records
 		// can straddle one evaluation, so two adjacent intervals are still
 		// "seen once".

@@ -158,7 +158,7 @@ func (t *Tracker) drift(w *Worker, now int64) {
 	slices.Sort(missing)
 	slices.Sort(orphaned)
 	w.SetNamed(missing, orphaned)
-	w.MissN, w.OrphN = len(missing), len(orphaned)
+	w.MissN, w.OrphN = state.Clamp32(len(missing)), state.Clamp32(len(orphaned))
 	if counted {
 		w.HeldS = max(w.HeldS, w.SchedCount)
 		if workerView {
@@ -181,7 +181,7 @@ func (t *Tracker) drift(w *Worker, now int64) {
 			ts.OverCapSince = now
 		}
 		if now-ts.OverCapSince >= grace {
-			w.OverCap = held - c
+			w.OverCap = state.Clamp32(held - c)
 		}
 	} else {
 		ts.OverCapSince = 0
@@ -218,7 +218,7 @@ func (w *Worker) countFresh(src *mapping.Scheduler, now int64) bool {
 // countDrift judges a count-only scheduler's side: more held than the worker
 // holds is missing, fewer is orphaned, each once it lasted the grace period.
 func (w *Worker) countDrift(ts *state.DriftTimes, now, grace int64) {
-	judge := func(diff int, since *int64, n *int, first *int64) {
+	judge := func(diff int, since *int64, n *int32, first *int64) {
 		if diff <= 0 {
 			*since = 0
 			return
@@ -227,8 +227,8 @@ func (w *Worker) countDrift(ts *state.DriftTimes, now, grace int64) {
 			// From the count that showed it (restated every interval).
 			*since = w.SchedCountAt
 		}
-		if now-*since >= grace && diff > *n {
-			*n = diff
+		if now-*since >= grace && diff > int(*n) {
+			*n = state.Clamp32(diff)
 			*first = minSince(*first, *since)
 		}
 	}

@@ -76,7 +76,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(slices.Clone(w.Missing())), Orphaned: nonNil(slices.Clone(w.Orphaned())),
-				MissingCount: w.MissN, OrphanedCount: w.OrphN, OverCapacity: w.OverCap,
+				MissingCount: int(w.MissN), OrphanedCount: int(w.OrphN), OverCapacity: int(w.OverCap),
 			},
 			Sources:     w.Identity.Snapshot(w.id, t.idPrefixes), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
 			Incarnation: w.inc.Snapshot(),
