@@ -96,9 +96,9 @@ const (
 // sums are the values' sums by group, in the order of the groups' bits.
 func (v *seriesValues) sums() tracker.SeriesSums {
 	return tracker.SeriesSums{
-		maphash.Comparable(sumSeed, v.verdictValues),
-		maphash.Comparable(sumSeed, v.held),
-		maphash.Comparable(sumSeed, v.claims),
+		uint32(maphash.Comparable(sumSeed, v.verdictValues)),
+		uint32(maphash.Comparable(sumSeed, v.held)),
+		uint32(maphash.Comparable(sumSeed, v.claims)),
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // The memory episodes, the CPU episode and the kills window belong to one
 // incarnation: a new one starts them afresh, seen live or after a restore.
 
-// Incarnation is a worker's current incarnation (ID "" = none known).
+// Incarnation is an incarnation as a sample or a record states it (ID "" =
+// none known); a worker keeps its current one as a CurrentIncarnation.
 type Incarnation struct {
 	ID     string
 	Source string // contract.Incarnation*
@@ -21,12 +22,57 @@ type Incarnation struct {
 	// Started is when the process started (unix ns, 0 = unknown);
 	// FirstSeen when the processor first saw the incarnation.
 	Started, FirstSeen int64
-	// snap is the health API's view of it as Snapshot last built it: the
-	// next evaluation hands the same one on while nothing in it changed (a
-	// published snapshot is immutable), instead of a new one for every
-	// worker at every evaluation.
-	snap *contract.Incarnation
 }
+
+// CurrentIncarnation is a worker's current incarnation as the tracker keeps
+// it: the health API's view of it (nil = none known), never changed once
+// made and replaced by a new one whenever anything in it changes (a
+// published snapshot is immutable). Every evaluation hands the same view on
+// while the incarnation is unchanged, and the worker keeps one pointer: the
+// incarnation kept inline beside a pointer to its view was 64 bytes a
+// worker, and the tracker's Worker one size class larger (TestWorkerSize).
+type CurrentIncarnation struct{ v *contract.Incarnation }
+
+// Get is the current incarnation (the zero Incarnation when none is known).
+func (c CurrentIncarnation) Get() Incarnation {
+	if c.v == nil {
+		return Incarnation{}
+	}
+	return Incarnation{ID: c.v.ID, Source: c.v.Source, PID: c.v.PID, Started: int64(c.v.Started), FirstSeen: int64(c.v.FirstSeen)}
+}
+
+// ID is the current incarnation's ID ("" = none known).
+func (c CurrentIncarnation) ID() string {
+	if c.v == nil {
+		return ""
+	}
+	return c.v.ID
+}
+
+// Source is the current incarnation's source ("" = none known).
+func (c CurrentIncarnation) Source() string {
+	if c.v == nil {
+		return ""
+	}
+	return c.v.Source
+}
+
+// Set makes in the current incarnation (ID "" = none), with a new view
+// only when something in it changed.
+func (c *CurrentIncarnation) Set(in Incarnation) {
+	if in.ID == "" {
+		c.v = nil
+		return
+	}
+	s := contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: contract.Time(in.Started), FirstSeen: contract.Time(in.FirstSeen)}
+	if c.v == nil || *c.v != s {
+		v := s // s itself stays on the stack: only a change allocates
+		c.v = &v
+	}
+}
+
+// Snapshot is the health API's view (nil when none is known).
+func (c CurrentIncarnation) Snapshot() *contract.Incarnation { return c.v }
 
 // startSlack is how far two start times of one pid may differ and still be
 // one process: the receiver states the start from the host's boot time,
@@ -94,19 +140,6 @@ func (in *Incarnation) Name() {
 	}
 }
 
-// Snapshot is the health API's view (nil when none is known).
-func (in *Incarnation) Snapshot() *contract.Incarnation {
-	if in.ID == "" {
-		return nil
-	}
-	s := contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: contract.Time(in.Started), FirstSeen: contract.Time(in.FirstSeen)}
-	if in.snap == nil || *in.snap != s {
-		c := s // s itself stays on the stack: only a changed incarnation allocates
-		in.snap = &c
-	}
-	return in.snap
-}
-
 // Exit is how an incarnation ended, as the receiver stated it.
 type Exit struct {
 	// At is when it exited (unix ns); Seen when the processor learnt it.
@@ -172,7 +205,7 @@ type ExitRecord struct {
 
 // CheckpointIncarnation is the record of an incarnation and exit (nil when
 // neither is known).
-func CheckpointIncarnation(in *Incarnation, e *Exit) *IncarnationRecord {
+func CheckpointIncarnation(in Incarnation, e *Exit) *IncarnationRecord {
 	if in.ID == "" && e == nil {
 		return nil
 	}

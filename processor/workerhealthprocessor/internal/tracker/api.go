@@ -57,8 +57,13 @@ func (w *Worker) ID() string { return w.id }
 func (w *Worker) KillsByReason() *[state.NKillReasons]int64 { return w.kills.ByReason() }
 
 // SeriesSums are the sums of the values of a worker's series, one for each
-// group of them the processor sends apart (its emit.go says which).
-type SeriesSums [3]uint64
+// group of them the processor sends apart (its emit.go says which). 32 bits
+// each: kept per worker, they and the checkpoint slot fit two words where
+// 64-bit sums took four, which put the tracker's Worker in the 576-byte size
+// class (TestWorkerSize). A change whose sum collides with the last one
+// (about one in four billion) is left out until the worker's resend point,
+// as an unchanged group is: a late point, never a wrong one.
+type SeriesSums [3]uint32
 
 // Sent is the sums of the worker's series values as last delivered
 // downstream, and when all of them were last sent (0: never).

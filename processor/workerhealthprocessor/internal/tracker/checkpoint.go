@@ -119,7 +119,7 @@ func (t *Tracker) toCheckpoint(w *Worker) Record {
 		MemoryRecord:    w.memory.Checkpoint(),
 		KillsRecord:     w.kills.Checkpoint(),
 		VerdictRecord:   w.Verdict.Checkpoint(),
-		Incarnation:     state.CheckpointIncarnation(&w.inc, w.exit),
+		Incarnation:     state.CheckpointIncarnation(w.inc.Get(), w.exit),
 	}
 }
 
@@ -137,7 +137,9 @@ func (t *Tracker) fromCheckpoint(cw *Record, now int64) *Worker {
 	w.memory.Restore(&cw.MemoryRecord, t.mem)
 	w.kills.Restore(&cw.KillsRecord, t.kills)
 	w.Verdict.Restore(&cw.VerdictRecord)
-	w.inc, w.exit = cw.Incarnation.Restore(now)
+	in, exit := cw.Incarnation.Restore(now)
+	w.inc.Set(in)
+	w.exit = exit
 	// The verdict is not restored: unknown until evaluated (never healthy
 	// by default after a restart).
 	w.Restored(now, notReported(w, now, true))

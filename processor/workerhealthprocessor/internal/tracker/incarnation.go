@@ -24,9 +24,10 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 	if !ok {
 		return
 	}
+	cur := w.inc.Get()
 	if tree && !present {
 		// The root ended: pending until a new incarnation or the grace.
-		if w.inc.ID != "" && !w.inc.Same(&in) {
+		if cur.ID != "" && !cur.Same(&in) {
 			return // an older root's exit, restated
 		}
 		in.Name()
@@ -35,28 +36,29 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		}
 		if ex, ok := state.ExitOf(ref, in.ID, now); ok {
 			w.exit = &ex
-			if w.inc.ID == "" {
-				w.inc = in
+			if cur.ID == "" {
+				w.inc.Set(in)
 			}
 			t.exitDue = minDue(t.exitDue, now+int64(t.cfg.Lost.ExitGrace))
 		}
 		return
 	}
-	if !tree && w.inc.Source == contract.IncarnationTree {
+	if !tree && cur.Source == contract.IncarnationTree {
 		return // the tree's root is the worker's incarnation
 	}
 	switch {
-	case w.inc.ID == "":
+	case cur.ID == "":
 		// The first known: its evidence is its own (a worker restored from
 		// a checkpoint that knew no incarnation keeps its evidence).
 		in.Name()
-		w.inc = in
-	case w.inc.Same(&in):
-		if (in.Source == contract.IncarnationTree && w.inc.Source != contract.IncarnationTree) || (w.inc.PID == 0 && in.PID != 0) {
+		w.inc.Set(in)
+	case cur.Same(&in):
+		if (in.Source == contract.IncarnationTree && cur.Source != contract.IncarnationTree) || (cur.PID == 0 && in.PID != 0) {
 			// The same process, now from its tree (the tree speaks for
 			// it) or now with its pid: its evidence and first sight stay.
 			in.Name()
-			w.inc.ID, w.inc.Source, w.inc.PID, w.inc.Started = in.ID, in.Source, in.PID, in.Started
+			cur.ID, cur.Source, cur.PID, cur.Started = in.ID, in.Source, in.PID, in.Started
+			w.inc.Set(cur)
 			t.markDirty(w)
 		}
 		return
@@ -66,7 +68,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		w.kills.NewIncarnation()
 		w.NewIncarnation()
 		in.Name()
-		w.inc = in
+		w.inc.Set(in)
 	}
 	if w.exit != nil {
 		w.exit.Pending = false
@@ -115,13 +117,14 @@ func (t *Tracker) TakeExitDue() int64 {
 // stampIncarnation names the current incarnation on the reasons of its own
 // evidence (memory, CPU, kills).
 func (w *Worker) stampIncarnation(rs []contract.Reason) {
-	if w.inc.ID == "" {
+	id := w.inc.ID()
+	if id == "" {
 		return
 	}
 	for i := range rs {
 		switch rs[i].Code {
 		case state.CodeMemory, state.CodeMemoryAtStart, state.CodeCPU, state.CodeKills, state.CodeProcessExited:
-			rs[i].Incarnation = w.inc.ID
+			rs[i].Incarnation = id
 		}
 	}
 }

@@ -34,7 +34,7 @@ type Worker struct {
 
 	// inc is the current incarnation, exit how the last one ended (nil:
 	// none seen) (incarnation.go, internal/state/incarnation.go).
-	inc  state.Incarnation
+	inc  state.CurrentIncarnation
 	exit *state.Exit
 
 	// checkpoint (checkpoint.go): its slot (-1 = none yet) and whether it
