@@ -37,8 +37,8 @@ type Entry struct {
 	Worker *contract.Worker
 	// At is the time of the snapshot the worker came in: on a tie between
 	// two processors, the fresher one wins. (8 bytes, not a time.Time's 24:
-	// an entry is 24 bytes, 2.3 MiB less at 100,000 workers; a snapshot's
-	// entries are one block, indexSnapshot.)
+	// the entry fits the allocator's 24-byte class, 2.3 MiB less at 100,000
+	// workers.)
 	At contract.Time
 	// json is the encoding, once made. Two requests racing for the first
 	// encoding both make it and one is kept: the same bytes either way.
@@ -77,7 +77,8 @@ func (e *Entry) JSON() []byte {
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
 type SourceIndex struct {
 	Snap *contract.Snapshot
-	// Order is Snap.Workers' entries sorted by id, each id once.
+	ByID map[string]*Entry
+	// Order is Snap.Workers' entries sorted by id.
 	Order []*Entry
 }
 
@@ -98,8 +99,8 @@ type View struct {
 	// Time is the newest snapshot time; zero before any publish.
 	Time    time.Time
 	Sources []SourceInfo
-	// ByIDOrder is every worker sorted by id (the JSON list order), each
-	// id once: Get finds a worker in it by binary search.
+	ByID    map[string]*Entry
+	// ByIDOrder is every worker sorted by id (the JSON list order).
 	ByIDOrder []*Entry
 	// WorstFirst is every worker sorted by severity, then id (the page order).
 	WorstFirst []*Entry
@@ -108,19 +109,6 @@ type View struct {
 	// fleet, without the closing brace), encoded once here rather than on
 	// every GET /health/workers; nil if it cannot be encoded.
 	ListHead []byte
-}
-
-// Get is the worker of this id, nil when the view has none. A binary
-// search of ByIDOrder, not a map: a map by id was about 40 bytes a worker
-// more and a map of every worker built at every publish (100,000 entries
-// every 10 s on a full shard), for a lookup that takes about 17 string
-// comparisons at 100,000 workers (docs/processor.md, "Memory per worker").
-func (v *View) Get(id string) *Entry {
-	i, ok := slices.BinarySearchFunc(v.ByIDOrder, id, func(e *Entry, id string) int { return cmp.Compare(e.Worker.ID, id) })
-	if !ok {
-		return nil
-	}
-	return v.ByIDOrder[i]
 }
 
 // count is how many workers keep selects. fleet.ByState counts every worker
@@ -229,7 +217,7 @@ func (s *Store) drain() {
 		v := BuildView(srcs)
 		// History first, so a page that finds a worker in the view also
 		// finds the sample of that snapshot.
-		s.history.Update(servedWorkers(v, fresh), func(id string) bool { return v.Get(id) != nil })
+		s.history.Update(servedWorkers(v, fresh), func(id string) bool { return v.ByID[id] != nil })
 		s.current.Store(v)
 	}
 }
@@ -241,10 +229,8 @@ func servedWorkers(v *View, fresh []*SourceIndex) iter.Seq2[int64, *contract.Wor
 	return func(yield func(int64, *contract.Worker) bool) {
 		for _, si := range fresh {
 			at := si.Snap.Time.UnixMilli()
-			// One source's view serves its index as is: every entry.
-			all := len(v.Sources) == 1
 			for _, e := range si.Order {
-				if (all || v.Get(e.Worker.ID) == e) && !yield(at, e.Worker) {
+				if v.ByID[e.Worker.ID] == e && !yield(at, e.Worker) {
 					return
 				}
 			}
@@ -261,42 +247,32 @@ func (s *Store) Flush() {
 	}
 }
 
-// indexSnapshot is snap's workers as entries, in one block, listed in id
-// order. A processor should not list a worker twice; if it does, the worse
-// judgement stands (a scheduler must not be told "go" by the more
-// optimistic copy), the first listed on a tie.
 func indexSnapshot(snap *contract.Snapshot) *SourceIndex {
-	entries := make([]Entry, len(snap.Workers))
-	order := make([]*Entry, len(snap.Workers))
-	at := contract.TimeOf(snap.Time)
+	idx := &SourceIndex{
+		Snap:  snap,
+		ByID:  make(map[string]*Entry, len(snap.Workers)),
+		Order: make([]*Entry, 0, len(snap.Workers)),
+	}
 	for i := range snap.Workers {
-		entries[i] = Entry{Worker: &snap.Workers[i], At: at}
-		order[i] = &entries[i]
+		w := &snap.Workers[i]
+		e := NewEntry(w, snap.Time)
+		if prev, dup := idx.ByID[w.ID]; dup {
+			// A processor should not list a worker twice; if it does, the
+			// worse judgement stands (a scheduler must not be told "go" by
+			// the more optimistic copy).
+			if contract.Severity(prev.Worker.State) >= contract.Severity(w.State) {
+				continue
+			}
+			idx.Order = slices.DeleteFunc(idx.Order, func(x *Entry) bool { return x == prev })
+		}
+		idx.ByID[w.ID] = e
+		idx.Order = append(idx.Order, e)
 	}
 	// Snapshots promise id order; sort only if one breaks the promise.
-	if !slices.IsSortedFunc(order, CompareIDs) {
-		slices.SortStableFunc(order, CompareIDs)
+	if !slices.IsSortedFunc(idx.Order, CompareIDs) {
+		slices.SortStableFunc(idx.Order, CompareIDs)
 	}
-	return &SourceIndex{Snap: snap, Order: uniqueIDs(order, func(kept, e *Entry) bool {
-		return contract.Severity(e.Worker.State) > contract.Severity(kept.Worker.State)
-	})}
-}
-
-// uniqueIDs keeps one entry of each id of order (sorted by id): of those
-// listed together, the first, unless better says a later one wins over it.
-func uniqueIDs(order []*Entry, better func(kept, e *Entry) bool) []*Entry {
-	out := order[:0]
-	for _, e := range order {
-		last := len(out) - 1
-		switch {
-		case last < 0 || out[last].Worker.ID != e.Worker.ID:
-			out = append(out, e)
-		case better(out[last], e):
-			out[last] = e
-		}
-	}
-	clear(order[len(out):])
-	return out
+	return idx
 }
 
 // buildView merges the sources. With one source (the usual case) its index
@@ -328,10 +304,12 @@ func BuildView(srcs []*SourceIndex) *View {
 
 	switch len(srcs) {
 	case 0:
+		v.ByID = map[string]*Entry{}
 	case 1:
+		v.ByID = srcs[0].ByID
 		v.ByIDOrder = srcs[0].Order
 	default:
-		v.ByIDOrder = mergeSources(srcs)
+		v.ByID, v.ByIDOrder = mergeSources(srcs)
 	}
 
 	for _, e := range v.ByIDOrder {
@@ -364,21 +342,30 @@ func EncodeListHead(v *View) []byte {
 // processors is a configuration mistake (two pipelines judging one worker);
 // the worse state wins so the API errs on the side of "do not send work",
 // and on a tie the fresher snapshot wins.
-func mergeSources(srcs []*SourceIndex) []*Entry {
+func mergeSources(srcs []*SourceIndex) (map[string]*Entry, []*Entry) {
 	n := 0
 	for _, si := range srcs {
 		n += len(si.Order)
 	}
-	order := make([]*Entry, 0, n)
+	ids := make(map[string]*Entry, n)
 	for _, si := range srcs {
-		order = append(order, si.Order...)
+		for _, e := range si.Order {
+			prev, dup := ids[e.Worker.ID]
+			if dup {
+				ps, es := contract.Severity(prev.Worker.State), contract.Severity(e.Worker.State)
+				if ps > es || (ps == es && e.At <= prev.At) {
+					continue
+				}
+			}
+			ids[e.Worker.ID] = e
+		}
 	}
-	// Stable: of two entries alike, the first source's stays first.
-	slices.SortStableFunc(order, CompareIDs)
-	return uniqueIDs(order, func(kept, e *Entry) bool {
-		ks, es := contract.Severity(kept.Worker.State), contract.Severity(e.Worker.State)
-		return es > ks || (es == ks && e.At > kept.At)
-	})
+	order := make([]*Entry, 0, len(ids))
+	for _, e := range ids {
+		order = append(order, e)
+	}
+	slices.SortFunc(order, CompareIDs)
+	return ids, order
 }
 
 func CompareIDs(a, b *Entry) int { return cmp.Compare(a.Worker.ID, b.Worker.ID) }
