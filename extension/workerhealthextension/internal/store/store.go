@@ -253,9 +253,13 @@ func indexSnapshot(snap *contract.Snapshot) *SourceIndex {
 		ByID:  make(map[string]*Entry, len(snap.Workers)),
 		Order: make([]*Entry, 0, len(snap.Workers)),
 	}
+	// The entries in one block: one allocation a publish, not one a worker.
+	entries := make([]Entry, len(snap.Workers))
+	at := contract.TimeOf(snap.Time)
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
-		e := NewEntry(w, snap.Time)
+		e := &entries[i]
+		e.Worker, e.At = w, at
 		if prev, dup := idx.ByID[w.ID]; dup {
 			// A processor should not list a worker twice; if it does, the
 			// worse judgement stands (a scheduler must not be told "go" by
