@@ -75,27 +75,28 @@ func KillIndex(reason string) int {
 
 // Kills is a worker's kills: the tree's cumulative counters' last values
 // (-1 = none yet), run ends not yet matched against child exits, the last
-// tree sample, the counted kills and child exits (book), and the
-// cumulative kills by reason.
+// tree sample, and the counted kills, child exits and cumulative kills by
+// reason (book).
 type Kills struct {
 	oomBase, exitMainBase, exitChildBase int64
 	endTimes                             []int64 // in arrival order, 0 = spent
 	treeAt                               int64
-	// book: nil while there is nothing in it (most workers: no kill that
-	// counts and no child exit waiting; a pointer keeps the worker 48
-	// bytes smaller).
+	// book: nil while there is nothing in it (most workers: no kill ever
+	// and no child exit waiting; one pointer for all of it keeps the
+	// worker 56 bytes smaller than the book inline beside a pointer to the
+	// counts, and the tracker's Worker in the 576-byte size class).
 	book *killBook
-	// kills: the cumulative kills by reason, nil until the first (most
-	// workers have none, and the worker is kept small: 72 bytes each).
-	kills *[NKillReasons]int64
 }
 
-// killBook is the counted kills within kills.window, the episode's start
-// and the child exits not yet matched against run ends.
+// killBook is the counted kills within kills.window, the episode's start,
+// the child exits not yet matched against run ends, and the cumulative
+// kills by reason (nil until the first: a worker that had a kill keeps its
+// book for its counts).
 type killBook struct {
 	killLog   []killRec
 	killSince int64
 	exitPend  []exitRec
+	kills     *[NKillReasons]int64
 }
 
 // bk is the book, made on first use.
@@ -108,7 +109,7 @@ func (k *Kills) bk() *killBook {
 
 // tidy drops the book once it holds nothing.
 func (k *Kills) tidy() {
-	if b := k.book; b != nil && len(b.killLog) == 0 && b.killSince == 0 && len(b.exitPend) == 0 {
+	if b := k.book; b != nil && len(b.killLog) == 0 && b.killSince == 0 && len(b.exitPend) == 0 && b.kills == nil {
 		k.book = nil
 	}
 }
@@ -127,10 +128,11 @@ var noKills [NKillReasons]int64
 
 // count adds n kills of reason idx.
 func (k *Kills) count(idx int, n int64) {
-	if k.kills == nil {
-		k.kills = new([NKillReasons]int64)
+	b := k.bk()
+	if b.kills == nil {
+		b.kills = new([NKillReasons]int64)
 	}
-	k.kills[idx] += n
+	b.kills[idx] += n
 }
 
 // killRec is one counted kill: when it arrived and its reason's index.
@@ -185,10 +187,10 @@ func (k *Kills) Kill(idx int, now int64, r *KillRules) {
 // ByReason are the cumulative kills by reason index (KillReasonNames),
 // read-only.
 func (k *Kills) ByReason() *[NKillReasons]int64 {
-	if k.kills == nil {
+	if k.book == nil || k.book.kills == nil {
 		return &noKills
 	}
-	return k.kills
+	return k.book.kills
 }
 
 // Window advances the kills rule to now: the kills that slid out of

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
@@ -51,9 +52,9 @@ func TestKillState(t *testing.T) {
 		"the cumulative counts keep every kill")
 }
 
-// The counted kills and waiting child exits are kept only while there are
-// some: a worker whose tree reports no kill and no child exit, or whose
-// window forgot them, keeps nothing (and its cumulative counts stay).
+// The book is kept only while there is something in it: a worker whose
+// tree reports no kill and no child exit keeps nothing, and one whose
+// window forgot its kills keeps only their cumulative counts.
 func TestKillBook(t *testing.T) {
 	r := &KillsRule{Count: 1, Window: time.Minute, ExitWindow: time.Second}
 	rules := NewKillRules(r)
@@ -72,6 +73,7 @@ func TestKillBook(t *testing.T) {
 	k.Window(6*sec, rules)
 	assert.NotNil(t, k.book)
 	k.Window(5*sec+int64(time.Minute)+1, rules)
-	assert.Nil(t, k.book, "the window forgot the kill")
+	require.NotNil(t, k.book, "the counts stay")
+	assert.Equal(t, killBook{kills: k.book.kills}, *k.book, "the window forgot the kill: only the counts are left")
 	assert.Equal(t, map[string]int64{contract.KillOOM: 1}, k.Snapshot())
 }
