@@ -11,7 +11,10 @@ package workerhealthextension
 import (
 	"bufio"
 	"context"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -220,6 +223,11 @@ type densityResult struct {
 	// stacks (the GC's scans, the heap profile's samples), "rw-p" its data.
 	// What a process holds whatever its fleet, for the code it runs.
 	Binary map[string]int64 `json:"binary_bytes"`
+	// BinarySections: the same pages by the ELF section they hold
+	// (binarySections): which of the read-only ones are data and which
+	// the runtime's tables (.gopclntab: the function table, the stack maps
+	// and the pc tables it reads to walk and scan stacks).
+	BinarySections map[string]int64 `json:"binary_sections"`
 	// Runtime: the Go runtime's memory classes (runtime/metrics) at the
 	// reading of the RSS, by name less "/memory/classes/" and ":bytes", above the
 	// child's base: what of the anonymous RSS is not live objects (free
@@ -304,6 +312,9 @@ func densityTable(n int, r map[string]densityResult) string {
 	if x, ok := r["rw-nh"]; ok {
 		fmt.Fprintf(&b, "  the binary's pages in the RSS (rw-nh): code %.1f MiB, read-only data and tables %.1f MiB, data %.1f MiB\n",
 			float64(x.Binary["r-xp"])/(1<<20), float64(x.Binary["r--p"])/(1<<20), float64(x.Binary["rw-p"])/(1<<20))
+		fmt.Fprintf(&b, "    by section: .text %.1f MiB, .rodata %.1f MiB, .gopclntab %.1f MiB, the others %.1f MiB\n",
+			float64(x.BinarySections[".text"])/(1<<20), float64(x.BinarySections[".rodata"])/(1<<20), float64(x.BinarySections[".gopclntab"])/(1<<20),
+			float64(sumExcept(x.BinarySections, ".text", ".rodata", ".gopclntab"))/(1<<20))
 	}
 	fmt.Fprintf(&b, "  runs a worker holds (tracker): %d (one held, the others ended), of them listed as recent: %.1f\n", tr.Runs, tr.RecentRuns)
 	return b.String()
@@ -457,6 +468,7 @@ func densityChild(t *testing.T, spec string) {
 	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
 	baseClasses := memoryClasses()
 	baseBinary := binaryRSS(t, smapsRSS(t))
+	baseSections := binarySections(t)
 
 	withExt := config != "tracker"
 	withExporter := strings.HasPrefix(config, "exporter") || config == "sparse"
@@ -648,6 +660,7 @@ func densityChild(t *testing.T, spec string) {
 			maps := smapsRSS(t)
 			res.CheckpointMapped = mappedRSS(maps, stateDir)
 			res.Binary = binaryRSS(t, maps)
+			res.BinarySections = binarySections(t)
 		}
 		time.Sleep(170 * time.Millisecond)
 	}
@@ -657,6 +670,9 @@ func densityChild(t *testing.T, spec string) {
 	}
 	for k, v := range baseBinary {
 		res.Binary[k] -= v
+	}
+	for k, v := range baseSections {
+		res.BinarySections[k] -= v
 	}
 	res.Seconds = time.Since(began).Seconds()
 	res.CheckpointBytes = dirSize(t, stateDir)
@@ -690,6 +706,67 @@ func binaryRSS(t *testing.T, maps map[mapping]int64) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// binarySections is the resident bytes of the process's own executable's
+// mappings by the ELF section each page holds (a page shared by two
+// sections counts for the first): /proc/self/pagemap says which pages are
+// present (its present bit needs no privilege), the mapping's file offset
+// where in the file each one is.
+func binarySections(t *testing.T) map[string]int64 {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	require.NoError(t, err)
+	f, err := elf.Open(exe)
+	require.NoError(t, err)
+	defer f.Close()
+	maps, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	pm, err := os.Open("/proc/self/pagemap")
+	require.NoError(t, err)
+	defer pm.Close()
+	page := uint64(os.Getpagesize())
+	out := map[string]int64{}
+	for l := range strings.SplitSeq(string(maps), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) < 6 || fs[5] != exe {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fs[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		off, err3 := strconv.ParseUint(fs[2], 16, 64)
+		require.NoError(t, errors.Join(err1, err2, err3), "/proc/self/maps: %q", l)
+		entries := make([]byte, (end-start)/page*8)
+		_, err = pm.ReadAt(entries, int64(start/page*8))
+		require.NoError(t, err, "/proc/self/pagemap")
+		for i := range (end - start) / page {
+			if binary.LittleEndian.Uint64(entries[i*8:])&(1<<63) == 0 {
+				continue // not present
+			}
+			at := off + i*page // the page's place in the file
+			name := "other"
+			for _, sec := range f.Sections {
+				if sec.Type != elf.SHT_NOBITS && sec.Size > 0 && sec.Offset < at+page && at < sec.Offset+sec.Size {
+					name = sec.Name
+					break
+				}
+			}
+			out[name] += int64(page)
+		}
+	}
+	return out
+}
+
+// sumExcept is the sum of m's values but those of names.
+func sumExcept(m map[string]int64, names ...string) int64 {
+	var n int64
+	for k, v := range m {
+		if !slices.Contains(names, k) {
+			n += v
+		}
+	}
+	return n
 }
 
 type mapping struct{ start, path, perms string }
