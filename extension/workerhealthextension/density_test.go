@@ -91,6 +91,8 @@ import (
 // WORKERWATCH_DENSITY_CONFIGS=exporter-nh,sparse runs only those;
 // WORKERWATCH_DENSITY_RUNS=40 has each worker hold 40 runs instead of the
 // shipped share at 100,000 workers (four; within the limits' caps);
+// WORKERWATCH_DENSITY_MEMPROFILERATE=0 runs each child with the heap
+// profiler off (runtime.MemProfileRate);
 // WORKERWATCH_DENSITY_HEAPPROFILE=DIR has each child write the Go heap's
 // profile, taken when its live heap is read, to DIR/CONFIG-N.heap (`go tool
 // pprof -sample_index=inuse_space -top`: what holds the memory).
@@ -463,6 +465,13 @@ func densityChild(t *testing.T, spec string) {
 	n, err := strconv.Atoi(ns)
 	require.NoError(t, err)
 	ctx := context.Background()
+	if v := os.Getenv("WORKERWATCH_DENSITY_MEMPROFILERATE"); v != "" {
+		// Another heap profiler rate (0: off), to see what its samples'
+		// stack walks add to the binary's pages in the RSS.
+		rate, err := strconv.Atoi(v)
+		require.NoError(t, err, "WORKERWATCH_DENSITY_MEMPROFILERATE")
+		runtime.MemProfileRate = rate
+	}
 	began := time.Now()
 	debug.FreeOSMemory()
 	baseHeap, baseRSS, baseAnon := liveHeap(), vmStatus("VmRSS"), vmStatus("RssAnon")
