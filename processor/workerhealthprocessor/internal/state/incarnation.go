@@ -49,14 +49,6 @@ func (c CurrentIncarnation) ID() string {
 	return c.v.ID
 }
 
-// Source is the current incarnation's source ("" = none known).
-func (c CurrentIncarnation) Source() string {
-	if c.v == nil {
-		return ""
-	}
-	return c.v.Source
-}
-
 // Set makes in the current incarnation (ID "" = none), with a new view
 // only when something in it changed.
 func (c *CurrentIncarnation) Set(in Incarnation) {
