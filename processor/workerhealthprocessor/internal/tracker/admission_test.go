@@ -116,6 +116,29 @@ func TestSeenOnceIsBoundedAndForgotten(t *testing.T) {
 	assert.Equal(t, int64(2), h.counts().WorkersExpired[state.EvidenceOnce], "b and c: no record for lost.after")
 }
 
+// A worker keeps the low 32 bits of the evaluation it was admitted in,
+// compared by difference: next to the 32-bit wrap of the tracker's count it
+// is still seen once in its interval and the next, and promoted in the one
+// after (Admitted+2 would wrap to 0 and promote it at once).
+func TestSeenOnceAcrossTheWrap(t *testing.T) {
+	h := newHarness(t, testCfg())
+	h.p.tracker.evals = 1<<32 - 2 // admitted two evaluations before the low 32 bits wrap
+	h.logs(wl("a", contract.EventHeartbeat, "", nil))
+	h.logs(wl("a", contract.EventHeartbeat, "", nil))
+	ev, _ := h.evidenceOf("a")
+	assert.Equal(t, state.EvidenceOnce, ev, "the same interval: seen once")
+	h.eval()
+	h.advance(sec)
+	h.logs(wl("a", contract.EventHeartbeat, "", nil))
+	ev, _ = h.evidenceOf("a")
+	assert.Equal(t, state.EvidenceOnce, ev, "the next interval: still seen once")
+	h.eval()
+	h.advance(sec)
+	h.logs(wl("a", contract.EventHeartbeat, "", nil))
+	ev, _ = h.evidenceOf("a")
+	assert.Equal(t, state.EvidenceRecords, ev, "the one after, past the wrap")
+}
+
 // Runs: at most 4 for a worker seen once; limits.max_runs in all, a
 // worker's share of it otherwise; the worker's own ended runs make room.
 func TestRunBounds(t *testing.T) {
