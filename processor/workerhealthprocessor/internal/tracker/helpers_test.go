@@ -87,12 +87,12 @@ type proc struct {
 // harness drives one tracker with a fake clock through the mapping, as the
 // processor does: tests call eval() where the processor's ticker would fire.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *proc
 	clock *clockwork.FakeClock
 }
 
-func newHarness(t *testing.T, cfg *testConfig) *harness {
+func newHarness(t testing.TB, cfg *testConfig) *harness {
 	tc := cfg.tracker()
 	m := mapping.New(&mapping.Settings{
 		Mapping: &cfg.Mapping, Metrics: &cfg.Metrics, Schedulers: tc.Schedulers, IDKeys: tc.IDKeys,

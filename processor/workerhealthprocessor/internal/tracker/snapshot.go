@@ -60,7 +60,7 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		slices.SortFunc(t.heldS, bytes.Compare)
 		wr := heldList(t.heldW, pw.Runs.Worker, nil)
 		sr := wr // both sides agree (most workers): one list, read-only as all of a snapshot
-		if !slices.EqualFunc(t.heldS, wr, func(b []byte, s string) bool { return string(b) == s }) {
+		if !sameIDs(t.heldS, wr) {
 			sr = heldList(t.heldS, pw.Runs.Scheduler, wr)
 		}
 		s.Workers = append(s.Workers, contract.Worker{
@@ -96,7 +96,7 @@ func heldList(ids [][]byte, prev, other []string) []string {
 	if len(ids) == 0 {
 		return []string{}
 	}
-	if slices.EqualFunc(ids, prev, func(b []byte, s string) bool { return string(b) == s }) {
+	if sameIDs(ids, prev) {
 		return prev
 	}
 	out := make([]string, len(ids))
@@ -108,6 +108,11 @@ func heldList(ids [][]byte, prev, other []string) []string {
 		}
 	}
 	return out
+}
+
+// sameIDs reports whether ids and list name the same runs in the same order.
+func sameIDs(ids [][]byte, list []string) bool {
+	return slices.EqualFunc(ids, list, func(b []byte, s string) bool { return string(b) == s })
 }
 
 // recentRuns are the newest limits.recent_runs of the ended run attempts,

@@ -29,7 +29,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		Config: DefaultConfig(), Scheduler: mapping.DefaultSchedulerConfig(),
 		Mapping: mapping.DefaultConfig(), Metrics: mapping.DefaultMetricsConfig(),
 	}
-	h := newHarness(&testing.T{}, cfg)
+	h := newHarness(b, cfg)
 	for round := range 4 {
 		md, ld := pmetric.NewMetrics(), plog.NewLogs()
 		sched := fleetload.Scheduler(ld)
