@@ -1,12 +1,15 @@
 package tracker
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -155,4 +158,36 @@ func TestUnjoinedWorkers(t *testing.T) {
 		uj := h2.evalUnjoined()
 		assert.Empty(t, uj)
 	}
+}
+
+// A worker whose name is its id (the worker_process receiver's default for
+// a worker configured with a name only) keeps one string for both, after a
+// checkpoint's restore too; another name is its own copy, not the bytes of
+// the record it came in.
+func TestNameSharesTheID(t *testing.T) {
+	h := newHarness(t, testCfg())
+	named := func(id, name string) plog.Logs {
+		ld := wl(id, contract.EventHeartbeat, "", nil)
+		ld.ResourceLogs().At(0).Resource().Attributes().PutStr(contract.AttrWorkerName, name)
+		return ld
+	}
+	h.logs(named("w-same", "w-same"))
+	h.logs(named("w-other", "builder 7"))
+	h.eval()
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	same, other := h.p.tracker.workers["w-same"], h.p.tracker.workers["w-other"]
+	assert.Equal(t, "w-same", same.Name)
+	assert.Same(t, unsafe.StringData(same.id), unsafe.StringData(same.Name), "the name is the id's string")
+	assert.Equal(t, "builder 7", other.Name)
+	assert.NotSame(t, unsafe.StringData(other.id), unsafe.StringData(other.Name))
+
+	rec := h.p.tracker.toCheckpoint(same)
+	b, err := json.Marshal(&rec)
+	require.NoError(t, err)
+	var back Record
+	require.NoError(t, json.Unmarshal(b, &back))
+	restored := h.p.tracker.fromCheckpoint(&back, h.clock.Now().UnixNano())
+	assert.Equal(t, "w-same", restored.Name)
+	assert.Same(t, unsafe.StringData(restored.id), unsafe.StringData(restored.Name), "restored: the name is the id's string")
 }

@@ -65,6 +65,20 @@ func newWorker(id string, now int64) *Worker {
 	}
 }
 
+// setName takes a worker's name as a sender gave it (none: the name
+// stands). A name that is the worker's id shares the id's string: the
+// worker_process receiver's default when a worker is configured with a name
+// only (its id is the name), so those workers keep no second copy.
+func (w *Worker) setName(name string) {
+	switch {
+	case name == "" || name == w.Name:
+	case name == w.id:
+		w.Name = w.id
+	default:
+		w.Name = strings.Clone(name)
+	}
+}
+
 // tracker is all per-worker state of one processor instance. It is not
 // safe for concurrent use: the processor holds its lock around every call.
 type Tracker struct {
@@ -203,9 +217,7 @@ func (t *Tracker) applySample(s *mapping.Sample, now int64) {
 	if w == nil {
 		return
 	}
-	if s.Name != "" && w.Name != s.Name {
-		w.Name = strings.Clone(s.Name)
-	}
+	w.setName(s.Name)
 	if s.Tree {
 		t.seenBy(w, state.OriginTree, s.Key, now)
 	} else {
@@ -264,9 +276,7 @@ func (t *Tracker) applyEvent(e *mapping.Event, now int64) {
 		t.seenBy(w, state.OriginTelemetry, e.Key, now)
 		w.Fresh = true
 		w.LastAlive = now
-		if e.Name != "" && w.Name != e.Name {
-			w.Name = strings.Clone(e.Name)
-		}
+		w.setName(e.Name)
 		if e.Capacity >= 0 {
 			w.Capacity = state.Clamp32(e.Capacity) // below 2^20 (the mapping's intAttr)
 		}
