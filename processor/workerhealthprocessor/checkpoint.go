@@ -273,6 +273,9 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 			break
 		}
 	}
+	// The encoder and its buffers (about 1 MB) are let go between
+	// checkpoints (checkpoint_codec.go, newGroupEncoder).
+	p.cpEnc = recordEncoder{}
 	p.checkpointStatus(err)
 	if err == nil {
 		p.lastMeta = meta

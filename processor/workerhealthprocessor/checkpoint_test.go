@@ -82,6 +82,24 @@ func TestCheckpointWritesOnlyWhatChanged(t *testing.T) {
 	assert.Equal(t, map[int32]string{int32(n - 1): last}, storedIDs(t, store), "the forgotten workers' records are gone")
 }
 
+// The checkpoint's encoder and buffers are not kept between checkpoints
+// (about 1 MB of a shard's heap): each checkpoint makes its own, and one
+// written after another reads back the same.
+func TestCheckpointLetsItsEncoderGo(t *testing.T) {
+	store := &memStorage{}
+	h := started(t, testCfg(), store)
+	h.metrics(treeMetrics("w1", 10, -1, 1))
+	h.checkpoint()
+	assert.Equal(t, map[string]int{cpGroupKey(0): 1, cpMetaKey: 1}, store.written())
+	assert.Nil(t, h.p.cpEnc.zstd, "the encoder let go")
+	assert.Nil(t, h.p.cpEnc.group, "its buffers too")
+	h.metrics(treeMetrics("w2", 10, -1, 1))
+	h.checkpoint()
+	assert.Contains(t, store.written(), cpGroupKey(0))
+	assert.Nil(t, h.p.cpEnc.zstd)
+	assert.Equal(t, map[int32]string{0: "w1", 1: "w2"}, storedIDs(t, store), "both checkpoints read back")
+}
+
 // checkpoint_every: the timer's evaluations write a checkpoint every N of
 // them (the tracker counts the evaluations).
 func TestCheckpointEvery(t *testing.T) {
