@@ -124,7 +124,7 @@ func (e *recordEncoder) encodeGroup(g *tracker.Group, marshal func(any) ([]byte,
 // where the library's defaults hold 9.3 for groups stored as small
 // (BenchmarkCheckpointGroup, encoder-bytes). writeCheckpoint lets it go
 // when the checkpoint is written rather than keep it for the processor's
-// life: a new one costs about twice one group's encoding
+// life: a new one costs two to three times one group's encoding
 // (BenchmarkCheckpointGroup, group-zstd-new: 0.29-0.39 ms against 0.12 for
 // group-zstd-kept, three runs), once a
 // checkpoint of 160 groups at 10,000 workers, and the heap between
