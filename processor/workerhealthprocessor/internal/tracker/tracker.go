@@ -70,9 +70,9 @@ func newWorker(id string, now int64) *Worker {
 // worker_process receiver's default when a worker is configured with a name
 // only (its id is the name), so those workers keep no second copy.
 func (w *Worker) setName(name string) {
-	switch {
-	case name == "" || name == w.Name:
-	case name == w.id:
+	switch name {
+	case "", w.Name:
+	case w.id:
 		w.Name = w.id
 	default:
 		w.Name = strings.Clone(name)
