@@ -241,9 +241,10 @@ func (p *healthProcessor) unchanged(groups []int32, meta tracker.Meta) bool {
 	return len(groups) == 0 && meta == p.lastMeta && p.legacySlots == 0
 }
 
-// cpWriteGroups groups (4,096 slots, about 1.4 MB for workers with three
-// runs) are copied, encoded and written per storage batch: what a checkpoint
-// holds at once, and what bbolt builds in memory for one transaction, stays
+// cpWriteGroups groups (4,096 slots, about 1.4 MB of JSON for workers with
+// three runs) are encoded and written per storage batch, each group copied
+// just before it is encoded (writeGroups): what a checkpoint holds at once,
+// and what bbolt builds in memory for one transaction, stays
 // that size instead of growing with the fleet (every group at 100,000
 // workers held the records of all of them, hundreds of MB at each
 // checkpoint). Each group is whole in one batch; the meta record and the
@@ -290,24 +291,34 @@ func (p *healthProcessor) writeCheckpoint(ctx context.Context) {
 	}
 }
 
-// writeGroups copies the groups' records (under the lock), encodes them
-// and writes them in one storage batch; with last, the version 2 values to
-// delete, the meta record and the histograms too.
+// writeGroups copies each group's records (under the lock) and encodes
+// them, one group after the other, and writes the groups in one storage
+// batch; with last, the version 2 values to delete, the meta record and the
+// histograms too.
+//
+// One group at a time: what is held between the copy and the write is one
+// group's records (64) and the batch's encoded values, not the records of
+// every group of the batch (4,096, whose copies were about 10 MB of a
+// shard's live heap at 10,000 workers while every worker changed: the
+// largest part of its peak but the snapshots', docs/results/density.md).
+// The lock is taken for each group, as briefly as before for the whole
+// batch; a batch's groups may be copied a change apart, as its batches are
+// (cpWriteGroups).
 func (p *healthProcessor) writeGroups(ctx context.Context, part []int32, last bool, meta tracker.Meta, hists *state.HistsRecord) error {
-	p.mu.Lock()
-	gs := p.tracker.CopyGroups(part)
-	p.mu.Unlock()
-	ops := make([]*storage.Operation, 0, len(gs)+2)
-	for i := range gs {
-		if len(gs[i].Writes) == 0 {
-			ops = append(ops, storage.DeleteOperation(cpGroupKey(gs[i].Index)))
+	ops := make([]*storage.Operation, 0, len(part)+2)
+	for _, g := range part {
+		p.mu.Lock()
+		grp := p.tracker.CopyGroup(g)
+		p.mu.Unlock()
+		if len(grp.Writes) == 0 {
+			ops = append(ops, storage.DeleteOperation(cpGroupKey(g)))
 			continue
 		}
-		v, err := p.cpEnc.encodeGroup(&gs[i], p.marshal)
+		v, err := p.cpEnc.encodeGroup(&grp, p.marshal)
 		if err != nil {
 			return err
 		}
-		ops = append(ops, storage.SetOperation(cpGroupKey(gs[i].Index), v))
+		ops = append(ops, storage.SetOperation(cpGroupKey(g), v))
 	}
 	if last {
 		for s := range p.legacySlots {

@@ -120,6 +120,36 @@ func TestCheckpointEvery(t *testing.T) {
 	assert.Equal(t, []int{3, 6}, wrote, "the evaluations that wrote a checkpoint")
 }
 
+// A checkpoint copies a group's records just before it encodes them, not
+// those of every group of its batch first (writeGroups): it holds one
+// group's records at a time. So a change made while the first group is
+// encoded is in the second group as written.
+func TestCheckpointCopiesOneGroupAtATime(t *testing.T) {
+	store := &memStorage{}
+	var h *harness
+	var once sync.Once
+	second := fmt.Sprintf("w%03d", tracker.GroupSlots) // the first worker of group 1
+	h = started(t, testCfg(), store, withMarshal(func(v any) ([]byte, error) {
+		once.Do(func() { h.metrics(treeMetrics(second, 77<<20, -1, 1)) }) // while group 0 is encoded
+		return json.Marshal(v)
+	}))
+	for i := range tracker.GroupSlots + 1 {
+		h.metrics(treeMetrics(fmt.Sprintf("w%03d", i), 10<<20, -1, 1))
+	}
+	h.checkpoint()
+	rss := map[string]int64{}
+	for slot, v := range storedSlots(t, store) {
+		js, err := decodeRecord(v)
+		require.NoError(t, err, "slot %d", slot)
+		var rec tracker.Record
+		require.NoError(t, json.Unmarshal(js, &rec), "slot %d", slot)
+		rss[rec.ID] = rec.RSS
+	}
+	require.Len(t, rss, tracker.GroupSlots+1, "every worker written")
+	assert.Equal(t, int64(10<<20), rss["w000"])
+	assert.Equal(t, int64(77<<20), rss[second], "group 1 copied after group 0 was encoded")
+}
+
 // Issue 14.1: the processor's lock is not held while the checkpoint is
 // marshaled and written: a large state or a slow disk does not stall the
 // pipelines (the whole state was marshaled under the lock).

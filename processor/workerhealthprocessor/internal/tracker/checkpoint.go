@@ -249,19 +249,16 @@ func (t *Tracker) CollectCheckpoint() (groups []int32, meta Meta) {
 	return groups, Meta{Version: CheckpointVersion, SchedulerSeen: t.schedulerSeen, Slots: t.cp.hw, Start: t.start}
 }
 
-// CopyGroups copies the records of the workers in the groups (a group with
-// none: to delete). Under the processor's lock; no marshaling.
-func (t *Tracker) CopyGroups(groups []int32) []Group {
-	out := make([]Group, len(groups))
-	for i, g := range groups {
-		out[i].Index = g
-		for s := g * GroupSlots; s < min((g+1)*GroupSlots, int32(len(t.cp.bySlot))); s++ {
-			w := t.cp.bySlot[s]
-			if w == nil || w.Evidence == state.EvidenceOnce {
-				continue
-			}
-			out[i].Writes = append(out[i].Writes, Write{Slot: s, Rec: t.toCheckpoint(w)})
+// CopyGroup copies the records of the workers in group g (none: the group
+// is to be deleted). Under the processor's lock; no marshaling.
+func (t *Tracker) CopyGroup(g int32) Group {
+	out := Group{Index: g}
+	for s := g * GroupSlots; s < min((g+1)*GroupSlots, int32(len(t.cp.bySlot))); s++ {
+		w := t.cp.bySlot[s]
+		if w == nil || w.Evidence == state.EvidenceOnce {
+			continue
 		}
+		out.Writes = append(out.Writes, Write{Slot: s, Rec: t.toCheckpoint(w)})
 	}
 	return out
 }
