@@ -138,11 +138,7 @@ func TestCheckpointCopiesOneGroupAtATime(t *testing.T) {
 	}
 	h.checkpoint()
 	rss := map[string]int64{}
-	for slot, v := range storedSlots(t, store) {
-		js, err := decodeRecord(v)
-		require.NoError(t, err, "slot %d", slot)
-		var rec tracker.Record
-		require.NoError(t, json.Unmarshal(js, &rec), "slot %d", slot)
+	for _, rec := range storedRecords(t, store) {
 		rss[rec.ID] = rec.RSS
 	}
 	require.Len(t, rss, tracker.GroupSlots+1, "every worker written")
@@ -486,12 +482,23 @@ func twoCheckpointedWorkers(t *testing.T, h *harness) {
 func storedIDs(t *testing.T, store *memStorage) map[int32]string {
 	t.Helper()
 	out := map[int32]string{}
+	for slot, rec := range storedRecords(t, store) {
+		out[slot] = rec.ID
+	}
+	return out
+}
+
+// storedRecords is the record of each slot of the checkpoint in store,
+// decoded.
+func storedRecords(t *testing.T, store *memStorage) map[int32]tracker.Record {
+	t.Helper()
+	out := map[int32]tracker.Record{}
 	for slot, v := range storedSlots(t, store) {
 		js, err := decodeRecord(v)
 		require.NoError(t, err, "slot %d", slot)
 		var rec tracker.Record
 		require.NoError(t, json.Unmarshal(js, &rec), "slot %d", slot)
-		out[slot] = rec.ID
+		out[slot] = rec
 	}
 	return out
 }

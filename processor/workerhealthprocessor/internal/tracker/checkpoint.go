@@ -129,9 +129,7 @@ func (t *Tracker) fromCheckpoint(cw *Record, now int64) *Worker {
 	w := newWorker(cw.ID, cw.FirstMention)
 	w.Admission.Restore(&cw.AdmissionRecord)
 	w.Identity.Restore(&cw.IdentityRecord, t.idKeys, now)
-	if w.Name == w.id {
-		w.Name = w.id // one string, as setName keeps it
-	}
+	w.setName(w.Name) // the id's string where the name is the id
 	if w.Runs.Restore(&cw.RunsRecord, t.cfg.Limits.MaxRunsPerWorker, t.cfg.Limits.MaxRuns,
 		t.cfg.Limits.MaxAttributeLength, &t.runCount) {
 		t.counts.RunsRefused[refusedRunsTotal]++

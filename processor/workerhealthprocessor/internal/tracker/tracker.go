@@ -65,15 +65,17 @@ func newWorker(id string, now int64) *Worker {
 	}
 }
 
-// setName takes a worker's name as a sender gave it (none: the name
-// stands). A name that is the worker's id shares the id's string: the
-// worker_process receiver's default when a worker is configured with a name
-// only (its id is the name), so those workers keep no second copy.
+// setName takes a worker's name as a sender gave it, or as a checkpoint
+// restored it (none: the name stands). A name that is the worker's id
+// shares the id's string: the worker_process receiver's default when a
+// worker is configured with a name only (its id is the name), so those
+// workers keep no second copy.
 func (w *Worker) setName(name string) {
 	switch name {
-	case "", w.Name:
+	case "":
 	case w.id:
 		w.Name = w.id
+	case w.Name:
 	default:
 		w.Name = strings.Clone(name)
 	}
