@@ -8,6 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +71,34 @@ func TestDefaultMemoryLimit(t *testing.T) {
 		if ok {
 			assert.Equal(t, want, got)
 		}
+	}
+}
+
+// The collector runs with two Ps more than its CPUs unless GOMAXPROCS is set
+// or the runtime's default is below the CPUs (a CPU limit).
+func TestDefaultMaxProcs(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	set := func(k string) string {
+		if k == "GOMAXPROCS" {
+			return "2"
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		env           func(string) string
+		current, cpus int
+		want          int // 0: left as it is
+	}{
+		{noEnv, 2, 2, 4},
+		{noEnv, 1, 1, 3},
+		{noEnv, 16, 16, 18},
+		{noEnv, 2, 16, 0}, // a CPU quota of 2 on 16 CPUs
+		{set, 2, 2, 0},
+		{set, 16, 16, 0},
+	} {
+		got, ok := defaultMaxProcs(tc.env, tc.current, tc.cpus)
+		assert.Equal(t, tc.want != 0, ok, "%+v", tc)
+		assert.Equal(t, tc.want, got, "%+v", tc)
 	}
 }
 
@@ -173,6 +204,38 @@ func TestBinary(t *testing.T) {
 		require.NoError(t, err, out)
 		out, err = runBin(t, bin, "validate", "--config", "../../config.yaml")
 		require.NoError(t, err, out)
+	})
+
+	t.Run("it runs with two Ps more than its CPUs unless GOMAXPROCS is set", func(t *testing.T) {
+		if os.Getenv("GOMAXPROCS") != "" {
+			t.Skip("GOMAXPROCS is set for the tests: the runtime's own default is unknown here")
+		}
+		// The runtime's scheduler trace names its Ps every 10 ms; the last
+		// line is after init (the first, at 0 ms, is before it).
+		procs := func(env ...string) string {
+			cmd := exec.Command(bin, "validate")
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return strings.HasPrefix(kv, "GOMAXPROCS=") || strings.HasPrefix(kv, "GODEBUG=")
+			}), append(env, "GODEBUG=schedtrace=10")...)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			var last string
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(line, "SCHED ") {
+					last = line
+				}
+			}
+			_, after, ok := strings.Cut(last, "gomaxprocs=")
+			require.True(t, ok, "no scheduler trace after init in %s", out)
+			n, _, _ := strings.Cut(after, " ")
+			return n
+		}
+		want := runtime.GOMAXPROCS(0) // the runtime's default here: the same for the binary
+		if n, ok := defaultMaxProcs(func(string) string { return "" }, want, runtime.NumCPU()); ok {
+			want = n
+		}
+		assert.Equal(t, strconv.Itoa(want), procs(), "GOMAXPROCS unset, %d CPUs", runtime.NumCPU())
+		assert.Equal(t, "3", procs("GOMAXPROCS=3"), "GOMAXPROCS=3")
 	})
 
 	t.Run("an unknown config key is named", func(t *testing.T) {
