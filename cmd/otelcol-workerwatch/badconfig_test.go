@@ -153,17 +153,7 @@ func TestHealthBearerBinary(t *testing.T) {
 	cmd.Env = append(os.Environ(), "WORKERWATCH_HEALTH_ENDPOINT="+ep, "WORKERWATCH_API_TOKEN=s3cret-token")
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	t.Cleanup(func() { stopCollector(cmd) })
 
 	get := func(token string) int {
 		req, err := http.NewRequest(http.MethodGet, "http://"+ep+"/health/workers", nil)
@@ -185,6 +175,20 @@ func TestHealthBearerBinary(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, get("wrong"))
 	assert.Equal(t, http.StatusOK, get("s3cret-token"))
 	assert.NotContains(t, buf.String(), "s3cret-token", "the token is never logged")
+}
+
+// stopCollector stops a collector it started (cmd): an interrupt, and a
+// kill if it has not exited 15 s later.
+func stopCollector(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // lockedBuffer is the output of a running collector, read while it writes.

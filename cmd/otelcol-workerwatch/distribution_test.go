@@ -5,6 +5,8 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,11 +16,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/workerwatch/workerwatch/internal/defaultconfig"
+	"github.com/workerwatch/workerwatch/internal/freeport"
 )
 
 func TestWithDefaultConfig(t *testing.T) {
@@ -100,6 +104,59 @@ func TestDefaultMaxProcs(t *testing.T) {
 		assert.Equal(t, tc.want != 0, ok, "%+v", tc)
 		assert.Equal(t, tc.want, got, "%+v", tc)
 	}
+}
+
+// The binary runs with two Ps more than its CPUs, or with GOMAXPROCS when it
+// is set. The runtime's scheduler trace names the Ps every 10 ms; a line
+// written after the collector serves its health API is after init, however
+// long init took (on a loaded machine a short command such as validate can
+// end before the trace's first line after it).
+func TestBinaryProcs(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" || flag.Lookup("test.cpu").Value.String() != "" {
+		t.Skip("GOMAXPROCS or -cpu set for the tests: the runtime's own default is unknown here")
+	}
+	bin := binary(t)
+	procs := func(env ...string) string {
+		ep := freeport.Addr(t)
+		var buf lockedBuffer
+		cmd := exec.Command(bin, "--config", filepath.Join("..", "..", "testdata", "health-bearer.yaml"))
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, "GOMAXPROCS=") || strings.HasPrefix(kv, "GODEBUG=")
+		}), append(env, "GODEBUG=schedtrace=10", "WORKERWATCH_HEALTH_ENDPOINT="+ep, "WORKERWATCH_API_TOKEN=t")...)
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		require.NoError(t, cmd.Start())
+		defer stopCollector(cmd)
+		up := func() bool {
+			resp, err := http.Get("http://" + ep + "/livez")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return true
+		}
+		if !assert.Eventually(t, up, 30*time.Second, 50*time.Millisecond) {
+			t.Fatalf("the collector did not serve its health API:\n%s", buf.String())
+		}
+		ready := len(buf.String())
+		var n string
+		require.Eventually(t, func() bool {
+			for _, line := range strings.Split(buf.String()[ready:], "\n") {
+				if _, after, ok := strings.Cut(line, "SCHED "); ok && strings.Contains(after, "gomaxprocs=") {
+					_, v, _ := strings.Cut(after, "gomaxprocs=")
+					n, _, _ = strings.Cut(v, " ")
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 20*time.Millisecond, "a scheduler trace line after the collector was up")
+		return n
+	}
+	want := runtime.GOMAXPROCS(0) // the runtime's default here: the same for the binary
+	if n, ok := defaultMaxProcs(func(string) string { return "" }, want, runtime.NumCPU()); ok {
+		want = n
+	}
+	assert.Equal(t, strconv.Itoa(want), procs(), "GOMAXPROCS unset, %d CPUs", runtime.NumCPU())
+	assert.Equal(t, "3", procs("GOMAXPROCS=3"), "GOMAXPROCS=3")
 }
 
 // The binary is built once per test run (TestMain removes it).
@@ -204,38 +261,6 @@ func TestBinary(t *testing.T) {
 		require.NoError(t, err, out)
 		out, err = runBin(t, bin, "validate", "--config", "../../config.yaml")
 		require.NoError(t, err, out)
-	})
-
-	t.Run("it runs with two Ps more than its CPUs unless GOMAXPROCS is set", func(t *testing.T) {
-		if os.Getenv("GOMAXPROCS") != "" {
-			t.Skip("GOMAXPROCS is set for the tests: the runtime's own default is unknown here")
-		}
-		// The runtime's scheduler trace names its Ps every 10 ms; the last
-		// line is after init (the first, at 0 ms, is before it).
-		procs := func(env ...string) string {
-			cmd := exec.Command(bin, "validate")
-			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-				return strings.HasPrefix(kv, "GOMAXPROCS=") || strings.HasPrefix(kv, "GODEBUG=")
-			}), append(env, "GODEBUG=schedtrace=10")...)
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "%s", out)
-			var last string
-			for _, line := range strings.Split(string(out), "\n") {
-				if strings.HasPrefix(line, "SCHED ") {
-					last = line
-				}
-			}
-			_, after, ok := strings.Cut(last, "gomaxprocs=")
-			require.True(t, ok, "no scheduler trace after init in %s", out)
-			n, _, _ := strings.Cut(after, " ")
-			return n
-		}
-		want := runtime.GOMAXPROCS(0) // the runtime's default here: the same for the binary
-		if n, ok := defaultMaxProcs(func(string) string { return "" }, want, runtime.NumCPU()); ok {
-			want = n
-		}
-		assert.Equal(t, strconv.Itoa(want), procs(), "GOMAXPROCS unset, %d CPUs", runtime.NumCPU())
-		assert.Equal(t, "3", procs("GOMAXPROCS=3"), "GOMAXPROCS=3")
 	})
 
 	t.Run("an unknown config key is named", func(t *testing.T) {
