@@ -141,7 +141,6 @@ func fullHistoryFleet(b *testing.B, n int) *workerHealth {
 // a state change every 40 samples.
 func fillHistory(wh *workerHealth, s *contract.Snapshot) {
 	hs := wh.history
-	all := func(string) bool { return true }
 	for step := history.Size(hs.Window(), hs.Resolution()); step > 0; step-- {
 		at := s.Time.Add(-time.Duration(step) * hs.Resolution()).UnixMilli()
 		hs.Update(func(yield func(int64, *contract.Worker) bool) {
@@ -155,7 +154,7 @@ func fillHistory(wh *workerHealth, s *contract.Snapshot) {
 					return
 				}
 			}
-		}, all)
+		}, nil)
 	}
 }
 

@@ -63,14 +63,14 @@ func (wh *workerHealth) owned(w http.ResponseWriter, r *http.Request, escapedID,
 		// former owner, which has handed the worker over already. While
 		// this shard's ring settles, a worker it does not know is moving,
 		// never 404 (the asker, settled on its old ring, passes a 404 on).
-		if wh.store.Load().ByID[id] == nil && c.Settling(st) {
+		if wh.store.Load().Lookup(id) == nil && c.Settling(st) {
 			return writeUnknown(w, id, c.Self(), contract.ReasonMoving,
 				"the shard ring changed and this shard does not judge the worker (it moves here or away)", st)
 		}
 		return local()
 	}
 	if owner == "" || owner == c.Self() {
-		if wh.store.Load().ByID[id] == nil && c.Settling(st) {
+		if wh.store.Load().Lookup(id) == nil && c.Settling(st) {
 			return writeUnknown(w, id, c.Self(), contract.ReasonMoving,
 				"this shard owns the worker since the shard ring changed and has not judged it yet", st)
 		}

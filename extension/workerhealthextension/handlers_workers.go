@@ -27,7 +27,7 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 		// "/health/workers/" is the list, like "/health/workers".
 		return wh.handleWorkers(w, r)
 	}
-	e := wh.store.Load().ByID[id]
+	e := wh.store.Load().Lookup(id)
 	if e == nil {
 		return writeJSON(w, http.StatusNotFound, unknownWorker(id))
 	}
@@ -37,7 +37,7 @@ func (wh *workerHealth) handleWorker(w http.ResponseWriter, r *http.Request, esc
 	}
 	w.Header()["Content-Type"] = hdrJSON
 	w.WriteHeader(code)
-	_, _ = w.Write(e.JSON())
+	_, _ = w.Write(e.JSON()) //nolint:gosec // G705: the worker's JSON (encoding/json escapes <, > and &), sent as application/json
 	return code
 }
 
@@ -49,7 +49,7 @@ func (wh *workerHealth) lookup(w http.ResponseWriter, escapedID string) (*store.
 	if err != nil {
 		return nil, writeError(w, http.StatusBadRequest, "the worker id is not a valid URL-escaped string")
 	}
-	e := wh.store.Load().ByID[id]
+	e := wh.store.Load().Lookup(id)
 	if e == nil {
 		return nil, writeJSON(w, http.StatusNotFound, unknownWorker(id))
 	}

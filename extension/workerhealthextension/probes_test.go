@@ -155,7 +155,7 @@ func TestReadyzServesTheRestoredFleet(t *testing.T) {
 	wh.Publish(snap)
 	require.NoError(t, wh.Ready())
 	// The count, not the map (assert.Len would print 20,000 entries).
-	if got := len(wh.store.Load().ByID); got != n {
+	if got := len(wh.store.Load().ByIDOrder); got != n {
 		t.Errorf("%d of the %d restored workers in the view when Ready returned", got, n)
 	}
 	code, _ := get(t, base+"/readyz")

@@ -80,7 +80,7 @@ func FuzzRouter(f *testing.F) {
 		}
 		req = httptest.NewRequest(http.MethodGet, "/health/workers/"+url.PathEscape(id), nil)
 		rec := serve(wh, req)
-		e := v.ByID[id]
+		e := v.Lookup(id)
 		if e == nil {
 			t.Fatalf("published id %q is not in the view", id)
 		}
@@ -114,7 +114,7 @@ func checkAnswer(t *testing.T, v *store.View, req *http.Request, rec *httptest.R
 		if err != nil {
 			t.Fatalf("%q: a verdict for an id that does not unescape", p)
 		}
-		e := v.ByID[id]
+		e := v.Lookup(id)
 		if e == nil {
 			t.Fatalf("%q: verdict %d for unpublished id %q", p, rec.Code, id)
 		}

@@ -412,20 +412,20 @@ func (c *Cluster) merge(st *RingState, local *store.View, localEntries []*store.
 	for i, s := range shards {
 		si := &store.SourceIndex{
 			Snap:  &contract.Snapshot{Source: shardSourceID(s.name), Time: s.time, Fleet: s.fleet},
-			ByID:  make(map[string]*store.Entry, len(s.entries)),
 			Order: make([]*store.Entry, 0, len(s.entries)),
 		}
+		listed := make(map[string]bool, len(s.entries))
 		for _, e := range s.entries {
 			o := st.ring.Owner(e.Worker.ID)
 			switch {
 			case o == s.name:
-			case owned[e.Worker.ID] || si.ByID[e.Worker.ID] != nil:
+			case owned[e.Worker.ID] || listed[e.Worker.ID]:
 				continue // its owner lists it
 			default:
 				e = movingEntry(e, s.name, o, st)
 				owned[e.Worker.ID] = true // once, from the first shard listing it
 			}
-			si.ByID[e.Worker.ID] = e
+			listed[e.Worker.ID] = true
 			si.Order = append(si.Order, e)
 		}
 		slices.SortFunc(si.Order, store.CompareIDs)

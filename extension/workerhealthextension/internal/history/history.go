@@ -83,6 +83,9 @@ type workerHistory struct {
 	// A worker restored from storage that is not (yet) is kept for one
 	// window; one that left the view is dropped at once.
 	inView bool
+	// gen is the last update whose view served the worker (Store.gen);
+	// in the padding after state and inView.
+	gen uint32
 	// For storage (history_storage.go): how many of the newest samples are
 	// not written yet, whether the transitions changed, and whether the
 	// worker has keys in storage.
@@ -125,6 +128,9 @@ type Store struct {
 	// first is the time of the oldest sample ever recorded (unix ms; 0:
 	// none): the pages show less than the window while it is younger.
 	first int64
+	// gen counts the updates: a worker whose history has the current one
+	// (workerHistory.gen) is served by the view of this update.
+	gen uint32
 }
 
 // New is an empty history of window / resolution samples per worker.
@@ -158,19 +164,31 @@ func (hs *Store) Resolution() time.Duration { return hs.resolution }
 
 // Update adds the workers of the snapshots just indexed to their histories
 // (fresh yields each served worker with its snapshot's time, unix ms), then
-// drops the histories of workers the API no longer serves (served). The
-// caller passes only the copy of a worker the API serves, so with two
-// processors listing one worker the history follows the API's answer.
-func (hs *Store) Update(fresh iter.Seq2[int64, *contract.Worker], served func(id string) bool) {
+// drops the histories of workers the API no longer serves: those neither
+// fresh nor in also (the ids of the other workers the view serves, those of
+// sources that did not publish since; nil: none). The caller passes only
+// the copy of a worker the API serves, so with two processors listing one
+// worker the history follows the API's answer. Served workers are marked
+// with the update's number as they go by rather than looked up in the view
+// afterwards: the view keeps no map of its ids.
+func (hs *Store) Update(fresh iter.Seq2[int64, *contract.Worker], also iter.Seq[string]) {
 	if hs.Off() {
 		return
 	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	hs.gen++
 	for at, w := range fresh {
 		hs.record(w, at)
 	}
-	hs.retain(served, time.Now().Add(-hs.window).UnixMilli())
+	if also != nil {
+		for id := range also {
+			if h := hs.byID[id]; h != nil {
+				h.gen = hs.gen
+			}
+		}
+	}
+	hs.retain(time.Now().Add(-hs.window).UnixMilli())
 }
 
 func (hs *Store) record(w *contract.Worker, at int64) {
@@ -182,7 +200,7 @@ func (hs *Store) record(w *contract.Worker, at int64) {
 		h = &workerHistory{}
 		hs.byID[w.ID] = h
 	}
-	h.inView = true
+	h.inView, h.gen = true, hs.gen
 	s := Sample{
 		At:            at,
 		RSSKiB:        kib(w.Memory.RSSBytes),
@@ -302,10 +320,10 @@ func (h *workerHistory) lastTransition() Transition {
 // retain drops the history of every worker the API no longer serves: at
 // once when it was served since start, after a window when it only came
 // from storage (the processor may not have reported it again yet).
-func (hs *Store) retain(served func(id string) bool, horizon int64) {
+func (hs *Store) retain(horizon int64) {
 	for id, h := range hs.byID {
-		if served(id) {
-			continue
+		if h.gen == hs.gen {
+			continue // served
 		}
 		if h.inView || h.n == 0 || h.sample(h.lastIndex(hs.size)).At < horizon {
 			delete(hs.byID, id)

@@ -38,7 +38,9 @@ func TestHistorySavesOnlyWhatChanged(t *testing.T) {
 	assert.ElementsMatch(t, []string{groupKey(12, "wa"), headerKey("wa")}, keys)
 
 	// A worker that leaves: its keys go, and the list of ids changes.
-	hs.retain(func(id string) bool { return id == "wa" || id == "wb" }, 0)
+	hs.gen++
+	hs.byID["wa"].gen, hs.byID["wb"].gen = hs.gen, hs.gen // served: wc is not
+	hs.retain(0)
 	ops = hs.collect(p)
 	var deleted []string
 	for _, o := range ops {

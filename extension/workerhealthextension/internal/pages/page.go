@@ -172,7 +172,7 @@ func (p *Pages) data(v *store.View, keep store.StateFilter, hs *history.Store, n
 	}
 	d.Shown = len(d.Rows)
 	for i, t := range hs.Trend(ids, now, TrendPoints) {
-		d.Rows[i].Trend = newSparkline(t, v.ByID[ids[i]].Worker.Memory.SoftLimitBytes)
+		d.Rows[i].Trend = newSparkline(t, v.Lookup(ids[i]).Worker.Memory.SoftLimitBytes)
 	}
 	return d
 }

@@ -28,9 +28,9 @@ func TestStoreIgnoresOlderSnapshot(t *testing.T) {
 	s := New(history.New(30*time.Minute, 10*time.Second))
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, fleettest.Worker("a", contract.Unhealthy)))
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(-time.Second), fleettest.Worker("a", contract.Healthy)))
-	assert.Equal(t, contract.Unhealthy, s.Load().ByID["a"].Worker.State)
+	assert.Equal(t, contract.Unhealthy, s.Load().Lookup("a").Worker.State)
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(time.Second), fleettest.Worker("a", contract.Healthy)))
-	assert.Equal(t, contract.Healthy, s.Load().ByID["a"].Worker.State)
+	assert.Equal(t, contract.Healthy, s.Load().Lookup("a").Worker.State)
 }
 
 func TestStoreMergesSources(t *testing.T) {
@@ -51,9 +51,9 @@ func TestStoreMergesSources(t *testing.T) {
 	v := s.Load()
 	assert.Equal(t, []string{"a", "b", "shared", "tie"}, entryIDs(v.ByIDOrder))
 	// The worse judgement of a worker listed by two processors wins.
-	assert.Equal(t, contract.Stalled, v.ByID["shared"].Worker.State)
+	assert.Equal(t, contract.Stalled, v.Lookup("shared").Worker.State)
 	// On equal states the fresher snapshot wins, whichever source sorts first.
-	assert.Equal(t, "b", v.ByID["tie"].Worker.Name)
+	assert.Equal(t, "b", v.Lookup("tie").Worker.Name)
 	assert.Equal(t, int64(3), v.Fleet.Pending)
 	assert.Equal(t, int64(5), v.Fleet.IdleCapacity)
 	assert.True(t, v.Fleet.IdleWhilePending)
@@ -71,7 +71,7 @@ func TestStoreMergesSources(t *testing.T) {
 	s2 := New(history.New(30*time.Minute, 10*time.Second))
 	put(s2, fleettest.Snapshot(component.MustNewIDWithName("worker_health", "a"), fleettest.T0.Add(time.Second), tieB))
 	put(s2, fleettest.Snapshot(component.MustNewIDWithName("worker_health", "z"), fleettest.T0, tieA))
-	assert.Equal(t, "fresher", s2.Load().ByID["tie"].Worker.Name)
+	assert.Equal(t, "fresher", s2.Load().Lookup("tie").Worker.Name)
 }
 
 func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
@@ -82,8 +82,20 @@ func TestStoreDuplicateAndUnsortedInOneSnapshot(t *testing.T) {
 		fleettest.Worker("z", contract.Healthy), fleettest.Worker("m", contract.Degraded)))
 	v := s.Load()
 	assert.Equal(t, []string{"m", "z"}, entryIDs(v.ByIDOrder))
-	assert.Equal(t, contract.Lost, v.ByID["z"].Worker.State)
-	assert.Equal(t, contract.Degraded, v.ByID["m"].Worker.State)
+	assert.Equal(t, contract.Lost, v.Lookup("z").Worker.State)
+	assert.Equal(t, contract.Degraded, v.Lookup("m").Worker.State)
+	// Ids before, between and after the listed ones are not found.
+	for _, id := range []string{"", "a", "n", "zz"} {
+		assert.Nil(t, v.Lookup(id), "%q", id)
+	}
+
+	// Equal judgements: the first listed stands, three copies or two.
+	first, second, third := fleettest.Worker("k", contract.Healthy), fleettest.Worker("k", contract.Healthy), fleettest.Worker("k", contract.Healthy)
+	first.Name, second.Name, third.Name = "first", "second", "third"
+	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(time.Second), fleettest.Worker("z", contract.Healthy), first, second, third))
+	v = s.Load()
+	assert.Equal(t, []string{"k", "z"}, entryIDs(v.ByIDOrder))
+	assert.Equal(t, "first", v.Lookup("k").Worker.Name)
 }
 
 func TestStoreNonFiniteEvidence(t *testing.T) {
@@ -96,7 +108,7 @@ func TestStoreNonFiniteEvidence(t *testing.T) {
 	}}
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, w))
 	var got contract.Worker
-	require.NoError(t, json.Unmarshal(s.Load().ByID["nan"].JSON(), &got))
+	require.NoError(t, json.Unmarshal(s.Load().Lookup("nan").JSON(), &got))
 	assert.Equal(t, "cpu_saturated", got.Reasons[0].Code)
 	assert.Zero(t, got.Reasons[0].Value)
 	require.NotNil(t, got.Reasons[0].Current)
@@ -119,7 +131,7 @@ func TestEntryEncodedWhenFirstAsked(t *testing.T) {
 	for _, e := range v.ByIDOrder {
 		assert.Nil(t, e.json.Load(), "%s encoded at publish", e.Worker.ID)
 	}
-	a := v.ByID["a"]
+	a := v.Lookup("a")
 	var wg sync.WaitGroup
 	got := make([][]byte, 8)
 	for i := range got {
@@ -133,11 +145,11 @@ func TestEntryEncodedWhenFirstAsked(t *testing.T) {
 	}
 	first := a.JSON()
 	assert.Same(t, &first[0], &a.JSON()[0], "encoded once, then reused")
-	assert.Nil(t, v.ByID["b"].json.Load(), "a worker nobody asked for stays unencoded")
+	assert.Nil(t, v.Lookup("b").json.Load(), "a worker nobody asked for stays unencoded")
 
 	next := fleettest.Worker("a", contract.Degraded)
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(time.Second), next))
-	assert.Contains(t, string(s.Load().ByID["a"].JSON()), `"state":"degraded"`)
+	assert.Contains(t, string(s.Load().Lookup("a").JSON()), `"state":"degraded"`)
 }
 
 func entryIDs(es []*Entry) []string {
@@ -151,7 +163,7 @@ func entryIDs(es []*Entry) []string {
 func TestStoreNilListsEncodeEmpty(t *testing.T) {
 	s := New(history.New(30*time.Minute, 10*time.Second))
 	put(s, fleettest.Snapshot(fleettest.Source, fleettest.T0, contract.Worker{ID: "bare", State: contract.Unknown}))
-	body := string(s.Load().ByID["bare"].JSON())
+	body := string(s.Load().Lookup("bare").JSON())
 	assert.Contains(t, body, `"reasons":[]`)
 	assert.Contains(t, body, `"runs":{"worker":[],"scheduler":[],"capacity":0,"recent":[],"kills":{}}`)
 	assert.Contains(t, body, `"roles":[]`)
@@ -189,13 +201,13 @@ func TestPublishDoesNotWaitForTheIndex(t *testing.T) {
 	returned(fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(2*time.Second), fleettest.Worker("a", contract.Lost), fleettest.Worker("b", contract.Healthy)))
 	returned(fleettest.Snapshot(fleettest.Source, fleettest.T0.Add(time.Second), fleettest.Worker("a", contract.Degraded)))
 	assert.True(t, s.Load().Time.IsZero(), "readers keep the last complete view while one is built")
-	assert.Empty(t, s.Load().ByID)
+	assert.Empty(t, s.Load().ByIDOrder)
 
 	close(gate)
 	s.Flush()
 	v := s.Load()
 	assert.Equal(t, fleettest.T0.Add(2*time.Second), v.Time)
-	assert.Equal(t, contract.Lost, v.ByID["a"].Worker.State, "the newest snapshot is served")
+	assert.Equal(t, contract.Lost, v.Lookup("a").Worker.State, "the newest snapshot is served")
 	assert.Equal(t, []string{"a", "b"}, entryIDs(v.ByIDOrder))
 	assert.Equal(t, fleettest.T0.Add(2*time.Second), <-indexed, "the older of the two waiting snapshots was never indexed")
 	assert.Empty(t, indexed)
