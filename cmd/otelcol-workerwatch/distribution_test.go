@@ -140,7 +140,10 @@ func TestBinaryProcs(t *testing.T) {
 		ready := len(buf.String())
 		var n string
 		require.Eventually(t, func() bool {
-			for _, line := range strings.Split(buf.String()[ready:], "\n") {
+			// Whole lines only: the runtime writes a trace line in pieces,
+			// and the last one may be half written.
+			lines := strings.Split(buf.String()[ready:], "\n")
+			for _, line := range lines[:len(lines)-1] {
 				if _, after, ok := strings.Cut(line, "SCHED "); ok && strings.Contains(after, "gomaxprocs=") {
 					_, v, _ := strings.Cut(after, "gomaxprocs=")
 					n, _, _ = strings.Cut(v, " ")

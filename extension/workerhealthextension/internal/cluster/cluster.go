@@ -414,21 +414,22 @@ func (c *Cluster) merge(st *RingState, local *store.View, localEntries []*store.
 			Snap:  &contract.Snapshot{Source: shardSourceID(s.name), Time: s.time, Fleet: s.fleet},
 			Order: make([]*store.Entry, 0, len(s.entries)),
 		}
-		listed := make(map[string]bool, len(s.entries))
 		for _, e := range s.entries {
 			o := st.ring.Owner(e.Worker.ID)
 			switch {
 			case o == s.name:
-			case owned[e.Worker.ID] || listed[e.Worker.ID]:
+			case owned[e.Worker.ID]:
 				continue // its owner lists it
 			default:
 				e = movingEntry(e, s.name, o, st)
 				owned[e.Worker.ID] = true // once, from the first shard listing it
 			}
-			listed[e.Worker.ID] = true
 			si.Order = append(si.Order, e)
 		}
-		slices.SortFunc(si.Order, store.CompareIDs)
+		// In id order, once each: a shard that lists a worker it owns twice
+		// is served by its first copy.
+		slices.SortStableFunc(si.Order, store.CompareIDs)
+		si.Order = slices.CompactFunc(si.Order, func(a, b *store.Entry) bool { return a.Worker.ID == b.Worker.ID })
 		// The scheduler's pending count reaches one shard; a former owner of
 		// the empty id may still hold an older one: the freshest counts once.
 		if s.fleet.Pending >= 0 && (pendingIdx < 0 || s.time.After(pendingFrom)) {

@@ -77,17 +77,14 @@ func (e *Entry) JSON() []byte {
 // sourceIndex is one processor's latest snapshot, indexed by worker id.
 type SourceIndex struct {
 	Snap *contract.Snapshot
-	// Order is Snap.Workers' entries sorted by id, one for each id (Lookup).
+	// Order is Snap.Workers' entries sorted by id, one for each id.
 	Order []*Entry
 }
 
-// Lookup is the entry of the worker id, or nil.
-func (si *SourceIndex) Lookup(id string) *Entry { return lookup(si.Order, id) }
-
 // lookup finds id in order (sorted by id, each once) by binary search. No
-// map beside the order: one of 100,000 workers was about 41 bytes a worker
-// kept and 4 MB built at every publish (docs/results/density.md, "the
-// view's id map"), for a search of 17 steps instead of a hash.
+// map of ids beside the order: it was 41 bytes a worker, and a new one of
+// every worker at each publish (docs/results/density.md, "the view's id
+// map"), for a search of about 17 steps at 100,000 workers instead of a hash.
 func lookup(order []*Entry, id string) *Entry {
 	i, ok := slices.BinarySearchFunc(order, id, func(e *Entry, id string) int { return cmp.Compare(e.Worker.ID, id) })
 	if !ok {
