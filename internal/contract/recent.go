@@ -1,7 +1,6 @@
 package contract // import "github.com/workerwatch/workerwatch/internal/contract"
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"iter"
@@ -69,15 +68,21 @@ func (p *RunPacker) Add(id []byte, attempt int, result, kill string, started, en
 	p.buf = b
 }
 
-// DoneAs is Done, but hands on prev itself when it holds the same runs
-// (one snapshot's recent runs in the next: a published snapshot is
-// immutable) instead of a copy.
-func (p *RunPacker) DoneAs(prev RecentRuns) RecentRuns {
-	if len(p.buf) > 0 && bytes.Equal(p.buf, prev.b) {
-		p.buf = p.buf[:0]
-		return prev
+// Len is the size in bytes of the records added since the last Done.
+func (p *RunPacker) Len() int { return len(p.buf) }
+
+// DoneInto copies the records added since the last Done into dst's
+// memory (the processor hands every worker's out of one block of its
+// snapshot's own: tracker.block) and returns them. dst should have room
+// for Len() bytes; with less, they get a slice of their own.
+func (p *RunPacker) DoneInto(dst []byte) RecentRuns {
+	if len(p.buf) == 0 {
+		return RecentRuns{}
 	}
-	return p.Done()
+	b := dst[:0]
+	b = append(b, p.buf...)
+	p.buf = p.buf[:0]
+	return RecentRuns{b: b[:len(b):len(b)]}
 }
 
 // Done returns the records added since the last Done, in a slice of their
@@ -86,9 +91,7 @@ func (p *RunPacker) Done() RecentRuns {
 	if len(p.buf) == 0 {
 		return RecentRuns{}
 	}
-	r := RecentRuns{b: append(make([]byte, 0, len(p.buf)), p.buf...)}
-	p.buf = p.buf[:0]
-	return r
+	return p.DoneInto(make([]byte, len(p.buf)))
 }
 
 // runResults are the results a record names by index (any other is kept

@@ -20,7 +20,8 @@ import (
 // incarnation (process.pid, process.creation.time) on the resource, the
 // main role's memory and CPU, the CPU limit and workerwatch.worker.present
 // = 1, all at now. Its values vary with i as a fleet's do (a host every 100
-// workers, the root started an hour before the load).
+// workers, the root started an hour before the load), and the memory with
+// now too.
 func TreeSample(md pmetric.Metrics, id string, i int, now pcommon.Timestamp) {
 	rm := md.ResourceMetrics().AppendEmpty()
 	attrs := rm.Resource().Attributes()
@@ -41,7 +42,10 @@ func TreeSample(md pmetric.Metrics, id string, i int, now pcommon.Timestamp) {
 		return dp
 	}
 	mem := gauge(contract.MetricMemory, "By")
-	mem.SetIntValue(int64(200+i%50) << 20)
+	// A real RSS moves from one sample to the next: some pages more or
+	// fewer each time (the worker's memory would otherwise be the same list
+	// of roles in every snapshot, which no fleet sends).
+	mem.SetIntValue(int64(200+i%50)<<20 + int64(now)/int64(time.Second)%97<<12)
 	mem.Attributes().PutStr(contract.AttrRole, contract.RoleMain)
 	cpu := gauge(contract.MetricCPUUtilization, "1")
 	cpu.SetDoubleValue(0.05 + float64(i%10)/100)

@@ -357,32 +357,31 @@ func (m *Memory) AddReasons(r *MemRules, unhealthy, degraded []contract.Reason) 
 	return unhealthy, degraded
 }
 
-// Snapshot is the snapshot's view of the worker's memory. prev is its
-// roles in the snapshot before (nil: none): they are handed on as they are
-// when nothing in them changed (a published snapshot is immutable), instead
-// of a new list for every worker at every evaluation.
-func (m *Memory) Snapshot(r *MemRules, prev []contract.RoleMemory) contract.Memory {
+// Snapshot is the snapshot's view of the worker's memory, its roles
+// written into roles (RoleCount() of them: the processor hands every
+// worker's out of one block of its snapshot's own, tracker.block; with
+// fewer, the list gets memory of its own).
+func (m *Memory) Snapshot(r *MemRules, roles []contract.RoleMemory) contract.Memory {
 	mem := contract.Memory{
 		RSSBytes: max(m.rss, 0), SoftLimitBytes: m.SoftLimit(r),
 		CgroupMaxBytes: max(m.cgroupMax, 0),
 		SampledAt:      contract.Time(m.rssAt),
-		Roles:          prev,
 	}
 	if m.mem != nil {
 		mem.OverSamples = int(m.mem.overSamples)
 	}
-	same := prev != nil && len(prev) == len(m.roles)
-	for i := 0; same && i < len(m.roles); i++ {
-		same = m.roleSnapshot(i, r) == prev[i]
+	if roles == nil || len(roles) < len(m.roles) { // nil: [] all the same in the JSON
+		roles = make([]contract.RoleMemory, len(m.roles))
 	}
-	if !same {
-		mem.Roles = make([]contract.RoleMemory, len(m.roles))
-		for i := range m.roles {
-			mem.Roles[i] = m.roleSnapshot(i, r)
-		}
+	mem.Roles = roles[:len(m.roles):len(m.roles)]
+	for i := range m.roles {
+		mem.Roles[i] = m.roleSnapshot(i, r)
 	}
 	return mem
 }
+
+// RoleCount is how many roles Snapshot lists.
+func (m *Memory) RoleCount() int { return len(m.roles) }
 
 // roleSnapshot is the snapshot's view of the worker's i-th role.
 func (m *Memory) roleSnapshot(i int, r *MemRules) contract.RoleMemory {

@@ -68,13 +68,16 @@ func TestMemState(t *testing.T) {
 	assert.Equal(t, 1, snap.OverSamples)
 }
 
-// A snapshot hands on the roles of the one before while they are the same,
-// and lists them anew, leaving the published list as it was, once a role's
-// memory changed.
-func TestMemSnapshotRolesReused(t *testing.T) {
+// A snapshot lists the roles in the memory it is given (the processor's
+// block for the snapshot), capped at their number; given none, in a list
+// of their own; [] (not null) when there is none.
+func TestMemSnapshotRolesInto(t *testing.T) {
 	cfg := &MemoryRule{RecoveryRatio: 0.9, RecoverySamples: 2, UnhealthySamples: 3}
 	r := NewMemRules(cfg, 100)
 	m := NewMemory()
+	assert.Equal(t, 0, m.RoleCount())
+	assert.NotNil(t, m.Snapshot(r, nil).Roles, "no role: [] in the JSON")
+	assert.Empty(t, m.Snapshot(r, nil).Roles)
 	sample := func(main, child int64, now int64) {
 		s := mapping.Sample{Mem: main + child, NRole: 2}
 		s.Roles[0] = mapping.RoleVal{Role: contract.RoleMain, RSS: main}
@@ -82,16 +85,19 @@ func TestMemSnapshotRolesReused(t *testing.T) {
 		m.Sample(&s, now, r)
 	}
 	sample(100, 50, 1)
-	first := m.Snapshot(r, nil).Roles
-	assert.Equal(t, []contract.RoleMemory{{Role: "child", RSSBytes: 50}, {Role: contract.RoleMain, RSSBytes: 100}}, first)
+	want := []contract.RoleMemory{{Role: "child", RSSBytes: 50}, {Role: contract.RoleMain, RSSBytes: 100}}
+	assert.Equal(t, 2, m.RoleCount())
+	assert.Equal(t, want, m.Snapshot(r, nil).Roles)
 
-	sample(100, 50, 2)
-	again := m.Snapshot(r, first).Roles
-	assert.Same(t, &first[0], &again[0], "unchanged: the same list")
+	block := make([]contract.RoleMemory, 3)
+	got := m.Snapshot(r, block[:2]).Roles
+	assert.Equal(t, want, got)
+	assert.Same(t, &block[0], &got[0], "in the memory given")
+	assert.Equal(t, 2, cap(got), "capped: an append does not write into the block's next piece")
 
 	sample(120, 50, 3)
-	moved := m.Snapshot(r, again).Roles
-	assert.NotSame(t, &first[0], &moved[0])
+	moved := m.Snapshot(r, block[:1]).Roles
+	assert.NotSame(t, &block[0], &moved[0], "too little given: a list of its own")
 	assert.Equal(t, int64(120), moved[1].RSSBytes)
-	assert.Equal(t, int64(100), first[1].RSSBytes, "what was published stays as it was")
+	assert.Equal(t, int64(100), got[1].RSSBytes, "what was published stays as it was")
 }

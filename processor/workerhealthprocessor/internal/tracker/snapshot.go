@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
-	"weak"
+	"unsafe"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
@@ -29,21 +29,11 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		s.Fleet.ByState[st] = 0
 	}
 	var ended []*state.Run
-	prev, j := t.prev.Value(), 0
+	t.bytes.reset()
+	t.strs.reset()
+	t.roles.reset()
 	for _, w := range t.byID() {
 		s.Fleet.ByState[w.State]++
-		// The worker's entry in the snapshot before (both are in id order),
-		// whose held runs, roles and recent runs are handed on where they
-		// did not change.
-		var pw contract.Worker
-		if prev != nil {
-			for j < len(prev.Workers) && prev.Workers[j].ID < w.id {
-				j++
-			}
-			if j < len(prev.Workers) && prev.Workers[j].ID == w.id {
-				pw = prev.Workers[j]
-			}
-		}
 		t.heldW, t.heldS, ended = t.heldW[:0], t.heldS[:0], ended[:0]
 		for r := range w.Table.All() {
 			if r.Has(state.RunWorkerHeld) {
@@ -58,21 +48,21 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 		}
 		slices.SortFunc(t.heldW, bytes.Compare)
 		slices.SortFunc(t.heldS, bytes.Compare)
-		wr := heldList(t.heldW, pw.Runs.Worker, nil)
+		wr := t.heldList(t.heldW, nil)
 		sr := wr // both sides agree (most workers): one list, read-only as all of a snapshot
 		if !sameIDs(t.heldS, wr) {
-			sr = heldList(t.heldS, pw.Runs.Scheduler, wr)
+			sr = t.heldList(t.heldS, wr)
 		}
 		s.Workers = append(s.Workers, contract.Worker{
 			ID: w.id, Name: w.Name, State: w.State,
 			Reasons:  append([]contract.Reason{}, w.Reasons...),
 			Since:    contract.Time(w.Since),
 			LastSeen: contract.Time(w.LastAlive),
-			Memory:   w.memory.Snapshot(t.mem, pw.Memory.Roles),
+			Memory:   w.memory.Snapshot(t.mem, t.roles.take(w.memory.RoleCount())),
 			CPU:      w.cpu.Snapshot(),
 			Runs: contract.Runs{
 				Worker: wr, Scheduler: sr, Capacity: t.capacityOf(w),
-				Recent: t.recentRuns(ended, pw.Runs.Recent), Kills: w.kills.Snapshot(),
+				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
 			Drift: contract.Drift{
 				Missing: nonNil(slices.Clone(w.Missing())), Orphaned: nonNil(slices.Clone(w.Orphaned())),
@@ -83,28 +73,24 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 			LastExit:    w.lastExit(),
 		})
 	}
-	t.prev = weak.Make(s)
 	return s
 }
 
 // heldList is a side's held run ids (ids, sorted) as the snapshot lists
-// them: prev, the list of the snapshot before, when it names the same
-// runs; else a new list, each id's string shared with the other side's
-// list (other) where that names it too, else new. Never nil: an API reader
-// gets [] rather than null.
-func heldList(ids [][]byte, prev, other []string) []string {
+// them, from its blocks: the strings of other (the other side's list)
+// where it holds the same id.
+func (t *Tracker) heldList(ids [][]byte, other []string) []string {
 	if len(ids) == 0 {
 		return []string{}
 	}
-	if sameIDs(ids, prev) {
-		return prev
-	}
-	out := make([]string, len(ids))
+	out := t.strs.take(len(ids))
 	for i, id := range ids {
 		if k, ok := slices.BinarySearch(other, string(id)); ok {
 			out[i] = other[k]
 		} else {
-			out[i] = string(id)
+			b := t.bytes.take(len(id))
+			copy(b, id)
+			out[i] = unsafe.String(unsafe.SliceData(b), len(b))
 		}
 	}
 	return out
@@ -118,9 +104,8 @@ func sameIDs(ids [][]byte, list []string) bool {
 // recentRuns are the newest limits.recent_runs of the ended run attempts,
 // newest activity first (activity, then the later attempt, then id): each attempt of a run is an
 // entry of its own (docs/health-rules.md, "Attempts"). Packed straight from
-// the runs (contract.RecentRuns): at most one allocation a worker, none
-// when they are those of the snapshot before (prev).
-func (t *Tracker) recentRuns(ended []*state.Run, prev contract.RecentRuns) contract.RecentRuns {
+// the runs (contract.RecentRuns), into the snapshot's block of bytes.
+func (t *Tracker) recentRuns(ended []*state.Run) contract.RecentRuns {
 	slices.SortFunc(ended, func(a, b *state.Run) int {
 		return cmp.Or(cmp.Compare(activity(b), activity(a)), cmp.Compare(b.Attempt, a.Attempt), bytes.Compare(b.ID(), a.ID()))
 	})
@@ -134,7 +119,7 @@ func (t *Tracker) recentRuns(ended []*state.Run, prev contract.RecentRuns) contr
 		}
 		t.packer.Add(state.RunIDBytes(r.ID()), int(r.Attempt), result, kill, r.StartTS, r.EndTS)
 	}
-	return t.packer.DoneAs(prev)
+	return t.packer.DoneInto(t.bytes.take(t.packer.Len()))
 }
 
 // lastExit is how the worker's last incarnation ended, where the receiver

@@ -24,7 +24,43 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkSnapshot -benchmem ./processor/workerhealthprocessor/internal/tracker/
 func BenchmarkSnapshot(b *testing.B) {
-	const n = 10_000
+	h, now := snapshotBenchFleet(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		served = h.p.tracker.Snapshot(now)
+	}
+	served = nil
+}
+
+// BenchmarkSnapshotSampled is BenchmarkSnapshot with every worker's tree
+// sample applied before each snapshot (not timed): its memory moved, as a
+// real worker's does from one sample to the next (fleetload.TreeSample), so
+// every worker's roles are listed anew.
+func BenchmarkSnapshotSampled(b *testing.B) {
+	h, now := snapshotBenchFleet(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		now += int64(time.Second)
+		md := pmetric.NewMetrics()
+		for i := range snapshotBenchWorkers {
+			fleetload.TreeSample(md, fmt.Sprintf("bench-worker-%06d", i), i, pcommon.Timestamp(now))
+		}
+		h.metrics(md)
+		b.StartTimer()
+		served = h.p.tracker.Snapshot(now)
+	}
+	served = nil
+}
+
+const snapshotBenchWorkers = 10_000
+
+// snapshotBenchFleet is the tracker of the snapshot benchmarks, fed, with
+// its first snapshot built and held; and the time of the last round.
+func snapshotBenchFleet(b *testing.B) (*harness, int64) {
+	const n = snapshotBenchWorkers
 	cfg := &testConfig{
 		Config: DefaultConfig(), Scheduler: mapping.DefaultSchedulerConfig(),
 		Mapping: mapping.DefaultConfig(), Metrics: mapping.DefaultMetricsConfig(),
@@ -55,10 +91,5 @@ func BenchmarkSnapshot(b *testing.B) {
 	// holds the one it serves (a local variable would not do: overwritten,
 	// it is dead while the next is built).
 	served = snap
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		served = h.p.tracker.Snapshot(now)
-	}
-	served = nil
+	return h, now
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 
@@ -49,11 +50,12 @@ func recentIDs(rs []contract.RunRecord) []string {
 	return out
 }
 
-// A snapshot hands on what of a worker's entry did not change since the
-// snapshot before it, while that one is still held (by the health
-// extension): its held runs on both sides, its roles, its recent runs. What
-// changed is built anew, and what was published stays as it was.
-func TestSnapshotHandsOnUnchanged(t *testing.T) {
+// A snapshot's parts (held runs, roles, recent runs) are in blocks of its
+// own: the next snapshot shares none of them, even unchanged, so that a
+// snapshot's blocks are freed whole with it (block.go), and what was
+// published stays as it was while the next ones are built. Each part is
+// capped at its length: appending to one never writes into the next.
+func TestSnapshotPartsInBlocksOfItsOwn(t *testing.T) {
 	h := newHarness(t, testCfg())
 	h.metrics(treeMetrics("w1", 10, -1, 1))
 	h.logs(wl("w1", contract.EventClaimed, "a", nil))
@@ -71,14 +73,19 @@ func TestSnapshotHandsOnUnchanged(t *testing.T) {
 	w1 := first.Workers[0]
 	assert.Equal(t, []string{"a"}, w1.Runs.Worker)
 	assert.Same(t, &w1.Runs.Worker[0], &w1.Runs.Scheduler[0], "both sides agree: one list")
+	assert.Len(t, w1.Memory.Roles, cap(w1.Memory.Roles), "capped")
+	assert.Len(t, w1.Runs.Worker, cap(w1.Runs.Worker), "capped")
 	assert.NotEmpty(t, w1.Memory.Roles)
 	assert.Equal(t, 1, w1.Runs.Recent.Len())
 
 	second := build()
 	w2 := second.Workers[0]
-	assert.Same(t, &w1.Runs.Worker[0], &w2.Runs.Worker[0], "held runs unchanged: handed on")
-	assert.Same(t, &w1.Memory.Roles[0], &w2.Memory.Roles[0], "roles unchanged: handed on")
-	assert.Equal(t, w1.Runs.Recent, w2.Runs.Recent)
+	assert.Equal(t, w1.Runs.Worker, w2.Runs.Worker)
+	assert.NotSame(t, &w1.Runs.Worker[0], &w2.Runs.Worker[0], "unchanged, but a list of its own")
+	assert.NotSame(t, unsafe.StringData(w1.Runs.Worker[0]), unsafe.StringData(w2.Runs.Worker[0]), "the id too")
+	assert.Equal(t, w1.Memory.Roles, w2.Memory.Roles)
+	assert.NotSame(t, &w1.Memory.Roles[0], &w2.Memory.Roles[0])
+	assert.Equal(t, w1.Runs.Recent.Records(), w2.Runs.Recent.Records())
 
 	// The scheduler lets go of a; the worker claims b.
 	h.logs(sl("w1", contract.EventFinished, "a"))
@@ -87,10 +94,39 @@ func TestSnapshotHandsOnUnchanged(t *testing.T) {
 	w3 := third.Workers[0]
 	assert.Equal(t, []string{"a", "b"}, w3.Runs.Worker)
 	assert.Empty(t, w3.Runs.Scheduler)
+	assert.NotNil(t, w3.Runs.Scheduler, "[] in the JSON, not null")
 	assert.Equal(t, []string{"a"}, w2.Runs.Worker, "the published list stays as it was")
 	assert.Equal(t, []string{"a"}, w2.Runs.Scheduler)
+	assert.Equal(t, []string{"a"}, w1.Runs.Worker)
 	runtime.KeepAlive(first)
 	runtime.KeepAlive(second)
+}
+
+// A block is sized from what the snapshot before took: a snapshot as large
+// as the one before takes one block, and one that grows a few more, not one
+// for every piece.
+func TestBlockSizedFromTheSnapshotBefore(t *testing.T) {
+	var b block[byte]
+	blocks := func(pieces int) int {
+		n, prev := 0, []byte(nil)
+		b.reset()
+		for range pieces {
+			p := b.take(10)
+			// Not right after the piece before: a new block (addresses compared
+			// as numbers; a pointer past a block's end is not one to hold).
+			if prev == nil || uintptr(unsafe.Pointer(unsafe.SliceData(p))) != uintptr(unsafe.Pointer(unsafe.SliceData(prev)))+uintptr(len(prev)) {
+				n++
+			}
+			prev = p
+		}
+		return n
+	}
+	assert.Equal(t, 9, blocks(1000), "the first: no size to go by (64 elements, then as many as so far)")
+	assert.Equal(t, 1, blocks(1000), "as large as the one before: one block")
+	assert.Equal(t, 1, blocks(1050), "a little larger")
+	assert.Equal(t, 2, blocks(2000), "twice as large")
+	assert.Equal(t, 1, blocks(10), "smaller")
+	assert.Nil(t, b.take(0))
 }
 
 // What a snapshot allocates when nothing changed does not grow with the

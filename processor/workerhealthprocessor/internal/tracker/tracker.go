@@ -2,7 +2,6 @@ package tracker // import "github.com/workerwatch/workerwatch/processor/workerhe
 
 import (
 	"strings"
-	"weak"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
 	"github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/mapping"
@@ -107,12 +106,10 @@ type Tracker struct {
 
 	// packer packs each worker's recent runs at a snapshot (snapshot.go).
 	packer contract.RunPacker
-	// prev is the last snapshot built (snapshot.go): what of a worker's
-	// entry did not change since is handed on from it, not built again.
-	// Weak: the health extension holds the snapshot it serves, and the
-	// tracker does not keep one alive that nothing serves any more (one
-	// superseded before it was published: then the next is built whole).
-	prev weak.Pointer[contract.Snapshot]
+	// bytes, strs and roles are the current snapshot's blocks (block.go).
+	bytes block[byte]
+	strs  block[string]
+	roles block[contract.RoleMemory]
 	// heldW and heldS: a worker's held run ids on each side, as Snapshot
 	// lists them (scratch, reused from worker to worker).
 	heldW, heldS [][]byte
