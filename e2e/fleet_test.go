@@ -154,7 +154,7 @@ scrape_configs:
 	t.Run("drop-claims worker shows missing drift", func(t *testing.T) {
 		eventually(t, boundDrift, 500*time.Millisecond, wDrop+" missing drift", func() error {
 			w, err := worker(e, wDrop)
-			if err == nil && len(w.Drift.Missing) == 0 {
+			if err == nil && len(w.Drift.Missing()) == 0 {
 				err = fmt.Errorf("no missing runs yet: %+v", w.Drift)
 			}
 			return err
@@ -165,7 +165,7 @@ scrape_configs:
 	t.Run("orphan worker shows orphaned drift", func(t *testing.T) {
 		eventually(t, boundDrift, 500*time.Millisecond, wOrphan+" orphaned drift", func() error {
 			w, err := worker(e, wOrphan)
-			if err == nil && len(w.Drift.Orphaned) == 0 {
+			if err == nil && len(w.Drift.Orphaned()) == 0 {
 				err = fmt.Errorf("no orphaned runs yet: %+v", w.Drift)
 			}
 			return err

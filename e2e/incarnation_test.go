@@ -327,8 +327,8 @@ func TestIncarnationExit(t *testing.T) {
 				return err
 			case w.State == contract.Lost:
 				t.Fatalf("%s lost after it resumed: %+v", blocked, w.Reasons)
-			case !w.Sources.Telemetry.LastSeen.Time().After(resumed):
-				return fmt.Errorf("its telemetry last seen %v", w.Sources.Telemetry.LastSeen)
+			case !w.Sources.Telemetry().LastSeen.Time().After(resumed):
+				return fmt.Errorf("its telemetry last seen %v", w.Sources.Telemetry().LastSeen)
 			}
 			return nil
 		})

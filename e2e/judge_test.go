@@ -121,10 +121,10 @@ func (j *judge) counter(name string, match ...string) float64 {
 // noDrift says what drift a worker shows, "" when none.
 func noDrift(w contract.Worker) string {
 	d := w.Drift
-	if len(d.Missing)+len(d.Orphaned)+d.MissingCount+d.OrphanedCount+d.OverCapacity == 0 {
+	if len(d.Missing())+len(d.Orphaned())+d.MissingCount()+d.OrphanedCount()+d.OverCapacity() == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s: missing %v (%d), orphaned %v (%d), over capacity %d", w.ID, d.Missing, d.MissingCount, d.Orphaned, d.OrphanedCount, d.OverCapacity)
+	return fmt.Sprintf("%s: missing %v (%d), orphaned %v (%d), over capacity %d", w.ID, d.Missing(), d.MissingCount(), d.Orphaned(), d.OrphanedCount(), d.OverCapacity())
 }
 
 // openfnConfig writes the documented OpenFn mapping
@@ -222,12 +222,12 @@ func TestJudgeOpenFn(t *testing.T) {
 		// such run past the grace period.
 		d := ws[wDrop].Drift
 		dropped := st.Dropped[wDrop]
-		for _, r := range d.Missing {
+		for _, r := range d.Missing() {
 			if !slices.Contains(dropped, r) {
 				violations = append(violations, fmt.Sprintf("%s missing %s, which reached the worker", wDrop, r))
 			}
 		}
-		if len(d.Orphaned) > 0 || d.OverCapacity > 0 {
+		if len(d.Orphaned()) > 0 || d.OverCapacity() > 0 {
 			violations = append(violations, "false drift: "+noDrift(ws[wDrop]))
 		}
 		// Exact: every run the scheduler dropped long enough ago (drift.grace
@@ -245,14 +245,14 @@ func TestJudgeOpenFn(t *testing.T) {
 				continue
 			}
 			settled++
-			if !slices.Contains(d.Missing, r) {
+			if !slices.Contains(d.Missing(), r) {
 				allShown = false
 			}
 		}
 		if settled >= 2 && allShown {
 			exactSeen++
 		}
-		maxMissingDrop = max(maxMissingDrop, len(d.Missing))
+		maxMissingDrop = max(maxMissingDrop, len(d.Missing()))
 		if w := ws[wLeak]; leakUnhealthy == nil && w.State == contract.Unhealthy {
 			leakUnhealthy, leakAt = &w, time.Since(began)
 		}
@@ -265,7 +265,7 @@ func TestJudgeOpenFn(t *testing.T) {
 		case leakUnhealthy == nil:
 			return fmt.Errorf("%s %s %v, main role %+v", wLeak, ws[wLeak].State, reasonCodes(ws[wLeak]), roleOf(ws[wLeak], "main"))
 		case exactSeen < 3:
-			return fmt.Errorf("%s drift %v, dropped %v (exact %d times)", wDrop, d.Missing, dropped, exactSeen)
+			return fmt.Errorf("%s drift %v, dropped %v (exact %d times)", wDrop, d.Missing(), dropped, exactSeen)
 		case time.Since(began) < 45*time.Second:
 			return fmt.Errorf("observing for 45s")
 		}
@@ -297,7 +297,7 @@ func TestJudgeOpenFn(t *testing.T) {
 	}
 	// The tree and the worker's own telemetry (worker_name) are one worker.
 	ok, _ := j.worker(wOK)
-	if !ok.Sources.Tree.Seen || !slices.Equal(ok.Sources.Telemetry.IDs.List(), []string{"worker_name=" + wOK}) || ok.Memory.RSSBytes == 0 {
+	if !ok.Sources.Tree().Seen || !slices.Equal(ok.Sources.Telemetry().IDs.List(), []string{"worker_name=" + wOK}) || ok.Memory.RSSBytes == 0 {
 		t.Errorf("%s: tree and telemetry did not join: %+v, rss %d", wOK, ok.Sources, ok.Memory.RSSBytes)
 	}
 	t.Logf("e2e: RESULT openfn: kills memory_limit %d (%s), timeout %d (%s), none unhealthy; %s unhealthy %.1fs in (%s, main %d B over %d B after %d samples over); %s drift held every never-started run dropped 10 s or more before in %d samples (up to %d runs), never a run that reached it; no false drift on the others",
@@ -382,7 +382,7 @@ func TestJudgeLostEvents(t *testing.T) {
 						now = append(now, d)
 					}
 				}
-				if w, err := j.worker(drop); err == nil && len(w.Drift.Missing) > 0 {
+				if w, err := j.worker(drop); err == nil && len(w.Drift.Missing()) > 0 {
 					realSeen = true
 				}
 				since := time.Since(back)

@@ -76,7 +76,7 @@ func TestCollectorPaused(t *testing.T) {
 			if w.State == contract.Lost {
 				t.Fatalf("%s lost %.1fs after the collector resumed: %+v", id, time.Since(resumed).Seconds(), w.Reasons)
 			}
-			if w.Sources.Telemetry.LastSeen.Time().After(resumed) {
+			if w.Sources.Telemetry().LastSeen.Time().After(resumed) {
 				reported[id] = true
 			}
 		}

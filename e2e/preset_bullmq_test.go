@@ -363,16 +363,16 @@ func bullHang(t *testing.T, s *bullScenario) {
 	s.startWorker("hang-b", true, fast...)
 	ready := time.Now()
 	wa := s.waitFor("hang-a", bullBoundHang, "orphaned "+job, func(w contract.Worker) error {
-		if !slices.Contains(w.Drift.Orphaned, job) || w.State != contract.Degraded {
+		if !slices.Contains(w.Drift.Orphaned(), job) || w.State != contract.Degraded {
 			return fmt.Errorf("%s %v, drift %+v", w.State, reasonCodes(w), w.Drift)
 		}
 		return nil
 	})
 	t.Logf("e2e: hang-a %s %v %.1fs after its event loop blocked, %.1fs after hang-b was ready (bound %s): orphaned %v, main %.2f of %.0f CPUs",
-		wa.State, reasonCodes(wa), time.Since(blocked).Seconds(), time.Since(ready).Seconds(), bullBoundHang, wa.Drift.Orphaned, wa.CPU.MainCores, wa.CPU.LimitCPUs)
+		wa.State, reasonCodes(wa), time.Since(blocked).Seconds(), time.Since(ready).Seconds(), bullBoundHang, wa.Drift.Orphaned(), wa.CPU.MainCores, wa.CPU.LimitCPUs)
 	requireReason(t, wa, "drift_orphaned")
 	requireCode(t, s.e, "hang-a", 200)
-	if len(wa.Drift.Orphaned) != 1 || len(wa.Drift.Missing) != 0 {
+	if len(wa.Drift.Orphaned()) != 1 || len(wa.Drift.Missing()) != 0 {
 		t.Errorf("hang-a drift %+v: want exactly the stalled job %s orphaned", wa.Drift, job)
 	}
 	// BullMQ's own record of it: stalled once, run again by hang-b.
@@ -400,12 +400,12 @@ func bullHang(t *testing.T, s *bullScenario) {
 	// hang-a, the worker that finished second.
 	waitLog(t, a, "main event loop free again (job "+job+")", 90*time.Second)
 	s.waitEvaluations(1)
-	if w, err := worker(s.e, "hang-a"); err != nil || !slices.Contains(w.Drift.Orphaned, job) {
+	if w, err := worker(s.e, "hang-a"); err != nil || !slices.Contains(w.Drift.Orphaned(), job) {
 		t.Errorf("hang-a after it finished job %s second: drift %+v (%v): want it orphaned", job, w.Drift, err)
 	}
 	s.noDrift("hang-b")
 	s.waitFor("hang-a", bullBoundHealed, "healthy without drift", func(w contract.Worker) error {
-		if w.State != contract.Healthy || len(w.Drift.Orphaned)+len(w.Drift.Missing) > 0 {
+		if w.State != contract.Healthy || len(w.Drift.Orphaned())+len(w.Drift.Missing()) > 0 {
 			return fmt.Errorf("%s %v drift %+v", w.State, reasonCodes(w), w.Drift)
 		}
 		return nil
@@ -588,12 +588,12 @@ func bullStallLimit(t *testing.T, s *bullScenario) {
 		return nil
 	})
 	wa := s.waitFor("sl-a", bullBoundHang, "orphaned "+job, func(w contract.Worker) error {
-		if !slices.Contains(w.Drift.Orphaned, job) || w.State != contract.Degraded {
+		if !slices.Contains(w.Drift.Orphaned(), job) || w.State != contract.Degraded {
 			return fmt.Errorf("%s %v, drift %+v", w.State, reasonCodes(w), w.Drift)
 		}
 		return nil
 	})
-	t.Logf("e2e: sl-a %s %v, orphaned %v; sl-b failed %s#2 (job stalled more than allowable limit)", wa.State, reasonCodes(wa), wa.Drift.Orphaned, job)
+	t.Logf("e2e: sl-a %s %v, orphaned %v; sl-b failed %s#2 (job stalled more than allowable limit)", wa.State, reasonCodes(wa), wa.Drift.Orphaned(), job)
 	s.accounted(30*time.Second, 1, "sl-a", "sl-b")
 	waitState(t, s.e, "sl-b", 30*time.Second, contract.Healthy)
 	s.noDrift("sl-b")
@@ -664,12 +664,12 @@ func bullRerun(t *testing.T, s *bullScenario) {
 		}
 		if !slices.ContainsFunc(w.Runs.Recent.Records(), func(r contract.RunRecord) bool {
 			return r.ID == done && r.Attempt == last && r.Result == contract.ResultSuccess
-		}) || !slices.Contains(w.Runs.Worker, job) || !slices.Contains(w.Drift.Orphaned, job) {
-			return fmt.Errorf("recent %+v, held %v, orphaned %v", w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned)
+		}) || !slices.Contains(w.Runs.Worker, job) || !slices.Contains(w.Drift.Orphaned(), job) {
+			return fmt.Errorf("recent %+v, held %v, orphaned %v", w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned())
 		}
 		return nil
 	})
-	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned)
+	t.Logf("e2e: rr-a %s %v: recent %+v, held %v, orphaned %v", w.State, reasonCodes(w), w.Runs.Recent.Records(), w.Runs.Worker, w.Drift.Orphaned())
 	s.neverIn("rr-a", contract.Lost, contract.Unhealthy)
 }
 
@@ -706,7 +706,7 @@ func bullBadInput(t *testing.T, s *bullScenario) {
 	}
 	for id, wnt := range cases {
 		s.waitFor(id, 2*time.Minute, fmt.Sprintf("sources %+v", wnt), func(w contract.Worker) error {
-			got := want{w.Sources.Tree.Seen, w.Sources.Telemetry.Seen, w.Sources.Scheduler.Seen}
+			got := want{w.Sources.Tree().Seen, w.Sources.Telemetry().Seen, w.Sources.Scheduler().Seen}
 			if got != wnt {
 				return fmt.Errorf("sources %+v", w.Sources)
 			}
@@ -848,7 +848,7 @@ func (s *bullScenario) noDriftNow(id string) {
 		s.t.Error(err)
 		return
 	}
-	if len(w.Drift.Missing)+len(w.Drift.Orphaned) > 0 || w.Drift.OverCapacity > 0 {
+	if len(w.Drift.Missing())+len(w.Drift.Orphaned()) > 0 || w.Drift.OverCapacity() > 0 {
 		s.t.Errorf("%s shows drift %+v", id, w.Drift)
 	}
 }

@@ -112,7 +112,7 @@ func TestPresetCeleryRabbitMQ(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !w.Sources.Telemetry.Seen {
+		if !w.Sources.Telemetry().Seen {
 			return fmt.Errorf("not seen yet")
 		}
 		return nil

@@ -155,7 +155,7 @@ func ofNormal(t *testing.T, w *ofWorld, id string) {
 	}
 	wk := waitState(t, w.e, id, ofBoundVerdict, contract.Healthy)
 	requireCode(t, w.e, id, 200)
-	for name, s := range map[string]contract.Source{"tree": wk.Sources.Tree, "telemetry": wk.Sources.Telemetry, "scheduler": wk.Sources.Scheduler} {
+	for name, s := range map[string]contract.Source{"tree": wk.Sources.Tree(), "telemetry": wk.Sources.Telemetry(), "scheduler": wk.Sources.Scheduler()} {
 		if !s.Seen {
 			t.Errorf("%s: source %s not seen: %+v", id, name, wk.Sources)
 		}
@@ -178,7 +178,7 @@ func ofLimits(t *testing.T, w *ofWorld, id string) {
 	began := time.Now()
 	eventually(t, ofWait, 250*time.Millisecond, id+" seen by the tree source", func() error {
 		wk, err := worker(w.e, id)
-		if err == nil && !wk.Sources.Tree.Seen {
+		if err == nil && !wk.Sources.Tree().Seen {
 			err = fmt.Errorf("sources %+v", wk.Sources)
 		}
 		return err
@@ -463,10 +463,10 @@ func ofNeverStarted(t *testing.T, w *ofWorld, id string) {
 	normal := w.enqueue(t, id, "ok", 4, nil, nil)
 
 	exact := func(wk contract.Worker) {
-		if len(wk.Drift.Orphaned) > 0 || wk.Drift.OverCapacity > 0 {
+		if len(wk.Drift.Orphaned()) > 0 || wk.Drift.OverCapacity() > 0 {
 			t.Fatalf("%s: false drift %+v", id, wk.Drift)
 		}
-		for _, m := range wk.Drift.Missing {
+		for _, m := range wk.Drift.Missing() {
 			if !slices.Contains(never, m) {
 				t.Fatalf("%s: run %s missing, but it is not one that never started (%v)", id, m, never)
 			}
@@ -478,8 +478,8 @@ func ofNeverStarted(t *testing.T, w *ofWorld, id string) {
 			return err
 		}
 		exact(wk)
-		if !slices.Equal(wk.Drift.Missing, never) {
-			return fmt.Errorf("missing %v, want %v", wk.Drift.Missing, never)
+		if !slices.Equal(wk.Drift.Missing(), never) {
+			return fmt.Errorf("missing %v, want %v", wk.Drift.Missing(), never)
 		}
 		return nil
 	})
@@ -511,8 +511,8 @@ func ofNeverStarted(t *testing.T, w *ofWorld, id string) {
 			return err
 		}
 		exact(wk)
-		if len(wk.Drift.Missing) > 0 {
-			return fmt.Errorf("still missing %v", wk.Drift.Missing)
+		if len(wk.Drift.Missing()) > 0 {
+			return fmt.Errorf("still missing %v", wk.Drift.Missing())
 		}
 		return nil
 	})
@@ -547,8 +547,8 @@ func ofSigkill(t *testing.T, w *ofWorld) {
 		t.Helper()
 		eventually(t, ofBoundDrift, 250*time.Millisecond, drop+" missing "+when, func() error {
 			wk, err := worker(w.e, drop)
-			if err == nil && !slices.Equal(wk.Drift.Missing, never) {
-				err = fmt.Errorf("missing %v, want %v", wk.Drift.Missing, never)
+			if err == nil && !slices.Equal(wk.Drift.Missing(), never) {
+				err = fmt.Errorf("missing %v, want %v", wk.Drift.Missing(), never)
 			}
 			return err
 		})
@@ -614,7 +614,7 @@ func ofHealed(t *testing.T, w *ofWorld, want map[string][]string, since time.Tim
 			if wk.State == contract.Lost {
 				t.Fatalf("%s lost %.1fs after %s: %+v", id, time.Since(since).Seconds(), sinceWhat, wk.Reasons)
 			}
-			if !slices.Equal(d.Missing, missing) || len(d.Orphaned) > 0 || d.OverCapacity > 0 {
+			if !slices.Equal(d.Missing(), missing) || len(d.Orphaned()) > 0 || d.OverCapacity() > 0 {
 				delete(exactSince, id)
 				if s := fmt.Sprintf("%+v", d); !slices.Contains(seen[id], s) {
 					seen[id] = append(seen[id], s)
@@ -659,8 +659,8 @@ func ofOutage(t *testing.T, w *ofWorld) {
 	stream := w.enqueue(t, busy, "sleep", 60, map[string]any{"ms": 1000}, nil)
 	eventually(t, ofBoundDrift, 250*time.Millisecond, drop+" missing", func() error {
 		wk, err := worker(w.e, drop)
-		if err == nil && !slices.Equal(wk.Drift.Missing, never) {
-			err = fmt.Errorf("missing %v, want %v", wk.Drift.Missing, never)
+		if err == nil && !slices.Equal(wk.Drift.Missing(), never) {
+			err = fmt.Errorf("missing %v, want %v", wk.Drift.Missing(), never)
 		}
 		return err
 	})
@@ -792,7 +792,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 			if wk.State == contract.Lost && (id != sched || schedAlive) {
 				t.Fatalf("%s is running but shown lost: %v %+v", id, reasonCodes(wk), wk.Sources)
 			}
-			if d := wk.Drift; len(d.Missing)+len(d.Orphaned)+d.OverCapacity > 0 {
+			if d := wk.Drift; len(d.Missing())+len(d.Orphaned())+d.OverCapacity() > 0 {
 				t.Fatalf("%s: drift that is not there: %+v (sources %+v)", id, d, wk.Sources)
 			}
 		}
@@ -824,7 +824,7 @@ func ofBadInput(t *testing.T, w *ofWorld) {
 			t.Errorf("%s: %v", id, err)
 			continue
 		}
-		got := want{wk.Sources.Tree.Seen, wk.Sources.Telemetry.Seen, wk.Sources.Scheduler.Seen}
+		got := want{wk.Sources.Tree().Seen, wk.Sources.Telemetry().Seen, wk.Sources.Scheduler().Seen}
 		if got != c {
 			t.Errorf("%s: sources tree/telemetry/scheduler %v, want %v (%+v)", id, got, c, wk.Sources)
 		}

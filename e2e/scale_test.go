@@ -239,7 +239,7 @@ scrape_configs:
 			if st := got[wScaleHang].State; st != contract.Stalled {
 				return fmt.Errorf("%s %s", wScaleHang, st)
 			}
-			if len(got[wScaleDrop].Drift.Missing) == 0 {
+			if len(got[wScaleDrop].Drift.Missing()) == 0 {
 				return fmt.Errorf("%s has no missing run yet", wScaleDrop)
 			}
 			return nil
@@ -570,7 +570,7 @@ func (tr *scaleTier) requireSameVerdicts(t *testing.T, one, when string) {
 	drift := 0
 	for _, w := range a {
 		states[w.State]++
-		drift += len(w.Drift.Missing) + len(w.Drift.Orphaned)
+		drift += len(w.Drift.Missing()) + len(w.Drift.Orphaned())
 	}
 	t.Logf("e2e: %s: %d verdicts equal the single gateway's after %.1fs: %v, %d runs in drift", when, len(a), time.Since(start).Seconds(), states, drift)
 }
@@ -737,8 +737,8 @@ func sameVerdicts(a, b []contract.Worker) error {
 			diffs = append(diffs, w.ID+": not at the single gateway")
 		case w.State != o.State:
 			diffs = append(diffs, fmt.Sprintf("%s: %s vs %s", w.ID, w.State, o.State))
-		case !slices.Equal(w.Drift.Missing, o.Drift.Missing) || !slices.Equal(w.Drift.Orphaned, o.Drift.Orphaned):
-			diffs = append(diffs, fmt.Sprintf("%s: drift %v/%v vs %v/%v", w.ID, w.Drift.Missing, w.Drift.Orphaned, o.Drift.Missing, o.Drift.Orphaned))
+		case !slices.Equal(w.Drift.Missing(), o.Drift.Missing()) || !slices.Equal(w.Drift.Orphaned(), o.Drift.Orphaned()):
+			diffs = append(diffs, fmt.Sprintf("%s: drift %v/%v vs %v/%v", w.ID, w.Drift.Missing(), w.Drift.Orphaned(), o.Drift.Missing(), o.Drift.Orphaned()))
 		}
 	}
 	if len(a) != len(b) {

@@ -46,7 +46,7 @@ func TestWorkerCodes(t *testing.T) {
 	unhealthy.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "over", Value: 600 << 20, Threshold: 500 << 20, Since: t0}}
 	unhealthy.Runs.Worker = []string{"r1"}
 	unhealthy.Runs.Scheduler = []string{"r1", "r2"}
-	unhealthy.Drift.Missing = []string{"r2"}
+	unhealthy.Drift = contract.NewDrift(contract.DriftDetail{Missing: []string{"r2"}})
 	publish(wh, snapshot(testSource, t0, ws...))
 
 	for st, code := range want {

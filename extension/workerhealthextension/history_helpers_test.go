@@ -44,11 +44,11 @@ func (l leak) at(t time.Time) contract.Worker {
 		}}
 		w.Memory.OverSamples = 3
 	}
-	w.Sources = contract.Sources{
-		Tree:      contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("worker_name=" + l.id)},
-		Telemetry: contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("cicd.worker.id=" + l.id)},
-		Scheduler: contract.Source{Seen: false, IDs: contract.IDList()},
-	}
+	w.Sources = contract.NewSources(
+		contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("worker_name=" + l.id)},
+		contract.Source{Seen: true, LastSeen: contract.TimeOf(t), IDs: contract.IDList("cicd.worker.id=" + l.id)},
+		contract.Source{Seen: false, IDs: contract.IDList()},
+	)
 	w.Runs.Recent = contract.PackRuns([]contract.RunRecord{
 		{ID: "run-9", Result: contract.ResultSuccess, Started: t.Add(-4 * time.Minute), Ended: t.Add(-3 * time.Minute), DurationSeconds: 60},
 		{ID: "run-8", Attempt: 2, Result: contract.ResultTimeout, KillReason: contract.KillTimeout, Started: t.Add(-10 * time.Minute), Ended: t.Add(-5 * time.Minute), DurationSeconds: 300},

@@ -32,7 +32,7 @@ func TestPageServerRendered(t *testing.T) {
 	bad.Name = `"><img src=x onerror=alert(2)>`
 	bad.Reasons = []contract.Reason{{Code: "memory_over_soft_limit", Message: "<b>over</b>", Value: 612 << 20, Threshold: 500 << 20}}
 	bad.Memory.RSSBytes = 612 << 20
-	bad.Drift.Missing = []string{"run-<7>"}
+	bad.Drift = contract.NewDrift(contract.DriftDetail{Missing: []string{"run-<7>"}})
 	publish(wh, snapshot(testSource, t0.Add(-3*time.Second),
 		worker("a/b c", contract.Healthy), bad, worker("ünï", contract.Degraded), worker("z", contract.Lost)))
 

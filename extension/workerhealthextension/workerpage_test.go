@@ -274,7 +274,7 @@ func TestWorkerPageEscapingAndLinks(t *testing.T) {
 	bad.Reasons = []contract.Reason{{Code: "<b>x</b>", Message: "<img src=x onerror=alert(3)>"}}
 	bad.Memory.Roles = []contract.RoleMemory{{Role: "<svg onload=alert(4)>", RSSBytes: 1 << 20}}
 	bad.Runs.Recent = contract.PackRuns([]contract.RunRecord{{ID: "<script>alert(5)</script>", Result: "<i>"}})
-	bad.Sources.Tree = contract.Source{Seen: true, IDs: contract.IDList("k=<script>")}
+	bad.Sources = contract.NewSources(contract.Source{Seen: true, IDs: contract.IDList("k=<script>")}, bad.Sources.Telemetry(), bad.Sources.Scheduler())
 	slashed := worker("pool/a/w-1", contract.Healthy)
 	publish(wh, snapshot(testSource, t0, bad, slashed, worker("dup\xff", contract.Lost)))
 	base := startTestExt(t, wh)

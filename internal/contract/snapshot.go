@@ -7,6 +7,7 @@ package contract
 // (docs/http-api.md).
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -250,11 +251,126 @@ type CPU struct {
 // Sources says which of the three sources name the worker: its process tree
 // (the worker_process receiver), its own telemetry, and the scheduler. A
 // worker only one source knows usually means an identity that does not join
-// (docs/health-rules.md).
+// (docs/health-rules.md). Its JSON is an object of the three, "tree",
+// "telemetry" and "scheduler", each a Source.
+//
+// Held compact (NewSources; Tree, Telemetry and Scheduler give each back as
+// a Source): the three sources' ids end with the same worker id, held once,
+// and their seen flags are bits. As three Source values they were 120
+// bytes of every worker's entry in every snapshot; so, 72
+// (docs/results/density.md, "the drift behind a pointer, the sources
+// compact").
 type Sources struct {
+	lastSeen [3]Time
+	prefixes [3]*[]string // SourceIDs.prefixes of each
+	id       string       // SourceIDs.id of all three
+	seen     uint8        // bit i: source i seen
+}
+
+// The sources' places in Sources.
+const (
+	sourceTree = iota
+	sourceTelemetry
+	sourceScheduler
+)
+
+// NewSources holds the three sources' views compactly.
+func NewSources(tree, telemetry, scheduler Source) Sources {
+	all := [3]Source{tree, telemetry, scheduler}
+	var s Sources
+	for _, src := range all {
+		if src.IDs.prefixes != nil && src.IDs.id != "" {
+			s.id = src.IDs.id
+			break
+		}
+	}
+	for _, src := range all {
+		if src.IDs.prefixes != nil && src.IDs.id != s.id {
+			// Ids that do not all end with the same worker id (never in a
+			// processor's snapshot): every list held whole.
+			s.id = ""
+			break
+		}
+	}
+	for i, src := range all {
+		ids := src.IDs
+		if s.id == "" && ids.id != "" {
+			ids = IDList(ids.List()...)
+		}
+		s.lastSeen[i], s.prefixes[i] = src.LastSeen, ids.prefixes
+		if src.Seen {
+			s.seen |= 1 << i
+		}
+	}
+	return s
+}
+
+func (s Sources) get(i int) Source {
+	src := Source{Seen: s.seen&(1<<i) != 0, LastSeen: s.lastSeen[i]}
+	if s.prefixes[i] != nil {
+		src.IDs = SourceIDs{prefixes: s.prefixes[i], id: s.id}
+	}
+	return src
+}
+
+// Tree is the worker's process tree's view (the worker_process receiver).
+func (s Sources) Tree() Source { return s.get(sourceTree) }
+
+// Telemetry is the worker's own telemetry's view.
+func (s Sources) Telemetry() Source { return s.get(sourceTelemetry) }
+
+// Scheduler is the scheduler's view.
+func (s Sources) Scheduler() Source { return s.get(sourceScheduler) }
+
+// sourcesJSON is Sources' JSON.
+type sourcesJSON struct {
 	Tree      Source `json:"tree"`
 	Telemetry Source `json:"telemetry"`
 	Scheduler Source `json:"scheduler"`
+}
+
+// MarshalJSON writes the three sources, as sourcesJSON is written. By
+// hand: through sourcesJSON, a worker's JSON took 1.4x the time
+// (BenchmarkWorkerJSON in extension/workerhealthextension/internal/store).
+func (s Sources) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 256)
+	for i, key := range [...]string{`{"tree":`, `,"telemetry":`, `,"scheduler":`} {
+		b = append(b, key...)
+		var err error
+		if b, err = s.get(i).appendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSON appends src's JSON object, as encoding/json writes a Source.
+func (src Source) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"seen":`...)
+	b = strconv.AppendBool(b, src.Seen)
+	if src.LastSeen != 0 { // omitzero
+		t, err := src.LastSeen.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"last_seen":`...), t...)
+	}
+	ids, err := src.IDs.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	b = append(append(b, `,"ids":`...), ids...)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Sources) UnmarshalJSON(b []byte) error {
+	var j sourcesJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = NewSources(j.Tree, j.Telemetry, j.Scheduler)
+	return nil
 }
 
 // Source is one source's view of a worker's identity.
@@ -305,8 +421,17 @@ type Runs struct {
 }
 
 // Drift is the disagreement between the scheduler and the worker, counting
-// only runs older than the grace period.
-type Drift struct {
+// only runs older than the grace period. Its JSON is an object of the lists
+// and counts below ([] for a list without runs).
+//
+// Held behind one pointer, nil while there is none (NewDrift): a snapshot
+// holds one for every worker, and two lists and three counts were 72 bytes
+// of every worker's entry, where most workers have no drift
+// (docs/results/density.md, "the drift behind a pointer").
+type Drift struct{ d *DriftDetail }
+
+// DriftDetail is a drift's lists and counts.
+type DriftDetail struct {
 	// Missing: runs the scheduler holds for the worker that it does not hold.
 	Missing []string `json:"missing"`
 	// Orphaned: runs the worker executes that the scheduler does not list.
@@ -318,6 +443,99 @@ type Drift struct {
 	OrphanedCount int `json:"orphaned_count"`
 	// OverCapacity: runs held beyond the worker's capacity.
 	OverCapacity int `json:"over_capacity"`
+}
+
+// NewDrift is d as a Drift (none when d has no run and no count; its lists
+// are then not kept).
+func NewDrift(d DriftDetail) Drift {
+	if len(d.Missing) == 0 && len(d.Orphaned) == 0 && d.MissingCount == 0 && d.OrphanedCount == 0 && d.OverCapacity == 0 {
+		return Drift{}
+	}
+	kept := new(DriftDetail) // only here: d itself does not escape, and no drift allocates nothing
+	*kept = d
+	return Drift{d: kept}
+}
+
+// Detail is the drift's lists and counts (the lists [] when empty, never
+// nil).
+func (d Drift) Detail() DriftDetail {
+	var out DriftDetail
+	if d.d != nil {
+		out = *d.d
+	}
+	out.Missing, out.Orphaned = emptyIfNil(out.Missing), emptyIfNil(out.Orphaned)
+	return out
+}
+
+// Missing are the runs the scheduler holds for the worker that it does not
+// hold (DriftDetail.Missing; [] for none, as in the JSON).
+func (d Drift) Missing() []string {
+	if d.d == nil {
+		return []string{}
+	}
+	return emptyIfNil(d.d.Missing)
+}
+
+// Orphaned are the runs the worker executes that the scheduler does not
+// list (DriftDetail.Orphaned; [] for none, as in the JSON).
+func (d Drift) Orphaned() []string {
+	if d.d == nil {
+		return []string{}
+	}
+	return emptyIfNil(d.d.Orphaned)
+}
+
+// MissingCount is DriftDetail.MissingCount.
+func (d Drift) MissingCount() int {
+	if d.d == nil {
+		return 0
+	}
+	return d.d.MissingCount
+}
+
+// OrphanedCount is DriftDetail.OrphanedCount.
+func (d Drift) OrphanedCount() int {
+	if d.d == nil {
+		return 0
+	}
+	return d.d.OrphanedCount
+}
+
+// OverCapacity is DriftDetail.OverCapacity.
+func (d Drift) OverCapacity() int {
+	if d.d == nil {
+		return 0
+	}
+	return d.d.OverCapacity
+}
+
+// MarshalJSON writes the lists and counts (DriftDetail): for no drift,
+// noDriftJSON itself (most workers; encoding/json only reads what a
+// marshaller returns).
+func (d Drift) MarshalJSON() ([]byte, error) {
+	if d.d == nil {
+		return noDriftJSON, nil
+	}
+	return json.Marshal(d.Detail())
+}
+
+var noDriftJSON = []byte(`{"missing":[],"orphaned":[],"missing_count":0,"orphaned_count":0,"over_capacity":0}`)
+
+// UnmarshalJSON reads what MarshalJSON writes (null: none).
+func (d *Drift) UnmarshalJSON(b []byte) error {
+	var dd DriftDetail
+	if err := json.Unmarshal(b, &dd); err != nil {
+		return err
+	}
+	*d = NewDrift(dd)
+	return nil
+}
+
+func emptyIfNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // Worker is one worker's judgement at the time of a snapshot.

@@ -242,7 +242,7 @@ func TestDriftGaugeOfACount(t *testing.T) {
 	h.advance(4 * sec)
 	h.logs(wl("w1", contract.EventHeartbeat, "", nil))
 	h.eval()
-	require.Equal(t, 2, h.snap("w1").Drift.MissingCount)
+	require.Equal(t, 2, h.snap("w1").Drift.MissingCount())
 	h.p.mu.Lock()
 	m, ok := metricsByWorker(buildMetrics(h.p.tracker, t0.UnixNano(), h.clock.Now().UnixNano()))["w1"][contract.MetricDrift]
 	h.p.mu.Unlock()

@@ -28,7 +28,6 @@ func Worker(id string, st contract.State) contract.Worker {
 		LastSeen: contract.TimeOf(T0.Add(-2 * time.Second)),
 		Memory:   contract.Memory{RSSBytes: 300 << 20, SoftLimitBytes: 500 << 20},
 		Runs:     contract.Runs{Worker: []string{}, Scheduler: []string{}, Capacity: 5},
-		Drift:    contract.Drift{Missing: []string{}, Orphaned: []string{}},
 	}
 }
 
@@ -73,8 +72,8 @@ func RealisticFleet(n int, at time.Time) *contract.Snapshot {
 		case p < 97:
 			w.State = contract.Stalled
 			w.Runs.Worker = []string{}
-			w.Drift.Missing = []string{fmt.Sprintf("run-%d-lost", i)}
-			w.Runs.Scheduler = w.Drift.Missing
+			w.Drift = contract.NewDrift(contract.DriftDetail{Missing: []string{fmt.Sprintf("run-%d-lost", i)}})
+			w.Runs.Scheduler = w.Drift.Missing()
 			w.Reasons = []contract.Reason{{
 				Code: "no_claim", Message: "work pending, nothing claimed for 10m",
 				Value: 600, Threshold: 300, Since: at.Add(-10 * time.Minute),

@@ -227,16 +227,16 @@ func runsText(r contract.Runs) string {
 
 func driftText(d contract.Drift) (text, title string, bad bool) {
 	var parts, titles []string
-	if len(d.Missing) > 0 {
-		parts = append(parts, "missing "+strconv.Itoa(len(d.Missing)))
-		titles = append(titles, "missing: "+strings.Join(d.Missing, ", "))
+	if len(d.Missing()) > 0 {
+		parts = append(parts, "missing "+strconv.Itoa(len(d.Missing())))
+		titles = append(titles, "missing: "+strings.Join(d.Missing(), ", "))
 	}
-	if len(d.Orphaned) > 0 {
-		parts = append(parts, "orphaned "+strconv.Itoa(len(d.Orphaned)))
-		titles = append(titles, "orphaned: "+strings.Join(d.Orphaned, ", "))
+	if len(d.Orphaned()) > 0 {
+		parts = append(parts, "orphaned "+strconv.Itoa(len(d.Orphaned())))
+		titles = append(titles, "orphaned: "+strings.Join(d.Orphaned(), ", "))
 	}
-	if d.OverCapacity > 0 {
-		parts = append(parts, "over capacity "+strconv.Itoa(d.OverCapacity))
+	if d.OverCapacity() > 0 {
+		parts = append(parts, "over capacity "+strconv.Itoa(d.OverCapacity()))
 	}
 	if len(parts) == 0 {
 		return "none", "", false

@@ -28,7 +28,7 @@ func TestFormatting(t *testing.T) {
 	assert.Equal(t, 90, pct)
 	assert.Equal(t, "warn", cls)
 	assert.Equal(t, "worker 1 · scheduler 2 · cap 5", runsText(contract.Runs{Worker: []string{"a"}, Scheduler: []string{"a", "b"}, Capacity: 5}))
-	d, _, bad := driftText(contract.Drift{Orphaned: []string{"x"}, OverCapacity: 2})
+	d, _, bad := driftText(contract.NewDrift(contract.DriftDetail{Orphaned: []string{"x"}, OverCapacity: 2}))
 	assert.Equal(t, "orphaned 1 · over capacity 2", d)
 	assert.True(t, bad)
 }

@@ -129,7 +129,7 @@ func (p *Pages) workerData(w *contract.Worker, ws history.Series, now time.Time,
 	for _, s := range []struct {
 		name string
 		src  contract.Source
-	}{{"process tree", w.Sources.Tree}, {"own telemetry", w.Sources.Telemetry}, {"scheduler", w.Sources.Scheduler}} {
+	}{{"process tree", w.Sources.Tree()}, {"own telemetry", w.Sources.Telemetry()}, {"scheduler", w.Sources.Scheduler()}} {
 		d.Sources = append(d.Sources, pageSource{Name: s.name, Seen: s.src.Seen, LastSeen: ago(s.src.LastSeen.Time(), now), IDs: listText(s.src.IDs.List())})
 	}
 	return d

@@ -425,10 +425,11 @@ func marshalWorker(w *contract.Worker) ([]byte, error) {
 
 // withEmptyLists returns w, or a copy whose nil lists are empty, so clients
 // always see [] and never null (the processor may leave them nil; a
-// source's ids are written as [] by contract.SourceIDs itself).
+// source's ids and a drift's lists are written as [] by contract.SourceIDs
+// and contract.Drift themselves).
 func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	if w.Reasons != nil && w.Runs.Worker != nil && w.Runs.Scheduler != nil &&
-		w.Drift.Missing != nil && w.Drift.Orphaned != nil && w.Memory.Roles != nil &&
+		w.Memory.Roles != nil &&
 		w.Runs.Kills != nil {
 		return w
 	}
@@ -439,8 +440,6 @@ func WithEmptyLists(w *contract.Worker) *contract.Worker {
 	if c.Runs.Kills == nil {
 		c.Runs.Kills = map[string]int64{}
 	}
-	c.Drift.Missing = nonNil(c.Drift.Missing)
-	c.Drift.Orphaned = nonNil(c.Drift.Orphaned)
 	c.Memory.Roles = nonNil(c.Memory.Roles)
 	return &c
 }

@@ -97,7 +97,7 @@ func (x *Identity) Snapshot(id string, p *IDPrefixes) contract.Sources {
 		}
 		return contract.Source{Seen: true, LastSeen: contract.Time(last), IDs: x.IDs(o, id, p)}
 	}
-	return contract.Sources{Tree: one(OriginTree), Telemetry: one(OriginTelemetry), Scheduler: one(OriginScheduler)}
+	return contract.NewSources(one(OriginTree), one(OriginTelemetry), one(OriginScheduler))
 }
 
 // IDPrefixes are the "key=" prefixes of the worker id attributes (at most

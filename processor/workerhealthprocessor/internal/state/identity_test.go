@@ -30,20 +30,20 @@ func TestIdentity(t *testing.T) {
 	assert.Equal(t, []string{"(no id attribute)=w1"}, x.IDs(OriginScheduler, "w1", prefixes).List())
 
 	snap := x.Snapshot("w1", prefixes)
-	assert.True(t, snap.Tree.Seen)
-	assert.Equal(t, contract.Time(4), snap.Tree.LastSeen)
-	assert.Equal(t, []string{"cicd.worker.id=w1"}, snap.Tree.IDs.List())
-	assert.Equal(t, []string{"worker_name=w1"}, snap.Telemetry.IDs.List())
-	assert.Equal(t, contract.Source{}, snap.Scheduler)
-	assert.Equal(t, []string{}, snap.Scheduler.IDs.List())
+	assert.True(t, snap.Tree().Seen)
+	assert.Equal(t, contract.Time(4), snap.Tree().LastSeen)
+	assert.Equal(t, []string{"cicd.worker.id=w1"}, snap.Tree().IDs.List())
+	assert.Equal(t, []string{"worker_name=w1"}, snap.Telemetry().IDs.List())
+	assert.Equal(t, contract.Source{}, snap.Scheduler())
+	assert.Equal(t, []string{}, snap.Scheduler().IDs.List())
 	// A source named by none of the attributes: as IDs says.
 	none := NewIdentity(1)
 	none.Seen(OriginScheduler, mapping.NoKey, 2)
-	assert.Equal(t, []string{"(no id attribute)=w2"}, none.Snapshot("w2", prefixes).Scheduler.IDs.List())
+	assert.Equal(t, []string{"(no id attribute)=w2"}, none.Snapshot("w2", prefixes).Scheduler().IDs.List())
 	// Workers named alike share their prefixes.
 	alike := NewIdentity(1)
 	alike.Seen(OriginTree, 1, 3)
-	assert.Equal(t, []string{"cicd.worker.id=w3"}, alike.Snapshot("w3", prefixes).Tree.IDs.List())
+	assert.Equal(t, []string{"cicd.worker.id=w3"}, alike.Snapshot("w3", prefixes).Tree().IDs.List())
 
 	x.Name = "one"
 	rec := x.Checkpoint(keys)

@@ -204,8 +204,8 @@ func TestSchedulerViews(t *testing.T) {
 	drift := func(missing, orphaned []string) func(*harness) {
 		return func(h *harness) {
 			w := h.snap("w1")
-			assert.Equal(h.t, missing, w.Drift.Missing, "missing")
-			assert.Equal(h.t, orphaned, w.Drift.Orphaned, "orphaned")
+			assert.Equal(h.t, missing, w.Drift.Missing(), "missing")
+			assert.Equal(h.t, orphaned, w.Drift.Orphaned(), "orphaned")
 		}
 	}
 	none := []string{}
@@ -280,12 +280,12 @@ func TestSchedulerViews(t *testing.T) {
 			steps: seq(
 				step{do: feed(hb, wClaim("r1"), heldMetrics("workersim-scheduler", map[string]int64{"w1": 3})), advance: 4 * sec, want: degraded, code: state.CodeMissing, check: func(h *harness) {
 					w := h.snap("w1")
-					assert.Equal(h.t, 2, w.Drift.MissingCount)
-					assert.Empty(h.t, w.Drift.Missing, "a count names no run")
-					assert.Equal(h.t, 0, w.Drift.OrphanedCount, "runs a count-only scheduler never names are not orphans")
+					assert.Equal(h.t, 2, w.Drift.MissingCount())
+					assert.Empty(h.t, w.Drift.Missing(), "a count names no run")
+					assert.Equal(h.t, 0, w.Drift.OrphanedCount(), "runs a count-only scheduler never names are not orphans")
 				}},
 				step{do: feed(hb, heldMetrics("workersim-scheduler", map[string]int64{"w1": 1})), advance: sec, check: func(h *harness) {
-					assert.Equal(h.t, 0, h.snap("w1").Drift.MissingCount)
+					assert.Equal(h.t, 0, h.snap("w1").Drift.MissingCount())
 				}},
 			),
 		},
@@ -311,8 +311,8 @@ func TestDriftHeals(t *testing.T) {
 	codes := func(missing, orphaned int) func(*harness) {
 		return func(h *harness) {
 			w := h.snap("w1")
-			assert.Len(h.t, w.Drift.Missing, missing, "missing %v", w.Drift.Missing)
-			assert.Len(h.t, w.Drift.Orphaned, orphaned, "orphaned %v", w.Drift.Orphaned)
+			assert.Len(h.t, w.Drift.Missing(), missing, "missing %v", w.Drift.Missing())
+			assert.Len(h.t, w.Drift.Orphaned(), orphaned, "orphaned %v", w.Drift.Orphaned())
 		}
 	}
 	runSteps(t, []stepCase{
@@ -388,7 +388,7 @@ func TestDriftHeals(t *testing.T) {
 					want: degraded, code: state.CodeMissing, noCode: state.CodeOverCapacity,
 				},
 				step{do: hb, advance: 4 * sec, want: degraded, code: state.CodeMissing, noCode: state.CodeOverCapacity, check: func(h *harness) {
-					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
+					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity())
 				}},
 				// Claims that keep getting lost: young ones (not yet missing)
 				// are not the worker's load either.
@@ -474,11 +474,11 @@ func TestSchedulerViewPerSource(t *testing.T) {
 	h.advance(4 * sec)
 	h.eval()
 	lw, ew := h.snap("lw"), h.snap("ew")
-	assert.Equal(t, []string{"cicd.worker.id=lw"}, lw.Sources.Telemetry.IDs.List())
-	assert.Equal(t, []string{"worker_name=lw"}, lw.Sources.Scheduler.IDs.List(), "lightning names it by worker_name")
-	assert.Empty(t, lw.Drift.Missing, "claims only: the worker's end closed lightning's claim")
+	assert.Equal(t, []string{"cicd.worker.id=lw"}, lw.Sources.Telemetry().IDs.List())
+	assert.Equal(t, []string{"worker_name=lw"}, lw.Sources.Scheduler().IDs.List(), "lightning names it by worker_name")
+	assert.Empty(t, lw.Drift.Missing(), "claims only: the worker's end closed lightning's claim")
 	assert.Empty(t, lw.Runs.Scheduler)
-	assert.Equal(t, []string{"ew-r1"}, ew.Drift.Missing, "events: the scheduler's end never came")
+	assert.Equal(t, []string{"ew-r1"}, ew.Drift.Missing(), "events: the scheduler's end never came")
 	assert.Equal(t, degraded, h.state("ew"))
 	assert.Equal(t, healthy, h.state("lw"))
 }

@@ -31,9 +31,9 @@ func TestIdentity(t *testing.T) {
 				step{want: unhealthy, code: state.CodeMemory, check: func(h *harness) {
 					w := h.snap("w1")
 					assert.Equal(t, int64(1500), w.Memory.RSSBytes)
-					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree.IDs.List())
-					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry.IDs.List())
-					assert.False(t, w.Sources.Scheduler.Seen)
+					assert.Equal(t, []string{"cicd.worker.id=w1"}, w.Sources.Tree().IDs.List())
+					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry().IDs.List())
+					assert.False(t, w.Sources.Scheduler().Seen)
 					h.p.mu.Lock()
 					assert.Len(t, h.p.tracker.workers, 1, "one worker, not two")
 					h.p.mu.Unlock()
@@ -76,7 +76,7 @@ func TestIdentity(t *testing.T) {
 				repeat(12, step{do: func(h *harness) {
 					h.logs(sl("w1", "workerwatch.run.claimed", fmt.Sprintf("c-%d", autoRun.Add(1))))
 				}, advance: sec, noCode: state.CodeOverCapacity, check: func(h *harness) {
-					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity)
+					assert.Equal(h.t, 0, h.snap("w1").Drift.OverCapacity())
 				}}),
 			),
 		},

@@ -270,11 +270,3 @@ func (t *Tracker) byID() []*Worker {
 	slices.SortFunc(ws, func(a, b *Worker) int { return strings.Compare(a.id, b.id) })
 	return ws
 }
-
-// nonNil keeps JSON arrays as [] rather than null for API readers.
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}

@@ -64,10 +64,10 @@ func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 				Worker: wr, Scheduler: sr, Capacity: t.capacityOf(w),
 				Recent: t.recentRuns(ended), Kills: w.kills.Snapshot(),
 			},
-			Drift: contract.Drift{
-				Missing: nonNil(slices.Clone(w.Missing())), Orphaned: nonNil(slices.Clone(w.Orphaned())),
+			Drift: contract.NewDrift(contract.DriftDetail{
+				Missing: slices.Clone(w.Missing()), Orphaned: slices.Clone(w.Orphaned()),
 				MissingCount: int(w.MissN), OrphanedCount: int(w.OrphN), OverCapacity: int(w.OverCap),
-			},
+			}),
 			Sources:     w.Identity.Snapshot(w.id, t.idPrefixes), //nolint:staticcheck // QF1008: named, it reads as the identity's part, not the worker's snapshot
 			Incarnation: w.inc.Snapshot(),
 			LastExit:    w.lastExit(),
