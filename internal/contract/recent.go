@@ -6,6 +6,7 @@ import (
 	"iter"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // RecentRuns is a worker's recently ended run attempts (Runs.Recent),
@@ -19,7 +20,10 @@ import (
 // holding ten runs each went from 2.10 to 1.00 KiB of RSS a worker
 // (docs/results/density.md, "steady state"). It is immutable once built,
 // as the snapshot is.
-type RecentRuns struct{ b []byte }
+type RecentRuns struct{ s string } // a string: 16 bytes of every worker's entry, where a slice was 24
+
+// bytes are the packed records (read only).
+func (r RecentRuns) bytes() []byte { return unsafe.Slice(unsafe.StringData(r.s), len(r.s)) }
 
 // PackRuns packs records, newest first, as given.
 func PackRuns(rs []RunRecord) RecentRuns {
@@ -73,7 +77,7 @@ func (p *RunPacker) Len() int { return len(p.buf) }
 
 // DoneInto copies the records added since the last Done into dst's
 // memory (the processor hands every worker's out of one block of its
-// snapshot's own: tracker.block) and returns them. dst should have room
+// snapshot's own: tracker.bytes()lock) and returns them. dst should have room
 // for Len() bytes; with less, they get a slice of their own.
 func (p *RunPacker) DoneInto(dst []byte) RecentRuns {
 	if len(p.buf) == 0 {
@@ -82,7 +86,7 @@ func (p *RunPacker) DoneInto(dst []byte) RecentRuns {
 	b := dst[:0]
 	b = append(b, p.buf...)
 	p.buf = p.buf[:0]
-	return RecentRuns{b: b[:len(b):len(b)]}
+	return RecentRuns{s: unsafe.String(unsafe.SliceData(b), len(b))}
 }
 
 // Done returns the records added since the last Done, in a slice of their
@@ -206,7 +210,7 @@ func (p *packed) record() RunRecord {
 // All yields the records, newest first.
 func (r RecentRuns) All() iter.Seq[RunRecord] {
 	return func(yield func(RunRecord) bool) {
-		for b := r.b; ; {
+		for b := r.bytes(); ; {
 			p, rest, ok := next(b)
 			if !ok || !yield(p.record()) {
 				return
@@ -219,7 +223,7 @@ func (r RecentRuns) All() iter.Seq[RunRecord] {
 // Len is the number of records.
 func (r RecentRuns) Len() int {
 	n := 0
-	for b := r.b; ; n++ {
+	for b := r.bytes(); ; n++ {
 		_, rest, ok := next(b)
 		if !ok {
 			return n
@@ -243,8 +247,8 @@ func (r RecentRuns) Records() []RunRecord {
 // for, and building the records first and marshaling them took twice as
 // long as marshaling unpacked ones (BenchmarkRecentRunsJSON).
 func (r RecentRuns) MarshalJSON() ([]byte, error) {
-	out := append(make([]byte, 0, 2+4*len(r.b)), '[')
-	for b, first := r.b, true; ; first = false {
+	out := append(make([]byte, 0, 2+4*len(r.bytes())), '[')
+	for b, first := r.bytes(), true; ; first = false {
 		p, rest, ok := next(b)
 		if !ok {
 			break
