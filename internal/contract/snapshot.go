@@ -8,6 +8,7 @@ package contract
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -178,18 +179,59 @@ func (e *Exit) Text() string {
 	return "exit unknown"
 }
 
-// Values of Incarnation.Source: what a worker's incarnation was taken from.
+// IncarnationSource is what a worker's incarnation was taken from
+// (Incarnation.Source). Its JSON is its name (String): "tree",
+// "telemetry_process" or "service_instance_id". A byte, not the name: the
+// incarnation held for every worker is 48 bytes, where it took the 64-byte
+// size class with a string (docs/results/density.md, "the tracker's
+// workers by id, the incarnation's source").
+type IncarnationSource uint8
+
+// The incarnation sources (0: none).
 const (
 	// IncarnationTree: the root process of the worker's tree (the
 	// worker_process receiver's AttrPID + AttrProcessCreationTime).
-	IncarnationTree = "tree"
+	IncarnationTree IncarnationSource = iota + 1
 	// IncarnationProcess: the worker's own telemetry's AttrPID +
 	// AttrProcessCreationTime (an SDK's process detector).
-	IncarnationProcess = "telemetry_process"
+	IncarnationProcess
 	// IncarnationServiceInstance: the worker's telemetry's
 	// AttrServiceInstanceID.
-	IncarnationServiceInstance = "service_instance_id"
+	IncarnationServiceInstance
 )
+
+var incarnationSourceNames = [...]string{"", "tree", "telemetry_process", "service_instance_id"}
+
+// String is the source's name ("" for none).
+func (s IncarnationSource) String() string {
+	if int(s) < len(incarnationSourceNames) {
+		return incarnationSourceNames[s]
+	}
+	return ""
+}
+
+// ParseIncarnationSource is the source of this name ("" is none).
+func ParseIncarnationSource(name string) (IncarnationSource, bool) {
+	for i, n := range incarnationSourceNames {
+		if n == name {
+			return IncarnationSource(i), true
+		}
+	}
+	return 0, false
+}
+
+// MarshalText writes the name.
+func (s IncarnationSource) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a name (an error names any other).
+func (s *IncarnationSource) UnmarshalText(b []byte) error {
+	v, ok := ParseIncarnationSource(string(b))
+	if !ok {
+		return fmt.Errorf("incarnation source %q: not one of %q, %q, %q", b, IncarnationTree, IncarnationProcess, IncarnationServiceInstance)
+	}
+	*s = v
+	return nil
+}
 
 // Incarnation is one life of a worker: its root process (pid + start time),
 // or, for a worker known by its telemetry only, what the telemetry says.
@@ -199,8 +241,8 @@ type Incarnation struct {
 	// "4242@2026-01-02T03:04:05.000Z", TimeLayout) or the
 	// service.instance.id.
 	ID string `json:"id"`
-	// Source is one of the Incarnation* values.
-	Source string `json:"source"`
+	// Source is what it was taken from.
+	Source IncarnationSource `json:"source"`
 	// PID is the root process id (0 when not known).
 	PID int64 `json:"pid,omitempty"`
 	// Started is when the process started (zero when not known).

@@ -98,3 +98,24 @@ func TestSources(t *testing.T) {
 		assert.Equal(t, string(want), string(got))
 	}
 }
+
+// An incarnation's source is a byte, written and read as its name; an
+// unknown name is an error that names it.
+func TestIncarnationSource(t *testing.T) {
+	assert.Equal(t, uintptr(48), unsafe.Sizeof(Incarnation{}), "the 48-byte size class")
+	in := Incarnation{ID: "4242@2026-12-06T01:02:03.000Z", Source: IncarnationProcess, PID: 4242}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"id":"4242@2026-12-06T01:02:03.000Z","source":"telemetry_process","pid":4242}`, string(b))
+	var back Incarnation
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, in, back)
+	for _, s := range []IncarnationSource{0, IncarnationTree, IncarnationProcess, IncarnationServiceInstance} {
+		got, ok := ParseIncarnationSource(s.String())
+		assert.True(t, ok)
+		assert.Equal(t, s, got)
+	}
+	assert.Empty(t, IncarnationSource(9).String())
+	err = json.Unmarshal([]byte(`{"id":"x","source":"pod"}`), &back)
+	require.ErrorContains(t, err, `incarnation source "pod"`)
+}

@@ -17,7 +17,7 @@ import (
 // none known); a worker keeps its current one as a CurrentIncarnation.
 type Incarnation struct {
 	ID     string
-	Source string // contract.Incarnation*
+	Source contract.IncarnationSource
 	PID    int64
 	// Started is when the process started (unix ns, 0 = unknown);
 	// FirstSeen when the processor first saw the incarnation.
@@ -201,7 +201,7 @@ func CheckpointIncarnation(in Incarnation, e *Exit) *IncarnationRecord {
 	if in.ID == "" && e == nil {
 		return nil
 	}
-	r := &IncarnationRecord{ID: in.ID, Source: in.Source, PID: in.PID, Started: in.Started, FirstSeen: in.FirstSeen}
+	r := &IncarnationRecord{ID: in.ID, Source: in.Source.String(), PID: in.PID, Started: in.Started, FirstSeen: in.FirstSeen}
 	if e != nil {
 		r.Exit = &ExitRecord{At: e.At, How: e.How, Code: e.Code, Signal: e.Signal, Inc: e.Inc, Pending: e.Pending}
 	}
@@ -215,7 +215,8 @@ func (r *IncarnationRecord) Restore(now int64) (Incarnation, *Exit) {
 	if r == nil {
 		return Incarnation{}, nil
 	}
-	in := Incarnation{ID: r.ID, Source: r.Source, PID: r.PID, Started: r.Started, FirstSeen: r.FirstSeen}
+	src, _ := contract.ParseIncarnationSource(r.Source) // another name (never written): none
+	in := Incarnation{ID: r.ID, Source: src, PID: r.PID, Started: r.Started, FirstSeen: r.FirstSeen}
 	if r.Exit == nil {
 		return in, nil
 	}
