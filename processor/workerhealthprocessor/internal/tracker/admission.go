@@ -127,7 +127,7 @@ func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 		t.mention(w, now, ev)
 		return w
 	}
-	if w, ok := t.workers[id]; ok {
+	if w := t.workers.get(id); w != nil {
 		t.mention(w, now, ev)
 		t.last = w
 		return w
@@ -135,7 +135,7 @@ func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 	if id == t.lastRefused {
 		return nil // one refusal per resource (or run of scheduler records)
 	}
-	if len(t.workers) >= t.cfg.Limits.MaxWorkers {
+	if t.workers.len() >= t.cfg.Limits.MaxWorkers {
 		victim := t.low[state.EvidenceOnce].head
 		if victim == nil {
 			victim = t.low[state.EvidenceRecords].head
@@ -155,7 +155,7 @@ func (t *Tracker) get(id string, now int64, ev state.Evidence) *Worker {
 	if ev != state.EvidenceConfirmed {
 		t.low[ev].pushBack(w)
 	}
-	t.workers[w.id] = w
+	t.workers.put(w)
 	t.last = w
 	return w
 }
@@ -201,7 +201,7 @@ func (t *Tracker) forget(w *Worker) {
 	}
 	t.runCount -= w.Table.Len()
 	t.freeSlot(w)
-	delete(t.workers, w.id)
+	t.workers.remove(w)
 	t.last = nil
 }
 
@@ -216,11 +216,15 @@ func (t *Tracker) expire(now int64) {
 		t.forget(w)
 	}
 	ttl := int64(t.cfg.Limits.WorkerTTL)
-	for _, w := range t.workers {
+	var old []*Worker // forgotten after the walk: a removal moves the table's entries
+	for w := range t.workers.all() {
 		if now-w.LastMention > ttl {
-			t.counts.WorkersExpired[w.Evidence]++
-			t.forget(w)
+			old = append(old, w)
 		}
+	}
+	for _, w := range old {
+		t.counts.WorkersExpired[w.Evidence]++
+		t.forget(w)
 	}
 }
 
@@ -230,14 +234,14 @@ func (t *Tracker) expire(now int64) {
 func (t *Tracker) announced(trs []Transition, now int64) []Transition {
 	out := trs[:0]
 	for _, tr := range trs {
-		if w := t.workers[tr.Worker]; w != nil && w.Evidence == state.EvidenceOnce {
+		if w := t.workers.get(tr.Worker); w != nil && w.Evidence == state.EvidenceOnce {
 			w.Unannounced = true
 			continue
 		}
 		out = append(out, tr)
 	}
 	for _, w := range t.fromOnce {
-		if t.workers[w.id] != w || !w.Unannounced {
+		if t.workers.get(w.id) != w || !w.Unannounced {
 			continue
 		}
 		w.Unannounced = false
@@ -263,7 +267,7 @@ func (t *Tracker) runLimit(w *Worker) int {
 	if w.Evidence == state.EvidenceOnce {
 		return min(maxRunsSeenOnce, t.cfg.Limits.MaxRunsPerWorker)
 	}
-	if n := len(t.workers); n != t.shareOf {
+	if n := t.workers.len(); n != t.shareOf {
 		// The share changes only with the number of workers: a division
 		// per new run was a few percent of a run span's cost.
 		t.shareOf = n
@@ -276,6 +280,6 @@ func (t *Tracker) runLimit(w *Worker) int {
 func (t *Tracker) tracked() [state.NEvidence]int64 {
 	var n [state.NEvidence]int64
 	n[state.EvidenceOnce], n[state.EvidenceRecords] = int64(t.low[state.EvidenceOnce].n), int64(t.low[state.EvidenceRecords].n)
-	n[state.EvidenceConfirmed] = int64(len(t.workers)) - n[state.EvidenceOnce] - n[state.EvidenceRecords]
+	n[state.EvidenceConfirmed] = int64(t.workers.len()) - n[state.EvidenceOnce] - n[state.EvidenceRecords]
 	return n
 }

@@ -14,7 +14,7 @@ import (
 func (h *harness) evidenceOf(id string) (state.Evidence, bool) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	w := h.p.tracker.workers[id]
+	w := h.p.tracker.workers.get(id)
 	if w == nil {
 		return 0, false
 	}
@@ -157,7 +157,7 @@ func TestRunBounds(t *testing.T) {
 	}
 	h.p.mu.Lock()
 	total := h.p.tracker.runCount
-	n1, n2 := h.p.tracker.workers["t1"].Table.Len(), h.p.tracker.workers["t2"].Table.Len()
+	n1, n2 := h.p.tracker.workers.get("t1").Table.Len(), h.p.tracker.workers.get("t2").Table.Len()
 	h.p.mu.Unlock()
 	assert.Equal(t, 20, total, "limits.max_runs")
 	assert.Equal(t, 10, n1, "t1: its share, 20 runs over 2 workers")
@@ -168,7 +168,7 @@ func TestRunBounds(t *testing.T) {
 	h.logs(wl("t2", contract.EventFinished, "r0", nil))
 	h.logs(wl("t2", contract.EventClaimed, "new", nil))
 	h.p.mu.Lock()
-	assert.True(t, hasRun(&h.p.tracker.workers["t2"].Table, "new"))
+	assert.True(t, hasRun(&h.p.tracker.workers.get("t2").Table, "new"))
 	assert.Equal(t, 20, h.p.tracker.runCount)
 	h.p.mu.Unlock()
 }
@@ -225,19 +225,19 @@ func TestLimits(t *testing.T) {
 	h.logs(wl("a", "workerwatch.run.finished", "r1", nil))
 	h.logs(wl("a", "workerwatch.run.claimed", "r5", nil))
 	h.p.mu.Lock()
-	assert.Len(t, h.p.tracker.workers, 2)
+	assert.Equal(t, 2, h.p.tracker.workers.len())
 	// Issue 14.7: counted once per resource naming it (it was counted
 	// twice: the resource's sign of life and its record).
 	assert.Equal(t, int64(1), h.p.tracker.counts.WorkersRefused[refusedMaxWorkers], "c, once")
 	assert.Equal(t, int64(1), h.p.tracker.counts.RunsRefused[refusedRunsPerWorker])
-	assert.True(t, hasRun(&h.p.tracker.workers["a"].Table, "r5"))
+	assert.True(t, hasRun(&h.p.tracker.workers.get("a").Table, "r5"))
 	h.p.mu.Unlock()
 
 	// Workers are forgotten after the TTL.
 	h.advance(2 * time.Minute)
 	h.eval()
 	h.p.mu.Lock()
-	assert.Empty(t, h.p.tracker.workers)
+	assert.Zero(t, h.p.tracker.workers.len())
 	assert.Equal(t, int64(2), h.p.tracker.counts.WorkersExpired[state.EvidenceOnce])
 	h.p.mu.Unlock()
 }

@@ -48,7 +48,7 @@ func (t *Tracker) Tracked() [state.NEvidence]int64 { return t.tracked() }
 func (t *Tracker) RunCount() int { return t.runCount }
 
 // Worker is the tracked worker of this id, nil when none.
-func (t *Tracker) Worker(id string) *Worker { return t.workers[id] }
+func (t *Tracker) Worker(id string) *Worker { return t.workers.get(id) }
 
 // ID is the worker's id.
 func (w *Worker) ID() string { return w.id }
@@ -134,10 +134,13 @@ func (t *Tracker) Disown(owns func(id string) bool, gone func(w *Worker)) {
 	if t.pending >= 0 && !owns("") {
 		t.pending = -1
 	}
-	for id, w := range t.workers {
-		if owns(id) {
-			continue
+	var others []*Worker // forgotten after the walk: a removal moves the table's entries
+	for w := range t.workers.all() {
+		if !owns(w.id) {
+			others = append(others, w)
 		}
+	}
+	for _, w := range others {
 		gone(w)
 		t.forget(w)
 	}

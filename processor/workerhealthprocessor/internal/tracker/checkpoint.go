@@ -171,16 +171,16 @@ func (t *Tracker) RewriteAll() {
 // that is empty, unreadable (ok false), a duplicate or over the limit is
 // freed (and deleted at the next write).
 func (t *Tracker) RestoreSlot(slot int32, cw *Record, ok bool, now int64) {
-	if ok && t.workers[cw.ID] == nil && len(t.workers) < t.cfg.Limits.MaxWorkers {
+	if ok && t.workers.get(cw.ID) == nil && t.workers.len() < t.cfg.Limits.MaxWorkers {
 		w := t.fromCheckpoint(cw, now)
 		t.setSlot(w, slot)
 		if w.Evidence != state.EvidenceConfirmed {
 			t.low[w.Evidence].pushBack(w)
 		}
-		t.workers[w.id] = w
+		t.workers.put(w)
 		return
 	}
-	if ok && t.workers[cw.ID] == nil {
+	if ok && t.workers.get(cw.ID) == nil {
 		t.counts.WorkersRefused[refusedMaxWorkers]++
 	}
 	t.cp.free = append(t.cp.free, slot)
@@ -223,7 +223,7 @@ func (t *Tracker) CollectCheckpoint() (groups []int32, meta Meta) {
 	changed := map[int32]bool{}
 	for _, w := range t.cp.dirty {
 		w.dirty = false
-		if t.workers[w.id] != w || w.Evidence == state.EvidenceOnce {
+		if t.workers.get(w.id) != w || w.Evidence == state.EvidenceOnce {
 			continue // forgotten since, or not checkpointed (admission.go)
 		}
 		if w.slot < 0 {

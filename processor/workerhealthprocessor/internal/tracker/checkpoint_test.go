@@ -24,7 +24,7 @@ func TestNoCheckpointQueueWithoutStorage(t *testing.T) {
 	h.eval()
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Empty(t, h.p.tracker.workers)
+	assert.Zero(t, h.p.tracker.workers.len())
 	assert.Empty(t, h.p.tracker.cp.dirty)
 }
 
@@ -42,7 +42,7 @@ func TestCheckpointRecordKeys(t *testing.T) {
 	}
 	h.eval()
 	h.p.mu.Lock()
-	rec := h.p.tracker.toCheckpoint(h.p.tracker.workers["w1"])
+	rec := h.p.tracker.toCheckpoint(h.p.tracker.workers.get("w1"))
 	h.p.mu.Unlock()
 	b, err := json.Marshal(&rec)
 	require.NoError(t, err)

@@ -136,7 +136,7 @@ func (h *harness) eval() []Transition {
 func (h *harness) worker(id string) *Worker {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	return h.p.tracker.workers[id]
+	return h.p.tracker.workers.get(id)
 }
 
 func (h *harness) state(id string) contract.State {

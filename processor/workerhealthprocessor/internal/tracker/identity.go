@@ -38,7 +38,7 @@ func (t *Tracker) checkJoin(now int64) []Unjoined {
 	within := int64(t.cfg.Identity.JoinWithin)
 	var out []Unjoined
 	var sorted []*Worker // made once, only when a worker is reported
-	for _, w := range t.workers {
+	for w := range t.workers.all() {
 		if w.Unjoined() || w.Evidence == state.EvidenceOnce || now-w.FirstMention < within {
 			continue
 		}

@@ -35,7 +35,7 @@ func TestIdentity(t *testing.T) {
 					assert.Equal(t, []string{"worker_name=w1"}, w.Sources.Telemetry().IDs.List())
 					assert.False(t, w.Sources.Scheduler().Seen)
 					h.p.mu.Lock()
-					assert.Len(t, h.p.tracker.workers, 1, "one worker, not two")
+					assert.Equal(t, 1, h.p.tracker.workers.len(), "one worker, not two")
 					h.p.mu.Unlock()
 				}},
 			),
@@ -119,7 +119,7 @@ func TestIdentity(t *testing.T) {
 				step{check: func(h *harness) {
 					h.p.mu.Lock()
 					defer h.p.mu.Unlock()
-					assert.Len(t, h.p.tracker.workers, 1)
+					assert.Equal(t, 1, h.p.tracker.workers.len())
 				}},
 			),
 		},
@@ -176,7 +176,7 @@ func TestNameSharesTheID(t *testing.T) {
 	h.eval()
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	same, other := h.p.tracker.workers["w-same"], h.p.tracker.workers["w-other"]
+	same, other := h.p.tracker.workers.get("w-same"), h.p.tracker.workers.get("w-other")
 	assert.Equal(t, "w-same", same.Name)
 	assert.Same(t, unsafe.StringData(same.id), unsafe.StringData(same.Name), "the name is the id's string")
 	assert.Equal(t, "builder 7", other.Name)

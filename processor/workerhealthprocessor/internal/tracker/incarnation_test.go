@@ -107,7 +107,7 @@ func TestIncarnationFreshEvidence(t *testing.T) {
 func restart(t *testing.T, h *harness) *harness {
 	var recs []Record
 	h.p.mu.Lock()
-	for _, w := range h.p.tracker.workers {
+	for w := range h.p.tracker.workers.all() {
 		// Through JSON, as the storage keeps them.
 		b, err := json.Marshal(h.p.tracker.toCheckpoint(w))
 		require.NoError(t, err)

@@ -213,7 +213,7 @@ func (t *Tracker) evaluate(now int64) ([]Transition, []Unjoined) {
 	}
 	t.lastEval = now
 	t.expire(now)
-	for _, w := range t.workers {
+	for w := range t.workers.all() {
 		t.prune(w, now)
 		t.update(w, now)
 		target, reasons := t.judge(w, now)
@@ -249,7 +249,7 @@ func (t *Tracker) fleet(now int64) {
 // per worker (stale data can show more held than capacity).
 func (t *Tracker) idleCapacity() int64 {
 	var idle int64
-	for _, w := range t.workers {
+	for w := range t.workers.all() {
 		if !w.State.MayTakeWork() || w.Evidence == state.EvidenceOnce {
 			continue
 		}
@@ -263,8 +263,8 @@ func (t *Tracker) idleCapacity() int64 {
 // byID returns the workers sorted by id: the order of the metric points and
 // of the snapshot.
 func (t *Tracker) byID() []*Worker {
-	ws := make([]*Worker, 0, len(t.workers))
-	for _, w := range t.workers {
+	ws := make([]*Worker, 0, t.workers.len())
+	for w := range t.workers.all() {
 		ws = append(ws, w)
 	}
 	slices.SortFunc(ws, func(a, b *Worker) int { return strings.Compare(a.id, b.id) })

@@ -189,5 +189,5 @@ func TestKillCountedWhateverArrivesFirst(t *testing.T) {
 	h.logs(killed("log-first")) // a duplicate
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
-	assert.Equal(t, int64(2), h.p.tracker.workers["w1"].kills.ByReason()[state.KillIndex("timeout")])
+	assert.Equal(t, int64(2), h.p.tracker.workers.get("w1").kills.ByReason()[state.KillIndex("timeout")])
 }

@@ -26,9 +26,9 @@ func TestInvalidUTF8IdsAreMalformed(t *testing.T) {
 	h.p.mu.Lock()
 	defer h.p.mu.Unlock()
 	assert.Equal(t, int64(5), h.p.tracker.malformed)
-	assert.Len(t, h.p.tracker.workers, 1, "only the valid id")
-	require.NotNil(t, h.p.tracker.workers["ok"])
-	assert.Zero(t, h.p.tracker.workers["ok"].Table.Len(), "no run with an invalid id")
+	assert.Equal(t, 1, h.p.tracker.workers.len(), "only the valid id")
+	require.NotNil(t, h.p.tracker.workers.get("ok"))
+	assert.Zero(t, h.p.tracker.workers.get("ok").Table.Len(), "no run with an invalid id")
 }
 
 // memSample is one tree sample whose memory is a double.
@@ -79,7 +79,7 @@ func TestTinyCgroupLimitKeepsTheSoftLimit(t *testing.T) {
 	}
 	h.eval()
 	h.p.mu.Lock()
-	lim := h.p.tracker.workers["w1"].memory.SoftLimit(h.p.tracker.mem)
+	lim := h.p.tracker.workers.get("w1").memory.SoftLimit(h.p.tracker.mem)
 	h.p.mu.Unlock()
 	assert.Equal(t, int64(1), lim)
 	assert.Equal(t, unhealthy, h.state("w1"))

@@ -65,7 +65,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 	}
 	claim("r4") // evicts r1: the oldest that ended, not "held"
 	h.p.mu.Lock()
-	runs := &h.p.tracker.workers["a"].Table
+	runs := &h.p.tracker.workers.get("a").Table
 	assert.True(t, hasRun(runs, "held"))
 	assert.False(t, hasRun(runs, "r1"))
 	assert.True(t, hasRun(runs, "r2"))
@@ -78,7 +78,7 @@ func TestRunEvictionAtTheCap(t *testing.T) {
 		finish(r)
 	}
 	h.p.mu.Lock()
-	w := h.p.tracker.workers["a"]
+	w := h.p.tracker.workers.get("a")
 	assert.True(t, hasRun(&w.Table, "held"))
 	assert.Equal(t, 4, w.Table.Len())
 	assert.LessOrEqual(t, len(w.Order), 2*4+8, "order is compacted")

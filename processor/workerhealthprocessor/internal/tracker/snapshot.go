@@ -14,7 +14,7 @@ import (
 func (t *Tracker) Snapshot(now int64) *contract.Snapshot {
 	s := &contract.Snapshot{
 		Time:    state.Time(now),
-		Workers: make([]contract.Worker, 0, len(t.workers)),
+		Workers: make([]contract.Worker, 0, t.workers.len()),
 		Fleet: contract.Fleet{
 			ByState:          map[contract.State]int{},
 			Pending:          -1,

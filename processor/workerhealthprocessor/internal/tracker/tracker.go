@@ -84,8 +84,8 @@ func (w *Worker) setName(name string) {
 // safe for concurrent use: the processor holds its lock around every call.
 type Tracker struct {
 	cfg     *Config
-	workers map[string]*Worker
-	last    *Worker // the worker get returned last (nil after any removal)
+	workers workerTable // workers.go
+	last    *Worker     // the worker get returned last (nil after any removal)
 
 	// stage and histogram state live in hists (fleet-wide, bounded by config).
 	hists *state.Histograms
@@ -165,7 +165,7 @@ type Tracker struct {
 func New(cfg *Config) *Tracker {
 	t := &Tracker{
 		cfg:     cfg,
-		workers: map[string]*Worker{},
+		workers: newWorkerTable(),
 		hists:   state.NewHistograms(cfg.HistogramBuckets, cfg.StageSpanNames),
 		pending: -1,
 
