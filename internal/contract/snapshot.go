@@ -236,10 +236,16 @@ func (s *IncarnationSource) UnmarshalText(b []byte) error {
 // Incarnation is one life of a worker: its root process (pid + start time),
 // or, for a worker known by its telemetry only, what the telemetry says.
 // Episodes (memory, CPU) and the kills window belong to one incarnation.
+//
+// Its JSON "id" is Name(). The processor holds no id for a process it
+// knows by its pid (ID ""): the name is made from the pid and start time
+// when written, instead of a "pid@start" string held for every worker (32
+// bytes a worker: docs/results/density.md, "the incarnation's name made
+// when written").
 type Incarnation struct {
-	// ID is stable for the incarnation: "pid@creation time" (state.Incarnation.Name:
-	// "4242@2026-01-02T03:04:05.000Z", TimeLayout) or the
-	// service.instance.id.
+	// ID is stable for the incarnation: "pid@creation time"
+	// (ProcessIncarnationID) or the service.instance.id; "" for a process
+	// whose id is its pid and start time (Name makes it).
 	ID string `json:"id"`
 	// Source is what it was taken from.
 	Source IncarnationSource `json:"source"`
@@ -249,6 +255,35 @@ type Incarnation struct {
 	Started Time `json:"started,omitzero"`
 	// FirstSeen is when the processor first saw the incarnation.
 	FirstSeen Time `json:"first_seen,omitzero"`
+}
+
+// ProcessIncarnationID is the id of a process incarnation: its pid, and
+// its start time when known ("4242@2026-01-02T03:04:05.000Z", TimeLayout).
+func ProcessIncarnationID(pid int64, started Time) string {
+	id := strconv.FormatInt(pid, 10)
+	if started > 0 {
+		id += "@" + started.Time().Format(TimeLayout)
+	}
+	return id
+}
+
+// Name is the incarnation's id: ID, or the process's (ProcessIncarnationID)
+// when ID is not held.
+func (in *Incarnation) Name() string {
+	if in.ID != "" || in.PID <= 0 {
+		return in.ID
+	}
+	return ProcessIncarnationID(in.PID, in.Started)
+}
+
+// incarnationJSON is Incarnation without its methods.
+type incarnationJSON Incarnation
+
+// MarshalJSON writes the incarnation with its Name as "id".
+func (in Incarnation) MarshalJSON() ([]byte, error) {
+	j := incarnationJSON(in)
+	j.ID = in.Name()
+	return json.Marshal(j)
 }
 
 // Memory is a worker's memory against its soft limit.

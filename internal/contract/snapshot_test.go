@@ -119,3 +119,20 @@ func TestIncarnationSource(t *testing.T) {
 	err = json.Unmarshal([]byte(`{"id":"x","source":"pod"}`), &back)
 	require.ErrorContains(t, err, `incarnation source "pod"`)
 }
+
+// A process's incarnation held without its id is written with the id its
+// pid and start time make; an id held is written as it is.
+func TestIncarnationName(t *testing.T) {
+	started := TimeOf(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	in := Incarnation{Source: IncarnationTree, PID: 4242, Started: started}
+	assert.Equal(t, "4242@2026-01-02T03:04:05.000Z", in.Name())
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"id":"4242@2026-01-02T03:04:05.000Z","source":"tree","pid":4242,"started":"2026-01-02T03:04:05Z"}`, string(b))
+	var back Incarnation
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, "4242@2026-01-02T03:04:05.000Z", back.ID, "read as written")
+	assert.Equal(t, "4243", (&Incarnation{Source: IncarnationProcess, PID: 4243}).Name(), "no start time")
+	assert.Equal(t, "i-1", (&Incarnation{ID: "i-1", Source: IncarnationServiceInstance}).Name())
+	assert.Empty(t, (&Incarnation{}).Name())
+}

@@ -1,7 +1,6 @@
 package state // import "github.com/workerwatch/workerwatch/processor/workerhealthprocessor/internal/state"
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/workerwatch/workerwatch/internal/contract"
@@ -13,8 +12,10 @@ import (
 // The memory episodes, the CPU episode and the kills window belong to one
 // incarnation: a new one starts them afresh, seen live or after a restore.
 
-// Incarnation is an incarnation as a sample or a record states it (ID "" =
-// none known); a worker keeps its current one as a CurrentIncarnation.
+// Incarnation is an incarnation as a sample or a record states it (none
+// known unless Known); a worker keeps its current one as a
+// CurrentIncarnation. A process's ID is "" until Name sets it, and a
+// CurrentIncarnation does not hold it (contract.Incarnation.Name makes it).
 type Incarnation struct {
 	ID     string
 	Source contract.IncarnationSource
@@ -41,22 +42,33 @@ func (c CurrentIncarnation) Get() Incarnation {
 	return Incarnation{ID: c.v.ID, Source: c.v.Source, PID: c.v.PID, Started: int64(c.v.Started), FirstSeen: int64(c.v.FirstSeen)}
 }
 
-// ID is the current incarnation's ID ("" = none known).
+// ID is the current incarnation's ID ("" = none known), made for a process
+// (allocates: for the reasons it is stamped on, not for every sample).
 func (c CurrentIncarnation) ID() string {
 	if c.v == nil {
 		return ""
 	}
-	return c.v.ID
+	return c.v.Name()
 }
 
-// Set makes in the current incarnation (ID "" = none), with a new view
-// only when something in it changed.
+// Known reports whether the worker has a current incarnation.
+func (c CurrentIncarnation) Known() bool { return c.v != nil }
+
+// Known reports whether an incarnation is stated: an id, or a process's pid.
+func (in *Incarnation) Known() bool { return in.ID != "" || in.PID > 0 }
+
+// Set makes in the current incarnation (none unless in is Known), with a
+// new view only when something in it changed. A process's ID is not held
+// when its pid and start time make it (contract.Incarnation.Name).
 func (c *CurrentIncarnation) Set(in Incarnation) {
-	if in.ID == "" {
+	if !in.Known() {
 		c.v = nil
 		return
 	}
 	s := contract.Incarnation{ID: in.ID, Source: in.Source, PID: in.PID, Started: contract.Time(in.Started), FirstSeen: contract.Time(in.FirstSeen)}
+	if s.PID > 0 && s.ID != "" && s.ID == contract.ProcessIncarnationID(s.PID, s.Started) {
+		s.ID = ""
+	}
 	if c.v == nil || *c.v != s {
 		v := s // s itself stays on the stack: only a change allocates
 		c.v = &v
@@ -121,15 +133,12 @@ func IncarnationOf(ref *mapping.IncRef, tree bool, now int64) (Incarnation, bool
 }
 
 // Name sets a process incarnation's ID from IncarnationOf: its pid, and
-// its start time when stated ("4242@2026-01-02T03:04:05.000Z").
+// its start time when stated (contract.ProcessIncarnationID).
 func (in *Incarnation) Name() {
 	if in.ID != "" || in.PID <= 0 {
 		return
 	}
-	in.ID = strconv.FormatInt(in.PID, 10)
-	if in.Started > 0 {
-		in.ID += "@" + Time(in.Started).Format(contract.TimeLayout)
-	}
+	in.ID = contract.ProcessIncarnationID(in.PID, contract.Time(in.Started))
 }
 
 // Exit is how an incarnation ended, as the receiver stated it.
@@ -198,7 +207,7 @@ type ExitRecord struct {
 // CheckpointIncarnation is the record of an incarnation and exit (nil when
 // neither is known).
 func CheckpointIncarnation(in Incarnation, e *Exit) *IncarnationRecord {
-	if in.ID == "" && e == nil {
+	if !in.Known() && e == nil {
 		return nil
 	}
 	r := &IncarnationRecord{ID: in.ID, Source: in.Source.String(), PID: in.PID, Started: in.Started, FirstSeen: in.FirstSeen}

@@ -23,14 +23,19 @@ func TestIncarnationSnapshotReused(t *testing.T) {
 	cur.Set(in)
 	first := cur.Snapshot()
 	require.NotNil(t, first)
-	assert.Equal(t, in, cur.Get(), "what was set, as it was")
+	held := in
+	held.ID = "" // a process's name is not held: its pid and start time make it
+	assert.Equal(t, held, cur.Get(), "what was set, as it was")
+	assert.Equal(t, "4242@2026-01-02T03:05:05.000Z", cur.ID())
+	assert.True(t, cur.Known())
 	cur.Set(in)
 	assert.Same(t, first, cur.Snapshot(), "unchanged: the same view")
 	assert.Zero(t, testing.AllocsPerRun(10, func() { cur.Set(cur.Get()) }), "unchanged: nothing allocated")
 	assert.Equal(t, contract.Incarnation{
-		ID: "4242@2026-01-02T03:05:05.000Z", Source: contract.IncarnationTree, PID: 4242,
+		Source: contract.IncarnationTree, PID: 4242,
 		Started: 1_767_323_105_000_000_000, FirstSeen: 1_767_323_110_000_000_000,
 	}, *first)
+	assert.Equal(t, "4242@2026-01-02T03:05:05.000Z", first.Name())
 
 	in.Started += 1_000_000 // restated in place
 	cur.Set(in)
@@ -44,8 +49,13 @@ func TestIncarnationSnapshotReused(t *testing.T) {
 	cur.Set(in)
 	next := cur.Snapshot()
 	assert.NotSame(t, moved, next)
-	assert.Equal(t, "4343", next.ID)
+	assert.Equal(t, "4343", next.Name())
+	other := Incarnation{ID: "4343@another-layout", Source: contract.IncarnationTree, PID: 4343}
+	cur.Set(other) // a name its pid and start time do not make (a checkpoint's, say): held
+	assert.Equal(t, "4343@another-layout", cur.ID())
 
 	cur.Set(Incarnation{})
 	assert.Nil(t, cur.Snapshot(), "none known again")
+	assert.False(t, cur.Known())
+	assert.Empty(t, cur.ID())
 }

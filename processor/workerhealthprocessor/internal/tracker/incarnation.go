@@ -27,7 +27,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 	cur := w.inc.Get()
 	if tree && !present {
 		// The root ended: pending until a new incarnation or the grace.
-		if cur.ID != "" && !cur.Same(&in) {
+		if cur.Known() && !cur.Same(&in) {
 			return // an older root's exit, restated
 		}
 		in.Name()
@@ -36,7 +36,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		}
 		if ex, ok := state.ExitOf(ref, in.ID, now); ok {
 			w.exit = &ex
-			if cur.ID == "" {
+			if !cur.Known() {
 				w.inc.Set(in)
 			}
 			t.exitDue = minDue(t.exitDue, now+int64(t.cfg.Lost.ExitGrace))
@@ -47,7 +47,7 @@ func (t *Tracker) incarnation(w *Worker, ref *mapping.IncRef, tree, present bool
 		return // the tree's root is the worker's incarnation
 	}
 	switch {
-	case cur.ID == "":
+	case !cur.Known():
 		// The first known: its evidence is its own (a worker restored from
 		// a checkpoint that knew no incarnation keeps its evidence).
 		in.Name()
@@ -115,15 +115,19 @@ func (t *Tracker) TakeExitDue() int64 {
 }
 
 // stampIncarnation names the current incarnation on the reasons of its own
-// evidence (memory, CPU, kills).
+// evidence (memory, CPU, kills). The name is made only when a reason takes
+// it (a process's is not held: state.CurrentIncarnation).
 func (w *Worker) stampIncarnation(rs []contract.Reason) {
-	id := w.inc.ID()
-	if id == "" {
+	if !w.inc.Known() {
 		return
 	}
+	id := ""
 	for i := range rs {
 		switch rs[i].Code {
 		case state.CodeMemory, state.CodeMemoryAtStart, state.CodeCPU, state.CodeKills, state.CodeProcessExited:
+			if id == "" {
+				id = w.inc.ID()
+			}
 			rs[i].Incarnation = id
 		}
 	}

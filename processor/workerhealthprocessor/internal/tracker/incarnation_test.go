@@ -311,7 +311,7 @@ func TestTelemetryBeforeTree(t *testing.T) {
 		require.NotNil(t, inc)
 		assert.Equal(t, contract.IncarnationTree, inc.Source)
 		assert.Equal(t, int64(100), inc.PID)
-		assert.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), inc.ID)
+		assert.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), inc.Name())
 		assert.Equal(t, first, inc.FirstSeen, "the same life keeps its first sight")
 	})
 	t.Run("a later process", func(t *testing.T) {
@@ -334,7 +334,7 @@ func TestCurrentIncarnationCostsNothing(t *testing.T) {
 	h := newHarness(t, testCfg())
 	withPID := live(100, started, 10)
 	h.metrics(withPID)
-	require.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), h.snap("w1").Incarnation.ID)
+	require.Equal(t, "100@"+started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), h.snap("w1").Incarnation.Name())
 	h2 := newHarness(t, testCfg())
 	plain := tree{Worker: "w1", Roles: map[string]int64{"main": 10}, Present: 1}.Metrics()
 	h2.metrics(plain)

@@ -159,7 +159,7 @@ func (t *Tracker) judge(w *Worker, now int64) (contract.State, []contract.Reason
 		// unless it belongs to an incarnation: then only once that process
 		// is seen again (the first sample says whether it is the same one:
 		// a new process inherits nothing), unknown until then.
-		if len(unhealthy) > 0 && w.inc.ID() == "" {
+		if len(unhealthy) > 0 && !w.inc.Known() {
 			return contract.Unhealthy, reasons
 		}
 		return contract.Unknown, append(reasons, notReported(w, max(w.FirstMention, w.RestoredAt), w.RestoredAt > 0))
