@@ -17,8 +17,8 @@ const extraProcs = 2
 // of a 2-CPU shard waited for one of them, and the API's p99 at 1,000
 // requests a second at 100,000 workers was 10.9-15.7 ms; with four Ps the
 // request's goroutine runs at once, the kernel sharing the CPUs between the
-// threads: 7.8-12.8 ms, 12 rounds of 14 under 10 (docs/results/scaling.md,
-// runs 54-64).
+// threads: 7.6-12.8 ms, 20 rounds of 22 under 10 (docs/results/scaling.md,
+// runs 54-67).
 //
 // Left as it is (false) when GOMAXPROCS is set, and when the runtime's own
 // default is below the CPUs: a CPU limit (a container's CPU quota, which Go

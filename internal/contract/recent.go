@@ -77,7 +77,7 @@ func (p *RunPacker) Len() int { return len(p.buf) }
 
 // DoneInto copies the records added since the last Done into dst's
 // memory (the processor hands every worker's out of one block of its
-// snapshot's own: tracker.bytes()lock) and returns them. dst should have room
+// snapshot's own: tracker.block) and returns them. dst should have room
 // for Len() bytes; with less, they get a slice of their own.
 func (p *RunPacker) DoneInto(dst []byte) RecentRuns {
 	if len(p.buf) == 0 {
@@ -247,7 +247,7 @@ func (r RecentRuns) Records() []RunRecord {
 // for, and building the records first and marshaling them took twice as
 // long as marshaling unpacked ones (BenchmarkRecentRunsJSON).
 func (r RecentRuns) MarshalJSON() ([]byte, error) {
-	out := append(make([]byte, 0, 2+4*len(r.bytes())), '[')
+	out := append(make([]byte, 0, 2+4*len(r.s)), '[')
 	for b, first := r.bytes(), true; ; first = false {
 		p, rest, ok := next(b)
 		if !ok {

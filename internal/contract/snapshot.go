@@ -407,8 +407,10 @@ type sourcesJSON struct {
 }
 
 // MarshalJSON writes the three sources, as sourcesJSON is written. By
-// hand: through sourcesJSON, a worker's JSON took 1.4x the time
-// (BenchmarkWorkerJSON in extension/workerhealthextension/internal/store).
+// hand: through sourcesJSON every worker's JSON paid encoding/json's
+// reflection over the three and its check of a marshaller's output twice
+// over (BenchmarkWorkerJSON in extension/workerhealthextension/internal/store;
+// TestSources holds the bytes equal).
 func (s Sources) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 256)
 	for i, key := range [...]string{`{"tree":`, `,"telemetry":`, `,"scheduler":`} {
@@ -536,67 +538,51 @@ func NewDrift(d DriftDetail) Drift {
 // Detail is the drift's lists and counts (the lists [] when empty, never
 // nil).
 func (d Drift) Detail() DriftDetail {
-	var out DriftDetail
-	if d.d != nil {
-		out = *d.d
-	}
+	out := *d.detail()
 	out.Missing, out.Orphaned = emptyIfNil(out.Missing), emptyIfNil(out.Orphaned)
 	return out
 }
 
+// detail is what d points to, or the zero DriftDetail (read only).
+func (d Drift) detail() *DriftDetail {
+	if d.d == nil {
+		return &noDrift
+	}
+	return d.d
+}
+
+// noDrift is the zero DriftDetail, never written; noDriftJSON its JSON,
+// what most workers' drift writes (encoding/json only reads what a
+// marshaller returns).
+var (
+	noDrift        DriftDetail
+	noDriftJSON, _ = json.Marshal(Drift{}.Detail())
+)
+
 // Missing are the runs the scheduler holds for the worker that it does not
 // hold (DriftDetail.Missing; [] for none, as in the JSON).
-func (d Drift) Missing() []string {
-	if d.d == nil {
-		return []string{}
-	}
-	return emptyIfNil(d.d.Missing)
-}
+func (d Drift) Missing() []string { return emptyIfNil(d.detail().Missing) }
 
 // Orphaned are the runs the worker executes that the scheduler does not
 // list (DriftDetail.Orphaned; [] for none, as in the JSON).
-func (d Drift) Orphaned() []string {
-	if d.d == nil {
-		return []string{}
-	}
-	return emptyIfNil(d.d.Orphaned)
-}
+func (d Drift) Orphaned() []string { return emptyIfNil(d.detail().Orphaned) }
 
 // MissingCount is DriftDetail.MissingCount.
-func (d Drift) MissingCount() int {
-	if d.d == nil {
-		return 0
-	}
-	return d.d.MissingCount
-}
+func (d Drift) MissingCount() int { return d.detail().MissingCount }
 
 // OrphanedCount is DriftDetail.OrphanedCount.
-func (d Drift) OrphanedCount() int {
-	if d.d == nil {
-		return 0
-	}
-	return d.d.OrphanedCount
-}
+func (d Drift) OrphanedCount() int { return d.detail().OrphanedCount }
 
 // OverCapacity is DriftDetail.OverCapacity.
-func (d Drift) OverCapacity() int {
-	if d.d == nil {
-		return 0
-	}
-	return d.d.OverCapacity
-}
+func (d Drift) OverCapacity() int { return d.detail().OverCapacity }
 
-// MarshalJSON writes the lists and counts (DriftDetail): for no drift,
-// noDriftJSON itself (most workers; encoding/json only reads what a
-// marshaller returns).
+// MarshalJSON writes the lists and counts (DriftDetail).
 func (d Drift) MarshalJSON() ([]byte, error) {
 	if d.d == nil {
 		return noDriftJSON, nil
 	}
 	return json.Marshal(d.Detail())
 }
-
-var noDriftJSON = []byte(`{"missing":[],"orphaned":[],"missing_count":0,"orphaned_count":0,"over_capacity":0}`)
 
 // UnmarshalJSON reads what MarshalJSON writes (null: none).
 func (d *Drift) UnmarshalJSON(b []byte) error {

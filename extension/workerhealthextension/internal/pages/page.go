@@ -160,6 +160,7 @@ func (p *Pages) data(v *store.View, keep store.StateFilter, hs *history.Store, n
 	}
 	d.Matching = v.Count(keep)
 	ids := make([]string, 0, min(d.Matching, MaxRows))
+	limits := make([]int64, 0, cap(ids)) // each row's soft limit, for its trend
 	d.Rows = make([]pageRow, 0, cap(ids))
 	for _, e := range v.WorstFirst {
 		if len(d.Rows) == MaxRows {
@@ -168,11 +169,12 @@ func (p *Pages) data(v *store.View, keep store.StateFilter, hs *history.Store, n
 		if keep.Has(e.Worker.State) {
 			d.Rows = append(d.Rows, newPageRow(e.Worker, now))
 			ids = append(ids, e.Worker.ID)
+			limits = append(limits, e.Worker.Memory.SoftLimitBytes)
 		}
 	}
 	d.Shown = len(d.Rows)
 	for i, t := range hs.Trend(ids, now, TrendPoints) {
-		d.Rows[i].Trend = newSparkline(t, v.Lookup(ids[i]).Worker.Memory.SoftLimitBytes)
+		d.Rows[i].Trend = newSparkline(t, limits[i])
 	}
 	return d
 }
